@@ -1,0 +1,110 @@
+# netshim -- deadlines and circuit breakers for programs nobody can change.
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+BUILD ?= build
+CC ?= cc
+SANITIZER ?=
+WERROR ?=
+
+WARN := -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes \
+	-Werror=format-security -Wimplicit-fallthrough
+BASE_CFLAGS := -std=gnu11 -O2 -g -D_GNU_SOURCE -fPIC $(WARN) $(if $(WERROR),-Werror)
+SAN_FLAGS :=
+ifeq ($(SANITIZER),address)
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+else ifeq ($(SANITIZER),undefined)
+SAN_FLAGS := -fsanitize=undefined -fno-sanitize-recover=undefined
+else ifneq ($(SANITIZER),)
+$(error SANITIZER must be address or undefined, not '$(SANITIZER)')
+endif
+# user CFLAGS add to ours rather than replace them
+FINAL_CFLAGS := $(BASE_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
+FINAL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
+
+POLICY_SRC := policy/policy.c policy/breaker.c policy/table.c policy/tablefile.c
+SHIM_SRC := shim/real.c shim/fdtab.c shim/log.c shim/core.c shim/wrappers.c
+POLICY_OBJ := $(POLICY_SRC:%.c=$(BUILD)/%.o)
+SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/%.o)
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+
+LIB := $(BUILD)/libnetshim.so
+TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench
+CLIENTS := $(BUILD)/fclient
+
+.PHONY: all test unit integration install uninstall bench demo deps clean
+
+all: $(LIB) $(TOOLS) $(CLIENTS)
+
+$(BUILD)/%.o: %.c $(wildcard policy/*.h shim/*.h tools/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(FINAL_CFLAGS) -c -o $@ $<
+
+# The shim is never built with a sanitizer: its runtime would have to be
+# preloaded into every host program. The sanitizer run covers the decision
+# code it shares with shimctl and the unit tests.
+$(BUILD)/shim/%.o: shim/%.c $(wildcard policy/*.h shim/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -fvisibility=hidden -c -o $@ $<
+
+$(BUILD)/shimpolicy/%.o: policy/%.c $(wildcard policy/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -fvisibility=hidden -c -o $@ $<
+
+$(LIB): $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) shim/netshim.map
+	$(CC) -shared -o $@ $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) \
+		-Wl,--version-script=shim/netshim.map -Wl,-z,now -Wl,-z,relro -ldl -lpthread $(LDFLAGS)
+
+$(BUILD)/shimctl: $(BUILD)/tools/shimctl.o $(POLICY_OBJ)
+	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
+
+$(BUILD)/shimrun: $(BUILD)/tools/shimrun.o $(POLICY_OBJ)
+	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
+
+$(BUILD)/faultsrv: $(BUILD)/tools/faultsrv.o
+	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
+
+$(BUILD)/bench: $(BUILD)/tools/bench.o
+	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lpthread
+
+# The test client is built the way distributions build C programs, so it
+# imports the fortified __recv_chk and __read_chk.
+$(BUILD)/fclient: tests/clients/fclient.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -D_FORTIFY_SOURCE=2 -Wall -o $@ $<
+
+$(BUILD)/unit_tests: $(UNIT_SRC) $(POLICY_OBJ)
+	$(CC) $(FINAL_CFLAGS) -o $@ $(UNIT_SRC) $(POLICY_OBJ) -lcriterion $(FINAL_LDFLAGS)
+
+unit: $(BUILD)/unit_tests
+	$(BUILD)/unit_tests --jobs 2
+
+integration: all
+	NETSHIM_BUILD=$(abspath $(BUILD)) python3 -m pytest -q tests/integration
+
+test: unit integration
+
+bench: all
+	tools/bench.sh $(BUILD)
+
+demo: all
+	tools/demo.sh $(BUILD)
+
+deps:
+	tools/install-deps.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib/netshim $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
+	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/netshim/libnetshim.so
+	install -m 0755 $(BUILD)/shimctl $(BUILD)/shimrun $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 man/shimctl.1 man/shimrun.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 man/netshim.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/lib/netshim/libnetshim.so $(DESTDIR)$(PREFIX)/bin/shimctl \
+		$(DESTDIR)$(PREFIX)/bin/shimrun $(DESTDIR)$(PREFIX)/share/man/man1/shimctl.1 \
+		$(DESTDIR)$(PREFIX)/share/man/man1/shimrun.1 $(DESTDIR)$(PREFIX)/share/man/man8/netshim.8
+	-rmdir $(DESTDIR)$(PREFIX)/lib/netshim
+
+clean:
+	rm -rf $(BUILD)

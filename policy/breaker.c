@@ -1,0 +1,160 @@
+/* breaker.c -- the breaker state machine: a pure function of events and a clock.
+ *
+ * The whole state fits one 64-bit word so that the shared table can move it
+ * with a single compare-and-swap: no lock, nothing for a killed process to
+ * leave half-written. */
+#include "breaker.h"
+
+/* word layout: state 2 | manual 1 | spare 1 | consec 12 | probes 8 | t_ms 40 */
+#define SH_STATE 0
+#define SH_MANUAL 2
+#define SH_CONSEC 4
+#define SH_PROBES 16
+#define SH_TIME 24
+
+uint64_t ns_brk_pack(const struct ns_brk *b)
+{
+	uint64_t t = b->t_ms > NS_BRK_TIME_MAX ? NS_BRK_TIME_MAX : b->t_ms;
+	uint64_t c = b->consec > NS_BRK_CONSEC_MAX ? NS_BRK_CONSEC_MAX : b->consec;
+	uint64_t p = b->probes > NS_BRK_PROBES_MAX ? NS_BRK_PROBES_MAX : b->probes;
+
+	return ((uint64_t)(b->state & 3) << SH_STATE) | ((uint64_t)(b->manual & 1) << SH_MANUAL) |
+	       (c << SH_CONSEC) | (p << SH_PROBES) | (t << SH_TIME);
+}
+
+void ns_brk_unpack(uint64_t w, struct ns_brk *b)
+{
+	b->state = (uint32_t)(w >> SH_STATE) & 3;
+	b->manual = (uint32_t)(w >> SH_MANUAL) & 1;
+	b->consec = (uint32_t)(w >> SH_CONSEC) & NS_BRK_CONSEC_MAX;
+	b->probes = (uint32_t)(w >> SH_PROBES) & NS_BRK_PROBES_MAX;
+	b->t_ms = w >> SH_TIME;
+}
+
+const char *ns_state_name(uint32_t state)
+{
+	static const char *const names[] = { "closed", "open", "half_open", "forced_open" };
+
+	return names[state & 3];
+}
+
+const char *ns_rule_name(int rule)
+{
+	switch (rule) {
+	case NS_RULE_THRESHOLD: return "failure_threshold";
+	case NS_RULE_CONSECUTIVE: return "consecutive_failures";
+	case NS_RULE_RATE: return "failure_rate";
+	case NS_RULE_PROBE: return "half_open_probe";
+	default: return "none";
+	}
+}
+
+static uint64_t add_ms(uint64_t a, uint64_t b)
+{
+	return (a > NS_BRK_TIME_MAX - b) ? NS_BRK_TIME_MAX : a + b;
+}
+
+static void open_now(struct ns_step *r, uint64_t now_ms, const struct ns_settings *s)
+{
+	r->next.state = NS_OPEN;
+	r->next.probes = 0;
+	r->next.manual = s->recovery == NS_RECOVERY_MANUAL;
+	r->next.t_ms = add_ms(now_ms, s->open_duration_ms);
+}
+
+/* Which rule, if any, opens a closed breaker after this failure. */
+static int trip_rule(const struct ns_brk *b, const struct ns_window *w, const struct ns_settings *s)
+{
+	if (s->failure_threshold && w && w->failures >= s->failure_threshold)
+		return NS_RULE_THRESHOLD;
+	if (s->consecutive_failures && b->consec >= s->consecutive_failures)
+		return NS_RULE_CONSECUTIVE;
+	/* failures/outcomes >= rate, in integers: 49 % of 100 does not trip 50 % */
+	if (s->failure_rate_bp && w && w->outcomes >= s->min_calls && w->outcomes > 0 &&
+	    (uint64_t)w->failures * 10000 >= (uint64_t)s->failure_rate_bp * w->outcomes)
+		return NS_RULE_RATE;
+	return NS_RULE_NONE;
+}
+
+struct ns_step ns_brk_step(const struct ns_brk *cur, int event, const struct ns_window *w,
+			   uint64_t now_ms, const struct ns_settings *s)
+{
+	struct ns_step r = { *cur, NS_ALLOW, NS_TR_NONE, NS_RULE_NONE };
+	/* A probe whose process died never reports; after this long the next
+	 * connect may probe again, so a killed prober cannot wedge the breaker. */
+	uint64_t probe_stale_ms = s->open_duration_ms;
+
+	switch (event) {
+	case NS_EV_ATTEMPT:
+		switch (cur->state) {
+		case NS_CLOSED:
+			break;
+		case NS_OPEN:
+			if (cur->manual || now_ms < cur->t_ms) {
+				r.verdict = NS_REJECT;
+				break;
+			}
+			r.next.state = NS_HALF_OPEN;
+			r.next.probes = 1;
+			r.next.t_ms = now_ms;
+			r.verdict = NS_ALLOW_PROBE;
+			r.transition = NS_TR_HALF_OPENED;
+			break;
+		case NS_HALF_OPEN:
+			if (cur->probes < s->half_open_probes) {
+				r.next.probes = cur->probes + 1;
+				r.verdict = NS_ALLOW_PROBE;
+			} else if (now_ms >= add_ms(cur->t_ms, probe_stale_ms)) {
+				r.next.probes = 1;
+				r.next.t_ms = now_ms;
+				r.verdict = NS_ALLOW_PROBE;
+			} else {
+				r.verdict = NS_REJECT;
+			}
+			break;
+		default:
+			r.verdict = NS_REJECT;
+			break;
+		}
+		break;
+	case NS_EV_SUCCESS:
+		r.next.consec = 0;
+		if (cur->state == NS_HALF_OPEN) {
+			r.next.state = NS_CLOSED;
+			r.next.probes = 0;
+			r.next.t_ms = 0;
+			r.transition = NS_TR_CLOSED;
+		}
+		break;
+	case NS_EV_FAILURE:
+		r.next.consec = cur->consec < NS_BRK_CONSEC_MAX ? cur->consec + 1 : NS_BRK_CONSEC_MAX;
+		if (cur->state == NS_CLOSED) {
+			r.rule = trip_rule(&r.next, w, s);
+			if (r.rule != NS_RULE_NONE) {
+				open_now(&r, now_ms, s);
+				r.transition = NS_TR_OPENED;
+			}
+		} else if (cur->state == NS_HALF_OPEN) {
+			open_now(&r, now_ms, s);
+			r.rule = NS_RULE_PROBE;
+			r.transition = NS_TR_REOPENED;
+		}
+		break;
+	case NS_EV_RESET:
+		r.next.state = NS_CLOSED;
+		r.next.manual = 0;
+		r.next.consec = 0;
+		r.next.probes = 0;
+		r.next.t_ms = 0;
+		r.transition = NS_TR_RESET;
+		break;
+	case NS_EV_FORCE_OPEN:
+		r.next.state = NS_FORCED_OPEN;
+		r.next.manual = 1;
+		r.next.probes = 0;
+		r.next.t_ms = now_ms;
+		r.transition = NS_TR_FORCED;
+		break;
+	}
+	return r;
+}

@@ -1,0 +1,54 @@
+/* breaker.h -- the breaker state machine: a pure function of events and a clock. */
+#ifndef NS_BREAKER_H
+#define NS_BREAKER_H
+
+#include <stdint.h>
+
+#include "policy.h"
+
+enum ns_state { NS_CLOSED = 0, NS_OPEN = 1, NS_HALF_OPEN = 2, NS_FORCED_OPEN = 3 };
+
+/* Unpacked breaker state. t_ms is a CLOCK_MONOTONIC time in ms: while open,
+ * when half-open may start (unused when manual); while half-open, when the
+ * current batch of probes was let through. */
+struct ns_brk {
+	uint32_t state;
+	uint32_t manual;
+	uint32_t consec;     /* saturates at NS_BRK_CONSEC_MAX */
+	uint32_t probes;     /* probes let through in this half-open period */
+	uint64_t t_ms;       /* 40 bits */
+};
+
+#define NS_BRK_CONSEC_MAX 4095u
+#define NS_BRK_PROBES_MAX 255u
+#define NS_BRK_TIME_MAX ((1ULL << 40) - 1)
+
+enum ns_event { NS_EV_ATTEMPT, NS_EV_SUCCESS, NS_EV_FAILURE, NS_EV_RESET, NS_EV_FORCE_OPEN };
+
+enum ns_verdict { NS_ALLOW = 0, NS_ALLOW_PROBE = 1, NS_REJECT = 2 };
+
+enum ns_transition { NS_TR_NONE, NS_TR_OPENED, NS_TR_HALF_OPENED, NS_TR_CLOSED, NS_TR_REOPENED, NS_TR_RESET, NS_TR_FORCED };
+
+enum ns_rule { NS_RULE_NONE, NS_RULE_THRESHOLD, NS_RULE_CONSECUTIVE, NS_RULE_RATE, NS_RULE_PROBE };
+
+/* Outcomes in the sliding window, this event's included. */
+struct ns_window { uint32_t failures, outcomes; };
+
+struct ns_step {
+	struct ns_brk next;
+	int verdict;      /* enum ns_verdict, for NS_EV_ATTEMPT */
+	int transition;   /* enum ns_transition */
+	int rule;         /* enum ns_rule, when it opened */
+};
+
+/* Compute the next state. w may be NULL for events other than FAILURE. */
+struct ns_step ns_brk_step(const struct ns_brk *cur, int event, const struct ns_window *w,
+			   uint64_t now_ms, const struct ns_settings *s);
+
+uint64_t ns_brk_pack(const struct ns_brk *b);
+void ns_brk_unpack(uint64_t word, struct ns_brk *b);
+
+const char *ns_state_name(uint32_t state);
+const char *ns_rule_name(int rule);
+
+#endif

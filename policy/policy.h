@@ -1,0 +1,112 @@
+/* policy.h -- the policy language: parse, validate, match a destination. */
+#ifndef NS_POLICY_H
+#define NS_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define NS_ERRBUF 512
+#define NS_HOST_MAX 254   /* a DNS name is at most 253 characters */
+#define NS_KEY_MAX 264    /* "name:65535" or "[v6]:65535" plus NUL */
+
+enum ns_mode { NS_MODE_ENFORCE = 0, NS_MODE_MONITOR = 1, NS_MODE_BYPASS = 2 };
+enum ns_recovery { NS_RECOVERY_AUTO = 0, NS_RECOVERY_MANUAL = 1 };
+
+/* Every setting a destination can have. Durations in milliseconds, 0 = off. */
+struct ns_settings {
+	uint64_t connect_timeout_ms;
+	uint64_t read_timeout_ms;
+	uint64_t total_timeout_ms;
+	uint32_t failure_threshold;
+	uint64_t window_ms;
+	uint32_t consecutive_failures;
+	uint32_t failure_rate_bp;   /* basis points: 5000 = 50 % */
+	uint32_t min_calls;
+	uint32_t recovery;          /* enum ns_recovery */
+	uint64_t open_duration_ms;
+	uint32_t half_open_probes;
+	uint32_t connect_retries;
+	uint64_t retry_backoff_ms;
+	uint32_t mode;              /* enum ns_mode */
+};
+
+enum ns_key_id {
+	NS_K_CONNECT_TIMEOUT, NS_K_READ_TIMEOUT, NS_K_TOTAL_TIMEOUT,
+	NS_K_FAILURE_THRESHOLD, NS_K_WINDOW, NS_K_CONSECUTIVE_FAILURES,
+	NS_K_FAILURE_RATE, NS_K_MIN_CALLS, NS_K_RECOVERY, NS_K_OPEN_DURATION,
+	NS_K_HALF_OPEN_PROBES, NS_K_CONNECT_RETRIES, NS_K_RETRY_BACKOFF,
+	NS_K_MODE, NS_K_COUNT
+};
+
+/* What a section's pattern matches. */
+enum ns_match_kind { NS_MATCH_DEFAULTS, NS_MATCH_NAME, NS_MATCH_WILDCARD, NS_MATCH_CIDR };
+
+struct ns_section {
+	int kind;                   /* enum ns_match_kind */
+	int line;
+	char pattern[NS_HOST_MAX + 16]; /* as written, for messages */
+	char name[NS_HOST_MAX + 1];     /* lower case, no trailing dot; for a wildcard, the suffix with its dot */
+	int family;                 /* AF_INET / AF_INET6 for CIDR */
+	uint8_t addr[16];
+	int prefix;
+	int port;                   /* 0 = any port */
+	uint32_t set;               /* bit per enum ns_key_id */
+	int key_line[NS_K_COUNT];
+	struct ns_settings v;
+};
+
+struct ns_policy {
+	char path[256];
+	int nsections;              /* section 0 is [defaults], always present */
+	struct ns_section *sec;
+};
+
+/* A destination as the shim sees it: a host name if the program resolved
+ * one (may be empty), the address it connects to, and the port. */
+struct ns_dest {
+	char name[NS_HOST_MAX + 1];
+	int family;                 /* AF_INET or AF_INET6; mapped v4 is AF_INET */
+	uint8_t addr[16];
+	uint16_t port;
+};
+
+/* Where each effective setting came from: a section index, or -1 for built-in. */
+struct ns_origin { int sec[NS_K_COUNT]; };
+
+extern const struct ns_settings ns_builtin_settings;
+extern const char *const ns_key_names[NS_K_COUNT];
+
+/* Parse policy text. Returns 0 and fills *out, or returns the number of
+ * errors (> 0) with each "file:line: message" line appended to err (a
+ * caller buffer of errlen bytes, NUL-terminated, truncated if needed).
+ * Returns -1 with err set if memory ran out. */
+int ns_policy_parse(const char *text, size_t len, const char *fname,
+		    struct ns_policy *out, char *err, size_t errlen);
+
+/* Read and parse a file: as ns_policy_parse, plus "file: reason" when it
+ * cannot be read. */
+int ns_policy_load(const char *path, struct ns_policy *out, char *err, size_t errlen);
+
+/* A policy with only the built-in defaults. Returns 0, or -1 on ENOMEM. */
+int ns_policy_builtin(struct ns_policy *out);
+
+void ns_policy_free(struct ns_policy *p);
+
+/* The settings for a destination: for each key, the most specific matching
+ * section that sets it, then [defaults], then the built-in value. origin may
+ * be NULL. */
+void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
+		       struct ns_settings *out, struct ns_origin *origin);
+
+/* Parse "127.0.0.1:80", "[::1]:80" or "name:80" into a destination. Returns 0
+ * or -1 when it is not of that form. */
+int ns_dest_parse(const char *s, struct ns_dest *d);
+
+/* Format the destination key ("name:port", "1.2.3.4:port", "[v6]:port").
+ * Returns the length, or -1 when it does not fit. */
+int ns_dest_key(const struct ns_dest *d, char *buf, size_t len);
+
+/* Format a setting's value the way the policy language writes it. */
+void ns_setting_format(int key, const struct ns_settings *s, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,311 @@
+/* table.c -- the shared breaker table: slot lookup and atomic updates.
+ *
+ * No system calls here: the clock comes from the caller, so the unit tests
+ * drive it with a fake one. Mapping the file is in tablefile.c. */
+#include "table.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+#define CAS(p, oldp, v) __atomic_compare_exchange_n((p), (oldp), (v), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
+
+/* tag: state 2 | hash 30 | claim time 32 (ms, low bits) */
+#define TAG_CLAIMING 1ULL
+#define TAG_READY 2ULL
+#define TAG_STATE(t) ((t) >> 62)
+#define TAG_HASH(t) (((t) >> 32) & 0x3fffffffULL)
+#define TAG_TIME(t) ((uint32_t)(t))
+#define TAG_MAKE(st, h, tm) (((uint64_t)(st) << 62) | ((uint64_t)(h) << 32) | (uint32_t)(tm))
+/* A claim not finished after this long belongs to a dead process. */
+#define CLAIM_STALE_MS 2000u
+#define CLAIM_SPINS 4096
+
+static uint64_t hash_key(const char *s)
+{
+	uint64_t h = 1469598103934665603ULL;   /* FNV-1a */
+
+	for (; *s; s++) {
+		h ^= (unsigned char)*s;
+		h *= 1099511628211ULL;
+	}
+	return h;
+}
+
+uint64_t ns_bucket_width(uint64_t window_ms)
+{
+	uint64_t w = (window_ms + NS_BUCKETS - 1) / NS_BUCKETS;
+
+	return w ? w : 1;
+}
+
+static void slot_init_key(struct ns_slot *s, const char *key, size_t n)
+{
+	memset(s->key, 0, sizeof(s->key));
+	memcpy(s->key, key, n);
+}
+
+static int key_equal(const struct ns_slot *s, const char *key, size_t n)
+{
+	/* n < NS_KEY_MAX, so key[n] is inside the slot whatever the slot holds */
+	return memcmp(s->key, key, n) == 0 && s->key[n] == '\0';
+}
+
+int ns_table_find(struct ns_table *t, const char *key, int create, uint64_t now_ms)
+{
+	size_t n = strlen(key);
+	uint64_t h, h30;
+	uint32_t start;
+
+	if (!t->slots || t->nslots == 0 || n == 0 || n >= NS_KEY_MAX)
+		return NS_SLOT_MISSING;
+	h = hash_key(key);
+	h30 = h & 0x3fffffffULL;
+	start = (uint32_t)(h % t->nslots);
+	for (uint32_t i = 0; i < t->nslots; i++) {
+		uint32_t idx = (start + i) % t->nslots;
+		struct ns_slot *s = &t->slots[idx];
+		uint64_t tag = LOAD(&s->tag);
+		int spins = 0;
+
+	again:
+		if (tag == 0) {
+			uint64_t mine = TAG_MAKE(TAG_CLAIMING, h30, now_ms);
+
+			if (!create)
+				return NS_SLOT_MISSING;
+			if (!CAS(&s->tag, &tag, mine))
+				goto again;
+			slot_init_key(s, key, n);
+			STORE(&s->tag, TAG_MAKE(TAG_READY, h30, now_ms));
+			ADD(&t->hdr->used, 1);
+			return (int)idx;
+		}
+		if (TAG_HASH(tag) != h30)
+			continue;
+		if (TAG_STATE(tag) == TAG_READY) {
+			if (key_equal(s, key, n))
+				return (int)idx;
+			continue;
+		}
+		/* Another process is writing this slot's key: wait a little. */
+		if (spins++ < CLAIM_SPINS) {
+			__builtin_ia32_pause();
+			tag = LOAD(&s->tag);
+			goto again;
+		}
+		if ((uint32_t)now_ms - TAG_TIME(tag) > CLAIM_STALE_MS && create) {
+			uint64_t mine = TAG_MAKE(TAG_CLAIMING, h30, now_ms);
+
+			if (!CAS(&s->tag, &tag, mine))
+				goto again;
+			slot_init_key(s, key, n);
+			STORE(&s->tag, TAG_MAKE(TAG_READY, h30, now_ms));
+			return (int)idx;
+		}
+		return NS_SLOT_BUSY;
+	}
+	if (create)
+		ADD(&t->hdr->full_count, 1);
+	return NS_SLOT_FULL;
+}
+
+static struct ns_slot *slot_at(const struct ns_table *t, int idx)
+{
+	if (idx < 0 || (uint32_t)idx >= t->nslots)
+		return NULL;
+	return &t->slots[idx];
+}
+
+/**** sliding window ****/
+
+static void bucket_add(struct ns_slot *s, uint64_t now_ms, uint64_t width, int failed)
+{
+	uint32_t epoch = (uint32_t)(now_ms / width);
+	uint64_t *b = &s->bucket[epoch % NS_BUCKETS];
+	uint64_t old = LOAD(b), nw;
+
+	do {
+		uint32_t e = (uint32_t)(old >> 32);
+		uint32_t f = (uint32_t)(old >> 16) & 0xffff, o = (uint32_t)old & 0xffff;
+
+		if (e != epoch) {
+			if ((int32_t)(epoch - e) < 0 && old != 0)
+				return;   /* a newer period already owns it: this event is out of the window */
+			f = 0;
+			o = 0;
+		}
+		if (failed && f < 0xffff)
+			f++;
+		if (o < 0xffff)
+			o++;
+		nw = ((uint64_t)epoch << 32) | ((uint64_t)f << 16) | o;
+	} while (!CAS(b, &old, nw));
+}
+
+static struct ns_window window_count(const struct ns_slot *s, uint64_t now_ms, uint64_t width)
+{
+	struct ns_window w = { 0, 0 };
+	uint32_t cur = (uint32_t)(now_ms / width);
+
+	for (uint32_t i = 0; i < NS_BUCKETS; i++) {
+		uint64_t v = LOAD(&s->bucket[i]);
+
+		if (v == 0 || cur - (uint32_t)(v >> 32) >= NS_BUCKETS)
+			continue;
+		w.failures += (uint32_t)(v >> 16) & 0xffff;
+		w.outcomes += (uint32_t)v & 0xffff;
+	}
+	return w;
+}
+
+static void window_clear(struct ns_slot *s)
+{
+	for (uint32_t i = 0; i < NS_BUCKETS; i++)
+		STORE(&s->bucket[i], 0);
+}
+
+/**** transitions ****/
+
+static void note_open(struct ns_slot *s, const struct ns_step *st, uint64_t now_ms, uint64_t wall_ms)
+{
+	STORE(&s->opened_wall_ms, wall_ms);
+	if (st->next.manual || st->next.state == NS_FORCED_OPEN)
+		STORE(&s->half_open_wall_ms, 0);
+	else
+		STORE(&s->half_open_wall_ms, wall_ms + (st->next.t_ms - now_ms));
+}
+
+/* Apply one event with a compare-and-swap loop on the state word. */
+static struct ns_step apply(struct ns_slot *s, int event, const struct ns_window *w,
+			    uint64_t now_ms, const struct ns_settings *set)
+{
+	uint64_t old = LOAD(&s->word), nw;
+	struct ns_step st;
+	struct ns_brk cur;
+
+	do {
+		ns_brk_unpack(old, &cur);
+		st = ns_brk_step(&cur, event, w, now_ms, set);
+		nw = ns_brk_pack(&st.next);
+		if (nw == old)
+			break;
+	} while (!CAS(&s->word, &old, nw));
+	return st;
+}
+
+int ns_table_attempt(struct ns_table *t, int idx, int enforce, uint64_t now_ms,
+		     const struct ns_settings *set, struct ns_step *out)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	struct ns_step st;
+
+	if (!s)
+		return NS_ALLOW;
+	st = apply(s, NS_EV_ATTEMPT, NULL, now_ms, set);
+	if (!enforce && st.verdict == NS_REJECT)
+		st.verdict = NS_ALLOW;
+	if (st.verdict == NS_REJECT)
+		ADD(&s->rejected, 1);
+	else
+		ADD(&s->calls, 1);
+	if (out)
+		*out = st;
+	return st.verdict;
+}
+
+void ns_table_outcome(struct ns_table *t, int idx, int outcome, int err, uint64_t now_ms,
+		      uint64_t wall_ms, const struct ns_settings *set, struct ns_step *out)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	uint64_t width = ns_bucket_width(set->window_ms);
+	struct ns_window w;
+	struct ns_step st;
+	int failed = outcome != NS_OUT_SUCCESS;
+
+	if (!s)
+		return;
+	if (failed) {
+		ADD(&s->failures, 1);
+		if (outcome == NS_OUT_TIMEOUT)
+			ADD(&s->timeouts, 1);
+		STORE(&s->last_error, (uint32_t)err);
+	} else {
+		ADD(&s->successes, 1);
+	}
+	STORE(&s->window_ms, (uint32_t)(set->window_ms > UINT32_MAX ? UINT32_MAX : set->window_ms));
+	bucket_add(s, now_ms, width, failed);
+	w = window_count(s, now_ms, width);
+	st = apply(s, failed ? NS_EV_FAILURE : NS_EV_SUCCESS, &w, now_ms, set);
+	if (st.transition == NS_TR_OPENED || st.transition == NS_TR_REOPENED)
+		note_open(s, &st, now_ms, wall_ms);
+	if (st.transition == NS_TR_CLOSED) {
+		window_clear(s);
+		STORE(&s->opened_wall_ms, 0);
+		STORE(&s->half_open_wall_ms, 0);
+	}
+	if (out)
+		*out = st;
+}
+
+void ns_table_add_retry(struct ns_table *t, int idx)
+{
+	struct ns_slot *s = slot_at(t, idx);
+
+	if (s)
+		ADD(&s->retries, 1);
+}
+
+void ns_table_reset(struct ns_table *t, int idx)
+{
+	struct ns_slot *s = slot_at(t, idx);
+
+	if (!s)
+		return;
+	apply(s, NS_EV_RESET, NULL, 0, &ns_builtin_settings);
+	window_clear(s);
+	STORE(&s->opened_wall_ms, 0);
+	STORE(&s->half_open_wall_ms, 0);
+}
+
+void ns_table_force_open(struct ns_table *t, int idx, uint64_t now_ms, uint64_t wall_ms)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	struct ns_step st;
+
+	if (!s)
+		return;
+	st = apply(s, NS_EV_FORCE_OPEN, NULL, now_ms, &ns_builtin_settings);
+	note_open(s, &st, now_ms, wall_ms);
+}
+
+int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_entry *e)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	uint64_t window_ms;
+	struct ns_window w;
+
+	if (!s || TAG_STATE(LOAD(&s->tag)) != TAG_READY)
+		return -1;
+	memcpy(e->key, s->key, sizeof(e->key));
+	e->key[sizeof(e->key) - 1] = '\0';
+	ns_brk_unpack(LOAD(&s->word), &e->brk);
+	e->calls = LOAD(&s->calls);
+	e->successes = LOAD(&s->successes);
+	e->failures = LOAD(&s->failures);
+	e->timeouts = LOAD(&s->timeouts);
+	e->rejected = LOAD(&s->rejected);
+	e->retries = LOAD(&s->retries);
+	e->last_error = LOAD(&s->last_error);
+	e->opened_wall_ms = LOAD(&s->opened_wall_ms);
+	e->half_open_wall_ms = LOAD(&s->half_open_wall_ms);
+	window_ms = LOAD(&s->window_ms);
+	if (window_ms == 0)
+		window_ms = ns_builtin_settings.window_ms;
+	w = window_count(s, now_ms, ns_bucket_width(window_ms));
+	e->failures_in_window = w.failures;
+	e->outcomes_in_window = w.outcomes;
+	return 0;
+}

@@ -1,0 +1,124 @@
+/* table.h -- the shared breaker table: layout, mapping and atomic operations.
+ *
+ * Every process on the machine that uses one table maps the same file under
+ * /dev/shm. All updates are single atomic instructions or compare-and-swap
+ * loops on one word, so counts are exact, no lock exists to be held across a
+ * system call, and a process killed at any instruction leaves nothing
+ * half-done that the others wait for. Nothing read from the file is trusted:
+ * the slot count is checked once at map time and kept in private memory. */
+#ifndef NS_TABLE_H
+#define NS_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "breaker.h"
+#include "policy.h"
+
+#define NS_TABLE_MAGIC 0x4c42544d4853534eULL   /* "NSSHMTBL" */
+#define NS_TABLE_VERSION 1u
+#define NS_TABLE_DEFAULT_SLOTS 4096u
+#define NS_TABLE_MAX_SLOTS (1u << 20)
+#define NS_BUCKETS 32u
+
+struct ns_table_hdr {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t hdr_size;
+	uint32_t slot_size;
+	uint32_t nslots;
+	uint64_t total_size;
+	uint64_t created_wall_ms;
+	uint64_t full_count;        /* atomic: new destinations turned away, table full */
+	uint64_t used;              /* atomic: slots claimed */
+	uint8_t reserved[200];
+};
+
+struct ns_slot {
+	uint64_t tag;               /* atomic: 0 empty, else state|hash|claim time */
+	uint64_t word;              /* atomic: packed struct ns_brk */
+	uint64_t calls;
+	uint64_t successes;
+	uint64_t failures;
+	uint64_t timeouts;
+	uint64_t rejected;
+	uint64_t retries;
+	uint64_t opened_wall_ms;    /* 0 = never */
+	uint64_t half_open_wall_ms; /* 0 = not scheduled */
+	uint32_t last_error;        /* errno of the last failure, 0 = none */
+	uint32_t window_ms;         /* the window the last writer counted with */
+	uint64_t reserved0[2];
+	uint64_t bucket[NS_BUCKETS];/* atomic: epoch 32 | failures 16 | outcomes 16 */
+	char key[NS_KEY_MAX];       /* NUL-terminated once the slot is ready */
+	uint8_t reserved[400];      /* room for latency histograms */
+};
+
+_Static_assert(sizeof(struct ns_table_hdr) == 256, "header layout");
+_Static_assert(sizeof(struct ns_slot) == 1024, "slot layout");
+
+struct ns_table {
+	struct ns_table_hdr *hdr;
+	struct ns_slot *slots;
+	uint32_t nslots;            /* private copy, validated */
+	size_t size;
+	char path[288];
+};
+
+/* A consistent-enough copy of one slot, for display. */
+struct ns_entry {
+	char key[NS_KEY_MAX];
+	struct ns_brk brk;
+	uint64_t calls, successes, failures, timeouts, rejected, retries;
+	uint32_t failures_in_window, outcomes_in_window;
+	uint32_t last_error;
+	uint64_t opened_wall_ms, half_open_wall_ms;
+};
+
+enum { NS_TBL_OK = 0, NS_TBL_MISSING = 1, NS_TBL_BAD = 2 };
+
+/* Map the table NAME (/dev/shm/NAME). With create, make it (mode 0600,
+ * nslots slots) if missing. Returns NS_TBL_OK, NS_TBL_MISSING (and create was
+ * 0) or NS_TBL_BAD with a one-line reason in err. */
+int ns_table_open(const char *name, int create, uint32_t nslots, struct ns_table *t,
+		  char *err, size_t errlen);
+void ns_table_close(struct ns_table *t);
+
+/* The default table name for this user, "netshim.<uid>". */
+void ns_table_default_name(char *buf, size_t len);
+
+/* Check a mapped image: 0 if the header is sane for a file of size bytes,
+ * else -1 with the reason. Pure; used by ns_table_open and the tests. */
+int ns_table_validate(const void *map, size_t size, char *err, size_t errlen);
+
+/* Find the slot for key; with create, claim one if missing. Returns the
+ * slot index, or -1 missing, -2 table full, -3 a claim by another process is
+ * in progress. */
+#define NS_SLOT_MISSING (-1)
+#define NS_SLOT_FULL (-2)
+#define NS_SLOT_BUSY (-3)
+int ns_table_find(struct ns_table *t, const char *key, int create, uint64_t now_ms);
+
+/* A connect attempt. Returns the verdict; counts calls or rejected. In
+ * monitor mode (enforce == 0) the state still moves but nothing is rejected. */
+int ns_table_attempt(struct ns_table *t, int idx, int enforce, uint64_t now_ms,
+		     const struct ns_settings *s, struct ns_step *out);
+
+enum { NS_OUT_SUCCESS = 0, NS_OUT_FAILURE = 1, NS_OUT_TIMEOUT = 2 };
+
+/* The one outcome of a connection. err is the errno behind a failure. */
+void ns_table_outcome(struct ns_table *t, int idx, int outcome, int err, uint64_t now_ms,
+		      uint64_t wall_ms, const struct ns_settings *s, struct ns_step *out);
+
+void ns_table_add_retry(struct ns_table *t, int idx);
+
+/* Operator actions. */
+void ns_table_reset(struct ns_table *t, int idx);
+void ns_table_force_open(struct ns_table *t, int idx, uint64_t now_ms, uint64_t wall_ms);
+
+/* Copy slot idx for display; returns 0, or -1 if the slot is not ready. */
+int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_entry *e);
+
+/* The bucket width for a window, in ms. */
+uint64_t ns_bucket_width(uint64_t window_ms);
+
+#endif

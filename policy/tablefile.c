@@ -1,0 +1,196 @@
+/* tablefile.c -- create, check and map the breaker table file under /dev/shm.
+ *
+ * The one part of policy/ that makes system calls, kept apart so the
+ * decision code stays pure. A table is created whole under a private name
+ * and then linked into place, so nobody ever maps a half-written header. */
+#include "table.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHM_DIR "/dev/shm/"
+
+void ns_table_default_name(char *buf, size_t len)
+{
+	snprintf(buf, len, "netshim.%u", (unsigned)geteuid());
+}
+
+static int bad(char *err, size_t errlen, const char *fmt, const char *a, const char *b)
+{
+	if (err && errlen)
+		snprintf(err, errlen, fmt, a, b);
+	return NS_TBL_BAD;
+}
+
+int ns_table_validate(const void *map, size_t size, char *err, size_t errlen)
+{
+	const struct ns_table_hdr *h = map;
+	uint64_t want;
+
+	if (size < sizeof(*h)) {
+		snprintf(err, errlen, "too short (%zu bytes) for a table header", size);
+		return -1;
+	}
+	if (h->magic != NS_TABLE_MAGIC) {
+		snprintf(err, errlen, "not a netshim table (bad magic)");
+		return -1;
+	}
+	if (h->version != NS_TABLE_VERSION) {
+		snprintf(err, errlen, "table version %u, this build reads version %u", h->version, NS_TABLE_VERSION);
+		return -1;
+	}
+	if (h->hdr_size != sizeof(struct ns_table_hdr) || h->slot_size != sizeof(struct ns_slot)) {
+		snprintf(err, errlen, "table layout differs from this build (header %u, slot %u bytes)",
+			 h->hdr_size, h->slot_size);
+		return -1;
+	}
+	if (h->nslots == 0 || h->nslots > NS_TABLE_MAX_SLOTS) {
+		snprintf(err, errlen, "corrupt slot count %u", h->nslots);
+		return -1;
+	}
+	want = sizeof(struct ns_table_hdr) + (uint64_t)h->nslots * sizeof(struct ns_slot);
+	if (h->total_size != want || size < want) {
+		snprintf(err, errlen, "too short: %zu bytes for %u slots (needs %llu)", size, h->nslots,
+			 (unsigned long long)want);
+		return -1;
+	}
+	return 0;
+}
+
+static int valid_name(const char *name)
+{
+	size_t n = strlen(name);
+
+	return n > 0 && n < 200 && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
+}
+
+static int create_table(const char *path, const char *name, uint32_t nslots, char *err, size_t errlen)
+{
+	char tmp[288];
+	size_t size = sizeof(struct ns_table_hdr) + (size_t)nslots * sizeof(struct ns_slot);
+	struct ns_table_hdr *h;
+	struct timespec ts;
+	int fd, r;
+
+	snprintf(tmp, sizeof(tmp), SHM_DIR ".%s.%ld.tmp", name, (long)getpid());
+	unlink(tmp);
+	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return bad(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+	/* the umask could only narrow 0600, but be exact about what we promise */
+	if (fchmod(fd, 0600) < 0 || ftruncate(fd, (off_t)size) < 0) {
+		r = bad(err, errlen, "%s: cannot size: %s", tmp, strerror(errno));
+		goto out_unlink;
+	}
+	h = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (h == MAP_FAILED) {
+		r = bad(err, errlen, "%s: cannot map: %s", tmp, strerror(errno));
+		goto out_unlink;
+	}
+	clock_gettime(CLOCK_REALTIME, &ts);
+	h->version = NS_TABLE_VERSION;
+	h->hdr_size = sizeof(struct ns_table_hdr);
+	h->slot_size = sizeof(struct ns_slot);
+	h->nslots = nslots;
+	h->total_size = size;
+	h->created_wall_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	__atomic_store_n(&h->magic, NS_TABLE_MAGIC, __ATOMIC_RELEASE);
+	munmap(h, size);
+	/* link() fails if another process won the race: then we use theirs */
+	if (link(tmp, path) < 0 && errno != EEXIST) {
+		r = bad(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+		goto out_unlink;
+	}
+	r = NS_TBL_OK;
+out_unlink:
+	unlink(tmp);
+	close(fd);
+	return r;
+}
+
+int ns_table_open(const char *name, int create, uint32_t nslots, struct ns_table *t,
+		  char *err, size_t errlen)
+{
+	char reason[200];
+	struct stat st;
+	void *map;
+	int fd, r;
+
+	memset(t, 0, sizeof(*t));
+	if (!valid_name(name))
+		return bad(err, errlen, "bad table name '%s'%s", name, ": use a plain file name");
+	snprintf(t->path, sizeof(t->path), SHM_DIR "%s", name);
+	if (nslots == 0 || nslots > NS_TABLE_MAX_SLOTS)
+		nslots = NS_TABLE_DEFAULT_SLOTS;
+	fd = open(t->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT && create) {
+		r = create_table(t->path, name, nslots, err, errlen);
+		if (r != NS_TBL_OK)
+			return r;
+		fd = open(t->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	}
+	if (fd < 0) {
+		if (errno == ENOENT) {
+			bad(err, errlen, "%s: no such table%s", t->path,
+			    " (no program has used it yet)");
+			return NS_TBL_MISSING;
+		}
+		if (errno == ELOOP)
+			return bad(err, errlen, "%s: is a symbolic link, refused%s", t->path, "");
+		return bad(err, errlen, "%s: cannot open: %s", t->path, strerror(errno));
+	}
+	if (fstat(fd, &st) < 0) {
+		r = bad(err, errlen, "%s: cannot stat: %s", t->path, strerror(errno));
+		goto out_close;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		r = bad(err, errlen, "%s: not a regular file, refused%s", t->path, "");
+		goto out_close;
+	}
+	if (st.st_uid != geteuid()) {
+		r = bad(err, errlen, "%s: owned by another user, refused%s", t->path, "");
+		goto out_close;
+	}
+	if (st.st_mode & 0022) {
+		r = bad(err, errlen, "%s: writable by group or others, refused%s", t->path, "");
+		goto out_close;
+	}
+	if ((size_t)st.st_size < sizeof(struct ns_table_hdr)) {
+		snprintf(reason, sizeof(reason), "too short (%lld bytes) for a table header", (long long)st.st_size);
+		r = bad(err, errlen, "%s: %s, refused", t->path, reason);
+		goto out_close;
+	}
+	map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED) {
+		r = bad(err, errlen, "%s: cannot map: %s", t->path, strerror(errno));
+		goto out_close;
+	}
+	if (ns_table_validate(map, (size_t)st.st_size, reason, sizeof(reason)) < 0) {
+		munmap(map, (size_t)st.st_size);
+		r = bad(err, errlen, "%s: %s, refused", t->path, reason);
+		goto out_close;
+	}
+	t->hdr = map;
+	t->nslots = t->hdr->nslots;
+	t->slots = (struct ns_slot *)((char *)map + sizeof(struct ns_table_hdr));
+	t->size = (size_t)st.st_size;
+	r = NS_TBL_OK;
+out_close:
+	close(fd);
+	return r;
+}
+
+void ns_table_close(struct ns_table *t)
+{
+	if (t->hdr)
+		munmap(t->hdr, t->size);
+	t->hdr = NULL;
+	t->slots = NULL;
+	t->nslots = 0;
+}

@@ -1,0 +1,783 @@
+/* core.c -- the workers behind the wrappers: configuration, connect with its
+ * deadline and breaker, the data path, and descriptor bookkeeping.
+ *
+ * Read deadlines ride on the kernel: the shim puts min(read_timeout, the
+ * program's own SO_RCVTIMEO) into SO_RCVTIMEO when the connection starts, so
+ * a blocking read on a healthy connection costs no system call beyond the
+ * real one. When the kernel reports EAGAIN on a blocking socket the shim
+ * knows whose timeout the kernel held and answers ETIMEDOUT (ours) or EAGAIN
+ * (the program's), exactly as before. */
+
+#include "shim.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "../policy/table.h"
+#include "real.h"
+
+/* Overshoot a total deadline may have before the kernel timeout is lowered
+ * again: bounds the extra setsockopt calls to 1 per this many ns, and only
+ * while the total deadline is nearer than the read timeout. */
+#define TOTAL_SLACK_NS (50 * 1000000LL)
+
+/**** configuration ****/
+
+enum { CFG_OFF = 0, CFG_ON = 1 };
+static int cfg_state;                  /* CFG_ON once the policy is loaded and valid */
+static struct ns_policy cfg_policy;
+static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
+
+static struct ns_table tbl;
+static int tbl_ok;
+static pthread_once_t tbl_once = PTHREAD_ONCE_INIT;
+
+static void cfg_load(void)
+{
+	const char *disable = getenv("NETSHIM_DISABLE");
+	const char *path = getenv("NETSHIM_POLICY");
+	char err[NS_ERRBUF];
+	char *nl;
+	int r;
+
+	ns_log_init();
+	if (disable && strcmp(disable, "1") == 0)
+		return;
+	if ((!path || !*path) && access("/etc/netshim/policy.conf", F_OK) == 0)
+		path = "/etc/netshim/policy.conf";
+	if (path && *path)
+		r = ns_policy_load(path, &cfg_policy, err, sizeof(err));
+	else
+		r = ns_policy_builtin(&cfg_policy) == 0 ? 0 : -1;
+	if (r != 0) {
+		nl = strchr(err, '\n');
+		if (nl)
+			*nl = '\0';
+		ns_log(NS_LOG_ERROR, "bad policy, passing every call through: %s%s", err,
+		       r > 1 ? " (and more; see shimctl check)" : "");
+		return;
+	}
+	cfg_state = CFG_ON;
+}
+
+static int cfg_on(void)
+{
+	pthread_once(&cfg_once, cfg_load);
+	return cfg_state == CFG_ON;
+}
+
+static void tbl_load(void)
+{
+	const char *name = getenv("NETSHIM_TABLE");
+	const char *slots = getenv("NETSHIM_TABLE_SLOTS");
+	char def[64], err[NS_ERRBUF];
+
+	if (!name || !*name) {
+		ns_table_default_name(def, sizeof(def));
+		name = def;
+	}
+	if (ns_table_open(name, 1, slots ? (uint32_t)strtoul(slots, NULL, 10) : 0, &tbl, err, sizeof(err)) != NS_TBL_OK) {
+		ns_log(NS_LOG_ERROR, "%s; breakers off, passing calls through", err);
+		return;
+	}
+	tbl_ok = 1;
+}
+
+static int tbl_on(void)
+{
+	pthread_once(&tbl_once, tbl_load);
+	return tbl_ok;
+}
+
+__attribute__((constructor)) static void ns_init(void)
+{
+	ns_real_bind();
+	cfg_on();
+}
+
+/**** outcomes ****/
+
+static int is_failure_errno(int e)
+{
+	switch (e) {
+	case ECONNREFUSED: case ECONNRESET: case ETIMEDOUT: case EHOSTUNREACH:
+	case ENETUNREACH: case ENETDOWN: case EHOSTDOWN: case ECONNABORTED: case EPIPE:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+static void log_step(const struct ns_conn *c, const struct ns_step *st)
+{
+	switch (st->transition) {
+	case NS_TR_OPENED:
+		NS_LOG(NS_LOG_WARN, "breaker for %s opened by rule %s (%u failures in a row)",
+		       c->key, ns_rule_name(st->rule), st->next.consec);
+		break;
+	case NS_TR_REOPENED:
+		NS_LOG(NS_LOG_WARN, "breaker for %s reopened: half-open probe failed", c->key);
+		break;
+	case NS_TR_HALF_OPENED:
+		NS_LOG(NS_LOG_INFO, "breaker for %s half-open: letting a probe through", c->key);
+		break;
+	case NS_TR_CLOSED:
+		NS_LOG(NS_LOG_WARN, "breaker for %s closed: probe succeeded", c->key);
+		break;
+	}
+}
+
+/* Count the connection's one outcome. kind is NS_OUT_*. */
+static void conn_outcome(struct ns_conn *c, int kind, int err)
+{
+	struct ns_step st;
+	uint64_t now_ms;
+	int saved = errno;
+
+	__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
+	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
+		return;
+	if (kind != NS_OUT_SUCCESS)
+		NS_LOG(NS_LOG_INFO, "%s: %s", c->key, kind == NS_OUT_TIMEOUT ? "deadline expired" : strerror(err));
+	if (c->slot >= 0 && tbl_ok) {
+		now_ms = (uint64_t)(ns_now() / 1000000);
+		ns_table_outcome(&tbl, c->slot, kind, err, now_ms, ns_wall_ms(), &c->set, &st);
+		log_step(c, &st);
+	}
+	errno = saved;
+}
+
+static void conn_fail_errno(struct ns_conn *c, int e)
+{
+	conn_outcome(c, e == ETIMEDOUT ? NS_OUT_TIMEOUT : NS_OUT_FAILURE, e);
+}
+
+/**** kernel timeouts ****/
+
+static int64_t tv_to_ns(const struct timeval *tv)
+{
+	if (tv->tv_sec < 0 || tv->tv_usec < 0)
+		return 0;
+	return (int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000;
+}
+
+static struct timeval ns_to_tv(int64_t ns)
+{
+	struct timeval tv;
+
+	ns = (ns + 999) / 1000;   /* round up: never fire before the deadline */
+	tv.tv_sec = ns / 1000000;
+	tv.tv_usec = ns % 1000000;
+	if (tv.tv_sec == 0 && tv.tv_usec == 0 && ns > 0)
+		tv.tv_usec = 1;
+	return tv;
+}
+
+/* Make the kernel hold the shorter of the program's timeout and want_ns
+ * (the shim's, 0 = none) for direction d. On a tie the program's wins so that
+ * its own timeout reports EAGAIN, as it always did. */
+static void dir_sync(int fd, struct ns_conn *c, int d, int64_t want_ns, uint32_t want_src)
+{
+	struct ns_dir *dir = &c->dir[d];
+	int64_t k = dir->prog_ns;
+	uint32_t src = dir->prog_ns ? NS_SRC_PROGRAM : NS_SRC_NONE;
+	struct timeval tv;
+
+	if (want_ns > 0 && (k == 0 || want_ns < k)) {
+		k = want_ns;
+		src = want_src;
+	}
+	if (k == dir->kernel_ns) {
+		dir->src = src;
+		return;
+	}
+	tv = ns_to_tv(k);
+	if (REAL(setsockopt)(fd, SOL_SOCKET, d == NS_IN ? SO_RCVTIMEO : SO_SNDTIMEO, &tv, sizeof(tv)) == 0) {
+		dir->kernel_ns = k;
+		dir->src = src;
+	}
+}
+
+/* What the shim wants in direction d given the time left of the total budget. */
+static void dir_want(const struct ns_conn *c, int d, int64_t left, int64_t *want, uint32_t *src)
+{
+	*want = d == NS_IN ? c->read_timeout_ns : 0;
+	*src = NS_SRC_SHIM_READ;
+	if (left > 0 && (*want == 0 || left < *want)) {
+		*want = left;
+		*src = NS_SRC_SHIM_TOTAL;
+	}
+}
+
+/* Before a data call on a connection with a total budget: fail once it is
+ * spent, and keep the kernel timeout from outliving it. Returns 0 or -1 with
+ * errno ETIMEDOUT. */
+static int total_check(int fd, struct ns_conn *c, int d)
+{
+	int64_t left = c->total_deadline - ns_now(), want;
+	struct ns_dir *dir = &c->dir[d];
+	uint32_t src;
+
+	if (left <= 0) {
+		__atomic_fetch_or(&c->flags, NS_C_TOTAL_FIRED, __ATOMIC_RELAXED);
+		conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
+		errno = ETIMEDOUT;
+		return -1;
+	}
+	if (dir->kernel_ns == 0 || left + TOTAL_SLACK_NS < dir->kernel_ns) {
+		dir_want(c, d, left, &want, &src);
+		dir_sync(fd, c, d, want, src);
+	}
+	return 0;
+}
+
+/**** data path ****/
+
+static inline int before_io(int fd, struct ns_conn *c, int d)
+{
+	if (likely(c->total_deadline == 0))
+		return 0;
+	return total_check(fd, c, d);
+}
+
+/* After a data call: count the outcome, and turn the kernel's EAGAIN into
+ * ETIMEDOUT when the timeout it held was the shim's. */
+static ssize_t after_io(struct ns_conn *c, int d, ssize_t r, size_t len, int flags)
+{
+	uint32_t f;
+	int e;
+
+	if (likely(r > 0)) {
+		if (unlikely(!c->outcome) && d == NS_IN)
+			conn_outcome(c, NS_OUT_SUCCESS, 0);
+		return r;
+	}
+	if (r == 0) {
+		if (d == NS_IN && len > 0 && !c->outcome)
+			conn_outcome(c, NS_OUT_SUCCESS, 0);   /* the peer closed cleanly */
+		return 0;
+	}
+	e = errno;
+	f = __atomic_load_n(&c->flags, __ATOMIC_RELAXED);
+	if (e == EAGAIN || e == EWOULDBLOCK) {
+		if (!(f & NS_C_NONBLOCK) && !(flags & MSG_DONTWAIT) &&
+		    c->dir[d].src >= NS_SRC_SHIM_READ) {
+			if (c->dir[d].src == NS_SRC_SHIM_TOTAL)
+				__atomic_fetch_or(&c->flags, NS_C_TOTAL_FIRED, __ATOMIC_RELAXED);
+			conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
+			errno = ETIMEDOUT;
+			return -1;
+		}
+	} else if (is_failure_errno(e) && !c->outcome) {
+		conn_fail_errno(c, e);
+	}
+	errno = e;
+	return r;
+}
+
+#define IO(dir, fd, len, flags, call) do { \
+	struct ns_conn *c_ = ns_conn_of(fd); \
+	ssize_t r_; \
+	if (likely(!c_)) \
+		return call; \
+	if (before_io((fd), c_, (dir)) < 0) \
+		return -1; \
+	r_ = call; \
+	return after_io(c_, (dir), r_, (len), (flags)); \
+} while (0)
+
+static size_t iov_len(const struct iovec *iov, int cnt)
+{
+	size_t n = 0;
+
+	for (int i = 0; iov && i < cnt; i++)
+		n += iov[i].iov_len;
+	return n;
+}
+
+ssize_t ns_recv(int fd, void *buf, size_t n, int flags)
+{
+	IO(NS_IN, fd, n, flags, REAL(recv)(fd, buf, n, flags));
+}
+
+ssize_t ns_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *len)
+{
+	IO(NS_IN, fd, n, flags, REAL(recvfrom)(fd, buf, n, flags, sa, len));
+}
+
+ssize_t ns_recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	IO(NS_IN, fd, msg ? iov_len(msg->msg_iov, (int)msg->msg_iovlen) : 0, flags, REAL(recvmsg)(fd, msg, flags));
+}
+
+ssize_t ns_read(int fd, void *buf, size_t n)
+{
+	IO(NS_IN, fd, n, 0, REAL(read)(fd, buf, n));
+}
+
+ssize_t ns_readv(int fd, const struct iovec *iov, int cnt)
+{
+	IO(NS_IN, fd, iov_len(iov, cnt), 0, REAL(readv)(fd, iov, cnt));
+}
+
+ssize_t ns_recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
+{
+	IO(NS_IN, fd, n, flags, REAL(recv_chk)(fd, buf, n, buflen, flags));
+}
+
+ssize_t ns_recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *sa, socklen_t *len)
+{
+	IO(NS_IN, fd, n, flags, REAL(recvfrom_chk)(fd, buf, n, buflen, flags, sa, len));
+}
+
+ssize_t ns_read_chk(int fd, void *buf, size_t n, size_t buflen)
+{
+	IO(NS_IN, fd, n, 0, REAL(read_chk)(fd, buf, n, buflen));
+}
+
+ssize_t ns_send(int fd, const void *buf, size_t n, int flags)
+{
+	IO(NS_OUT, fd, n, flags, REAL(send)(fd, buf, n, flags));
+}
+
+ssize_t ns_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len)
+{
+	IO(NS_OUT, fd, n, flags, REAL(sendto)(fd, buf, n, flags, sa, len));
+}
+
+ssize_t ns_sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	IO(NS_OUT, fd, 0, flags, REAL(sendmsg)(fd, msg, flags));
+}
+
+ssize_t ns_write(int fd, const void *buf, size_t n)
+{
+	IO(NS_OUT, fd, n, 0, REAL(write)(fd, buf, n));
+}
+
+ssize_t ns_writev(int fd, const struct iovec *iov, int cnt)
+{
+	IO(NS_OUT, fd, 0, 0, REAL(writev)(fd, iov, cnt));
+}
+
+/**** socket and connect ****/
+
+int ns_socket(int domain, int type, int protocol)
+{
+	int fd = REAL(socket)(domain, type, protocol);
+	uintptr_t tag = 0;
+
+	if (fd < 0)
+		return fd;
+	if ((domain == AF_INET || domain == AF_INET6) && (type & 0xf) == SOCK_STREAM)
+		tag = NS_TAG | NS_TAG_STREAM | ((type & SOCK_NONBLOCK) ? NS_TAG_NONBLOCK : 0);
+	/* also clears what a close we did not see (fclose, close_range) left */
+	ns_fd_set(fd, tag);
+	return fd;
+}
+
+static int dest_from_sa(const struct sockaddr *sa, socklen_t len, struct ns_dest *d)
+{
+	memset(d, 0, sizeof(*d));
+	if (sa->sa_family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in)) {
+		const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
+
+		d->family = AF_INET;
+		memcpy(d->addr, &s4->sin_addr, 4);
+		d->port = ntohs(s4->sin_port);
+		return 0;
+	}
+	if (sa->sa_family == AF_INET6 && len >= (socklen_t)sizeof(struct sockaddr_in6)) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+
+		if (IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
+			d->family = AF_INET;
+			memcpy(d->addr, &s6->sin6_addr.s6_addr[12], 4);
+		} else {
+			d->family = AF_INET6;
+			memcpy(d->addr, &s6->sin6_addr, 16);
+		}
+		d->port = ntohs(s6->sin6_port);
+		return 0;
+	}
+	return -1;
+}
+
+/* Classify an fd we did not see created. Returns its tag, or 0 if it is not
+ * an inet stream socket. */
+static uintptr_t classify(int fd, int family)
+{
+	int type = 0, fl;
+	socklen_t l = sizeof(type);
+
+	if (family != AF_INET && family != AF_INET6)
+		return 0;
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_TYPE, &type, &l) < 0 || type != SOCK_STREAM)
+		return 0;
+	fl = REAL(fcntl)(fd, F_GETFL);
+	return NS_TAG | NS_TAG_STREAM | ((fl >= 0 && (fl & O_NONBLOCK)) ? NS_TAG_NONBLOCK : 0);
+}
+
+static int64_t prog_timeout(int fd, int opt)
+{
+	struct timeval tv;
+	socklen_t l = sizeof(tv);
+
+	if (REAL(getsockopt)(fd, SOL_SOCKET, opt, &tv, &l) < 0)
+		return 0;
+	return tv_to_ns(&tv);
+}
+
+/* A blocking connect bounded by the connect deadline, the total budget and
+ * the program's own SO_SNDTIMEO (which the kernel applies to connect). */
+static int connect_bounded(int fd, struct ns_conn *c, const struct sockaddr *sa, socklen_t len)
+{
+	int64_t prog = prog_timeout(fd, SO_SNDTIMEO), lim = 0;
+	monotime deadline;
+	int fl, r, e = 0, ours;
+
+	if (c->set.connect_timeout_ms)
+		lim = (int64_t)c->set.connect_timeout_ms * 1000000;
+	if (c->total_deadline && (lim == 0 || c->total_deadline - c->start < lim))
+		lim = c->total_deadline - c->start;
+	if (lim == 0)
+		return REAL(connect)(fd, sa, len);
+	ours = prog == 0 || lim < prog;
+	deadline = c->start + (ours ? lim : prog);
+	c->connect_deadline = c->start + lim;
+
+	fl = REAL(fcntl)(fd, F_GETFL);
+	if (fl < 0 || REAL(fcntl)(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return REAL(connect)(fd, sa, len);
+	r = REAL(connect)(fd, sa, len);
+	if (r == 0 || errno != EINPROGRESS) {
+		e = errno;
+		goto out_restore;
+	}
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+		int64_t left = deadline - ns_now();
+		struct timespec ts;
+		socklen_t l = sizeof(e);
+
+		if (left <= 0) {
+			if (ours) {
+				/* AF_UNSPEC drops the half-open attempt so no SYN is retried */
+				struct sockaddr un = { .sa_family = AF_UNSPEC };
+
+				REAL(connect)(fd, &un, sizeof(un));
+				e = ETIMEDOUT;
+			} else {
+				e = EINPROGRESS;   /* what the kernel says when SO_SNDTIMEO ends a connect */
+			}
+			r = -1;
+			break;
+		}
+		ts.tv_sec = left / 1000000000;
+		ts.tv_nsec = left % 1000000000;
+		r = REAL(ppoll)(&p, 1, &ts, NULL);
+		if (r < 0) {
+			e = errno;   /* EINTR: the connect goes on, as a blocking one would */
+			break;
+		}
+		if (r == 0)
+			continue;
+		if (REAL(getsockopt)(fd, SOL_SOCKET, SO_ERROR, &e, &l) < 0)
+			e = errno;
+		r = e ? -1 : 0;
+		break;
+	}
+out_restore:
+	REAL(fcntl)(fd, F_SETFL, fl);
+	errno = e;
+	return r;
+}
+
+/* connect() again on a socket whose connect is in progress: how a
+ * non-blocking program learns the result. */
+static int connect_again(int fd, struct ns_conn *c, const struct sockaddr *sa, socklen_t len)
+{
+	int r = REAL(connect)(fd, sa, len), e = errno;
+
+	if (r == 0 || e == EISCONN)
+		__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
+	else if (is_failure_errno(e))
+		conn_fail_errno(c, e);
+	errno = e;
+	return r;
+}
+
+int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
+{
+	struct ns_settings set;
+	struct ns_conn *c;
+	struct ns_dest d;
+	struct ns_step st;
+	char key[NS_KEY_MAX];
+	uintptr_t v;
+	int slot = -1, r, e, enforce, saved = errno;
+
+	if (!cfg_on() || !sa || len < (socklen_t)sizeof(sa_family_t) || (unsigned)fd >= ns_fdmax ||
+	    (sa->sa_family != AF_INET && sa->sa_family != AF_INET6))
+		return REAL(connect)(fd, sa, len);
+	v = ns_fd_get(fd);
+	if (v && !(v & NS_TAG)) {
+		c = (struct ns_conn *)v;
+		if (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING)
+			return connect_again(fd, c, sa, len);
+		/* a new attempt on a socket whose last one ended: a new connection */
+		v = NS_TAG | NS_TAG_STREAM | ((c->flags & NS_C_NONBLOCK) ? NS_TAG_NONBLOCK : 0);
+		ns_fd_set(fd, v);
+	}
+	if (v == 0)
+		v = classify(fd, sa->sa_family);
+	if (!(v & NS_TAG_STREAM) || dest_from_sa(sa, len, &d) < 0)
+		return REAL(connect)(fd, sa, len);
+	ns_policy_resolve(&cfg_policy, &d, &set, NULL);
+	if (set.mode == NS_MODE_BYPASS || ns_dest_key(&d, key, sizeof(key)) < 0)
+		return REAL(connect)(fd, sa, len);
+	enforce = set.mode == NS_MODE_ENFORCE;
+
+	if (tbl_on()) {
+		monotime now = ns_now();
+
+		slot = ns_table_find(&tbl, key, 1, (uint64_t)(now / 1000000));
+		if (slot == NS_SLOT_FULL)
+			NS_LOG(NS_LOG_WARN, "breaker table full; %s passes through uncounted", key);
+		if (slot >= 0 && ns_table_attempt(&tbl, slot, enforce, (uint64_t)(now / 1000000), &set, &st) == NS_REJECT) {
+			NS_LOG(NS_LOG_DEBUG, "%s: breaker open, connect refused", key);
+			errno = ECONNREFUSED;
+			return -1;
+		}
+		if (slot >= 0 && st.transition == NS_TR_HALF_OPENED)
+			NS_LOG(NS_LOG_INFO, "breaker for %s half-open: letting a probe through", key);
+	}
+
+	c = ns_conn_alloc();
+	if (!c) {
+		NS_LOG(NS_LOG_ERROR, "out of memory for connection state; %s passes through", key);
+		return REAL(connect)(fd, sa, len);
+	}
+	c->slot = slot;
+	c->set = set;
+	memcpy(c->key, key, sizeof(key));
+	c->flags = (v & NS_TAG_NONBLOCK) ? NS_C_NONBLOCK : 0;
+	c->start = ns_now();
+	if (enforce) {
+		c->flags |= NS_C_ENFORCE;
+		c->read_timeout_ns = (int64_t)set.read_timeout_ms * 1000000;
+		if (set.total_timeout_ms)
+			c->total_deadline = c->start + (int64_t)set.total_timeout_ms * 1000000;
+		if (set.connect_timeout_ms)
+			c->connect_deadline = c->start + (int64_t)set.connect_timeout_ms * 1000000;
+	}
+	ns_fd_set(fd, (uintptr_t)c);
+	ns_conn_unref(c);   /* the fd table holds it now */
+
+	if (enforce && (c->read_timeout_ns || c->total_deadline)) {
+		int64_t want;
+		uint32_t src;
+
+		c->dir[NS_IN].prog_ns = prog_timeout(fd, SO_RCVTIMEO);
+		c->dir[NS_IN].kernel_ns = c->dir[NS_IN].prog_ns;
+		dir_want(c, NS_IN, c->total_deadline ? c->total_deadline - c->start : 0, &want, &src);
+		dir_sync(fd, c, NS_IN, want, src);
+		if (c->total_deadline) {
+			c->dir[NS_OUT].prog_ns = prog_timeout(fd, SO_SNDTIMEO);
+			c->dir[NS_OUT].kernel_ns = c->dir[NS_OUT].prog_ns;
+			dir_want(c, NS_OUT, c->total_deadline - c->start, &want, &src);
+			dir_sync(fd, c, NS_OUT, want, src);
+		}
+	}
+
+	__atomic_fetch_or(&c->flags, NS_C_CONNECTING, __ATOMIC_RELAXED);
+	if (enforce && !(c->flags & NS_C_NONBLOCK))
+		r = connect_bounded(fd, c, sa, len);
+	else
+		r = REAL(connect)(fd, sa, len);
+	e = errno;
+	if (r == 0)
+		__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
+	else if (is_failure_errno(e))
+		conn_fail_errno(c, e);
+	else if (e != EINPROGRESS && e != EINTR && e != EALREADY)
+		__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
+	errno = r == 0 ? saved : e;
+	return r;
+}
+
+/**** descriptors ****/
+
+int ns_close(int fd)
+{
+	if (ns_fd_get(fd))
+		ns_fd_set(fd, 0);
+	return REAL(close)(fd);
+}
+
+static void copy_entry(int from, int to)
+{
+	uintptr_t v = ns_fd_get(from);
+
+	if (v || ns_fd_get(to))
+		ns_fd_set(to, v);
+}
+
+int ns_dup(int fd)
+{
+	int r = REAL(dup)(fd);
+
+	if (r >= 0)
+		copy_entry(fd, r);
+	return r;
+}
+
+int ns_dup2(int fd, int fd2)
+{
+	int r = REAL(dup2)(fd, fd2);
+
+	if (r >= 0 && fd != fd2) {
+		int e = errno;
+
+		copy_entry(fd, r);
+		errno = e;
+	}
+	return r;
+}
+
+int ns_dup3(int fd, int fd2, int flags)
+{
+	int r = REAL(dup3)(fd, fd2, flags);
+
+	if (r >= 0)
+		copy_entry(fd, r);
+	return r;
+}
+
+/* The program changed O_NONBLOCK: remember it wherever the fd's state is. */
+static void note_nonblock(int fd, int on)
+{
+	uintptr_t v = ns_fd_get(fd);
+
+	if (!v)
+		return;
+	if (v & NS_TAG) {
+		uintptr_t nv = on ? (v | NS_TAG_NONBLOCK) : (v & ~(uintptr_t)NS_TAG_NONBLOCK);
+
+		__atomic_compare_exchange_n(&ns_fdtab[fd], &v, nv, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+		return;
+	}
+	if (on)
+		__atomic_fetch_or(&((struct ns_conn *)v)->flags, NS_C_NONBLOCK, __ATOMIC_RELAXED);
+	else
+		__atomic_fetch_and(&((struct ns_conn *)v)->flags, ~NS_C_NONBLOCK, __ATOMIC_RELAXED);
+}
+
+int ns_fcntl(int use64, int fd, int cmd, void *arg)
+{
+	int r = use64 ? REAL(fcntl64)(fd, cmd, arg) : REAL(fcntl)(fd, cmd, arg);
+	int e = errno;
+
+	if (r < 0 || (unsigned)fd >= ns_fdmax)
+		return r;
+	if (cmd == F_SETFL)
+		note_nonblock(fd, ((int)(intptr_t)arg & O_NONBLOCK) != 0);
+	else if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+		copy_entry(fd, r);
+	errno = e;
+	return r;
+}
+
+int ns_ioctl(int fd, unsigned long req, void *arg)
+{
+	int r = REAL(ioctl)(fd, req, arg);
+	int e = errno;
+
+	if (r == 0 && req == FIONBIO && arg && ns_fd_get(fd))
+		note_nonblock(fd, *(const int *)arg != 0);
+	errno = e;
+	return r;
+}
+
+static int is_timeo(int level, int name, int *d)
+{
+	if (level != SOL_SOCKET)
+		return 0;
+	/* x86_64: SO_RCVTIMEO_NEW carries the same two 64-bit fields as timeval */
+	if (name == SO_RCVTIMEO_OLD || name == SO_RCVTIMEO_NEW) {
+		*d = NS_IN;
+		return 1;
+	}
+	if (name == SO_SNDTIMEO_OLD || name == SO_SNDTIMEO_NEW) {
+		*d = NS_OUT;
+		return 1;
+	}
+	return 0;
+}
+
+int ns_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	struct ns_conn *c = ns_conn_of(fd);
+	struct ns_dir *dir;
+	int64_t want = 0;
+	uint32_t src = NS_SRC_SHIM_READ;
+	int d, r;
+
+	if (likely(!c) || !is_timeo(level, name, &d) || !(c->flags & NS_C_ENFORCE) ||
+	    !val || len < (socklen_t)sizeof(struct timeval))
+		return REAL(setsockopt)(fd, level, name, val, len);
+	dir = &c->dir[d];
+	if (dir->kernel_ns == 0 && dir->src == NS_SRC_NONE)
+		return REAL(setsockopt)(fd, level, name, val, len);   /* the shim holds nothing here */
+	/* let the kernel validate the program's value first */
+	r = REAL(setsockopt)(fd, level, name, val, len);
+	if (r < 0)
+		return r;
+	dir->prog_ns = tv_to_ns(val);
+	dir->kernel_ns = dir->prog_ns;
+	dir_want(c, d, c->total_deadline ? c->total_deadline - ns_now() : 0, &want, &src);
+	dir_sync(fd, c, d, want, src);
+	return 0;
+}
+
+int ns_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+	struct ns_conn *c = ns_conn_of(fd);
+	int d, r, e;
+
+	if (likely(!c))
+		return REAL(getsockopt)(fd, level, name, val, len);
+	if (is_timeo(level, name, &d) && val && len && *len >= (socklen_t)sizeof(struct timeval) &&
+	    c->dir[d].src != NS_SRC_NONE) {
+		/* report the program's own value, not the one the shim put there */
+		struct timeval tv = { 0, 0 };
+
+		if (c->dir[d].prog_ns) {
+			tv.tv_sec = c->dir[d].prog_ns / 1000000000;
+			tv.tv_usec = (c->dir[d].prog_ns % 1000000000) / 1000;
+		}
+		memcpy(val, &tv, sizeof(tv));
+		*len = sizeof(tv);
+		return 0;
+	}
+	r = REAL(getsockopt)(fd, level, name, val, len);
+	e = errno;
+	if (r == 0 && level == SOL_SOCKET && name == SO_ERROR && val && len && *len >= (socklen_t)sizeof(int) &&
+	    (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING)) {
+		int err = *(int *)val;
+
+		if (err && is_failure_errno(err))
+			conn_fail_errno(c, err);
+	}
+	errno = e;
+	return r;
+}

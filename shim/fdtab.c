@@ -1,0 +1,110 @@
+/* fdtab.c -- per-descriptor state: a flat array indexed by fd, and the pool
+ * of connection records it points to.
+ *
+ * The array is reserved once with MAP_NORESERVE, so only the pages of fds in
+ * use cost memory, and the data path reads it with one load: no lock, no
+ * allocation. */
+
+#include "shim.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include "real.h"
+
+#define FD_CAP (1u << 20)
+#define POOL_CHUNK 64
+
+uintptr_t *ns_fdtab;
+unsigned ns_fdmax;
+
+/* Guards only the free list: held for a few loads and stores, never across a
+ * system call. A fork while another thread holds it would leave it locked in
+ * the child, hence the atfork handlers. */
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ns_conn *pool_free;
+
+static void pool_prepare(void) { pthread_mutex_lock(&pool_lock); }
+static void pool_parent(void) { pthread_mutex_unlock(&pool_lock); }
+static void pool_child(void) { pthread_mutex_init(&pool_lock, NULL); }
+
+void ns_fd_init(void)
+{
+	struct rlimit rl;
+	rlim_t n = 65536;
+	void *p;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+		n = rl.rlim_max;
+	if (n == RLIM_INFINITY || n > FD_CAP)
+		n = FD_CAP;
+	if (n < 1024)
+		n = 1024;
+	p = mmap(NULL, (size_t)n * sizeof(uintptr_t), PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED) {
+		ns_log(NS_LOG_ERROR, "cannot reserve the fd table; passing every call through");
+		return;
+	}
+	ns_fdtab = p;
+	pthread_atfork(pool_prepare, pool_parent, pool_child);
+	__atomic_store_n(&ns_fdmax, (unsigned)n, __ATOMIC_RELEASE);
+}
+
+void ns_conn_ref(struct ns_conn *c)
+{
+	__atomic_fetch_add(&c->refs, 1, __ATOMIC_RELAXED);
+}
+
+void ns_conn_unref(struct ns_conn *c)
+{
+	if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0)
+		return;
+	pthread_mutex_lock(&pool_lock);
+	c->next_free = pool_free;
+	pool_free = c;
+	pthread_mutex_unlock(&pool_lock);
+}
+
+struct ns_conn *ns_conn_alloc(void)
+{
+	struct ns_conn *c, *chunk;
+
+	pthread_mutex_lock(&pool_lock);
+	c = pool_free;
+	if (c)
+		pool_free = c->next_free;
+	pthread_mutex_unlock(&pool_lock);
+	if (!c) {
+		chunk = mmap(NULL, POOL_CHUNK * sizeof(*chunk), PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (chunk == MAP_FAILED)
+			return NULL;
+		pthread_mutex_lock(&pool_lock);
+		for (int i = 1; i < POOL_CHUNK; i++) {
+			chunk[i].next_free = pool_free;
+			pool_free = &chunk[i];
+		}
+		pthread_mutex_unlock(&pool_lock);
+		c = &chunk[0];
+	}
+	memset(c, 0, sizeof(*c));
+	c->refs = 1;
+	c->slot = -1;
+	return c;
+}
+
+void ns_fd_set(int fd, uintptr_t v)
+{
+	uintptr_t old;
+
+	if ((unsigned)fd >= ns_fdmax)
+		return;
+	if (v && !(v & NS_TAG))
+		ns_conn_ref((struct ns_conn *)v);
+	old = __atomic_exchange_n(&ns_fdtab[fd], v, __ATOMIC_ACQ_REL);
+	if (old && !(old & NS_TAG))
+		ns_conn_unref((struct ns_conn *)old);
+}

@@ -1,0 +1,77 @@
+/* real.c -- bind the real libc functions once, through pthread_once.
+ *
+ * Every wrapper and the constructor reach this table, so a call made from
+ * another library's constructor, before ours ran, still finds its target. */
+
+#include "real.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+struct ns_real ns_real;
+
+static pthread_once_t bind_once = PTHREAD_ONCE_INIT;
+
+static void *must(const char *name, void *self)
+{
+	void *p = dlsym(RTLD_NEXT, name);
+
+	/* dlsym handing back our own wrapper would loop forever on the first
+	 * call: the one case where there is nothing sane to pass through to. */
+	if (p && p == self) {
+		static const char msg[] = "netshim: dlsym returned the wrapper itself for ";
+
+		(void)!write(2, msg, sizeof(msg) - 1);
+		(void)!write(2, name, strlen(name));
+		(void)!write(2, "; aborting\n", 11);
+		abort();
+	}
+	return p;
+}
+
+#define BIND(field, sym) ns_real.field = must(#sym, (void *)&sym)
+#define BIND_NAMED(field, name, self) ns_real.field = must(name, (void *)self)
+
+static void bind_all(void)
+{
+	BIND(socket, socket);
+	BIND(connect, connect);
+	BIND(send, send);
+	BIND(sendto, sendto);
+	BIND(sendmsg, sendmsg);
+	BIND(recv, recv);
+	BIND(recvfrom, recvfrom);
+	BIND(recvmsg, recvmsg);
+	BIND(read, read);
+	BIND(write, write);
+	BIND(readv, readv);
+	BIND(writev, writev);
+	BIND(close, close);
+	BIND(dup, dup);
+	BIND(dup2, dup2);
+	BIND(dup3, dup3);
+	BIND(fcntl, fcntl);
+	BIND(fcntl64, fcntl64);
+	BIND(ioctl, ioctl);
+	BIND(setsockopt, setsockopt);
+	BIND(getsockopt, getsockopt);
+	BIND_NAMED(recv_chk, "__recv_chk", &__recv_chk);
+	BIND_NAMED(recvfrom_chk, "__recvfrom_chk", &__recvfrom_chk);
+	BIND_NAMED(read_chk, "__read_chk", &__read_chk);
+	BIND_NAMED(ppoll, "ppoll", NULL);   /* not wrapped (yet): no self to compare */
+	if (!ns_real.fcntl64)
+		ns_real.fcntl64 = ns_real.fcntl;
+	ns_fd_init();
+}
+
+void ns_real_bind(void)
+{
+	pthread_once(&bind_once, bind_all);
+}

@@ -1,0 +1,149 @@
+/* shim.h -- internals of the preload library: per-fd state, workers, logging. */
+#ifndef NS_SHIM_H
+#define NS_SHIM_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include "../policy/policy.h"
+
+#define NS_HIDDEN __attribute__((visibility("hidden")))
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+/* The fortified entry points, declared here since the headers only declare
+ * them under _FORTIFY_SOURCE. */
+ssize_t __recv_chk(int, void *, size_t, size_t, int);
+ssize_t __recvfrom_chk(int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *);
+ssize_t __read_chk(int, void *, size_t, size_t);
+int fcntl64(int, int, ...);
+
+/**** time ****/
+
+/* Monotonic nanoseconds: the only clock deadline arithmetic uses. */
+typedef int64_t monotime;
+
+static inline monotime ns_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (monotime)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline uint64_t ns_wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/**** per-connection state ****/
+
+/* One direction's receive or send timeout: the program's own, and what the
+ * shim put into the kernel (SO_RCVTIMEO/SO_SNDTIMEO) on its behalf. */
+enum { NS_SRC_NONE = 0, NS_SRC_PROGRAM, NS_SRC_SHIM_READ, NS_SRC_SHIM_TOTAL };
+struct ns_dir {
+	int64_t prog_ns;      /* the program's timeout, 0 = none */
+	int64_t kernel_ns;    /* what the kernel holds now, 0 = none */
+	uint32_t src;         /* whose timeout the kernel holds */
+};
+
+enum { NS_IN = 0, NS_OUT = 1 };
+
+/* conn flags (atomic) */
+#define NS_C_NONBLOCK 0x1u
+#define NS_C_CONNECTING 0x2u
+#define NS_C_ENFORCE 0x4u
+#define NS_C_PROBE 0x8u
+#define NS_C_TOTAL_FIRED 0x10u
+
+/* A governed connection, shared by every fd dup'ed from the one that
+ * connected. Records come from a pool and are never unmapped, so a thread
+ * that races a close reads stale fields, never freed memory. */
+struct ns_conn {
+	uint32_t refs;            /* atomic */
+	uint32_t outcome;         /* atomic: 1 once the one outcome is counted */
+	uint32_t flags;           /* atomic NS_C_* */
+	int32_t slot;             /* breaker table slot, -1 = none */
+	monotime start;
+	monotime connect_deadline;/* absolute, 0 = none; for the event-loop waits */
+	monotime total_deadline;  /* absolute, 0 = none */
+	int64_t read_timeout_ns;  /* 0 = none */
+	struct ns_dir dir[2];
+	struct ns_settings set;
+	char key[NS_KEY_MAX];
+	struct ns_conn *next_free;
+};
+
+/* fd table entries: 0 unknown, a struct ns_conn pointer, or a tag (bit 0 set). */
+#define NS_TAG 0x1u
+#define NS_TAG_STREAM 0x2u      /* an AF_INET/AF_INET6 stream socket not yet connected */
+#define NS_TAG_NONBLOCK 0x4u
+
+extern uintptr_t *ns_fdtab NS_HIDDEN;
+extern unsigned ns_fdmax NS_HIDDEN;
+
+/* The connection behind fd, or NULL: the one lookup every wrapper makes. */
+static inline struct ns_conn *ns_conn_of(int fd)
+{
+	uintptr_t v;
+
+	if ((unsigned)fd >= ns_fdmax)
+		return NULL;
+	v = __atomic_load_n(&ns_fdtab[fd], __ATOMIC_ACQUIRE);
+	return (v & NS_TAG) ? NULL : (struct ns_conn *)v;
+}
+
+static inline uintptr_t ns_fd_get(int fd)
+{
+	return (unsigned)fd < ns_fdmax ? __atomic_load_n(&ns_fdtab[fd], __ATOMIC_ACQUIRE) : 0;
+}
+
+NS_HIDDEN void ns_fd_init(void);
+/* Put v at fd (taking a reference if it is a conn) and drop what was there. */
+NS_HIDDEN void ns_fd_set(int fd, uintptr_t v);
+NS_HIDDEN struct ns_conn *ns_conn_alloc(void);
+NS_HIDDEN void ns_conn_ref(struct ns_conn *c);
+NS_HIDDEN void ns_conn_unref(struct ns_conn *c);
+
+/**** logging ****/
+
+enum { NS_LOG_OFF, NS_LOG_ERROR, NS_LOG_WARN, NS_LOG_INFO, NS_LOG_DEBUG };
+extern int ns_log_level NS_HIDDEN;
+NS_HIDDEN void ns_log_init(void);
+NS_HIDDEN void ns_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define NS_LOG(level, ...) do { if (unlikely(ns_log_level >= (level))) ns_log((level), __VA_ARGS__); } while (0)
+
+/**** workers (core.c) ****/
+
+NS_HIDDEN int ns_socket(int domain, int type, int protocol);
+NS_HIDDEN int ns_connect(int fd, const struct sockaddr *sa, socklen_t len);
+NS_HIDDEN ssize_t ns_send(int fd, const void *buf, size_t n, int flags);
+NS_HIDDEN ssize_t ns_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len);
+NS_HIDDEN ssize_t ns_sendmsg(int fd, const struct msghdr *msg, int flags);
+NS_HIDDEN ssize_t ns_recv(int fd, void *buf, size_t n, int flags);
+NS_HIDDEN ssize_t ns_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *len);
+NS_HIDDEN ssize_t ns_recvmsg(int fd, struct msghdr *msg, int flags);
+NS_HIDDEN ssize_t ns_read(int fd, void *buf, size_t n);
+NS_HIDDEN ssize_t ns_write(int fd, const void *buf, size_t n);
+NS_HIDDEN ssize_t ns_readv(int fd, const struct iovec *iov, int cnt);
+NS_HIDDEN ssize_t ns_writev(int fd, const struct iovec *iov, int cnt);
+NS_HIDDEN ssize_t ns_recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags);
+NS_HIDDEN ssize_t ns_recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *sa, socklen_t *len);
+NS_HIDDEN ssize_t ns_read_chk(int fd, void *buf, size_t n, size_t buflen);
+NS_HIDDEN int ns_close(int fd);
+NS_HIDDEN int ns_dup(int fd);
+NS_HIDDEN int ns_dup2(int fd, int fd2);
+NS_HIDDEN int ns_dup3(int fd, int fd2, int flags);
+NS_HIDDEN int ns_fcntl(int use64, int fd, int cmd, void *arg);
+NS_HIDDEN int ns_ioctl(int fd, unsigned long req, void *arg);
+NS_HIDDEN int ns_setsockopt(int fd, int level, int name, const void *val, socklen_t len);
+NS_HIDDEN int ns_getsockopt(int fd, int level, int name, void *val, socklen_t *len);
+
+#endif

@@ -1,0 +1,43 @@
+/* wrappers.c -- every symbol netshim exports, each one line over its worker.
+ *
+ * A reader finds the whole intercepted surface here; the version script
+ * (netshim.map) exports exactly these names and nothing else. */
+
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+EXPORT int socket(int domain, int type, int protocol) { return ns_socket(domain, type, protocol); }
+EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len) { return ns_connect(fd, sa, len); }
+EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags) { return ns_send(fd, buf, n, flags); }
+EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len) { return ns_sendto(fd, buf, n, flags, sa, len); }
+EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags) { return ns_sendmsg(fd, msg, flags); }
+EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags) { return ns_recv(fd, buf, n, flags); }
+EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *len) { return ns_recvfrom(fd, buf, n, flags, sa, len); }
+EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags) { return ns_recvmsg(fd, msg, flags); }
+EXPORT ssize_t read(int fd, void *buf, size_t n) { return ns_read(fd, buf, n); }
+EXPORT ssize_t write(int fd, const void *buf, size_t n) { return ns_write(fd, buf, n); }
+EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt) { return ns_readv(fd, iov, cnt); }
+EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt) { return ns_writev(fd, iov, cnt); }
+EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags) { return ns_recv_chk(fd, buf, n, buflen, flags); }
+EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *sa, socklen_t *len) { return ns_recvfrom_chk(fd, buf, n, buflen, flags, sa, len); }
+EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen) { return ns_read_chk(fd, buf, n, buflen); }
+EXPORT int close(int fd) { return ns_close(fd); }
+EXPORT int dup(int fd) { return ns_dup(fd); }
+EXPORT int dup2(int fd, int fd2) { return ns_dup2(fd, fd2); }
+EXPORT int dup3(int fd, int fd2, int flags) { return ns_dup3(fd, fd2, flags); }
+EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len) { return ns_setsockopt(fd, level, name, val, len); }
+EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len) { return ns_getsockopt(fd, level, name, val, len); }
+
+/* The variadic ones: every fcntl and ioctl argument is an int or a pointer,
+ * both passed in one register, so reading it as a pointer and handing it on
+ * is what glibc itself does. */
+EXPORT int fcntl(int fd, int cmd, ...) { va_list ap; void *arg; va_start(ap, cmd); arg = va_arg(ap, void *); va_end(ap); return ns_fcntl(0, fd, cmd, arg); }
+EXPORT int fcntl64(int fd, int cmd, ...) { va_list ap; void *arg; va_start(ap, cmd); arg = va_arg(ap, void *); va_end(ap); return ns_fcntl(1, fd, cmd, arg); }
+EXPORT int ioctl(int fd, unsigned long req, ...) { va_list ap; void *arg; va_start(ap, req); arg = va_arg(ap, void *); va_end(ap); return ns_ioctl(fd, req, arg); }

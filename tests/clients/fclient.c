@@ -1,0 +1,213 @@
+/* fclient.c -- a small C client for the integration tests, built with
+ * -O2 -D_FORTIFY_SOURCE=2 so that it calls __recv_chk and __read_chk.
+ *
+ *   fclient [options] ADDR PORT
+ *     --nonblock        non-blocking connect, result read with SO_ERROR
+ *     --rcvtimeo MS     set the program's own SO_RCVTIMEO
+ *     --use recv|read   which call reads the reply (default recv)
+ *     --chunk N         bytes asked for per read (not a constant: fortified)
+ *     --loop N          connect N times (no request), count results
+ *     --threads T       run the loop in T threads
+ *     --fork            also run the loop in a forked child
+ *     --no-request      connect and read without sending anything
+ *
+ * The reply goes to stdout; the last line on stderr is one JSON object with
+ * errno names and milliseconds. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct sockaddr_storage dst;
+static socklen_t dstlen;
+static int loops, nonblock;
+static int refused, ok, other;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
+}
+
+static const char *ename(int e)
+{
+	const char *n = e ? strerrorname_np(e) : "OK";
+
+	return n ? n : "?";
+}
+
+/* Returns 0 or an errno. */
+static int do_connect(int *fdp)
+{
+	int fd = socket(dst.ss_family, SOCK_STREAM | (nonblock ? SOCK_NONBLOCK : 0), 0), e = 0;
+	socklen_t l = sizeof(e);
+
+	*fdp = fd;
+	if (connect(fd, (struct sockaddr *)&dst, dstlen) == 0)
+		return 0;
+	if (!nonblock || errno != EINPROGRESS)
+		return errno;
+	{
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+		if (poll(&p, 1, 10000) <= 0)
+			return EINPROGRESS;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l) < 0)
+		return errno;
+	return e;
+}
+
+static void *loop_body(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < loops; i++) {
+		int fd, e = do_connect(&fd);
+
+		pthread_mutex_lock(&mu);
+		if (e == ECONNREFUSED)
+			refused++;
+		else if (e == 0)
+			ok++;
+		else
+			other++;
+		pthread_mutex_unlock(&mu);
+		close(fd);
+	}
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	int rcvtimeo = 0, use_read = 0, threads = 1, dofork = 0, request = 1, chunk = 512;
+	struct sockaddr_in *s4 = (struct sockaddr_in *)&dst;
+	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&dst;
+	const char *addr, *port;
+	int i = 1;
+
+	for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
+		if (!strcmp(argv[i], "--nonblock"))
+			nonblock = 1;
+		else if (!strcmp(argv[i], "--rcvtimeo") && i + 1 < argc)
+			rcvtimeo = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--use") && i + 1 < argc)
+			use_read = !strcmp(argv[++i], "read");
+		else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
+			chunk = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--loop") && i + 1 < argc)
+			loops = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+			threads = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--fork"))
+			dofork = 1;
+		else if (!strcmp(argv[i], "--no-request"))
+			request = 0;
+		else {
+			fprintf(stderr, "fclient: unknown option %s\n", argv[i]);
+			return 2;
+		}
+	}
+	if (argc - i != 2) {
+		fprintf(stderr, "usage: fclient [options] ADDR PORT\n");
+		return 2;
+	}
+	addr = argv[i];
+	port = argv[i + 1];
+	memset(&dst, 0, sizeof(dst));
+	if (inet_pton(AF_INET, addr, &s4->sin_addr) == 1) {
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons((uint16_t)atoi(port));
+		dstlen = sizeof(*s4);
+	} else if (inet_pton(AF_INET6, addr, &s6->sin6_addr) == 1) {
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons((uint16_t)atoi(port));
+		dstlen = sizeof(*s6);
+	} else {
+		fprintf(stderr, "fclient: %s: not an address\n", addr);
+		return 2;
+	}
+
+	if (loops) {
+		pthread_t th[64];
+		pid_t child = -1;
+		int status = 0;
+
+		if (dofork)
+			child = fork();
+		if (threads > 64)
+			threads = 64;
+		for (int t = 0; t < threads; t++)
+			pthread_create(&th[t], NULL, loop_body, NULL);
+		for (int t = 0; t < threads; t++)
+			pthread_join(th[t], NULL);
+		if (child == 0) {
+			fprintf(stderr, "{\"child\": true, \"refused\": %d, \"ok\": %d, \"other\": %d}\n", refused, ok, other);
+			_exit(0);
+		}
+		if (child > 0)
+			waitpid(child, &status, 0);
+		fprintf(stderr, "{\"refused\": %d, \"ok\": %d, \"other\": %d}\n", refused, ok, other);
+		return 0;
+	}
+
+	{
+		char *buf = malloc((size_t)chunk);
+		double t0 = now_ms(), t1, t2;
+		int fd, ce, re = 0, total = 0;
+		ssize_t r;
+
+		ce = do_connect(&fd);
+		t1 = now_ms();
+		if (ce) {
+			fprintf(stderr, "{\"connect\": \"%s\", \"connect_ms\": %.1f}\n", ename(ce), t1 - t0);
+			return 1;
+		}
+		if (rcvtimeo) {
+			struct timeval tv = { rcvtimeo / 1000, (rcvtimeo % 1000) * 1000 };
+
+			setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		}
+		if (nonblock) {
+			int fl = fcntl(fd, F_GETFL);
+
+			fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+		}
+		if (request) {
+			static const char req[] = "GET / HTTP/1.0\r\nHost: test\r\n\r\n";
+
+			if (send(fd, req, sizeof(req) - 1, 0) < 0)
+				re = errno;
+		}
+		while (!re) {
+			r = use_read ? read(fd, buf, (size_t)chunk) : recv(fd, buf, (size_t)chunk, 0);
+			if (r < 0) {
+				re = errno;
+				break;
+			}
+			if (r == 0)
+				break;
+			fwrite(buf, 1, (size_t)r, stdout);
+			total += (int)r;
+		}
+		t2 = now_ms();
+		fflush(stdout);
+		fprintf(stderr, "{\"connect\": \"OK\", \"connect_ms\": %.1f, \"recv\": \"%s\", \"recv_ms\": %.1f, \"bytes\": %d}\n",
+			t1 - t0, ename(re), t2 - t1, total);
+		close(fd);
+		free(buf);
+		return re ? 1 : 0;
+	}
+}

@@ -1,0 +1,295 @@
+/* faultsrv.c -- a loopback server that misbehaves on purpose, for tests,
+ * demos and operators rehearsing failures.
+ *
+ *   faultsrv --mode MODE [--port N] [--bind ADDR] [--interval MS]
+ *            [--status CODE] [--count-file FILE]
+ *
+ * MODE: http (200), status (answer --status CODE), refuse (bound, not
+ * listening), blackhole (accept queue full, SYNs dropped), silent (accept and
+ * never answer), reset (accept and reset), drip (answer one byte per
+ * --interval). Prints "PORT n" on stdout once ready. SIGUSR1 turns it into
+ * a healthy http server, SIGUSR2 into a silent one. */
+#include <arpa/inet.h>
+#include <err.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+enum mode { M_HTTP, M_STATUS, M_REFUSE, M_BLACKHOLE, M_SILENT, M_RESET, M_DRIP };
+static const char *const mode_names[] = { "http", "status", "refuse", "blackhole", "silent", "reset", "drip" };
+
+#define MAXC 1024
+
+struct client {
+	int fd;
+	size_t got;          /* request bytes seen (up to the header end) */
+	int answered;        /* request complete, response chosen */
+	char resp[512];
+	size_t resp_len, sent;
+	long long next_ms;   /* next drip byte */
+	int match;           /* how much of "\r\n\r\n" has been seen */
+};
+
+static volatile sig_atomic_t switch_to = -1;
+static struct client cl[MAXC];
+static int ncl;
+static unsigned long accepts;
+static const char *count_file;
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void on_usr(int sig)
+{
+	switch_to = sig == SIGUSR1 ? M_HTTP : M_SILENT;
+}
+
+static void write_count(void)
+{
+	char tmp[4096];
+	FILE *f;
+
+	if (!count_file)
+		return;
+	snprintf(tmp, sizeof(tmp), "%s.tmp", count_file);
+	f = fopen(tmp, "w");
+	if (!f)
+		return;
+	fprintf(f, "%lu\n", accepts);
+	fclose(f);
+	rename(tmp, count_file);
+}
+
+static int make_sock(const char *bind_addr, int port, struct sockaddr_storage *ss, socklen_t *sl)
+{
+	struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+	int one = 1, fd;
+
+	memset(ss, 0, sizeof(*ss));
+	if (inet_pton(AF_INET, bind_addr, &s4->sin_addr) == 1) {
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons((uint16_t)port);
+		*sl = sizeof(*s4);
+	} else if (inet_pton(AF_INET6, bind_addr, &s6->sin6_addr) == 1) {
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons((uint16_t)port);
+		*sl = sizeof(*s6);
+	} else {
+		errx(2, "--bind %s: not an address", bind_addr);
+	}
+	fd = socket(ss->ss_family, SOCK_STREAM, 0);
+	if (fd < 0)
+		err(1, "socket");
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)ss, *sl) < 0)
+		err(1, "bind %s:%d", bind_addr, port);
+	*sl = sizeof(*ss);
+	getsockname(fd, (struct sockaddr *)ss, sl);
+	return fd;
+}
+
+static int bound_port(const struct sockaddr_storage *ss)
+{
+	return ntohs(ss->ss_family == AF_INET ? ((const struct sockaddr_in *)ss)->sin_port
+					      : ((const struct sockaddr_in6 *)ss)->sin6_port);
+}
+
+/* Fill the accept queue of a listener with backlog 0 so the kernel drops
+ * every further SYN: a host that does not answer, on loopback. */
+static void fill_queue(const struct sockaddr_storage *ss, socklen_t sl)
+{
+	for (int i = 0; i < 16; i++) {
+		int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+
+		if (fd < 0)
+			err(1, "socket");
+		if (connect(fd, (const struct sockaddr *)ss, sl) == 0)
+			continue;   /* kept open: it holds a place in the queue */
+		if (errno != EINPROGRESS)
+			err(1, "filling the accept queue");
+		if (poll(&p, 1, 300) == 0) {
+			close(fd);  /* this SYN was dropped: the queue is full */
+			return;
+		}
+	}
+	errx(1, "could not fill the accept queue");
+}
+
+static void drop(int i)
+{
+	close(cl[i].fd);
+	cl[i] = cl[--ncl];
+}
+
+static void choose_response(struct client *c, enum mode m, int status)
+{
+	static const char body[] = "hello from faultsrv\n";
+	const char *reason = status == 200 ? "OK" : status == 503 ? "Service Unavailable" :
+			     status == 500 ? "Internal Server Error" : status == 404 ? "Not Found" : "Status";
+
+	c->answered = 1;
+	if (m == M_SILENT)
+		return;
+	c->resp_len = (size_t)snprintf(c->resp, sizeof(c->resp),
+		"HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+		m == M_STATUS ? status : 200, reason, sizeof(body) - 1, body);
+	c->next_ms = now_ms();
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "mode", required_argument, NULL, 'm' },
+		{ "port", required_argument, NULL, 'p' },
+		{ "bind", required_argument, NULL, 'b' },
+		{ "interval", required_argument, NULL, 'i' },
+		{ "status", required_argument, NULL, 's' },
+		{ "count-file", required_argument, NULL, 'c' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *bind_addr = "127.0.0.1";
+	int port = 0, interval = 200, status = 200, mode = M_HTTP, c, lfd;
+	struct sockaddr_storage ss;
+	socklen_t sl;
+
+	while ((c = getopt_long(argc, argv, "m:p:b:i:s:c:", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm':
+			mode = -1;
+			for (int i = 0; i < (int)(sizeof(mode_names) / sizeof(mode_names[0])); i++)
+				if (strcmp(optarg, mode_names[i]) == 0)
+					mode = i;
+			if (mode < 0)
+				errx(2, "--mode %s: expected http, status, refuse, blackhole, silent, reset or drip", optarg);
+			break;
+		case 'p': port = atoi(optarg); break;
+		case 'b': bind_addr = optarg; break;
+		case 'i': interval = atoi(optarg); break;
+		case 's': status = atoi(optarg); mode = M_STATUS; break;
+		case 'c': count_file = optarg; break;
+		default:
+			fprintf(stderr, "usage: faultsrv --mode MODE [--port N] [--bind ADDR] [--interval MS] [--status CODE] [--count-file FILE]\n");
+			return 2;
+		}
+	}
+	signal(SIGPIPE, SIG_IGN);
+	signal(SIGUSR1, on_usr);
+	signal(SIGUSR2, on_usr);
+	lfd = make_sock(bind_addr, port, &ss, &sl);
+	if (mode == M_BLACKHOLE) {
+		if (listen(lfd, 0) < 0)
+			err(1, "listen");
+		fill_queue(&ss, sl);
+	} else if (mode != M_REFUSE) {
+		if (listen(lfd, 128) < 0)
+			err(1, "listen");
+	}
+	write_count();
+	printf("PORT %d\n", bound_port(&ss));
+	fflush(stdout);
+
+	for (;;) {
+		struct pollfd p[MAXC + 1];
+		long long now = now_ms(), wait = 1000;
+		int n = 0, listening = mode != M_REFUSE && mode != M_BLACKHOLE;
+
+		if (switch_to >= 0) {
+			if (mode == M_REFUSE || mode == M_BLACKHOLE) {
+				close(lfd);
+				lfd = make_sock(bind_addr, bound_port(&ss), &ss, &sl);
+				listen(lfd, 128);
+			}
+			mode = switch_to;
+			switch_to = -1;
+			continue;
+		}
+		if (listening) {
+			p[n].fd = lfd;
+			p[n].events = POLLIN;
+			n++;
+		}
+		for (int i = 0; i < ncl; i++) {
+			p[n].fd = cl[i].fd;
+			p[n].events = POLLIN;
+			if (cl[i].answered && cl[i].sent < cl[i].resp_len) {
+				if (mode != M_DRIP || cl[i].next_ms <= now)
+					p[n].events |= POLLOUT;
+				else if (cl[i].next_ms - now < wait)
+					wait = cl[i].next_ms - now;
+			}
+			n++;
+		}
+		if (poll(p, (nfds_t)n, (int)wait) < 0) {
+			if (errno == EINTR)
+				continue;
+			err(1, "poll");
+		}
+		if (listening && (p[0].revents & POLLIN)) {
+			int fd = accept(lfd, NULL, NULL);
+
+			if (fd >= 0) {
+				accepts++;
+				write_count();
+				if (mode == M_RESET || ncl == MAXC) {
+					struct linger lg = { 1, 0 };
+
+					setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+					close(fd);
+				} else {
+					memset(&cl[ncl], 0, sizeof(cl[ncl]));
+					cl[ncl++].fd = fd;
+				}
+			}
+		}
+		for (int i = ncl - 1, k = n - 1; i >= 0; i--, k--) {
+			struct client *cc = &cl[i];
+			char buf[4096];
+
+			if (p[k].revents & (POLLIN | POLLHUP | POLLERR)) {
+				ssize_t r = read(cc->fd, buf, sizeof(buf));
+
+				if (r <= 0) {
+					drop(i);
+					continue;
+				}
+				for (ssize_t j = 0; j < r && !cc->answered; j++) {
+					static const char end[] = "\r\n\r\n";
+
+					cc->match = buf[j] == end[cc->match] ? cc->match + 1 : (buf[j] == '\r');
+					if (cc->match == 4)
+						choose_response(cc, (enum mode)mode, status);
+				}
+			}
+			if ((p[k].revents & POLLOUT) && cc->sent < cc->resp_len) {
+				size_t chunk = mode == M_DRIP ? 1 : cc->resp_len - cc->sent;
+				ssize_t w = write(cc->fd, cc->resp + cc->sent, chunk);
+
+				if (w < 0) {
+					drop(i);
+					continue;
+				}
+				cc->sent += (size_t)w;
+				cc->next_ms = now_ms() + interval;
+				if (cc->sent == cc->resp_len) {
+					shutdown(cc->fd, SHUT_WR);
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,105 @@
+/* shimrun.c -- check the policy, preload the shim, exec the program. */
+#include <err.h>
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../policy/policy.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: shimrun [--policy FILE] [--table NAME] -- COMMAND [ARG...]\n");
+}
+
+/* The library beside this binary (build tree) or in ../lib/netshim
+ * (installed), as an absolute path; NETSHIM_LIB overrides both. */
+static int find_lib(char *out, size_t len)
+{
+	const char *env = getenv("NETSHIM_LIB");
+	char self[PATH_MAX], cand[PATH_MAX + 64];
+	static const char *const rel[] = { "libnetshim.so", "../lib/netshim/libnetshim.so" };
+	ssize_t n;
+
+	if (env && *env)
+		return realpath(env, out) ? 0 : -1;
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n < 0)
+		return -1;
+	self[n] = '\0';
+	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+		snprintf(cand, sizeof(cand), "%s/%s", dirname(self), rel[i]);
+		if (access(cand, R_OK) == 0 && realpath(cand, out))
+			return 0;
+		self[n] = '\0';   /* dirname may have cut it */
+	}
+	(void)len;
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "policy", required_argument, NULL, 'p' },
+		{ "table", required_argument, NULL, 't' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *policy = NULL, *table = NULL, *old;
+	char lib[PATH_MAX], abspol[PATH_MAX], errs[8192];
+	char *preload;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "+p:t:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'p': policy = optarg; break;
+		case 't': table = optarg; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind >= argc) {
+		usage(stderr);
+		return 2;
+	}
+	if (!policy)
+		policy = getenv("NETSHIM_POLICY");
+	if ((!policy || !*policy) && access("/etc/netshim/policy.conf", F_OK) == 0)
+		policy = "/etc/netshim/policy.conf";
+	if (policy && *policy) {
+		struct ns_policy p;
+
+		if (ns_policy_load(policy, &p, errs, sizeof(errs)) != 0) {
+			fputs(errs, stderr);
+			fprintf(stderr, "shimrun: %s: policy has errors; not starting %s\n", policy, argv[optind]);
+			return 2;
+		}
+		ns_policy_free(&p);
+		if (!realpath(policy, abspol))
+			err(2, "%s", policy);
+		setenv("NETSHIM_POLICY", abspol, 1);
+	}
+	if (table) {
+		if (!*table || strchr(table, '/'))
+			errx(2, "--table %s: use a plain file name", table);
+		setenv("NETSHIM_TABLE", table, 1);
+	}
+	if (find_lib(lib, sizeof(lib)) < 0)
+		errx(2, "cannot find libnetshim.so (set NETSHIM_LIB)");
+	old = getenv("LD_PRELOAD");
+	if (old && *old) {
+		if (asprintf(&preload, "%s %s", lib, old) < 0)
+			err(2, "out of memory");
+	} else {
+		preload = lib;
+	}
+	setenv("LD_PRELOAD", preload, 1);
+	execvp(argv[optind], argv + optind);
+	c = errno;
+	warn("%s", argv[optind]);
+	return c == ENOENT ? 127 : 126;
+}
