@@ -1,0 +1,332 @@
+/* test_table.c -- the shared table: pinned layout, window, transitions,
+ * exact counts from many processes, and the file checks. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../../policy/table.h"
+
+Test(layout, offsets_and_sizes_are_pinned)
+{
+	/* Every process on a machine maps the same bytes: a change here is a new
+	 * table version, never a silent reshuffle. */
+	cr_assert_eq(sizeof(struct ns_table_hdr), 256);
+	cr_assert_eq(offsetof(struct ns_table_hdr, magic), 0);
+	cr_assert_eq(offsetof(struct ns_table_hdr, version), 8);
+	cr_assert_eq(offsetof(struct ns_table_hdr, hdr_size), 12);
+	cr_assert_eq(offsetof(struct ns_table_hdr, slot_size), 16);
+	cr_assert_eq(offsetof(struct ns_table_hdr, nslots), 20);
+	cr_assert_eq(offsetof(struct ns_table_hdr, total_size), 24);
+	cr_assert_eq(offsetof(struct ns_table_hdr, created_wall_ms), 32);
+	cr_assert_eq(offsetof(struct ns_table_hdr, full_count), 40);
+	cr_assert_eq(offsetof(struct ns_table_hdr, used), 48);
+	cr_assert_eq(sizeof(struct ns_slot), 1024);
+	cr_assert_eq(offsetof(struct ns_slot, tag), 0);
+	cr_assert_eq(offsetof(struct ns_slot, word), 8);
+	cr_assert_eq(offsetof(struct ns_slot, calls), 16);
+	cr_assert_eq(offsetof(struct ns_slot, successes), 24);
+	cr_assert_eq(offsetof(struct ns_slot, failures), 32);
+	cr_assert_eq(offsetof(struct ns_slot, timeouts), 40);
+	cr_assert_eq(offsetof(struct ns_slot, rejected), 48);
+	cr_assert_eq(offsetof(struct ns_slot, retries), 56);
+	cr_assert_eq(offsetof(struct ns_slot, opened_wall_ms), 64);
+	cr_assert_eq(offsetof(struct ns_slot, half_open_wall_ms), 72);
+	cr_assert_eq(offsetof(struct ns_slot, last_error), 80);
+	cr_assert_eq(offsetof(struct ns_slot, window_ms), 84);
+	cr_assert_eq(offsetof(struct ns_slot, bucket), 104);
+	cr_assert_eq(offsetof(struct ns_slot, key), 360);
+	cr_assert_eq(NS_TABLE_MAGIC, 0x4c42544d4853534eULL);
+	cr_assert_eq(NS_TABLE_VERSION, 1);
+}
+
+/* A table in shared anonymous memory, so forked children update it too. */
+static void mem_table(struct ns_table *t, uint32_t nslots)
+{
+	size_t size = sizeof(struct ns_table_hdr) + nslots * sizeof(struct ns_slot);
+	void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	cr_assert_neq(m, MAP_FAILED);
+	memset(t, 0, sizeof(*t));
+	t->hdr = m;
+	t->hdr->magic = NS_TABLE_MAGIC;
+	t->hdr->version = NS_TABLE_VERSION;
+	t->hdr->hdr_size = sizeof(struct ns_table_hdr);
+	t->hdr->slot_size = sizeof(struct ns_slot);
+	t->hdr->nslots = nslots;
+	t->hdr->total_size = size;
+	t->slots = (struct ns_slot *)((char *)m + sizeof(struct ns_table_hdr));
+	t->nslots = nslots;
+	t->size = size;
+}
+
+Test(table, find_creates_once_and_finds_again)
+{
+	struct ns_table t;
+	int a, b;
+
+	mem_table(&t, 8);
+	cr_assert_eq(ns_table_find(&t, "127.0.0.1:80", 0, 1000), NS_SLOT_MISSING);
+	a = ns_table_find(&t, "127.0.0.1:80", 1, 1000);
+	cr_assert_geq(a, 0);
+	b = ns_table_find(&t, "127.0.0.1:80", 1, 1000);
+	cr_assert_eq(a, b);
+	cr_assert_neq(ns_table_find(&t, "127.0.0.1:81", 1, 1000), a);
+	cr_assert_eq(t.hdr->used, 2);
+}
+
+Test(table, full_table_is_visible_and_harmless)
+{
+	struct ns_table t;
+	char key[32];
+
+	mem_table(&t, 4);
+	for (int i = 0; i < 4; i++) {
+		snprintf(key, sizeof(key), "10.0.0.%d:80", i);
+		cr_assert_geq(ns_table_find(&t, key, 1, 1), 0);
+	}
+	cr_assert_eq(ns_table_find(&t, "10.0.0.99:80", 1, 1), NS_SLOT_FULL);
+	cr_assert_eq(t.hdr->full_count, 1);
+	cr_assert_geq(ns_table_find(&t, "10.0.0.2:80", 1, 1), 0);
+}
+
+Test(table, a_claim_abandoned_by_a_killed_process_is_taken_over)
+{
+	struct ns_table t;
+	int a;
+
+	mem_table(&t, 1);
+	a = ns_table_find(&t, "k:1", 1, 1000);
+	/* pretend the writer died mid-claim: state claiming, old claim time */
+	__atomic_store_n(&t.slots[a].tag, (t.slots[a].tag & ~(3ULL << 62)) | (1ULL << 62), __ATOMIC_RELEASE);
+	cr_assert_eq(ns_table_find(&t, "k:1", 1, 1500), NS_SLOT_BUSY);
+	cr_assert_eq(ns_table_find(&t, "k:1", 1, 1000 + 2001), a);
+}
+
+Test(table, window_counts_and_expires)
+{
+	struct ns_settings s = ns_builtin_settings;
+	struct ns_table t;
+	struct ns_entry e;
+	struct ns_step st;
+	int i;
+
+	s.failure_threshold = 3;
+	s.window_ms = 3200;   /* 32 buckets of 100 ms */
+	mem_table(&t, 4);
+	i = ns_table_find(&t, "d:1", 1, 0);
+	ns_table_outcome(&t, i, NS_OUT_FAILURE, 111, 10000, 1, &s, &st);
+	ns_table_outcome(&t, i, NS_OUT_TIMEOUT, 110, 10100, 1, &s, &st);
+	ns_table_read(&t, i, 10100, &e);
+	cr_assert_eq(e.failures_in_window, 2);
+	ns_table_read(&t, i, 10000 + 3200, &e);
+	cr_assert_eq(e.failures_in_window, 1, "the first failure left the window");
+	/* a third failure after the first expired does not open it */
+	ns_table_outcome(&t, i, NS_OUT_FAILURE, 111, 13250, 1, &s, &st);
+	cr_assert_eq(st.transition, NS_TR_NONE);
+	ns_table_outcome(&t, i, NS_OUT_FAILURE, 111, 13260, 7, &s, &st);
+	cr_assert_eq(st.transition, NS_TR_OPENED);
+	ns_table_read(&t, i, 13260, &e);
+	cr_assert_eq(e.brk.state, NS_OPEN);
+	cr_assert_eq(e.failures, 4);
+	cr_assert_eq(e.timeouts, 1);
+	cr_assert_eq(e.last_error, 111);
+	cr_assert_eq(e.opened_wall_ms, 7);
+	cr_assert_eq(e.half_open_wall_ms, 7 + s.open_duration_ms);
+	cr_assert_eq(ns_table_attempt(&t, i, 1, 13261, &s, NULL), NS_REJECT);
+	cr_assert_eq(ns_table_attempt(&t, i, 0, 13261, &s, NULL), NS_ALLOW, "monitor mode never rejects");
+	ns_table_read(&t, i, 13262, &e);
+	cr_assert_eq(e.rejected, 1);
+	cr_assert_eq(e.calls, 1);
+	ns_table_reset(&t, i);
+	ns_table_read(&t, i, 13262, &e);
+	cr_assert_eq(e.brk.state, NS_CLOSED);
+	cr_assert_eq(e.failures_in_window, 0);
+	cr_assert_eq(e.opened_wall_ms, 0);
+}
+
+Test(table, probe_success_closes_and_clears_window)
+{
+	struct ns_settings s = ns_builtin_settings;
+	struct ns_table t;
+	struct ns_entry e;
+	int i;
+
+	s.failure_threshold = 1;
+	s.open_duration_ms = 100;
+	mem_table(&t, 4);
+	i = ns_table_find(&t, "d:1", 1, 0);
+	ns_table_outcome(&t, i, NS_OUT_FAILURE, 111, 1000, 1, &s, NULL);
+	cr_assert_eq(ns_table_attempt(&t, i, 1, 1050, &s, NULL), NS_REJECT);
+	cr_assert_eq(ns_table_attempt(&t, i, 1, 1100, &s, NULL), NS_ALLOW_PROBE);
+	cr_assert_eq(ns_table_attempt(&t, i, 1, 1101, &s, NULL), NS_REJECT);
+	ns_table_outcome(&t, i, NS_OUT_SUCCESS, 0, 1102, 1, &s, NULL);
+	ns_table_read(&t, i, 1102, &e);
+	cr_assert_eq(e.brk.state, NS_CLOSED);
+	cr_assert_eq(e.failures_in_window, 0);
+}
+
+#define PROCS 8
+#define PER 2000
+
+Test(table, concurrent_updates_from_forked_processes_are_exact)
+{
+	struct ns_settings s = ns_builtin_settings;
+	struct ns_table t;
+	struct ns_entry e;
+	int i, status;
+
+	s.failure_threshold = 0;   /* never open: every attempt is a call */
+	mem_table(&t, 16);
+	for (int p = 0; p < PROCS; p++) {
+		if (fork() == 0) {
+			for (int k = 0; k < PER; k++) {
+				int idx = ns_table_find(&t, "shared:1", 1, 5);
+
+				ns_table_attempt(&t, idx, 1, 5, &s, NULL);
+				ns_table_outcome(&t, idx, k % 2 ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 111, 5, 1, &s, NULL);
+				ns_table_add_retry(&t, idx);
+			}
+			_exit(0);
+		}
+	}
+	for (int p = 0; p < PROCS; p++) {
+		wait(&status);
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	i = ns_table_find(&t, "shared:1", 0, 5);
+	cr_assert_geq(i, 0);
+	cr_assert_eq(t.hdr->used, 1, "one key, one slot, whatever the race");
+	ns_table_read(&t, i, 5, &e);
+	cr_assert_eq(e.calls, PROCS * PER);
+	cr_assert_eq(e.successes, PROCS * PER / 2);
+	cr_assert_eq(e.failures, PROCS * PER / 2);
+	cr_assert_eq(e.retries, PROCS * PER);
+	cr_assert_eq(e.outcomes_in_window, PROCS * PER < 0xffff ? PROCS * PER : 0xffff);
+}
+
+Test(table, only_one_process_opens_and_rejections_are_exact)
+{
+	struct ns_settings s = ns_builtin_settings;
+	struct ns_table t;
+	struct ns_entry e;
+	int i, status;
+
+	s.failure_threshold = 5;
+	s.recovery = NS_RECOVERY_MANUAL;
+	mem_table(&t, 16);
+	i = ns_table_find(&t, "x:1", 1, 5);
+	for (int k = 0; k < 5; k++)
+		ns_table_outcome(&t, i, NS_OUT_FAILURE, 111, 5, 1, &s, NULL);
+	for (int p = 0; p < PROCS; p++)
+		if (fork() == 0) {
+			for (int k = 0; k < PER; k++)
+				if (ns_table_attempt(&t, i, 1, 6, &s, NULL) != NS_REJECT)
+					_exit(1);
+			_exit(0);
+		}
+	for (int p = 0; p < PROCS; p++) {
+		wait(&status);
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	ns_table_read(&t, i, 6, &e);
+	cr_assert_eq(e.rejected, PROCS * PER);
+	cr_assert_eq(e.calls, 0);
+}
+
+/**** the file ****/
+
+static char name[64], path[128];
+
+static void fresh(void)
+{
+	snprintf(name, sizeof(name), "nsunit.%d", getpid());
+	snprintf(path, sizeof(path), "/dev/shm/%s", name);
+	unlink(path);
+}
+
+static void gone(void)
+{
+	unlink(path);
+}
+
+TestSuite(tablefile, .init = fresh, .fini = gone);
+
+Test(tablefile, created_0600_and_reopened)
+{
+	struct ns_table t, u;
+	struct stat st;
+	char e[256];
+
+	cr_assert_eq(ns_table_open(name, 0, 0, &t, e, sizeof(e)), NS_TBL_MISSING);
+	cr_assert(strstr(e, "no such table"), "got: %s", e);
+	umask(0);
+	cr_assert_eq(ns_table_open(name, 1, 64, &t, e, sizeof(e)), NS_TBL_OK, "%s", e);
+	umask(022);
+	cr_assert_eq(stat(path, &st), 0);
+	cr_assert_eq(st.st_mode & 0777, 0600);
+	cr_assert_eq(t.nslots, 64);
+	cr_assert_eq(ns_table_open(name, 1, 4096, &u, e, sizeof(e)), NS_TBL_OK, "%s", e);
+	cr_assert_eq(u.nslots, 64, "an existing table keeps its size");
+	ns_table_close(&t);
+	ns_table_close(&u);
+}
+
+static void expect_refused(const char *why)
+{
+	struct ns_table t;
+	char e[256];
+
+	cr_assert_eq(ns_table_open(name, 1, 0, &t, e, sizeof(e)), NS_TBL_BAD);
+	cr_assert(strstr(e, why), "got: %s", e);
+	cr_assert(strstr(e, path), "names the file: %s", e);
+}
+
+Test(tablefile, bad_tables_are_refused_with_the_reason)
+{
+	struct ns_table t;
+	char e[256];
+	int fd;
+
+	cr_assert_eq(ns_table_open(name, 1, 16, &t, e, sizeof(e)), NS_TBL_OK, "%s", e);
+	t.hdr->magic ^= 1;
+	expect_refused("bad magic");
+	t.hdr->magic ^= 1;
+	t.hdr->version = 99;
+	expect_refused("table version 99");
+	t.hdr->version = NS_TABLE_VERSION;
+	t.hdr->nslots = 100000000;
+	expect_refused("corrupt slot count");
+	t.hdr->nslots = 16;
+	ns_table_close(&t);
+
+	cr_assert_eq(chmod(path, 0622), 0);
+	expect_refused("writable by group or others");
+	cr_assert_eq(chmod(path, 0600), 0);
+	cr_assert_eq(chown(path, 65534, 65534), 0);
+	expect_refused("owned by another user");
+	cr_assert_eq(chown(path, 0, 0), 0);
+	fd = open(path, O_RDWR);
+	cr_assert_eq(ftruncate(fd, 300), 0);
+	close(fd);
+	expect_refused("too short");
+	cr_assert_eq(truncate(path, 10), 0);
+	expect_refused("too short");
+	unlink(path);
+	cr_assert_eq(symlink("/etc/passwd", path), 0);
+	expect_refused("symbolic link");
+}
+
+Test(tablefile, bad_names_are_refused)
+{
+	struct ns_table t;
+	char e[256];
+
+	cr_assert_eq(ns_table_open("../etc/x", 1, 0, &t, e, sizeof(e)), NS_TBL_BAD);
+	cr_assert_eq(ns_table_open("", 1, 0, &t, e, sizeof(e)), NS_TBL_BAD);
+}
