@@ -2,10 +2,11 @@
 
 PREFIX ?= /usr/local
 DESTDIR ?=
-BUILD ?= build
 CC ?= cc
 SANITIZER ?=
+BUILD ?= build$(if $(SANITIZER),-$(SANITIZER))
 WERROR ?=
+PYTHON ?= /usr/bin/python3
 
 WARN := -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes \
 	-Werror=format-security -Wimplicit-fallthrough
@@ -32,7 +33,7 @@ LIB := $(BUILD)/libnetshim.so
 TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench
 CLIENTS := $(BUILD)/fclient
 
-.PHONY: all test unit integration install uninstall bench demo deps clean
+.PHONY: all test unit integration negative install uninstall bench demo deps clean
 
 all: $(LIB) $(TOOLS) $(CLIENTS)
 
@@ -77,12 +78,17 @@ $(BUILD)/unit_tests: $(UNIT_SRC) $(POLICY_OBJ)
 	$(CC) $(FINAL_CFLAGS) -o $@ $(UNIT_SRC) $(POLICY_OBJ) -lcriterion $(FINAL_LDFLAGS)
 
 unit: $(BUILD)/unit_tests
-	$(BUILD)/unit_tests --jobs 2
+	$(BUILD)/unit_tests --jobs 2 --short-filename
 
 integration: all
-	NETSHIM_BUILD=$(abspath $(BUILD)) python3 -m pytest -q tests/integration
+	NETSHIM_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q tests/integration
 
-test: unit integration
+# every test: unit, integration, and the negative control that shows each
+# shim test failing with the shim switched off
+test: unit integration negative
+
+negative: all
+	PYTHON=$(PYTHON) tests/negative_control.sh $(BUILD)
 
 bench: all
 	tools/bench.sh $(BUILD)
@@ -107,4 +113,4 @@ uninstall:
 	-rmdir $(DESTDIR)$(PREFIX)/lib/netshim
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf build build-address build-undefined

@@ -1,0 +1,161 @@
+"""Fixtures for the integration tests: real programs under the shim against
+the fault server on loopback.
+
+NETSHIM_NEGATIVE_CONTROL=1 runs every program with NETSHIM_DISABLE=1, so the
+shim passes everything through: each test marked `shim` must then fail
+(tests/negative_control.sh checks that)."""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BUILD = pathlib.Path(os.environ.get("NETSHIM_BUILD", ROOT / "build"))
+PY = sys.executable
+NEGATIVE = os.environ.get("NETSHIM_NEGATIVE_CONTROL") == "1"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "shim: exercises behaviour the preload library provides")
+
+
+def base_env(table, policy=None, extra=None):
+    env = dict(os.environ)
+    for k in ("LD_PRELOAD", "NETSHIM_POLICY", "NETSHIM_DISABLE", "NETSHIM_LOG"):
+        env.pop(k, None)
+    env["NETSHIM_TABLE"] = table
+    if policy:
+        env["NETSHIM_POLICY"] = str(policy)
+    if NEGATIVE:
+        env["NETSHIM_DISABLE"] = "1"
+    if extra:
+        env.update(extra)
+    return env
+
+
+class Result:
+    def __init__(self, proc, elapsed):
+        self.rc = proc.returncode
+        self.out = proc.stdout
+        self.err = proc.stderr
+        self.elapsed = elapsed
+
+    def last_json(self):
+        """The client's own report: the last JSON line on stderr or stdout."""
+        for stream in (self.err, self.out):
+            for line in reversed(stream.splitlines()):
+                line = line.strip()
+                if line.startswith("{"):
+                    return json.loads(line)
+        raise AssertionError(f"no JSON report in output:\nstdout={self.out}\nstderr={self.err}")
+
+
+class Shim:
+    """One test's table, policy and helpers."""
+
+    def __init__(self, tmp_path):
+        self.tmp = tmp_path
+        self.table = f"nstest.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        self.policy_path = None
+
+    def policy(self, text):
+        self.policy_path = self.tmp / "policy.conf"
+        self.policy_path.write_text(text)
+        return self.policy_path
+
+    def run(self, args, shim=True, timeout=60, env=None, policy=True):
+        cmd = [str(BUILD / "shimrun")]
+        if policy and self.policy_path:
+            cmd += ["--policy", str(self.policy_path)]
+        cmd += ["--"] + [str(a) for a in args]
+        if not shim:
+            cmd = [str(a) for a in args]
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                           env=base_env(self.table, self.policy_path if policy else None, env))
+        return Result(p, time.monotonic() - t0)
+
+    def ctl(self, *args, env=None):
+        p = subprocess.run([str(BUILD / "shimctl"), "--table", self.table, *map(str, args)],
+                           capture_output=True, text=True, timeout=30, env=base_env(self.table, None, env))
+        return p
+
+    def status(self):
+        p = self.ctl("status", "--json")
+        assert p.returncode == 0, p.stderr
+        return {e["destination"]: e for e in json.loads(p.stdout)["entries"]}
+
+    def entry(self, dest):
+        return self.status().get(dest)
+
+    def cleanup(self):
+        for name in (self.table,):
+            try:
+                os.unlink(f"/dev/shm/{name}")
+            except FileNotFoundError:
+                pass
+
+
+@pytest.fixture
+def shim(tmp_path):
+    s = Shim(tmp_path)
+    yield s
+    s.cleanup()
+
+
+class Server:
+    def __init__(self, mode, tmp, bind="127.0.0.1", **opts):
+        self.count_file = tmp / f"accepts.{uuid.uuid4().hex[:6]}"
+        cmd = [str(BUILD / "faultsrv"), "--mode", mode, "--bind", bind, "--count-file", str(self.count_file)]
+        for k, v in opts.items():
+            cmd += ["--" + k.replace("_", "-"), str(v)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env={"PATH": os.environ["PATH"]})
+        line = self.proc.stdout.readline()
+        assert line.startswith("PORT "), f"faultsrv did not start: {line!r}"
+        self.port = int(line.split()[1])
+        self.host = bind
+        self.dest = f"[{bind}]:{self.port}" if ":" in bind else f"{bind}:{self.port}"
+        self.url = f"http://{'[' + bind + ']' if ':' in bind else bind}:{self.port}/"
+
+    def accepts(self):
+        return int(self.count_file.read_text())
+
+    def heal(self):
+        """Turn into a healthy HTTP server."""
+        self.proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.2)
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def server(tmp_path):
+    started = []
+
+    def start(mode, **opts):
+        s = Server(mode, tmp_path, **opts)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+def client(name):
+    return BUILD / name
+
+
+def py_script(tmp_path, body):
+    """Write a Python client script; it prints one JSON line as its report."""
+    p = tmp_path / f"client_{uuid.uuid4().hex[:6]}.py"
+    p.write_text(body)
+    return [PY, str(p)]

@@ -1,0 +1,96 @@
+"""Invisible when healthy, and real errors pass through unchanged."""
+import os
+import stat
+import subprocess
+
+import pytest
+
+from clients import PY_NONBLOCK, PY_REQUESTS, PY_SOCKET
+from conftest import BUILD, client, py_script
+
+GENEROUS = """
+[defaults]
+connect_timeout = 10s
+read_timeout = 10s
+total_timeout = 20s
+"""
+
+
+def test_healthy_programs_return_the_same_bytes(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy(GENEROUS)
+    progs = [
+        ["curl", "-sS", "-i", srv.url],
+        ["wget", "-q", "-O", "-", "--tries=1", srv.url],
+        py_script(tmp_path, PY_SOCKET) + [srv.host, srv.port],
+        py_script(tmp_path, PY_REQUESTS) + [srv.url],
+        [client("fclient"), "--chunk", "7", srv.host, srv.port],
+        [client("fclient"), "--use", "read", srv.host, srv.port],
+    ]
+    for prog in progs:
+        bare = shim.run(prog, shim=False)
+        under = shim.run(prog)
+        assert bare.rc == under.rc == 0, (prog, bare.err, under.err)
+        strip = lambda s: "\n".join(l for l in s.splitlines() if '"ms"' not in l and "Date:" not in l)
+        if prog[0] == str(client("fclient")):
+            assert bare.out == under.out
+        else:
+            assert strip(bare.out) == strip(under.out), prog
+        assert "netshim:" not in under.err, under.err
+
+
+def test_real_econnrefused_passes_through(shim, server):
+    srv = server("refuse")
+    shim.policy(GENEROUS)
+    bare = shim.run([client("fclient"), srv.host, srv.port], shim=False).last_json()
+    under = shim.run([client("fclient"), srv.host, srv.port]).last_json()
+    assert bare["connect"] == under["connect"] == "ECONNREFUSED"
+
+
+def test_einprogress_and_eagain_pass_through(shim, server, tmp_path):
+    srv = server("silent")
+    shim.policy(GENEROUS)
+    args = py_script(tmp_path, PY_NONBLOCK) + [srv.host, srv.port, "recv"]
+    bare = shim.run(args, shim=False).last_json()
+    under = shim.run(args).last_json()
+    assert bare == under == {"connect": "EINPROGRESS", "so_error": "OK", "recv": "EAGAIN"}
+
+
+def test_python_own_timeout_unchanged(shim, server, tmp_path):
+    # requests' own 0.4 s timeout fires first under a 5 s policy, as before
+    srv = server("silent")
+    shim.policy("[defaults]\nread_timeout = 5s\n")
+    res = shim.run(py_script(tmp_path, PY_REQUESTS) + [srv.url, "0.4"]).last_json()
+    assert res["ok"] is False and res["exc"] == "ReadTimeout", res
+    assert 390 <= res["ms"] <= 800
+
+
+def test_bypass_mode_leaves_no_entry_and_no_deadline(shim, server):
+    srv = server("silent")
+    shim.policy("[defaults]\nread_timeout = 300ms\n[host \"127.0.0.0/8\"]\nmode = bypass\n")
+    res = shim.run([client("fclient"), "--rcvtimeo", "1200", srv.host, srv.port]).last_json()
+    assert res["recv"] == "EAGAIN" and res["recv_ms"] >= 1150, res
+    p = shim.ctl("status", "--json")
+    assert p.returncode == 1 or srv.dest not in p.stdout
+
+
+def test_disable_passes_everything_through(shim, server):
+    srv = server("silent")
+    shim.policy("[defaults]\nread_timeout = 300ms\n")
+    res = shim.run([client("fclient"), "--rcvtimeo", "1000", srv.host, srv.port],
+                   env={"NETSHIM_DISABLE": "1"}).last_json()
+    assert res["recv"] == "EAGAIN" and res["recv_ms"] >= 950
+
+
+def test_fortified_client_imports_the_chk_symbols():
+    out = subprocess.run(["nm", "-D", str(client("fclient"))], capture_output=True, text=True).stdout
+    assert "__recv_chk" in out and "__read_chk" in out
+
+
+def test_library_exports_only_the_wrapped_symbols():
+    out = subprocess.run(["nm", "-D", "--defined-only", str(BUILD / "libnetshim.so")],
+                         capture_output=True, text=True).stdout
+    names = sorted(l.split()[-1] for l in out.splitlines() if l.strip())
+    assert names == sorted("""__read_chk __recv_chk __recvfrom_chk close connect dup dup2 dup3 fcntl
+        fcntl64 getsockopt ioctl read readv recv recvfrom recvmsg send sendmsg sendto setsockopt
+        socket write writev""".split())

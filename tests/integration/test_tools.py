@@ -1,0 +1,134 @@
+"""shimctl and shimrun: exit codes, messages, output formats."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import BUILD, client
+
+
+def ctl(*args, env=None):
+    return subprocess.run([str(BUILD / "shimctl"), *map(str, args)], capture_output=True, text=True, env=env)
+
+
+def test_check_reports_every_error_with_file_and_line(tmp_path):
+    bad = tmp_path / "bad.conf"
+    bad.write_text("[defaults]\nread_timeout = 5\nbogus = 1\n[host \"10.0.0.1/40\"]\n")
+    p = ctl("check", bad)
+    assert p.returncode == 2
+    assert p.stderr.splitlines() == [
+        f"{bad}:2: read_timeout: bad duration '5': a duration needs a unit (ms, s, m, h), such as 250ms or 3s",
+        f"{bad}:3: unknown key 'bogus'",
+        f"{bad}:4: bad host pattern \"10.0.0.1/40\": bad prefix length",
+    ]
+
+
+def test_check_accepts_a_good_file_and_names_a_missing_one(tmp_path):
+    good = tmp_path / "good.conf"
+    good.write_text("[defaults]\nread_timeout = 5s\n[host \"*.example.com\"]\nmode = monitor\n")
+    p = ctl("check", good)
+    assert p.returncode == 0 and "ok" in p.stdout
+    p = ctl("check", tmp_path / "nope.conf")
+    assert p.returncode == 2 and f"{tmp_path}/nope.conf: cannot open" in p.stderr
+
+
+def test_usage_errors_exit_2():
+    assert ctl().returncode == 2
+    assert ctl("frobnicate").returncode == 2
+    assert ctl("reset").returncode == 2
+    assert ctl("status", "--bogus").returncode == 2
+    assert ctl("--help").returncode == 0
+    assert ctl("--version").returncode == 0
+
+
+def test_unknown_destination_exits_1(shim, server):
+    srv = server("http")
+    shim.policy("[defaults]\n")
+    shim.run([client("fclient"), srv.host, srv.port])
+    p = shim.ctl("status", "127.0.0.1:1")
+    assert p.returncode == 1 and "no such destination" in p.stderr
+    assert shim.ctl("reset", "127.0.0.1:1").returncode == 1
+    p = shim.ctl("status", srv.dest)
+    assert p.returncode == 0 and srv.dest in p.stdout
+
+
+def test_status_text_is_an_aligned_table(shim):
+    assert shim.ctl("open", "127.0.0.1:9").returncode == 0
+    assert shim.ctl("open", "[::1]:10").returncode == 0
+    lines = shim.ctl("status").stdout.splitlines()
+    assert lines[0].split()[:3] == ["DESTINATION", "STATE", "WIN_FAIL"]
+    assert {l.split()[0] for l in lines[1:3]} == {"127.0.0.1:9", "[::1]:10"}
+    assert len({l.index(l.split()[1]) for l in lines[:3]}) == 1, "STATE column aligned"
+
+
+def test_status_json_has_every_contract_field(shim):
+    assert shim.ctl("open", "127.0.0.1:9").returncode == 0
+    doc = json.loads(shim.ctl("status", "--json").stdout)
+    assert doc["table"] == shim.table
+    e = doc["entries"][0]
+    for k in ("destination", "state", "calls", "successes", "failures", "failures_in_window",
+              "consecutive_failures", "timeouts", "rejected", "retries", "last_error", "opened_at", "half_open_at"):
+        assert k in e, k
+    assert e["state"] == "forced_open" and e["last_error"] is None and e["half_open_at"] is None
+    assert e["opened_at"].endswith("Z") and "T" in e["opened_at"]
+
+
+def test_host_names_are_printed_escaped(shim):
+    assert shim.ctl("open", "evil\x1bname.example:80").returncode == 2  # not a host name: refused
+    # a key with a control character can only come from shared memory; write one
+    assert shim.ctl("open", "ok.example:80").returncode == 0
+    path = f"/dev/shm/{shim.table}"
+    data = bytearray(open(path, "rb").read())
+    i = data.index(b"ok.example:80")
+    data[i + 2] = 0x1b
+    open(path, "r+b").write(bytes(data))
+    out = shim.ctl("status").stdout + shim.ctl("status", "--json").stdout
+    assert "\x1b" not in out
+    assert "ok\\x1bexample:80" in out and "ok\\u001bexample:80" in out
+
+
+def test_shimrun_refuses_a_bad_policy_without_running(tmp_path):
+    bad = tmp_path / "bad.conf"
+    bad.write_text("[defaults]\nread_timeout = soon\n")
+    marker = tmp_path / "ran"
+    p = subprocess.run([str(BUILD / "shimrun"), "--policy", str(bad), "--", "touch", str(marker)],
+                       capture_output=True, text=True)
+    assert p.returncode == 2
+    assert f"{bad}:2: read_timeout: bad duration 'soon'" in p.stderr
+    assert not marker.exists()
+
+
+def test_shimrun_keeps_existing_preload_and_exit_status(tmp_path):
+    env = dict(os.environ, LD_PRELOAD="libm.so.6")
+    env.pop("NETSHIM_POLICY", None)
+    p = subprocess.run([str(BUILD / "shimrun"), "--", "sh", "-c", 'echo "$LD_PRELOAD"; exit 3'],
+                       capture_output=True, text=True, env=env)
+    assert p.returncode == 3
+    assert p.stdout.strip() == f"{(BUILD / 'libnetshim.so').resolve()} libm.so.6"
+    p = subprocess.run([str(BUILD / "shimrun"), "--", "/nonexistent/prog"], capture_output=True, text=True)
+    assert p.returncode == 127
+
+
+def test_library_with_bad_policy_logs_once_and_passes_through(shim, server, tmp_path):
+    srv = server("silent")
+    bad = tmp_path / "bad.conf"
+    bad.write_text("[defaults]\nread_timeout = 300ms\nbogus = 1\n")
+    env = dict(os.environ, LD_PRELOAD=str(BUILD / "libnetshim.so"), NETSHIM_POLICY=str(bad),
+               NETSHIM_TABLE=shim.table)
+    p = subprocess.run([str(client("fclient")), "--rcvtimeo", "800", srv.host, str(srv.port)],
+                       capture_output=True, text=True, env=env)
+    lines = [l for l in p.stderr.splitlines() if l.startswith("netshim:")]
+    assert len(lines) == 1 and f"{bad}:3: unknown key 'bogus'" in lines[0], p.stderr
+    assert '"recv": "EAGAIN"' in p.stderr   # the program's own timeout, not the policy's
+
+
+def test_explain_names_the_section_of_each_setting(tmp_path):
+    pol = tmp_path / "p.conf"
+    pol.write_text("[defaults]\nread_timeout = 9s\n[host \"127.0.0.0/8\"]\nconnect_timeout = 2s\n")
+    p = ctl("explain", "--policy", pol, "127.0.0.1:80")
+    assert p.returncode == 0
+    lines = {l.split()[0]: l for l in p.stdout.splitlines() if not l.startswith("#")}
+    assert "9s" in lines["read_timeout"] and "[defaults] line 2" in lines["read_timeout"]
+    assert "2s" in lines["connect_timeout"] and '[host "127.0.0.0/8"] line 4' in lines["connect_timeout"]
+    assert "built-in default" in lines["window"]

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Install the Debian packages netshim needs to build and test, when missing.
+set -eu
+PKGS="build-essential libunwind-dev uthash-dev libcriterion-dev pkg-config
+python3 python3-pytest python3-requests curl wget strace valgrind procps"
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+if [ -z "$missing" ]; then
+	echo "install-deps: all packages present"
+	exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+	echo "install-deps: missing:$missing (run as root, or: sudo apt-get install$missing)" >&2
+	exit 1
+fi
+echo "install-deps: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+# shellcheck disable=SC2086
+apt-get install -y -q $missing
