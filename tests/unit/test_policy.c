@@ -111,7 +111,13 @@ Test(policy, zero_switches_a_limit_off_and_empty_file_is_builtin)
 	ns_policy_free(&p);
 	cr_assert_eq(parse("", &p), 0);
 	ns_policy_resolve(&p, &d, &s, NULL);
-	cr_assert_eq(memcmp(&s, &ns_builtin_settings, sizeof(s)), 0);
+	for (int k = 0; k < NS_K_COUNT; k++) {
+		char got[64], want[64];
+
+		ns_setting_format(k, &s, got, sizeof(got));
+		ns_setting_format(k, &ns_builtin_settings, want, sizeof(want));
+		cr_assert_str_eq(got, want, "%s", ns_key_names[k]);
+	}
 	ns_policy_free(&p);
 }
 
