@@ -180,9 +180,12 @@ def test_reset_by_peer_counts_as_failure(shim, server):
     srv = server("reset")
     shim.policy(TRIP)
     res = shim.run([client("fclient"), srv.host, srv.port]).last_json()
-    assert res["recv"] in ("ECONNRESET", "EPIPE"), res
+    # the reset can race the end of the handshake: the kernel then reports
+    # it from connect() itself, with or without the shim
+    err = res["connect"] if res["connect"] != "OK" else res["recv"]
+    assert err in ("ECONNRESET", "EPIPE"), res
     e = shim.entry(srv.dest)
-    assert (e["calls"], e["failures"], e["last_error"]) == (1, 1, res["recv"])
+    assert (e["calls"], e["failures"], e["last_error"]) == (1, 1, err)
 
 
 @pytest.mark.shim
