@@ -218,61 +218,103 @@ static void dir_want(const struct ns_conn *c, int d, int64_t left, int64_t *want
 	}
 }
 
-/* Before a data call on a connection with a total budget: fail once it is
- * spent, and keep the kernel timeout from outliving it. Returns 0 or -1 with
- * errno ETIMEDOUT. */
-static int total_check(int fd, struct ns_conn *c, int d)
+/* Before a data call with a deadline of its own: the total budget, or the
+ * rest of a read that a signal interrupted. Fails once it is spent, and keeps
+ * the kernel timeout from outliving it. Returns 0 or -1 with errno ETIMEDOUT. */
+static int deadline_check(int fd, struct ns_conn *c, int d)
 {
-	int64_t left = c->total_deadline - ns_now(), want;
+	monotime now = ns_now();
 	struct ns_dir *dir = &c->dir[d];
+	int64_t left = 0, want;
 	uint32_t src;
 
-	if (left <= 0) {
-		__atomic_fetch_or(&c->flags, NS_C_TOTAL_FIRED, __ATOMIC_RELAXED);
-		conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
-		errno = ETIMEDOUT;
-		return -1;
+	if (c->total_deadline) {
+		left = c->total_deadline - now;
+		if (left <= 0)
+			goto out_expired;
 	}
-	if (dir->kernel_ns == 0 || left + TOTAL_SLACK_NS < dir->kernel_ns) {
+	if (d == NS_IN && c->intr_deadline) {
+		int64_t rest = c->intr_deadline - now;
+
+		if (rest <= 0) {
+			c->intr_deadline = 0;
+			goto out_expired;
+		}
+		if (left == 0 || rest < left) {
+			dir_sync(fd, c, d, rest, NS_SRC_SHIM_READ);
+			return 0;
+		}
+	}
+	if (c->total_deadline && (dir->kernel_ns == 0 || left + TOTAL_SLACK_NS < dir->kernel_ns)) {
 		dir_want(c, d, left, &want, &src);
 		dir_sync(fd, c, d, want, src);
 	}
 	return 0;
+out_expired:
+	conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
+	errno = ETIMEDOUT;
+	return -1;
+}
+
+/* A blocking read interrupted by a signal is usually called again at once
+ * (Python always does). The kernel would then wait a whole read_timeout
+ * again, and a program with a periodic timer signal would never time out, so
+ * the retry waits only for what is left of the first interrupted wait. The
+ * shim cannot see when the interrupted call began without reading the clock
+ * on every read, so that rest is counted from the interruption: the read
+ * fails at most read_timeout after its first signal. */
+static void note_interrupted(int fd, struct ns_conn *c, int e)
+{
+	int64_t want;
+	uint32_t src;
+
+	if (e == EINTR) {
+		if (!c->intr_deadline && c->dir[NS_IN].src >= NS_SRC_SHIM_READ &&
+		    !(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_NONBLOCK))
+			c->intr_deadline = ns_now() + c->dir[NS_IN].kernel_ns;
+		return;
+	}
+	if (c->intr_deadline) {
+		c->intr_deadline = 0;
+		dir_want(c, NS_IN, c->total_deadline ? c->total_deadline - ns_now() : 0, &want, &src);
+		dir_sync(fd, c, NS_IN, want, src);
+	}
 }
 
 /**** data path ****/
 
 static inline int before_io(int fd, struct ns_conn *c, int d)
 {
-	if (likely(c->total_deadline == 0))
+	if (likely(c->total_deadline == 0 && c->intr_deadline == 0))
 		return 0;
-	return total_check(fd, c, d);
+	return deadline_check(fd, c, d);
 }
 
 /* After a data call: count the outcome, and turn the kernel's EAGAIN into
  * ETIMEDOUT when the timeout it held was the shim's. */
-static ssize_t after_io(struct ns_conn *c, int d, ssize_t r, size_t len, int flags)
+static ssize_t after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len, int flags)
 {
-	uint32_t f;
 	int e;
 
 	if (likely(r > 0)) {
 		if (unlikely(!c->outcome) && d == NS_IN)
 			conn_outcome(c, NS_OUT_SUCCESS, 0);
+		if (unlikely(c->intr_deadline) && d == NS_IN)
+			note_interrupted(fd, c, 0);
 		return r;
 	}
+	e = errno;
+	if (d == NS_IN && (e == EINTR || c->intr_deadline))
+		note_interrupted(fd, c, r < 0 ? e : 0);
 	if (r == 0) {
 		if (d == NS_IN && len > 0 && !c->outcome)
 			conn_outcome(c, NS_OUT_SUCCESS, 0);   /* the peer closed cleanly */
+		errno = e;
 		return 0;
 	}
-	e = errno;
-	f = __atomic_load_n(&c->flags, __ATOMIC_RELAXED);
 	if (e == EAGAIN || e == EWOULDBLOCK) {
-		if (!(f & NS_C_NONBLOCK) && !(flags & MSG_DONTWAIT) &&
-		    c->dir[d].src >= NS_SRC_SHIM_READ) {
-			if (c->dir[d].src == NS_SRC_SHIM_TOTAL)
-				__atomic_fetch_or(&c->flags, NS_C_TOTAL_FIRED, __ATOMIC_RELAXED);
+		if (!(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_NONBLOCK) &&
+		    !(flags & MSG_DONTWAIT) && c->dir[d].src >= NS_SRC_SHIM_READ) {
 			conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
 			errno = ETIMEDOUT;
 			return -1;
@@ -292,7 +334,7 @@ static ssize_t after_io(struct ns_conn *c, int d, ssize_t r, size_t len, int fla
 	if (before_io((fd), c_, (dir)) < 0) \
 		return -1; \
 	r_ = call; \
-	return after_io(c_, (dir), r_, (len), (flags)); \
+	return after_io((fd), c_, (dir), r_, (len), (flags)); \
 } while (0)
 
 static size_t iov_len(const struct iovec *iov, int cnt)

@@ -61,7 +61,6 @@ enum { NS_IN = 0, NS_OUT = 1 };
 #define NS_C_CONNECTING 0x2u
 #define NS_C_ENFORCE 0x4u
 #define NS_C_PROBE 0x8u
-#define NS_C_TOTAL_FIRED 0x10u
 
 /* A governed connection, shared by every fd dup'ed from the one that
  * connected. Records come from a pool and are never unmapped, so a thread
@@ -74,6 +73,7 @@ struct ns_conn {
 	monotime start;
 	monotime connect_deadline;/* absolute, 0 = none; for the event-loop waits */
 	monotime total_deadline;  /* absolute, 0 = none */
+	monotime intr_deadline;   /* the rest of a read a signal interrupted, 0 = none */
 	int64_t read_timeout_ns;  /* 0 = none */
 	struct ns_dir dir[2];
 	struct ns_settings set;

@@ -136,3 +136,30 @@ print(json.dumps({"before": before, "after": after}))
 ''')
     res = shim.run(script + [srv.port]).last_json()
     assert res == {"before": [0, 0], "after": [7, 0]}
+
+
+@pytest.mark.shim
+def test_periodic_signals_do_not_restart_the_read_deadline(shim, server, tmp_path):
+    # Python retries a read interrupted by a signal (PEP 475); each retry must
+    # not get a fresh read_timeout, or a 300 ms timer would keep it forever
+    srv = server("silent")
+    shim.policy(POLICY)
+    script = py_script(tmp_path, r'''
+import errno, json, signal, socket, sys, time
+ticks = []
+signal.signal(signal.SIGALRM, lambda *a: ticks.append(1))
+signal.setitimer(signal.ITIMER_REAL, 0.3, 0.3)
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+t0 = time.monotonic()
+try:
+    s.recv(10)
+    res = {"errno": "OK"}
+except OSError as e:
+    res = {"errno": errno.errorcode[e.errno]}
+res.update(ms=(time.monotonic() - t0) * 1000, ticks=len(ticks))
+print(json.dumps(res))
+''')
+    res = shim.run(script + [srv.port], timeout=8).last_json()
+    assert res["errno"] == "ETIMEDOUT" and res["ticks"] >= 1, res
+    # at most read_timeout after the first signal (300 ms in)
+    assert 1000 - 5 <= res["ms"] <= 1300 + LATE_MS, res

@@ -1,0 +1,95 @@
+"""Descriptor bookkeeping: dup, fd reuse after close, exec, fcntl."""
+import pytest
+
+from conftest import py_script
+
+POLICY = "[defaults]\nread_timeout = 1s\nconnect_timeout = 1s\n"
+
+
+@pytest.mark.shim
+def test_deadline_follows_a_dup_after_the_original_is_closed(shim, server, tmp_path):
+    srv = server("silent")
+    shim.policy(POLICY)
+    script = py_script(tmp_path, r'''
+import errno, json, os, socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+fd = os.dup(s.fileno())
+s.close()
+t0 = time.monotonic()
+try:
+    os.read(fd, 10)
+    res = {"errno": "OK"}
+except OSError as e:
+    res = {"errno": errno.errorcode[e.errno]}
+res["ms"] = (time.monotonic() - t0) * 1000
+print(json.dumps(res))
+''')
+    res = shim.run(script + [srv.port], timeout=10).last_json()
+    assert res["errno"] == "ETIMEDOUT" and 995 <= res["ms"] <= 1300, res
+    assert shim.entry(srv.dest)["timeouts"] == 1
+
+
+def test_a_reused_fd_number_is_not_treated_as_the_old_socket(shim, server, tmp_path):
+    # after close, the number comes back as a non-blocking pipe: its EAGAIN
+    # must stay EAGAIN, and its data must be untouched
+    srv = server("silent")
+    shim.policy(POLICY)
+    script = py_script(tmp_path, r'''
+import errno, json, os, socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+old = s.fileno()
+s.close()
+r, w = os.pipe()
+res = {"reused": r == old or w == old}
+os.set_blocking(r, False)
+try:
+    os.read(r, 1)
+    res["empty"] = "OK"
+except OSError as e:
+    res["empty"] = errno.errorcode[e.errno]
+os.write(w, b"data")
+res["data"] = os.read(r, 10).decode()
+print(json.dumps(res))
+''')
+    res = shim.run(script + [srv.port]).last_json()
+    assert res == {"reused": True, "empty": "EAGAIN", "data": "data"}
+
+
+@pytest.mark.shim
+def test_dup2_over_a_governed_fd_and_exec_reinitialise(shim, server, tmp_path):
+    # the shell execs the client: the new image's shim reads the policy again
+    srv = server("silent")
+    shim.policy(POLICY)
+    from conftest import client
+    r = shim.run(["sh", "-c", f'exec "$0" "$@"', client("fclient"), srv.host, srv.port], timeout=10)
+    res = r.last_json()
+    assert res["recv"] == "ETIMEDOUT", res
+
+
+@pytest.mark.shim
+def test_switching_to_nonblocking_with_fcntl_is_seen(shim, server, tmp_path):
+    # a non-blocking read's EAGAIN is the program's business, never a timeout
+    srv = server("silent")
+    shim.policy(POLICY)
+    script = py_script(tmp_path, r'''
+import errno, fcntl, json, os, socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+fl = fcntl.fcntl(s.fileno(), fcntl.F_GETFL)
+fcntl.fcntl(s.fileno(), fcntl.F_SETFL, fl | os.O_NONBLOCK)
+res = {}
+try:
+    os.read(s.fileno(), 1)
+except OSError as e:
+    res["nonblocking"] = errno.errorcode[e.errno]
+fcntl.fcntl(s.fileno(), fcntl.F_SETFL, fl)
+t0 = time.monotonic()
+try:
+    os.read(s.fileno(), 1)
+except OSError as e:
+    res["blocking"] = errno.errorcode[e.errno]
+res["ms"] = (time.monotonic() - t0) * 1000
+print(json.dumps(res))
+''')
+    res = shim.run(script + [srv.port], timeout=10).last_json()
+    assert (res["nonblocking"], res["blocking"]) == ("EAGAIN", "ETIMEDOUT"), res
