@@ -48,9 +48,9 @@ $(BUILD)/shim/%.o: shim/%.c $(wildcard policy/*.h shim/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -fvisibility=hidden -c -o $@ $<
 
-$(BUILD)/shimpolicy/%.o: policy/%.c $(wildcard policy/*.h)
+$(BUILD)/shimpolicy/%.o: policy/%.c $(wildcard policy/*.h) shim/nointercept.h
 	@mkdir -p $(dir $@)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) -fvisibility=hidden -c -o $@ $<
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -fvisibility=hidden -include shim/nointercept.h -c -o $@ $<
 
 $(LIB): $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) shim/netshim.map
 	$(CC) -shared -o $@ $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) \

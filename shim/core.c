@@ -49,6 +49,7 @@ static void cfg_load(void)
 	char *nl;
 	int r;
 
+	ns_real_bind();   /* reached from a connect before our constructor ran */
 	ns_log_init();
 	if (disable && strcmp(disable, "1") == 0)
 		return;
@@ -158,6 +159,9 @@ static void conn_outcome(struct ns_conn *c, int kind, int err)
 
 static void conn_fail_errno(struct ns_conn *c, int e)
 {
+	/* a connect that failed leaves the socket free for a new attempt */
+	if (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING)
+		__atomic_fetch_or(&c->flags, NS_C_FAILED, __ATOMIC_RELAXED);
 	conn_outcome(c, e == ETIMEDOUT ? NS_OUT_TIMEOUT : NS_OUT_FAILURE, e);
 }
 
@@ -509,7 +513,6 @@ static int connect_bounded(int fd, struct ns_conn *c, const struct sockaddr *sa,
 		struct pollfd p = { .fd = fd, .events = POLLOUT };
 		int64_t left = deadline - ns_now();
 		struct timespec ts;
-		socklen_t l = sizeof(e);
 
 		if (left <= 0) {
 			if (ours) {
@@ -533,8 +536,13 @@ static int connect_bounded(int fd, struct ns_conn *c, const struct sockaddr *sa,
 		}
 		if (r == 0)
 			continue;
-		if (REAL(getsockopt)(fd, SOL_SOCKET, SO_ERROR, &e, &l) < 0)
-			e = errno;
+		/* Ask connect() itself, not SO_ERROR: on failure the kernel then
+		 * resets the socket exactly as a blocking connect would, so a new
+		 * connect() on it behaves the same with and without the shim. */
+		r = REAL(connect)(fd, sa, len);
+		e = (r == 0 || errno == EISCONN) ? 0 : errno;
+		if (e == EALREADY || e == EINPROGRESS)
+			continue;   /* woken early: still connecting */
 		r = e ? -1 : 0;
 		break;
 	}
@@ -544,8 +552,8 @@ out_restore:
 	return r;
 }
 
-/* connect() again on a socket whose connect is in progress: how a
- * non-blocking program learns the result. */
+/* connect() again on a socket whose connect is in progress or done: how a
+ * non-blocking program learns the result (0 or EISCONN once connected). */
 static int connect_again(int fd, struct ns_conn *c, const struct sockaddr *sa, socklen_t len)
 {
 	int r = REAL(connect)(fd, sa, len), e = errno;
@@ -574,9 +582,9 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	v = ns_fd_get(fd);
 	if (v && !(v & NS_TAG)) {
 		c = (struct ns_conn *)v;
-		if (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING)
+		if (!(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_FAILED))
 			return connect_again(fd, c, sa, len);
-		/* a new attempt on a socket whose last one ended: a new connection */
+		/* a new attempt on a socket whose last one failed: a new connection */
 		v = NS_TAG | NS_TAG_STREAM | ((c->flags & NS_C_NONBLOCK) ? NS_TAG_NONBLOCK : 0);
 		ns_fd_set(fd, v);
 	}

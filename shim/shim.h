@@ -60,7 +60,7 @@ enum { NS_IN = 0, NS_OUT = 1 };
 #define NS_C_NONBLOCK 0x1u
 #define NS_C_CONNECTING 0x2u
 #define NS_C_ENFORCE 0x4u
-#define NS_C_PROBE 0x8u
+#define NS_C_FAILED 0x8u          /* the connect failed: the socket may connect anew */
 
 /* A governed connection, shared by every fd dup'ed from the one that
  * connected. Records come from a pool and are never unmapped, so a thread
@@ -104,6 +104,10 @@ static inline uintptr_t ns_fd_get(int fd)
 {
 	return (unsigned)fd < ns_fdmax ? __atomic_load_n(&ns_fdtab[fd], __ATOMIC_ACQUIRE) : 0;
 }
+
+/* The shim's own file I/O, straight to libc (see nointercept.h). */
+NS_HIDDEN int ns_sys_close(int fd);
+NS_HIDDEN ssize_t ns_sys_read(int fd, void *buf, size_t n);
 
 NS_HIDDEN void ns_fd_init(void);
 /* Put v at fd (taking a reference if it is a conn) and drop what was there. */

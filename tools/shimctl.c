@@ -45,8 +45,10 @@ static void rfc3339(uint64_t ms, char *buf, size_t len)
 	time_t s = (time_t)(ms / 1000);
 	struct tm tm;
 
-	gmtime_r(&s, &tm);
-	strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	/* the time comes from shared memory: a garbage value must not become
+	 * an unset struct tm */
+	if (!gmtime_r(&s, &tm) || strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+		snprintf(buf, len, "invalid");
 }
 
 /* Host names come from programs: never print a control character raw. */

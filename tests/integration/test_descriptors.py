@@ -93,3 +93,48 @@ print(json.dumps(res))
 ''')
     res = shim.run(script + [srv.port], timeout=10).last_json()
     assert (res["nonblocking"], res["blocking"]) == ("EAGAIN", "ETIMEDOUT"), res
+
+
+@pytest.mark.shim
+def test_connect_polled_until_eisconn_is_one_call(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy(POLICY)
+    script = py_script(tmp_path, r'''
+import errno, json, select, socket, sys
+s = socket.socket(); s.setblocking(False)
+codes = []
+while True:
+    rc = s.connect_ex(("127.0.0.1", int(sys.argv[1])))
+    codes.append(errno.errorcode.get(rc, "OK"))
+    if rc in (0, errno.EISCONN) or len(codes) > 50:
+        break
+    select.select([], [s], [], 2)
+codes.append(errno.errorcode.get(s.connect_ex(("127.0.0.1", int(sys.argv[1]))), "OK"))
+s.setblocking(True)
+s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+body = b""
+while True:
+    b = s.recv(4096)
+    if not b:
+        break
+    body += b
+print(json.dumps({"last": codes[-1], "ok": b"200 OK" in body}))
+''')
+    assert shim.run(script + [srv.port]).last_json() == {"last": "EISCONN", "ok": True}
+    e = shim.entry(srv.dest)
+    assert (e["calls"], e["successes"], e["failures"]) == (1, 1, 0)
+
+
+@pytest.mark.shim
+def test_a_new_connect_after_a_failed_one_is_a_new_call(shim, server, tmp_path):
+    srv = server("refuse")
+    shim.policy(POLICY)
+    script = py_script(tmp_path, r'''
+import errno, json, socket, sys
+s = socket.socket()
+codes = [errno.errorcode.get(s.connect_ex(("127.0.0.1", int(sys.argv[1]))), "OK") for _ in range(2)]
+print(json.dumps({"codes": codes}))
+''')
+    assert shim.run(script + [srv.port]).last_json() == {"codes": ["ECONNREFUSED", "ECONNREFUSED"]}
+    e = shim.entry(srv.dest)
+    assert (e["calls"], e["failures"]) == (2, 2)
