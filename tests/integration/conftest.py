@@ -76,6 +76,8 @@ class Shim:
         cmd += ["--"] + [str(a) for a in args]
         if not shim:
             cmd = [str(a) for a in args]
+        if NEGATIVE:
+            timeout = min(timeout, 5)   # without the shim the silent servers would hold each run
         t0 = time.monotonic()
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                            env=base_env(self.table, self.policy_path if policy else None, env))
