@@ -227,11 +227,16 @@ static void dir_want(const struct ns_conn *c, int d, int64_t left, int64_t *want
  * the kernel timeout from outliving it. Returns 0 or -1 with errno ETIMEDOUT. */
 static int deadline_check(int fd, struct ns_conn *c, int d)
 {
-	monotime now = ns_now();
+	monotime now;
 	struct ns_dir *dir = &c->dir[d];
 	int64_t left = 0, want;
 	uint32_t src;
 
+	if (__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE)) {
+		errno = ETIMEDOUT;   /* a deadline fired in a wait: the connection is done */
+		return -1;
+	}
+	now = ns_now();
 	if (c->total_deadline) {
 		left = c->total_deadline - now;
 		if (left <= 0)
@@ -289,7 +294,7 @@ static void note_interrupted(int fd, struct ns_conn *c, int e)
 
 static inline int before_io(int fd, struct ns_conn *c, int d)
 {
-	if (likely(c->total_deadline == 0 && c->intr_deadline == 0))
+	if (likely(c->total_deadline == 0 && c->intr_deadline == 0 && c->expired == 0))
 		return 0;
 	return deadline_check(fd, c, d);
 }
@@ -301,6 +306,10 @@ static ssize_t after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len,
 	int e;
 
 	if (likely(r > 0)) {
+		if (c->rd_wait_start)
+			c->rd_wait_start = 0;   /* progress: a wait for input starts afresh */
+		if (unlikely(c->flags & NS_C_CONNECTING))
+			__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
 		if (unlikely(!c->outcome) && d == NS_IN)
 			conn_outcome(c, NS_OUT_SUCCESS, 0);
 		if (unlikely(c->intr_deadline) && d == NS_IN)
@@ -556,7 +565,14 @@ out_restore:
  * non-blocking program learns the result (0 or EISCONN once connected). */
 static int connect_again(int fd, struct ns_conn *c, const struct sockaddr *sa, socklen_t len)
 {
-	int r = REAL(connect)(fd, sa, len), e = errno;
+	int r, e;
+
+	if (__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE)) {
+		errno = ETIMEDOUT;
+		return -1;
+	}
+	r = REAL(connect)(fd, sa, len);
+	e = errno;
 
 	if (r == 0 || e == EISCONN)
 		__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
@@ -665,12 +681,73 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	return r;
 }
 
+/**** deadlines inside waits (used by wait.c) ****/
+
+monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want_out, monotime now)
+{
+	uint32_t f = __atomic_load_n(&c->flags, __ATOMIC_RELAXED);
+	monotime d = 0;
+
+	if (!(f & NS_C_ENFORCE))
+		return 0;
+	if (f & NS_C_CONNECTING) {
+		if (want_in || want_out)
+			d = c->connect_deadline;
+	} else if (want_in && c->read_timeout_ns) {
+		if (!c->rd_wait_start)
+			c->rd_wait_start = now;
+		d = c->rd_wait_start + c->read_timeout_ns;
+	}
+	if (c->total_deadline && (want_in || want_out) && (d == 0 || c->total_deadline < d))
+		d = c->total_deadline;
+	return d;
+}
+
+int ns_wait_expire(struct ns_conn *c, int want_in, int want_out, monotime now)
+{
+	uint32_t f = __atomic_load_n(&c->flags, __ATOMIC_RELAXED), kind, none = NS_EXP_NONE;
+	monotime d;
+
+	kind = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
+	if (kind)
+		return (int)kind;
+	d = ns_wait_deadline(c, want_in, want_out, now);
+	if (!d || now < d)
+		return 0;
+	if (c->total_deadline && now >= c->total_deadline)
+		kind = NS_EXP_TOTAL;
+	else
+		kind = (f & NS_C_CONNECTING) ? NS_EXP_CONNECT : NS_EXP_READ;
+	if (__atomic_compare_exchange_n(&c->expired, &none, kind, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		if (kind == NS_EXP_CONNECT)
+			__atomic_fetch_or(&c->flags, NS_C_FAILED, __ATOMIC_RELAXED);
+		conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
+	}
+	return (int)__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
+}
+
+void ns_wait_ready(struct ns_conn *c, int in, int out, int err)
+{
+	if (in && c->rd_wait_start)
+		c->rd_wait_start = 0;
+	/* writable without an error: the connect completed. With an error the
+	 * program reads it through SO_ERROR, which counts the failure. */
+	if (out && !err && (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING))
+		__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
+}
+
 /**** descriptors ****/
 
 int ns_close(int fd)
 {
-	if (ns_fd_get(fd))
+	uintptr_t v = ns_fd_get(fd);
+
+	if (v) {
+		/* the kernel drops epoll registrations with the last reference */
+		if ((v & NS_TAG) || __atomic_load_n(&((struct ns_conn *)v)->fds, __ATOMIC_RELAXED) == 1)
+			ns_wait_forget_fd(fd);
 		ns_fd_set(fd, 0);
+	}
 	return REAL(close)(fd);
 }
 
@@ -819,10 +896,16 @@ int ns_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 		*len = sizeof(tv);
 		return 0;
 	}
+	if (level == SOL_SOCKET && name == SO_ERROR && val && len && *len >= (socklen_t)sizeof(int) &&
+	    __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE)) {
+		*(int *)val = ETIMEDOUT;
+		*len = sizeof(int);
+		return 0;
+	}
 	r = REAL(getsockopt)(fd, level, name, val, len);
 	e = errno;
 	if (r == 0 && level == SOL_SOCKET && name == SO_ERROR && val && len && *len >= (socklen_t)sizeof(int) &&
-	    (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING)) {
+	    !c->outcome) {
 		int err = *(int *)val;
 
 		if (err && is_failure_errno(err))

@@ -102,9 +102,13 @@ void ns_fd_set(int fd, uintptr_t v)
 
 	if ((unsigned)fd >= ns_fdmax)
 		return;
-	if (v && !(v & NS_TAG))
+	if (v && !(v & NS_TAG)) {
 		ns_conn_ref((struct ns_conn *)v);
+		__atomic_fetch_add(&((struct ns_conn *)v)->fds, 1, __ATOMIC_RELAXED);
+	}
 	old = __atomic_exchange_n(&ns_fdtab[fd], v, __ATOMIC_ACQ_REL);
-	if (old && !(old & NS_TAG))
+	if (old && !(old & NS_TAG)) {
+		__atomic_fetch_sub(&((struct ns_conn *)old)->fds, 1, __ATOMIC_RELAXED);
 		ns_conn_unref((struct ns_conn *)old);
+	}
 }

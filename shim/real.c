@@ -65,7 +65,16 @@ static void bind_all(void)
 	BIND_NAMED(recv_chk, "__recv_chk", &__recv_chk);
 	BIND_NAMED(recvfrom_chk, "__recvfrom_chk", &__recvfrom_chk);
 	BIND_NAMED(read_chk, "__read_chk", &__read_chk);
-	BIND_NAMED(ppoll, "ppoll", NULL);   /* not wrapped (yet): no self to compare */
+	BIND(poll, poll);
+	BIND(ppoll, ppoll);
+	BIND_NAMED(poll_chk, "__poll_chk", &__poll_chk);
+	BIND_NAMED(ppoll_chk, "__ppoll_chk", &__ppoll_chk);
+	BIND(select, select);
+	BIND(pselect, pselect);
+	BIND(epoll_ctl, epoll_ctl);
+	BIND(epoll_wait, epoll_wait);
+	BIND(epoll_pwait, epoll_pwait);
+	BIND(epoll_pwait2, epoll_pwait2);   /* glibc 2.35+; NULL where absent */
 	if (!ns_real.fcntl64)
 		ns_real.fcntl64 = ns_real.fcntl;
 	ns_fd_init();

@@ -6,6 +6,10 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/types.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
 #include <sys/uio.h>
 #include <time.h>
 
@@ -21,6 +25,8 @@ ssize_t __recv_chk(int, void *, size_t, size_t, int);
 ssize_t __recvfrom_chk(int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *);
 ssize_t __read_chk(int, void *, size_t, size_t);
 int fcntl64(int, int, ...);
+int __poll_chk(struct pollfd *, nfds_t, int, size_t);
+int __ppoll_chk(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *, size_t);
 
 /**** time ****/
 
@@ -56,6 +62,11 @@ struct ns_dir {
 
 enum { NS_IN = 0, NS_OUT = 1 };
 
+/* Which deadline fired while the program waited in poll/select/epoll. From
+ * then on the connection answers ETIMEDOUT: SO_ERROR for a connect, every
+ * data call otherwise. */
+enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
+
 /* conn flags (atomic) */
 #define NS_C_NONBLOCK 0x1u
 #define NS_C_CONNECTING 0x2u
@@ -66,7 +77,8 @@ enum { NS_IN = 0, NS_OUT = 1 };
  * connected. Records come from a pool and are never unmapped, so a thread
  * that races a close reads stale fields, never freed memory. */
 struct ns_conn {
-	uint32_t refs;            /* atomic */
+	uint32_t refs;            /* atomic: holders of the record (fds, epoll registrations) */
+	uint32_t fds;             /* atomic: fd table entries pointing here */
 	uint32_t outcome;         /* atomic: 1 once the one outcome is counted */
 	uint32_t flags;           /* atomic NS_C_* */
 	int32_t slot;             /* breaker table slot, -1 = none */
@@ -74,6 +86,8 @@ struct ns_conn {
 	monotime connect_deadline;/* absolute, 0 = none; for the event-loop waits */
 	monotime total_deadline;  /* absolute, 0 = none */
 	monotime intr_deadline;   /* the rest of a read a signal interrupted, 0 = none */
+	monotime rd_wait_start;   /* an event loop began waiting for input, 0 = not waiting */
+	uint32_t expired;         /* atomic NS_EXP_*: a deadline fired inside a wait */
 	int64_t read_timeout_ns;  /* 0 = none */
 	struct ns_dir dir[2];
 	struct ns_settings set;
@@ -85,6 +99,7 @@ struct ns_conn {
 #define NS_TAG 0x1u
 #define NS_TAG_STREAM 0x2u      /* an AF_INET/AF_INET6 stream socket not yet connected */
 #define NS_TAG_NONBLOCK 0x4u
+#define NS_TAG_EPOLL 0x8u        /* an epoll fd the shim keeps registrations for */
 
 extern uintptr_t *ns_fdtab NS_HIDDEN;
 extern unsigned ns_fdmax NS_HIDDEN;
@@ -149,5 +164,25 @@ NS_HIDDEN int ns_fcntl(int use64, int fd, int cmd, void *arg);
 NS_HIDDEN int ns_ioctl(int fd, unsigned long req, void *arg);
 NS_HIDDEN int ns_setsockopt(int fd, int level, int name, const void *val, socklen_t len);
 NS_HIDDEN int ns_getsockopt(int fd, int level, int name, void *val, socklen_t *len);
+
+/* For the wait wrappers (wait.c): the nearest deadline a wait for these
+ * events must honour on c (0 = none; arms the read-wait clock), and firing
+ * it. ns_wait_expire returns the NS_EXP_* kind now in force, or 0. */
+NS_HIDDEN monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want_out, monotime now);
+NS_HIDDEN int ns_wait_expire(struct ns_conn *c, int want_in, int want_out, monotime now);
+/* The program saw c ready for input or output: it is no longer waiting. */
+NS_HIDDEN void ns_wait_ready(struct ns_conn *c, int in, int out, int err);
+NS_HIDDEN void ns_wait_forget_fd(int fd);
+
+NS_HIDDEN int ns_poll(struct pollfd *fds, nfds_t n, int timeout_ms);
+NS_HIDDEN int ns_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask);
+NS_HIDDEN int ns_poll_chk(struct pollfd *fds, nfds_t n, int timeout_ms, size_t fdslen);
+NS_HIDDEN int ns_ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask, size_t fdslen);
+NS_HIDDEN int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv);
+NS_HIDDEN int ns_pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *ts, const sigset_t *mask);
+NS_HIDDEN int ns_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
+NS_HIDDEN int ns_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms);
+NS_HIDDEN int ns_epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask);
+NS_HIDDEN int ns_epoll_pwait2(int epfd, struct epoll_event *ev, int max, const struct timespec *ts, const sigset_t *mask);
 
 #endif

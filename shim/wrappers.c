@@ -5,7 +5,10 @@
 
 #include <fcntl.h>
 #include <stdarg.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -33,6 +36,16 @@ EXPORT int dup(int fd) { return ns_dup(fd); }
 EXPORT int dup2(int fd, int fd2) { return ns_dup2(fd, fd2); }
 EXPORT int dup3(int fd, int fd2, int flags) { return ns_dup3(fd, fd2, flags); }
 EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len) { return ns_setsockopt(fd, level, name, val, len); }
+EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout) { return ns_poll(fds, n, timeout); }
+EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask) { return ns_ppoll(fds, n, ts, mask); }
+EXPORT int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen) { return ns_poll_chk(fds, n, timeout, fdslen); }
+EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask, size_t fdslen) { return ns_ppoll_chk(fds, n, ts, mask, fdslen); }
+EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv) { return ns_select(nfds, r, w, e, tv); }
+EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *ts, const sigset_t *mask) { return ns_pselect(nfds, r, w, e, ts, mask); }
+EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) { return ns_epoll_ctl(epfd, op, fd, ev); }
+EXPORT int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout) { return ns_epoll_wait(epfd, ev, max, timeout); }
+EXPORT int epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout, const sigset_t *mask) { return ns_epoll_pwait(epfd, ev, max, timeout, mask); }
+EXPORT int epoll_pwait2(int epfd, struct epoll_event *ev, int max, const struct timespec *ts, const sigset_t *mask) { return ns_epoll_pwait2(epfd, ev, max, ts, mask); }
 EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len) { return ns_getsockopt(fd, level, name, val, len); }
 
 /* The variadic ones: every fcntl and ioctl argument is an int or a pointer,

@@ -7,6 +7,8 @@ missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
 done
+# node comes with this machine image; Debian's nodejs where it does not
+command -v node >/dev/null 2>&1 || missing="$missing nodejs"
 if [ -z "$missing" ]; then
 	echo "install-deps: all packages present"
 	exit 0

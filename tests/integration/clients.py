@@ -78,3 +78,16 @@ elif what == "wait":
     res["so_error"] = errno.errorcode.get(s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR), "OK")
 print(json.dumps(res))
 '''
+
+# node http.get with no timeout of its own; prints one JSON line.
+NODE_GET = r'''
+const http = require("http");
+const t0 = Date.now();
+http.get(process.argv[2], (res) => {
+  let body = "";
+  res.setEncoding("latin1");
+  res.on("data", (d) => (body += d));
+  res.on("end", () => console.log(JSON.stringify({ ok: true, status: res.statusCode, body, ms: Date.now() - t0 })));
+  res.on("error", (e) => console.log(JSON.stringify({ ok: false, code: e.code, ms: Date.now() - t0 })));
+}).on("error", (e) => console.log(JSON.stringify({ ok: false, code: e.code, syscall: e.syscall, ms: Date.now() - t0 })));
+'''

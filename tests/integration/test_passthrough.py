@@ -93,4 +93,5 @@ def test_library_exports_only_the_wrapped_symbols():
     names = sorted(l.split()[-1] for l in out.splitlines() if l.strip())
     assert names == sorted("""__read_chk __recv_chk __recvfrom_chk close connect dup dup2 dup3 fcntl
         fcntl64 getsockopt ioctl read readv recv recvfrom recvmsg send sendmsg sendto setsockopt
-        socket write writev""".split())
+        socket write writev poll ppoll __poll_chk __ppoll_chk select pselect epoll_ctl epoll_wait
+        epoll_pwait epoll_pwait2""".split())

@@ -1,0 +1,266 @@
+"""Deadlines inside poll, select and epoll: curl, wget, node, Python with a
+timeout, and a fortified C client using poll, against the fault server."""
+import shutil
+import time
+
+import pytest
+
+from clients import NODE_GET, PY_REQUESTS
+from conftest import client, py_script
+
+LATE_MS = 300
+POLICY = """
+[defaults]
+connect_timeout = 1s
+read_timeout = 1s
+failure_threshold = 100
+"""
+
+
+def near(ms, deadline_ms, late=LATE_MS):
+    assert deadline_ms - 5 <= ms <= deadline_ms + late, f"{ms:.0f} ms for a {deadline_ms} ms deadline"
+
+
+def node_script(tmp_path):
+    p = tmp_path / "get.js"
+    p.write_text(NODE_GET)
+    return ["node", str(p)]
+
+
+@pytest.fixture(autouse=True)
+def need_node():
+    if not shutil.which("node"):
+        pytest.fail("node is needed (tools/install-deps.sh installs nodejs)")
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("mode,exit_code", [("silent", 56), ("blackhole", 28)])
+def test_curl_is_cut_at_the_deadline(shim, server, mode, exit_code):
+    srv = server(mode)
+    shim.policy(POLICY)
+    r = shim.run(["curl", "-sS", srv.url], timeout=20)
+    assert r.rc == exit_code, r.err
+    # wall time of the whole process, start-up included
+    near(r.elapsed * 1000, 1000, late=LATE_MS + 200)
+    assert shim.entry(srv.dest)["timeouts"] == 1
+
+
+@pytest.mark.shim
+def test_wget_is_cut_at_the_deadline(shim, server):
+    srv = server("silent")
+    shim.policy(POLICY)
+    r = shim.run(["wget", "-O", "-", "--tries=1", srv.url], timeout=20)
+    assert r.rc == 4, r.err
+    assert "Connection timed out" in r.err
+    near(r.elapsed * 1000, 1000, late=LATE_MS + 200)
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("mode,syscall", [("silent", "read"), ("blackhole", "connect")])
+def test_node_error_event_fires_at_the_deadline(shim, server, tmp_path, mode, syscall):
+    srv = server(mode)
+    shim.policy(POLICY)
+    res = shim.run(node_script(tmp_path) + [srv.url], timeout=20).last_json()
+    assert res["ok"] is False and res["code"] == "ETIMEDOUT" and res.get("syscall") == syscall, res
+    near(res["ms"], 1000)
+    assert shim.entry(srv.dest)["timeouts"] == 1
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("mode,exc", [("silent", "ReadTimeout"), ("blackhole", "ConnectTimeout")])
+def test_requests_with_a_long_timeout_is_cut_by_the_policy(shim, server, tmp_path, mode, exc):
+    srv = server(mode)
+    shim.policy(POLICY)
+    res = shim.run(py_script(tmp_path, PY_REQUESTS) + [srv.url, "10"], timeout=20).last_json()
+    assert res["ok"] is False and res["exc"] == exc, res
+    near(res["ms"], 1000)
+
+
+def test_requests_own_short_timeout_fires_first(shim, server, tmp_path):
+    srv = server("silent")
+    shim.policy("[defaults]\nread_timeout = 5s\n")
+    res = shim.run(py_script(tmp_path, PY_REQUESTS) + [srv.url, "0.4"], timeout=20).last_json()
+    assert res["ok"] is False and res["exc"] == "ReadTimeout", res
+    near(res["ms"], 400)
+    assert shim.entry(srv.dest)["failures"] == 0
+
+
+@pytest.mark.shim
+def test_fortified_c_client_in_poll(shim, server):
+    srv = server("silent")
+    shim.policy(POLICY)
+    res = shim.run([client("fclient"), "--poll", "--poll-nfds", "1", srv.host, srv.port], timeout=20).last_json()
+    assert res["recv"] == "ETIMEDOUT", res
+    near(res["recv_ms"], 1000)
+
+
+@pytest.mark.shim
+def test_fortified_c_client_connect_in_poll(shim, server):
+    srv = server("blackhole")
+    shim.policy(POLICY)
+    res = shim.run([client("fclient"), "--poll", srv.host, srv.port], timeout=20).last_json()
+    assert res["connect"] == "ETIMEDOUT", res
+    near(res["connect_ms"], 1000)
+
+
+def test_healthy_event_loop_clients_return_the_same_bytes(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy(POLICY)
+    progs = [
+        ["curl", "-sS", srv.url],
+        ["wget", "-q", "-O", "-", "--tries=1", srv.url],
+        node_script(tmp_path) + [srv.url],
+        py_script(tmp_path, PY_REQUESTS) + [srv.url, "10"],
+        [client("fclient"), "--poll", srv.host, srv.port],
+    ]
+    for prog in progs:
+        bare, under = shim.run(prog, shim=False), shim.run(prog)
+        strip = lambda s: s.split('"ms"')[0]
+        assert bare.rc == under.rc == 0, (prog, under.err)
+        assert strip(bare.out) == strip(under.out) and "hello from faultsrv" in under.out, prog
+        assert "netshim:" not in under.err
+
+
+WAITS = r'''
+import errno, json, os, select, socket, sys, threading, time
+port, what = int(sys.argv[1]), sys.argv[2]
+s = socket.create_connection(("127.0.0.1", port))
+s.setblocking(False)
+s.send(b"GET / HTTP/1.0\r\n\r\n")
+res = {}
+t0 = time.monotonic()
+if what == "select_high_fd":
+    fd = os.dup2(s.fileno(), 1000)
+    r, w, x = select.select([fd], [], [], 10)
+    res["ready"] = r == [fd]
+    try:
+        os.read(fd, 1)
+    except OSError as e:
+        res["errno"] = errno.errorcode[e.errno]
+elif what == "select_own_timeout":
+    r, w, x = select.select([s], [], [], 0.3)
+    res["ready"] = len(r)
+    res["cpu_ms"] = (time.process_time()) * 1000
+elif what == "poll_with_pipe":
+    rp, wp = os.pipe()
+    os.write(wp, b"x")
+    p = select.poll()
+    p.register(s, select.POLLIN)
+    p.register(rp, select.POLLIN)
+    first = p.poll(10000)
+    os.read(rp, 1)
+    second = p.poll(10000)
+    res["first"] = sorted(fd == rp for fd, ev in first)
+    res["second_is_socket_err"] = [(fd == s.fileno(), bool(ev & select.POLLERR)) for fd, ev in second]
+elif what in ("epoll", "epoll_oneshot", "epoll_et"):
+    ep = select.epoll()
+    flags = select.EPOLLIN | {"epoll": 0, "epoll_oneshot": select.EPOLLONESHOT, "epoll_et": select.EPOLLET}[what]
+    ep.register(s.fileno(), flags)
+    first = ep.poll(10)
+    res["first"] = [(fd == s.fileno(), bool(ev & select.EPOLLERR), bool(ev & select.EPOLLIN)) for fd, ev in first]
+    res["first_ms"] = (time.monotonic() - t0) * 1000
+    t1 = time.monotonic()
+    second = ep.poll(0.5)
+    res["second"] = len(second)
+    res["second_ms"] = (time.monotonic() - t1) * 1000
+    try:
+        s.recv(1)
+    except OSError as e:
+        res["errno"] = errno.errorcode[e.errno]
+elif what == "epoll_threads":
+    ep = select.epoll()
+    ep.register(s.fileno(), select.EPOLLIN | select.EPOLLONESHOT)
+    got = []
+    def waiter():
+        got.append(ep.poll(3))
+    ts = [threading.Thread(target=waiter) for _ in range(4)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    res["events"] = sum(len(g) for g in got)
+elif what == "epoll_dup_close":
+    ep = select.epoll()
+    ep.register(s.fileno(), select.EPOLLIN)
+    d = os.dup(s.fileno())
+    fdnum = s.fileno()
+    s.close()            # the registration lives on through the dup
+    ev = ep.poll(10)
+    res["first"] = [(fd == fdnum, bool(e & select.EPOLLERR)) for fd, e in ev]
+    try:
+        os.read(d, 1)
+    except OSError as e:
+        res["errno"] = errno.errorcode[e.errno]
+res["ms"] = (time.monotonic() - t0) * 1000
+print(json.dumps(res))
+'''
+
+
+def waits(shim, tmp_path, srv, what):
+    return shim.run(py_script(tmp_path, WAITS) + [srv.port, what], timeout=20).last_json()
+
+
+@pytest.mark.shim
+def test_select_at_a_high_fd(shim, server, tmp_path):
+    srv = server("silent")
+    shim.policy(POLICY)
+    res = waits(shim, tmp_path, srv, "select_high_fd")
+    assert res["ready"] is True and res["errno"] == "ETIMEDOUT", res
+    near(res["ms"], 1000)
+
+
+def test_select_own_timeout_returns_nothing_and_does_not_spin(shim, server, tmp_path):
+    srv = server("silent")
+    shim.policy(POLICY)
+    res = waits(shim, tmp_path, srv, "select_own_timeout")
+    assert res["ready"] == 0
+    near(res["ms"], 300)
+
+
+@pytest.mark.shim
+def test_poll_with_a_pipe_mixed_in(shim, server, tmp_path):
+    srv = server("silent")
+    shim.policy(POLICY)
+    res = waits(shim, tmp_path, srv, "poll_with_pipe")
+    assert res["first"] == [True], res            # the pipe alone, at once
+    assert res["second_is_socket_err"] == [[True, True]], res
+    near(res["ms"], 1000)
+
+
+@pytest.mark.shim
+def test_epoll_level_triggered_keeps_reporting_and_recv_says_etimedout(shim, server, tmp_path):
+    srv = server("silent")
+    shim.policy(POLICY)
+    res = waits(shim, tmp_path, srv, "epoll")
+    assert res["first"] == [[True, True, True]], res
+    near(res["first_ms"], 1000)
+    assert res["second"] == 1 and res["second_ms"] < 100, res
+    assert res["errno"] == "ETIMEDOUT"
+    assert shim.entry(srv.dest)["timeouts"] == 1
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("what", ["epoll_oneshot", "epoll_et"])
+def test_epoll_oneshot_and_edge_triggered_report_once(shim, server, tmp_path, what):
+    srv = server("silent")
+    shim.policy(POLICY)
+    res = waits(shim, tmp_path, srv, what)
+    assert res["first"] == [[True, True, True]], res
+    assert res["second"] == 0 and res["second_ms"] >= 490, res
+    assert res["errno"] == "ETIMEDOUT"
+
+
+@pytest.mark.shim
+def test_epoll_oneshot_wakes_one_of_several_threads(shim, server, tmp_path):
+    srv = server("silent")
+    shim.policy(POLICY)
+    res = waits(shim, tmp_path, srv, "epoll_threads")
+    assert res["events"] == 1, res
+    assert shim.entry(srv.dest)["timeouts"] == 1
+
+
+@pytest.mark.shim
+def test_epoll_registration_survives_close_of_a_dup(shim, server, tmp_path):
+    srv = server("silent")
+    shim.policy(POLICY)
+    res = waits(shim, tmp_path, srv, "epoll_dup_close")
+    assert res["first"] == [[True, True]] and res["errno"] == "ETIMEDOUT", res
+    near(res["ms"], 1000)
