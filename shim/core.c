@@ -292,31 +292,26 @@ static void note_interrupted(int fd, struct ns_conn *c, int e)
 
 /**** data path ****/
 
-static inline int before_io(int fd, struct ns_conn *c, int d)
+/* After a data call that did not simply move bytes on a settled connection:
+ * count the outcome, and turn the kernel's EAGAIN into ETIMEDOUT when the
+ * timeout it held was the shim's. Kept out of line so the healthy path in
+ * IO() stays a handful of loads. */
+static __attribute__((noinline)) ssize_t after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len, int flags)
 {
-	if (likely(c->total_deadline == 0 && c->intr_deadline == 0 && c->expired == 0))
-		return 0;
-	return deadline_check(fd, c, d);
-}
+	int e = errno;
 
-/* After a data call: count the outcome, and turn the kernel's EAGAIN into
- * ETIMEDOUT when the timeout it held was the shim's. */
-static ssize_t after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len, int flags)
-{
-	int e;
-
-	if (likely(r > 0)) {
+	if (r > 0) {
 		if (c->rd_wait_start)
 			c->rd_wait_start = 0;   /* progress: a wait for input starts afresh */
-		if (unlikely(c->flags & NS_C_CONNECTING))
+		if (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING)
 			__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
-		if (unlikely(!c->outcome) && d == NS_IN)
+		if (!c->outcome && d == NS_IN)
 			conn_outcome(c, NS_OUT_SUCCESS, 0);
-		if (unlikely(c->intr_deadline) && d == NS_IN)
+		if (c->intr_deadline && d == NS_IN)
 			note_interrupted(fd, c, 0);
+		errno = e;
 		return r;
 	}
-	e = errno;
 	if (d == NS_IN && (e == EINTR || c->intr_deadline))
 		note_interrupted(fd, c, r < 0 ? e : 0);
 	if (r == 0) {
@@ -339,15 +334,20 @@ static ssize_t after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len,
 	return r;
 }
 
-#define IO(dir, fd, len, flags, call) do { \
-	struct ns_conn *c_ = ns_conn_of(fd); \
+/* The data path on a governed connection (the wrappers have already sent
+ * every other descriptor straight to libc): a settled, healthy connection
+ * costs a few loads of its record. */
+#define IO(d_, fd_, len_, fl_, call) do { \
+	struct ns_conn *c_ = c; \
 	ssize_t r_; \
-	if (likely(!c_)) \
-		return call; \
-	if (before_io((fd), c_, (dir)) < 0) \
+	if (unlikely(c_->total_deadline | c_->intr_deadline | c_->expired) && \
+	    deadline_check((fd_), c_, (d_)) < 0) \
 		return -1; \
 	r_ = call; \
-	return after_io((fd), c_, (dir), r_, (len), (flags)); \
+	if (likely(r_ > 0 && c_->outcome && \
+		   !(c_->rd_wait_start | c_->intr_deadline | (c_->flags & NS_C_CONNECTING)))) \
+		return r_; \
+	return after_io((fd_), c_, (d_), r_, (len_), (fl_)); \
 } while (0)
 
 static size_t iov_len(const struct iovec *iov, int cnt)
@@ -359,67 +359,67 @@ static size_t iov_len(const struct iovec *iov, int cnt)
 	return n;
 }
 
-ssize_t ns_recv(int fd, void *buf, size_t n, int flags)
+ssize_t ns_recv(struct ns_conn *c, int fd, void *buf, size_t n, int flags)
 {
 	IO(NS_IN, fd, n, flags, REAL(recv)(fd, buf, n, flags));
 }
 
-ssize_t ns_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *len)
+ssize_t ns_recvfrom(struct ns_conn *c, int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *len)
 {
 	IO(NS_IN, fd, n, flags, REAL(recvfrom)(fd, buf, n, flags, sa, len));
 }
 
-ssize_t ns_recvmsg(int fd, struct msghdr *msg, int flags)
+ssize_t ns_recvmsg(struct ns_conn *c, int fd, struct msghdr *msg, int flags)
 {
 	IO(NS_IN, fd, msg ? iov_len(msg->msg_iov, (int)msg->msg_iovlen) : 0, flags, REAL(recvmsg)(fd, msg, flags));
 }
 
-ssize_t ns_read(int fd, void *buf, size_t n)
+ssize_t ns_read(struct ns_conn *c, int fd, void *buf, size_t n)
 {
 	IO(NS_IN, fd, n, 0, REAL(read)(fd, buf, n));
 }
 
-ssize_t ns_readv(int fd, const struct iovec *iov, int cnt)
+ssize_t ns_readv(struct ns_conn *c, int fd, const struct iovec *iov, int cnt)
 {
 	IO(NS_IN, fd, iov_len(iov, cnt), 0, REAL(readv)(fd, iov, cnt));
 }
 
-ssize_t ns_recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
+ssize_t ns_recv_chk(struct ns_conn *c, int fd, void *buf, size_t n, size_t buflen, int flags)
 {
 	IO(NS_IN, fd, n, flags, REAL(recv_chk)(fd, buf, n, buflen, flags));
 }
 
-ssize_t ns_recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *sa, socklen_t *len)
+ssize_t ns_recvfrom_chk(struct ns_conn *c, int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *sa, socklen_t *len)
 {
 	IO(NS_IN, fd, n, flags, REAL(recvfrom_chk)(fd, buf, n, buflen, flags, sa, len));
 }
 
-ssize_t ns_read_chk(int fd, void *buf, size_t n, size_t buflen)
+ssize_t ns_read_chk(struct ns_conn *c, int fd, void *buf, size_t n, size_t buflen)
 {
 	IO(NS_IN, fd, n, 0, REAL(read_chk)(fd, buf, n, buflen));
 }
 
-ssize_t ns_send(int fd, const void *buf, size_t n, int flags)
+ssize_t ns_send(struct ns_conn *c, int fd, const void *buf, size_t n, int flags)
 {
 	IO(NS_OUT, fd, n, flags, REAL(send)(fd, buf, n, flags));
 }
 
-ssize_t ns_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len)
+ssize_t ns_sendto(struct ns_conn *c, int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len)
 {
 	IO(NS_OUT, fd, n, flags, REAL(sendto)(fd, buf, n, flags, sa, len));
 }
 
-ssize_t ns_sendmsg(int fd, const struct msghdr *msg, int flags)
+ssize_t ns_sendmsg(struct ns_conn *c, int fd, const struct msghdr *msg, int flags)
 {
 	IO(NS_OUT, fd, 0, flags, REAL(sendmsg)(fd, msg, flags));
 }
 
-ssize_t ns_write(int fd, const void *buf, size_t n)
+ssize_t ns_write(struct ns_conn *c, int fd, const void *buf, size_t n)
 {
 	IO(NS_OUT, fd, n, 0, REAL(write)(fd, buf, n));
 }
 
-ssize_t ns_writev(int fd, const struct iovec *iov, int cnt)
+ssize_t ns_writev(struct ns_conn *c, int fd, const struct iovec *iov, int cnt)
 {
 	IO(NS_OUT, fd, 0, 0, REAL(writev)(fd, iov, cnt));
 }

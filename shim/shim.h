@@ -141,21 +141,30 @@ NS_HIDDEN void ns_log(int level, const char *fmt, ...) __attribute__((format(pri
 
 /**** workers (core.c) ****/
 
+/* The one lookup in every data wrapper: a descriptor the shim does not
+ * govern goes straight to libc, with no other work and no stack frame. */
+#define NS_PASS(fd, fn, args, worker) do { \
+	struct ns_conn *c_ = ns_conn_of(fd); \
+	if (likely(!c_)) \
+		return REAL(fn) args; \
+	return worker; \
+} while (0)
+
 NS_HIDDEN int ns_socket(int domain, int type, int protocol);
 NS_HIDDEN int ns_connect(int fd, const struct sockaddr *sa, socklen_t len);
-NS_HIDDEN ssize_t ns_send(int fd, const void *buf, size_t n, int flags);
-NS_HIDDEN ssize_t ns_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len);
-NS_HIDDEN ssize_t ns_sendmsg(int fd, const struct msghdr *msg, int flags);
-NS_HIDDEN ssize_t ns_recv(int fd, void *buf, size_t n, int flags);
-NS_HIDDEN ssize_t ns_recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *len);
-NS_HIDDEN ssize_t ns_recvmsg(int fd, struct msghdr *msg, int flags);
-NS_HIDDEN ssize_t ns_read(int fd, void *buf, size_t n);
-NS_HIDDEN ssize_t ns_write(int fd, const void *buf, size_t n);
-NS_HIDDEN ssize_t ns_readv(int fd, const struct iovec *iov, int cnt);
-NS_HIDDEN ssize_t ns_writev(int fd, const struct iovec *iov, int cnt);
-NS_HIDDEN ssize_t ns_recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags);
-NS_HIDDEN ssize_t ns_recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *sa, socklen_t *len);
-NS_HIDDEN ssize_t ns_read_chk(int fd, void *buf, size_t n, size_t buflen);
+NS_HIDDEN ssize_t ns_send(struct ns_conn *c, int fd, const void *buf, size_t n, int flags);
+NS_HIDDEN ssize_t ns_sendto(struct ns_conn *c, int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len);
+NS_HIDDEN ssize_t ns_sendmsg(struct ns_conn *c, int fd, const struct msghdr *msg, int flags);
+NS_HIDDEN ssize_t ns_recv(struct ns_conn *c, int fd, void *buf, size_t n, int flags);
+NS_HIDDEN ssize_t ns_recvfrom(struct ns_conn *c, int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *len);
+NS_HIDDEN ssize_t ns_recvmsg(struct ns_conn *c, int fd, struct msghdr *msg, int flags);
+NS_HIDDEN ssize_t ns_read(struct ns_conn *c, int fd, void *buf, size_t n);
+NS_HIDDEN ssize_t ns_write(struct ns_conn *c, int fd, const void *buf, size_t n);
+NS_HIDDEN ssize_t ns_readv(struct ns_conn *c, int fd, const struct iovec *iov, int cnt);
+NS_HIDDEN ssize_t ns_writev(struct ns_conn *c, int fd, const struct iovec *iov, int cnt);
+NS_HIDDEN ssize_t ns_recv_chk(struct ns_conn *c, int fd, void *buf, size_t n, size_t buflen, int flags);
+NS_HIDDEN ssize_t ns_recvfrom_chk(struct ns_conn *c, int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *sa, socklen_t *len);
+NS_HIDDEN ssize_t ns_read_chk(struct ns_conn *c, int fd, void *buf, size_t n, size_t buflen);
 NS_HIDDEN int ns_close(int fd);
 NS_HIDDEN int ns_dup(int fd);
 NS_HIDDEN int ns_dup2(int fd, int fd2);

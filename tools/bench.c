@@ -3,6 +3,9 @@
  *
  *   bench rtt N          N one-byte send/recv round trips on a loopback TCP
  *                        connection to an echo thread; prints ns per trip
+ *   bench poll N | bench epoll N
+ *                        N zero-timeout waits for input or output on a
+ *                        connected loopback socket (for callgrind)
  *   bench failfast ADDR PORT N
  *                        N connects to a destination whose breaker is open;
  *                        prints the median and p99 of one connect() in ns */
@@ -10,7 +13,9 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
+#include <sys/epoll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,12 +118,64 @@ static int failfast(const char *addr, int port, long n)
 	return 0;
 }
 
+/* A connected loopback pair; the client end is what the shim governs. */
+static int connected(int *server_end)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t l = sizeof(a);
+	int lfd = socket(AF_INET, SOCK_STREAM, 0), cfd;
+
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 1) < 0 ||
+	    getsockname(lfd, (struct sockaddr *)&a, &l) < 0)
+		return -1;
+	cfd = socket(AF_INET, SOCK_STREAM, 0);
+	if (connect(cfd, (struct sockaddr *)&a, sizeof(a)) < 0)
+		return -1;
+	*server_end = accept(lfd, NULL, NULL);
+	close(lfd);
+	return cfd;
+}
+
+static int waits(int use_epoll, long n)
+{
+	int peer, fd = connected(&peer), ep = -1, ready = 0;
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT }, out[4];
+
+	if (fd < 0) {
+		perror("bench: connect");
+		return 1;
+	}
+	if (use_epoll) {
+		ep = epoll_create1(0);
+		ev.data.fd = fd;
+		epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+	}
+	for (long i = 0; i < n; i++) {
+		if (use_epoll) {
+			ready += epoll_wait(ep, out, 4, 0);
+		} else {
+			struct pollfd p = { .fd = fd, .events = POLLIN | POLLOUT };
+
+			ready += poll(&p, 1, 0);
+		}
+	}
+	if (n)
+		printf("%s_ready %d of %ld\n", use_epoll ? "epoll" : "poll", ready, n);
+	close(fd);
+	close(peer);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "rtt") == 0)
 		return rtt(atol(argv[2]));
+	if (argc == 3 && strcmp(argv[1], "poll") == 0)
+		return waits(0, atol(argv[2]));
+	if (argc == 3 && strcmp(argv[1], "epoll") == 0)
+		return waits(1, atol(argv[2]));
 	if (argc == 5 && strcmp(argv[1], "failfast") == 0)
 		return failfast(argv[2], atoi(argv[3]), atol(argv[4]));
-	fprintf(stderr, "usage: bench rtt N | bench failfast ADDR PORT N\n");
+	fprintf(stderr, "usage: bench rtt N | bench poll N | bench epoll N | bench failfast ADDR PORT N\n");
 	return 2;
 }

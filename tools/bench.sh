@@ -35,16 +35,53 @@ if command -v strace >/dev/null; then
 fi
 
 if command -v valgrind >/dev/null; then
-	echo "== instructions added per call (callgrind, exact): send+recv pairs on a governed socket"
-	ir() {
-		local out; out=$(mktemp)
-		env "$@" valgrind --tool=callgrind --callgrind-out-file="$out" "$BUILD/bench" rtt "$N" >/dev/null 2>&1
+	echo "== instructions added per call (callgrind, exact; (shim - bare) over N calls, start-up subtracted)"
+	ir() {   # ir MODE N ENV...
+		local out mode=$1 n=$2; shift 2; out=$(mktemp)
+		env "$@" valgrind --tool=callgrind --callgrind-out-file="$out" "$BUILD/bench" "$mode" "$n" >/dev/null 2>&1
 		awk '/^summary:/ {print $2}' "$out"; rm -f "$out"
 	}
-	N=0; b0=$(ir X=1); s0=$(ir LD_PRELOAD=$LIB)
-	N=5000; b1=$(ir X=1); s1=$(ir LD_PRELOAD=$LIB)
-	awk -v b0="$b0" -v b1="$b1" -v s0="$s0" -v s1="$s1" -v n=5000 'BEGIN {
-		printf "   bare: %.1f instructions per round trip (both ends, all user space)\n", (b1 - b0) / n;
-		printf "   shim: %.1f instructions per round trip\n", (s1 - s0) / n;
-		printf "   added: %.1f per round trip = %.1f per wrapped call (4 calls: client send+recv, echo recv+send)\n", ((s1 - s0) - (b1 - b0)) / n, ((s1 - s0) - (b1 - b0)) / n / 4 }'
+	added() {   # added MODE N CALLS_PER_ITERATION LABEL
+		local b0 b1 s0 s1
+		b0=$(ir "$1" 0 X=1); s0=$(ir "$1" 0 LD_PRELOAD=$LIB)
+		b1=$(ir "$1" "$2" X=1); s1=$(ir "$1" "$2" LD_PRELOAD=$LIB)
+		awk -v b0="$b0" -v b1="$b1" -v s0="$s0" -v s1="$s1" -v n="$2" -v k="$3" -v l="$4" 'BEGIN {
+			printf "   %-44s bare %7.1f  shim %7.1f  added %6.1f instructions per call\n", l, (b1 - b0) / n / k, (s1 - s0) / n / k, ((s1 - s0) - (b1 - b0)) / n / k }'
+	}
+	added rtt 5000 4 "send/recv (2 governed + 2 ungoverned calls)"
+	added poll 20000 1 "poll() on a governed socket, read deadline armed"
+	added epoll 20000 1 "epoll_wait() on a governed socket"
+fi
+
+if command -v node >/dev/null || command -v curl >/dev/null; then
+	REQS=${REQS:-500}
+	"$BUILD/faultsrv" --mode http >/tmp/bench.port.$$ &
+	srv=$!
+	for _ in $(seq 50); do [ -s /tmp/bench.port.$$ ] && break; sleep 0.1; done
+	url="http://127.0.0.1:$(awk '{print $2}' /tmp/bench.port.$$)/"
+	rm -f /tmp/bench.port.$$
+	cat >/tmp/bench.node.$$.js <<JS
+const http = require("http"); let left = $REQS;
+const agent = new http.Agent({ keepAlive: false });
+(function next() { if (left-- === 0) return;
+  http.get("$url", { agent }, (r) => { r.resume(); r.on("end", next); }).on("error", (e) => { console.error(e); process.exit(1); }); })();
+JS
+	urls=$(for _ in $(seq "$REQS"); do printf '%s ' "$url"; done)
+	loop() {   # loop LABEL CMD...: interleaved bare/shim rounds, median seconds
+		local label=$1; shift
+		: >/tmp/bench.b.$$; : >/tmp/bench.s.$$
+		for r in $(seq 5); do
+			/usr/bin/time -f %e -o /tmp/bench.t.$$ "$@" >/dev/null 2>&1; cat /tmp/bench.t.$$ >>/tmp/bench.b.$$
+			LD_PRELOAD=$LIB /usr/bin/time -f %e -o /tmp/bench.t.$$ "$@" >/dev/null 2>&1; cat /tmp/bench.t.$$ >>/tmp/bench.s.$$
+		done
+		local b s; b=$(median </tmp/bench.b.$$); s=$(median </tmp/bench.s.$$)
+		awk -v b="$b" -v s="$s" -v l="$label" 'BEGIN { printf "   %-28s bare %.2f s  shim %.2f s  speed under the shim %.3f of bare (bar >= 0.95)\n", l, b, s, b / s }'
+		rm -f /tmp/bench.b.$$ /tmp/bench.s.$$ /tmp/bench.t.$$
+	}
+	echo "== $REQS HTTP requests to a local server, one process, new connection each (5 interleaved rounds, median)"
+	command -v node >/dev/null && loop "node http.get loop" node /tmp/bench.node.$$.js
+	# shellcheck disable=SC2086
+	command -v curl >/dev/null && loop "curl, $REQS URLs" curl -s $urls
+	kill "$srv"; wait "$srv" 2>/dev/null
+	rm -f /tmp/bench.node.$$.js
 fi
