@@ -48,6 +48,11 @@ struct ns_step ns_brk_step(const struct ns_brk *cur, int event, const struct ns_
 uint64_t ns_brk_pack(const struct ns_brk *b);
 void ns_brk_unpack(uint64_t word, struct ns_brk *b);
 
+/* The delay before connect retry number attempt (0 for the first retry):
+ * base_ms * 2^attempt * uniform(0.5, 1.5), drawn from *rng (xorshift64*,
+ * any non-zero seed), in ms. */
+uint64_t ns_retry_delay_ms(uint64_t base_ms, unsigned attempt, uint64_t *rng);
+
 const char *ns_state_name(uint32_t state);
 const char *ns_rule_name(int rule);
 

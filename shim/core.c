@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../policy/table.h"
@@ -32,48 +33,126 @@
 
 /**** configuration ****/
 
-enum { CFG_OFF = 0, CFG_ON = 1 };
-static int cfg_state;                  /* CFG_ON once the policy is loaded and valid */
-static struct ns_policy cfg_policy;
+static uint64_t rng_state;   /* per process: connect retry jitter */
+
+/* The policy in force. A reload swaps the pointer; the old policy is kept,
+ * since another thread may be resolving against it at that moment, and a
+ * reload happens at most once a second. NULL: a bad policy, pass through. */
+static struct ns_policy *cfg_cur;
+static int cfg_disabled;
+static char cfg_path[1024];            /* "" = built-in defaults, nothing to reload */
+static struct { int64_t sec, nsec, size, ino; } cfg_stamp;
+static int64_t cfg_checked_s;          /* atomic: the second of the last look at the file */
+static int cfg_reloading;              /* atomic: one thread reloads, the others go on */
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
 
 static struct ns_table tbl;
 static int tbl_ok;
 static pthread_once_t tbl_once = PTHREAD_ONCE_INIT;
 
+/* Load the policy file into a new heap policy. Returns it, or NULL with the
+ * first error line in err. */
+static struct ns_policy *cfg_read(char *err, size_t len, int *nerr)
+{
+	struct ns_policy *p = calloc(1, sizeof(*p));
+	char *nl;
+	int r;
+
+	if (!p) {
+		snprintf(err, len, "out of memory");
+		return NULL;
+	}
+	r = cfg_path[0] ? ns_policy_load(cfg_path, p, err, len) : (ns_policy_builtin(p) == 0 ? 0 : -1);
+	*nerr = r;
+	if (r == 0)
+		return p;
+	nl = strchr(err, '\n');
+	if (nl)
+		*nl = '\0';
+	free(p);
+	return NULL;
+}
+
+static int cfg_stat(void)
+{
+	struct stat st;
+
+	if (stat(cfg_path, &st) < 0)
+		return -1;
+	if (st.st_mtim.tv_sec == cfg_stamp.sec && st.st_mtim.tv_nsec == cfg_stamp.nsec &&
+	    st.st_size == cfg_stamp.size && (int64_t)st.st_ino == cfg_stamp.ino)
+		return 0;
+	cfg_stamp.sec = st.st_mtim.tv_sec;
+	cfg_stamp.nsec = st.st_mtim.tv_nsec;
+	cfg_stamp.size = st.st_size;
+	cfg_stamp.ino = (int64_t)st.st_ino;
+	return 1;
+}
+
 static void cfg_load(void)
 {
 	const char *disable = getenv("NETSHIM_DISABLE");
 	const char *path = getenv("NETSHIM_POLICY");
+	struct ns_policy *p;
 	char err[NS_ERRBUF];
-	char *nl;
-	int r;
+	int nerr;
 
 	ns_real_bind();   /* reached from a connect before our constructor ran */
 	ns_log_init();
-	if (disable && strcmp(disable, "1") == 0)
-		return;
-	if ((!path || !*path) && access("/etc/netshim/policy.conf", F_OK) == 0)
-		path = "/etc/netshim/policy.conf";
-	if (path && *path)
-		r = ns_policy_load(path, &cfg_policy, err, sizeof(err));
-	else
-		r = ns_policy_builtin(&cfg_policy) == 0 ? 0 : -1;
-	if (r != 0) {
-		nl = strchr(err, '\n');
-		if (nl)
-			*nl = '\0';
-		ns_log(NS_LOG_ERROR, "bad policy, passing every call through: %s%s", err,
-		       r > 1 ? " (and more; see shimctl check)" : "");
+	if (disable && strcmp(disable, "1") == 0) {
+		cfg_disabled = 1;
 		return;
 	}
-	cfg_state = CFG_ON;
+	if ((!path || !*path) && access("/etc/netshim/policy.conf", F_OK) == 0)
+		path = "/etc/netshim/policy.conf";
+	if (path && *path && strlen(path) < sizeof(cfg_path)) {
+		snprintf(cfg_path, sizeof(cfg_path), "%s", path);
+		cfg_stat();
+	}
+	p = cfg_read(err, sizeof(err), &nerr);
+	if (!p) {
+		ns_log(NS_LOG_ERROR, "bad policy, passing every call through: %s%s", err,
+		       nerr > 1 ? " (and more; see shimctl check)" : "");
+		return;
+	}
+	__atomic_store_n(&cfg_cur, p, __ATOMIC_RELEASE);
 }
 
-static int cfg_on(void)
+/* Pick up a changed policy file: looked at no more than once a second, from
+ * the connect path. A file that does not parse is logged once and the
+ * policy in force stays. */
+static void cfg_maybe_reload(monotime now)
+{
+	int64_t sec = now / 1000000000, seen = __atomic_load_n(&cfg_checked_s, __ATOMIC_RELAXED);
+	struct ns_policy *p;
+	char err[NS_ERRBUF];
+	int nerr, busy = 0;
+
+	if (!cfg_path[0] || sec == seen ||
+	    !__atomic_compare_exchange_n(&cfg_checked_s, &seen, sec, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		return;
+	if (!__atomic_compare_exchange_n(&cfg_reloading, &busy, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+		return;
+	if (cfg_stat() == 1) {
+		p = cfg_read(err, sizeof(err), &nerr);
+		if (p) {
+			__atomic_store_n(&cfg_cur, p, __ATOMIC_RELEASE);
+			NS_LOG(NS_LOG_WARN, "policy reloaded from %s", cfg_path);
+		} else {
+			NS_LOG(NS_LOG_ERROR, "changed policy rejected, keeping the one in force: %s", err);
+		}
+	}
+	__atomic_store_n(&cfg_reloading, 0, __ATOMIC_RELEASE);
+}
+
+/* The policy in force, or NULL to pass the call through. */
+static struct ns_policy *cfg_get(monotime now)
 {
 	pthread_once(&cfg_once, cfg_load);
-	return cfg_state == CFG_ON;
+	if (cfg_disabled)
+		return NULL;
+	cfg_maybe_reload(now);
+	return __atomic_load_n(&cfg_cur, __ATOMIC_ACQUIRE);
 }
 
 static void tbl_load(void)
@@ -99,10 +178,19 @@ static int tbl_on(void)
 	return tbl_ok;
 }
 
+
+static void rng_seed(void)
+{
+	rng_state = (uint64_t)ns_now() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&rng_state;
+}
+
 __attribute__((constructor)) static void ns_init(void)
 {
 	ns_real_bind();
-	cfg_on();
+	pthread_once(&cfg_once, cfg_load);
+	rng_seed();
+	/* a forked child draws its own jitter, not its parent's */
+	pthread_atfork(NULL, NULL, rng_seed);
 }
 
 /**** outcomes ****/
@@ -582,18 +670,97 @@ static int connect_again(int fd, struct ns_conn *c, const struct sockaddr *sa, s
 	return r;
 }
 
+/* Ask the breaker whether a connect to key may go out. Returns the slot
+ * (or -1 when uncounted), or NS_SLOT_REJECTED when it is open. */
+#define NS_SLOT_REJECTED (-100)
+static int breaker_admit(const char *key, const struct ns_settings *set, int enforce, monotime now)
+{
+	struct ns_step st;
+	int slot;
+
+	if (!tbl_on())
+		return -1;
+	slot = ns_table_find(&tbl, key, 1, (uint64_t)(now / 1000000));
+	if (slot == NS_SLOT_FULL)
+		NS_LOG(NS_LOG_WARN, "breaker table full; %s passes through uncounted", key);
+	if (slot < 0)
+		return -1;
+	if (ns_table_attempt(&tbl, slot, enforce, (uint64_t)(now / 1000000), set, &st) == NS_REJECT) {
+		NS_LOG(NS_LOG_DEBUG, "%s: breaker open, connect refused", key);
+		return NS_SLOT_REJECTED;
+	}
+	if (st.transition == NS_TR_HALF_OPENED)
+		NS_LOG(NS_LOG_INFO, "breaker for %s half-open: letting a probe through", key);
+	return slot;
+}
+
+/* A fresh attempt on c: its clock, deadlines and outcome start over (the
+ * total budget runs from the first attempt). */
+static void conn_begin(struct ns_conn *c, monotime now)
+{
+	c->start = now;
+	c->outcome = 0;
+	c->rd_wait_start = 0;
+	c->connect_deadline = (c->flags & NS_C_ENFORCE) && c->set.connect_timeout_ms ?
+		now + (int64_t)c->set.connect_timeout_ms * 1000000 : 0;
+	__atomic_fetch_and(&c->flags, ~NS_C_FAILED, __ATOMIC_RELAXED);
+	__atomic_fetch_or(&c->flags, NS_C_CONNECTING, __ATOMIC_RELAXED);
+}
+
+/* After a failed blocking connect: wait and try again if the policy says so.
+ * Only a connect that never reached the server is retried (refused,
+ * unreachable, connect deadline), never past the total budget, never through
+ * an open breaker. Returns 1 to try again, 0 to give up (errno untouched). */
+static int retry_wait(struct ns_conn *c, unsigned attempt, int e)
+{
+	struct timespec ts;
+	uint64_t delay;
+	monotime now;
+	int slot, saved = errno;
+
+	if (attempt >= c->set.connect_retries ||
+	    (e != ECONNREFUSED && e != ENETUNREACH && e != EHOSTUNREACH && e != ETIMEDOUT))
+		return 0;
+	delay = ns_retry_delay_ms(c->set.retry_backoff_ms, attempt, &rng_state);
+	now = ns_now();
+	if (c->total_deadline && now + (int64_t)delay * 1000000 + (c->set.connect_timeout_ms ? 0 : 1) >= c->total_deadline)
+		return 0;
+	ts.tv_sec = (time_t)(delay / 1000);
+	ts.tv_nsec = (long)(delay % 1000) * 1000000;
+	if (nanosleep(&ts, NULL) < 0) {
+		errno = saved;
+		return 0;   /* a signal cuts the retries short: the program sees the failure */
+	}
+	slot = breaker_admit(c->key, &c->set, 1, ns_now());
+	if (slot == NS_SLOT_REJECTED) {
+		errno = saved;
+		return 0;
+	}
+	if (slot >= 0)
+		ns_table_add_retry(&tbl, slot);
+	NS_LOG(NS_LOG_INFO, "%s: %s, retry %u of %u after %llu ms", c->key, strerror(e), attempt + 1,
+	       c->set.connect_retries, (unsigned long long)delay);
+	errno = saved;
+	return 1;
+}
+
 int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
+	const struct ns_policy *pol;
 	struct ns_settings set;
 	struct ns_conn *c;
 	struct ns_dest d;
-	struct ns_step st;
 	char key[NS_KEY_MAX];
+	monotime now;
 	uintptr_t v;
-	int slot = -1, r, e, enforce, saved = errno;
+	int slot, r, e, enforce, saved = errno;
 
-	if (!cfg_on() || !sa || len < (socklen_t)sizeof(sa_family_t) || (unsigned)fd >= ns_fdmax ||
+	if (!sa || len < (socklen_t)sizeof(sa_family_t) || (unsigned)fd >= ns_fdmax ||
 	    (sa->sa_family != AF_INET && sa->sa_family != AF_INET6))
+		return REAL(connect)(fd, sa, len);
+	now = ns_now();
+	pol = cfg_get(now);
+	if (!pol)
 		return REAL(connect)(fd, sa, len);
 	v = ns_fd_get(fd);
 	if (v && !(v & NS_TAG)) {
@@ -608,26 +775,17 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		v = classify(fd, sa->sa_family);
 	if (!(v & NS_TAG_STREAM) || dest_from_sa(sa, len, &d) < 0)
 		return REAL(connect)(fd, sa, len);
-	ns_policy_resolve(&cfg_policy, &d, &set, NULL);
+	ns_names_lookup(d.family, d.addr, d.name, sizeof(d.name));
+	ns_policy_resolve(pol, &d, &set, NULL);
 	if (set.mode == NS_MODE_BYPASS || ns_dest_key(&d, key, sizeof(key)) < 0)
 		return REAL(connect)(fd, sa, len);
 	enforce = set.mode == NS_MODE_ENFORCE;
 
-	if (tbl_on()) {
-		monotime now = ns_now();
-
-		slot = ns_table_find(&tbl, key, 1, (uint64_t)(now / 1000000));
-		if (slot == NS_SLOT_FULL)
-			NS_LOG(NS_LOG_WARN, "breaker table full; %s passes through uncounted", key);
-		if (slot >= 0 && ns_table_attempt(&tbl, slot, enforce, (uint64_t)(now / 1000000), &set, &st) == NS_REJECT) {
-			NS_LOG(NS_LOG_DEBUG, "%s: breaker open, connect refused", key);
-			errno = ECONNREFUSED;
-			return -1;
-		}
-		if (slot >= 0 && st.transition == NS_TR_HALF_OPENED)
-			NS_LOG(NS_LOG_INFO, "breaker for %s half-open: letting a probe through", key);
+	slot = breaker_admit(key, &set, enforce, now);
+	if (slot == NS_SLOT_REJECTED) {
+		errno = ECONNREFUSED;
+		return -1;
 	}
-
 	c = ns_conn_alloc();
 	if (!c) {
 		NS_LOG(NS_LOG_ERROR, "out of memory for connection state; %s passes through", key);
@@ -637,15 +795,13 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	c->set = set;
 	memcpy(c->key, key, sizeof(key));
 	c->flags = (v & NS_TAG_NONBLOCK) ? NS_C_NONBLOCK : 0;
-	c->start = ns_now();
 	if (enforce) {
 		c->flags |= NS_C_ENFORCE;
 		c->read_timeout_ns = (int64_t)set.read_timeout_ms * 1000000;
 		if (set.total_timeout_ms)
-			c->total_deadline = c->start + (int64_t)set.total_timeout_ms * 1000000;
-		if (set.connect_timeout_ms)
-			c->connect_deadline = c->start + (int64_t)set.connect_timeout_ms * 1000000;
+			c->total_deadline = now + (int64_t)set.total_timeout_ms * 1000000;
 	}
+	conn_begin(c, now);
 	ns_fd_set(fd, (uintptr_t)c);
 	ns_conn_unref(c);   /* the fd table holds it now */
 
@@ -655,22 +811,31 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 
 		c->dir[NS_IN].prog_ns = prog_timeout(fd, SO_RCVTIMEO);
 		c->dir[NS_IN].kernel_ns = c->dir[NS_IN].prog_ns;
-		dir_want(c, NS_IN, c->total_deadline ? c->total_deadline - c->start : 0, &want, &src);
+		dir_want(c, NS_IN, c->total_deadline ? c->total_deadline - now : 0, &want, &src);
 		dir_sync(fd, c, NS_IN, want, src);
 		if (c->total_deadline) {
 			c->dir[NS_OUT].prog_ns = prog_timeout(fd, SO_SNDTIMEO);
 			c->dir[NS_OUT].kernel_ns = c->dir[NS_OUT].prog_ns;
-			dir_want(c, NS_OUT, c->total_deadline - c->start, &want, &src);
+			dir_want(c, NS_OUT, c->total_deadline - now, &want, &src);
 			dir_sync(fd, c, NS_OUT, want, src);
 		}
 	}
 
-	__atomic_fetch_or(&c->flags, NS_C_CONNECTING, __ATOMIC_RELAXED);
-	if (enforce && !(c->flags & NS_C_NONBLOCK))
-		r = connect_bounded(fd, c, sa, len);
-	else
+	if (!enforce || (c->flags & NS_C_NONBLOCK)) {
 		r = REAL(connect)(fd, sa, len);
-	e = errno;
+		e = errno;
+	} else {
+		for (unsigned attempt = 0;; attempt++) {
+			r = connect_bounded(fd, c, sa, len);
+			e = errno;
+			if (r == 0 || !is_failure_errno(e))
+				break;
+			conn_fail_errno(c, e);   /* each attempt is its own connection */
+			if (!retry_wait(c, attempt, e))
+				return -1;
+			conn_begin(c, ns_now());
+		}
+	}
 	if (r == 0)
 		__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
 	else if (is_failure_errno(e))

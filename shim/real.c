@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <sys/ioctl.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -65,6 +66,11 @@ static void bind_all(void)
 	BIND_NAMED(recv_chk, "__recv_chk", &__recv_chk);
 	BIND_NAMED(recvfrom_chk, "__recvfrom_chk", &__recvfrom_chk);
 	BIND_NAMED(read_chk, "__read_chk", &__read_chk);
+	BIND(getaddrinfo, getaddrinfo);
+	BIND(gethostbyname, gethostbyname);
+	BIND(gethostbyname2, gethostbyname2);
+	BIND(gethostbyname_r, gethostbyname_r);
+	BIND(gethostbyname2_r, gethostbyname2_r);
 	BIND(poll, poll);
 	BIND(ppoll, ppoll);
 	BIND_NAMED(poll_chk, "__poll_chk", &__poll_chk);

@@ -2,6 +2,7 @@
 #ifndef NS_REAL_H
 #define NS_REAL_H
 
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -35,6 +36,11 @@ struct ns_real {
 	ssize_t (*recv_chk)(int, void *, size_t, size_t, int);
 	ssize_t (*recvfrom_chk)(int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *);
 	ssize_t (*read_chk)(int, void *, size_t, size_t);
+	int (*getaddrinfo)(const char *, const char *, const struct addrinfo *, struct addrinfo **);
+	struct hostent *(*gethostbyname)(const char *);
+	struct hostent *(*gethostbyname2)(const char *, int);
+	int (*gethostbyname_r)(const char *, struct hostent *, char *, size_t, struct hostent **, int *);
+	int (*gethostbyname2_r)(const char *, int, struct hostent *, char *, size_t, struct hostent **, int *);
 	int (*poll)(struct pollfd *, nfds_t, int);
 	int (*ppoll)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *);
 	int (*poll_chk)(struct pollfd *, nfds_t, int, size_t);

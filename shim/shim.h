@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/types.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -182,6 +183,14 @@ NS_HIDDEN int ns_wait_expire(struct ns_conn *c, int want_in, int want_out, monot
 /* The program saw c ready for input or output: it is no longer waiting. */
 NS_HIDDEN void ns_wait_ready(struct ns_conn *c, int in, int out, int err);
 NS_HIDDEN void ns_wait_forget_fd(int fd);
+
+/* names.c */
+NS_HIDDEN int ns_names_lookup(int family, const void *addr, char *out, size_t len);
+NS_HIDDEN int ns_getaddrinfo(const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res);
+NS_HIDDEN struct hostent *ns_gethostbyname(const char *name);
+NS_HIDDEN struct hostent *ns_gethostbyname2(const char *name, int af);
+NS_HIDDEN int ns_gethostbyname_r(const char *name, struct hostent *ret, char *buf, size_t buflen, struct hostent **result, int *h_errnop);
+NS_HIDDEN int ns_gethostbyname2_r(const char *name, int af, struct hostent *ret, char *buf, size_t buflen, struct hostent **result, int *h_errnop);
 
 NS_HIDDEN int ns_poll(struct pollfd *fds, nfds_t n, int timeout_ms);
 NS_HIDDEN int ns_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask);

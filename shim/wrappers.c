@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <stdarg.h>
+#include <netdb.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
@@ -39,6 +40,11 @@ EXPORT int dup(int fd) { return ns_dup(fd); }
 EXPORT int dup2(int fd, int fd2) { return ns_dup2(fd, fd2); }
 EXPORT int dup3(int fd, int fd2, int flags) { return ns_dup3(fd, fd2, flags); }
 EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len) { return ns_setsockopt(fd, level, name, val, len); }
+EXPORT int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res) { return ns_getaddrinfo(node, service, hints, res); }
+EXPORT struct hostent *gethostbyname(const char *name) { return ns_gethostbyname(name); }
+EXPORT struct hostent *gethostbyname2(const char *name, int af) { return ns_gethostbyname2(name, af); }
+EXPORT int gethostbyname_r(const char *name, struct hostent *ret, char *buf, size_t buflen, struct hostent **result, int *h_errnop) { return ns_gethostbyname_r(name, ret, buf, buflen, result, h_errnop); }
+EXPORT int gethostbyname2_r(const char *name, int af, struct hostent *ret, char *buf, size_t buflen, struct hostent **result, int *h_errnop) { return ns_gethostbyname2_r(name, af, ret, buf, buflen, result, h_errnop); }
 EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout) { return ns_poll(fds, n, timeout); }
 EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask) { return ns_ppoll(fds, n, ts, mask); }
 EXPORT int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdslen) { return ns_poll_chk(fds, n, timeout, fdslen); }

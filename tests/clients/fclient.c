@@ -11,6 +11,7 @@
  *     --threads T       run the loop in T threads
  *     --fork            also run the loop in a forked child
  *     --no-request      connect and read without sending anything
+ *     --gethostbyname   resolve a name ADDR with gethostbyname (default getaddrinfo)
  *     --poll            event-loop style: non-blocking socket, every wait in
  *                       poll() (fortified: __poll_chk), 10 s program timeout
  *
@@ -20,6 +21,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -96,7 +98,7 @@ static void *loop_body(void *arg)
 
 int main(int argc, char **argv)
 {
-	int rcvtimeo = 0, use_read = 0, threads = 1, dofork = 0, request = 1, chunk = 512;
+	int use_ghbn = 0, rcvtimeo = 0, use_read = 0, threads = 1, dofork = 0, request = 1, chunk = 512;
 	struct sockaddr_in *s4 = (struct sockaddr_in *)&dst;
 	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&dst;
 	const char *addr, *port;
@@ -121,6 +123,8 @@ int main(int argc, char **argv)
 			use_poll = nonblock = 1;
 		else if (!strcmp(argv[i], "--poll-nfds") && i + 1 < argc)
 			poll_nfds = (nfds_t)atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--gethostbyname"))
+			use_ghbn = 1;
 		else if (!strcmp(argv[i], "--no-request"))
 			request = 0;
 		else {
@@ -143,9 +147,27 @@ int main(int argc, char **argv)
 		s6->sin6_family = AF_INET6;
 		s6->sin6_port = htons((uint16_t)atoi(port));
 		dstlen = sizeof(*s6);
+	} else if (use_ghbn) {
+		struct hostent *h = gethostbyname(addr);
+
+		if (!h || h->h_addrtype != AF_INET) {
+			fprintf(stderr, "fclient: %s: cannot resolve\n", addr);
+			return 2;
+		}
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons((uint16_t)atoi(port));
+		memcpy(&s4->sin_addr, h->h_addr_list[0], 4);
+		dstlen = sizeof(*s4);
 	} else {
-		fprintf(stderr, "fclient: %s: not an address\n", addr);
-		return 2;
+		struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res;
+
+		if (getaddrinfo(addr, port, &hints, &res) != 0) {
+			fprintf(stderr, "fclient: %s: cannot resolve\n", addr);
+			return 2;
+		}
+		memcpy(&dst, res->ai_addr, res->ai_addrlen);
+		dstlen = res->ai_addrlen;
+		freeaddrinfo(res);
 	}
 
 	if (loops) {

@@ -193,3 +193,33 @@ Test(breaker, pack_round_trips_and_saturates)
 	cr_assert_eq(c.t_ms, (1ULL << 40) - 1);
 	cr_assert_eq(c.state, NS_HALF_OPEN);
 }
+
+Test(retry, delay_bounds_with_a_seeded_source)
+{
+	uint64_t rng = 42, lo[4] = { UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX }, hi[4] = { 0 };
+
+	for (int i = 0; i < 20000; i++)
+		for (unsigned a = 0; a < 4; a++) {
+			uint64_t d = ns_retry_delay_ms(100, a, &rng);
+
+			lo[a] = d < lo[a] ? d : lo[a];
+			hi[a] = d > hi[a] ? d : hi[a];
+		}
+	for (unsigned a = 0; a < 4; a++) {
+		uint64_t base = 100ULL << a;
+
+		cr_assert_geq(lo[a], base / 2, "attempt %u: %llu", a, (unsigned long long)lo[a]);
+		cr_assert_leq(hi[a], base * 3 / 2, "attempt %u: %llu", a, (unsigned long long)hi[a]);
+		/* the whole range is used: jitter, not a constant */
+		cr_assert_lt(lo[a], base * 11 / 20);
+		cr_assert_gt(hi[a], base * 29 / 20);
+	}
+}
+
+Test(retry, same_seed_same_sequence)
+{
+	uint64_t a = 7, b = 7;
+
+	for (int i = 0; i < 100; i++)
+		cr_assert_eq(ns_retry_delay_ms(1000, 1, &a), ns_retry_delay_ms(1000, 1, &b));
+}

@@ -1,0 +1,134 @@
+/* names.c -- host-name attribution: remember which name each address the
+ * program resolved came from, so a connect to it is keyed "name:port".
+ *
+ * The resolver wrappers pass every result and every error through untouched;
+ * they only read the answer. The map is bounded (see policy/namemap.c) and
+ * guarded by a lock held for a hash lookup, never across a system call. */
+#include "shim.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "../policy/namemap.h"
+#include "real.h"
+
+#define NAMES_MAX 4096u
+#define NAMES_TTL_MS (10u * 60u * 1000u)
+
+static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+static struct ns_namemap *names;
+static unsigned names_used;   /* atomic: 0 until a name is remembered */
+
+static void names_prepare(void) { pthread_mutex_lock(&names_lock); }
+static void names_parent(void) { pthread_mutex_unlock(&names_lock); }
+static void names_child(void) { pthread_mutex_init(&names_lock, NULL); }
+
+static void names_init(void)
+{
+	names = ns_namemap_new(NAMES_MAX, NAMES_TTL_MS);
+	if (!names)
+		NS_LOG(NS_LOG_ERROR, "out of memory for the host-name map; keys stay addresses");
+	pthread_atfork(names_prepare, names_parent, names_child);
+}
+
+static int numeric(const char *node)
+{
+	unsigned char buf[16];
+
+	return inet_pton(AF_INET, node, buf) == 1 || inet_pton(AF_INET6, node, buf) == 1;
+}
+
+static void remember(const char *name, int family, const void *addr)
+{
+	uint64_t now = (uint64_t)(ns_now() / 1000000);
+
+	pthread_once(&names_once, names_init);
+	if (!names)
+		return;
+	pthread_mutex_lock(&names_lock);
+	if (ns_namemap_put(names, family, addr, name, now) == 0)
+		__atomic_store_n(&names_used, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&names_lock);
+}
+
+static void remember_hostent(const char *name, const struct hostent *h)
+{
+	if (!name || !h || numeric(name) || (h->h_addrtype != AF_INET && h->h_addrtype != AF_INET6))
+		return;
+	for (char **a = h->h_addr_list; a && *a; a++)
+		remember(name, h->h_addrtype, *a);
+}
+
+int ns_names_lookup(int family, const void *addr, char *out, size_t len)
+{
+	int r;
+
+	if (!__atomic_load_n(&names_used, __ATOMIC_ACQUIRE))
+		return -1;
+	pthread_mutex_lock(&names_lock);
+	r = ns_namemap_get(names, family, addr, out, len, (uint64_t)(ns_now() / 1000000));
+	pthread_mutex_unlock(&names_lock);
+	return r;
+}
+
+int ns_getaddrinfo(const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res)
+{
+	int r = REAL(getaddrinfo)(node, service, hints, res), e = errno;
+
+	if (r == 0 && node && res && !(hints && (hints->ai_flags & AI_NUMERICHOST)) && !numeric(node)) {
+		for (const struct addrinfo *ai = *res; ai; ai = ai->ai_next) {
+			if (ai->ai_family == AF_INET && ai->ai_addrlen >= sizeof(struct sockaddr_in))
+				remember(node, AF_INET, &((const struct sockaddr_in *)ai->ai_addr)->sin_addr);
+			else if (ai->ai_family == AF_INET6 && ai->ai_addrlen >= sizeof(struct sockaddr_in6))
+				remember(node, AF_INET6, &((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr);
+		}
+	}
+	errno = e;
+	return r;
+}
+
+struct hostent *ns_gethostbyname(const char *name)
+{
+	struct hostent *h = REAL(gethostbyname)(name);
+	int e = errno;
+
+	remember_hostent(name, h);
+	errno = e;
+	return h;
+}
+
+struct hostent *ns_gethostbyname2(const char *name, int af)
+{
+	struct hostent *h = REAL(gethostbyname2)(name, af);
+	int e = errno;
+
+	remember_hostent(name, h);
+	errno = e;
+	return h;
+}
+
+int ns_gethostbyname_r(const char *name, struct hostent *ret, char *buf, size_t buflen,
+		       struct hostent **result, int *h_errnop)
+{
+	int r = REAL(gethostbyname_r)(name, ret, buf, buflen, result, h_errnop), e = errno;
+
+	if (r == 0 && result)
+		remember_hostent(name, *result);
+	errno = e;
+	return r;
+}
+
+int ns_gethostbyname2_r(const char *name, int af, struct hostent *ret, char *buf, size_t buflen,
+			struct hostent **result, int *h_errnop)
+{
+	int r = REAL(gethostbyname2_r)(name, af, ret, buf, buflen, result, h_errnop), e = errno;
+
+	if (r == 0 && result)
+		remember_hostent(name, *result);
+	errno = e;
+	return r;
+}
