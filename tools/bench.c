@@ -6,11 +6,13 @@
  *   bench poll N | bench epoll N
  *                        N zero-timeout waits for input or output on a
  *                        connected loopback socket (for callgrind)
- *   bench failfast ADDR PORT N
- *                        N connects to a destination whose breaker is open;
+ *   bench failfast ADDR|NAME PORT N
+ *                        N connects to a destination whose breaker is open
+ *                        (a NAME is resolved once with getaddrinfo first);
  *                        prints the median and p99 of one connect() in ns */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -96,9 +98,20 @@ static int failfast(const char *addr, int port, long n)
 	long long *t = calloc((size_t)n, sizeof(*t));
 	long refused = 0;
 
-	if (!t || n <= 0 || inet_pton(AF_INET, addr, &a.sin_addr) != 1) {
+	if (!t || n <= 0) {
 		fprintf(stderr, "bench: bad arguments\n");
 		return 2;
+	}
+	if (inet_pton(AF_INET, addr, &a.sin_addr) != 1) {
+		/* a name: resolved once, as a program would, then connected to by address */
+		struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *res;
+
+		if (getaddrinfo(addr, NULL, &hints, &res) != 0) {
+			fprintf(stderr, "bench: cannot resolve %s\n", addr);
+			return 2;
+		}
+		a.sin_addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
+		freeaddrinfo(res);
 	}
 	for (long i = 0; i < n; i++) {
 		int fd = socket(AF_INET, SOCK_STREAM, 0), r, e;

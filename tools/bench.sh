@@ -29,6 +29,13 @@ awk -v b="$bare" -v s="$shim" 'BEGIN {printf "   speed under the shim: %.3f of b
 echo "== fail-fast connect() while the breaker is open"
 "$BUILD/shimctl" open 127.0.0.1:9 >/dev/null
 LD_PRELOAD=$LIB "$BUILD/bench" failfast 127.0.0.1 9 20000 | sed 's/^/   /'
+echo "   the same, by name (resolved once with getaddrinfo; keyed localhost:9):"
+"$BUILD/shimctl" open localhost:9 >/dev/null
+for r in 1 2 3; do
+	a=$(LD_PRELOAD=$LIB "$BUILD/bench" failfast 127.0.0.1 9 20000 | awk '/median/ {print $2}')
+	n=$(LD_PRELOAD=$LIB "$BUILD/bench" failfast localhost 9 20000 | awk '/median/ {print $2}')
+	echo "   round $r: by address $a ns, by name $n ns, name costs $((n - a)) ns more (bar: <= 1000)"
+done
 if command -v strace >/dev/null; then
 	n=$(LD_PRELOAD=$LIB strace -f -e trace=connect "$BUILD/bench" failfast 127.0.0.1 9 100 2>&1 >/dev/null | grep -c 'connect(')
 	echo "   connect system calls made by 100 fail-fast connects (strace): $n"
