@@ -24,14 +24,14 @@ FINAL_CFLAGS := $(BASE_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
 FINAL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
 
 POLICY_SRC := policy/policy.c policy/breaker.c policy/table.c policy/tablefile.c policy/namemap.c
-SHIM_SRC := shim/real.c shim/fdtab.c shim/log.c shim/core.c shim/wait.c shim/names.c shim/wrappers.c
+SHIM_SRC := shim/real.c shim/fdtab.c shim/log.c shim/core.c shim/wait.c shim/names.c shim/trace.c shim/wrappers.c
 POLICY_OBJ := $(POLICY_SRC:%.c=$(BUILD)/%.o)
 SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 
 LIB := $(BUILD)/libnetshim.so
 TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench
-CLIENTS := $(BUILD)/fclient
+CLIENTS := $(BUILD)/fclient $(BUILD)/tracee
 
 .PHONY: all test unit integration negative install uninstall bench demo deps clean
 
@@ -74,6 +74,11 @@ $(BUILD)/fclient: tests/clients/fclient.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -D_FORTIFY_SOURCE=2 -Wall -o $@ $<
 
+# compiled with -g and unoptimised, so its function names are there to trace
+$(BUILD)/tracee: tests/clients/tracee.c
+	@mkdir -p $(dir $@)
+	$(CC) -g -O0 -Wall -o $@ $<
+
 $(BUILD)/unit_tests: $(UNIT_SRC) $(POLICY_OBJ)
 	$(CC) $(FINAL_CFLAGS) -o $@ $(UNIT_SRC) $(POLICY_OBJ) -lcriterion $(FINAL_LDFLAGS)
 
@@ -100,16 +105,16 @@ deps:
 	tools/install-deps.sh
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/lib/netshim $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8
+	install -d $(DESTDIR)$(PREFIX)/lib/netshim $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man7
 	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/netshim/libnetshim.so
 	install -m 0755 $(BUILD)/shimctl $(BUILD)/shimrun $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 man/shimctl.1 man/shimrun.1 $(DESTDIR)$(PREFIX)/share/man/man1/
-	install -m 0644 man/netshim.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -m 0644 man/netshim.7 $(DESTDIR)$(PREFIX)/share/man/man7/
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/lib/netshim/libnetshim.so $(DESTDIR)$(PREFIX)/bin/shimctl \
 		$(DESTDIR)$(PREFIX)/bin/shimrun $(DESTDIR)$(PREFIX)/share/man/man1/shimctl.1 \
-		$(DESTDIR)$(PREFIX)/share/man/man1/shimrun.1 $(DESTDIR)$(PREFIX)/share/man/man8/netshim.8
+		$(DESTDIR)$(PREFIX)/share/man/man1/shimrun.1 $(DESTDIR)$(PREFIX)/share/man/man7/netshim.7
 	-rmdir $(DESTDIR)$(PREFIX)/lib/netshim
 
 clean:

@@ -35,9 +35,10 @@ const struct ns_settings ns_builtin_settings = {
 	.connect_retries = 0,
 	.retry_backoff_ms = 1000,
 	.mode = NS_MODE_ENFORCE,
+	.trace = 0,
 };
 
-enum vtype { T_DUR, T_UINT, T_PCT, T_RECOVERY, T_MODE };
+enum vtype { T_DUR, T_UINT, T_PCT, T_RECOVERY, T_MODE, T_BOOL };
 
 struct keydef {
 	int type;
@@ -49,7 +50,7 @@ const char *const ns_key_names[NS_K_COUNT] = {
 	"connect_timeout", "read_timeout", "total_timeout",
 	"failure_threshold", "window", "consecutive_failures",
 	"failure_rate", "min_calls", "recovery", "open_duration",
-	"half_open_probes", "connect_retries", "retry_backoff", "mode",
+	"half_open_probes", "connect_retries", "retry_backoff", "mode", "trace",
 };
 
 #define OFF(f) offsetof(struct ns_settings, f)
@@ -71,6 +72,7 @@ static const struct keydef keydefs[NS_K_COUNT] = {
 	[NS_K_CONNECT_RETRIES] = { T_UINT, OFF(connect_retries), 0, 10 },
 	[NS_K_RETRY_BACKOFF] = { T_DUR, OFF(retry_backoff_ms), 1, NS_MAX_DURATION_MS },
 	[NS_K_MODE] = { T_MODE, OFF(mode), 0, 0 },
+	[NS_K_TRACE] = { T_BOOL, OFF(trace), 0, 0 },
 };
 
 /**** errors ****/
@@ -270,6 +272,9 @@ void ns_setting_format(int key, const struct ns_settings *s, char *buf, size_t l
 		snprintf(buf, len, "%s", s->mode == NS_MODE_BYPASS ? "bypass" :
 			 s->mode == NS_MODE_MONITOR ? "monitor" : "enforce");
 		break;
+	case T_BOOL:
+		snprintf(buf, len, "%s", *(const uint32_t *)(base + k->off) ? "on" : "off");
+		break;
 	}
 }
 
@@ -370,6 +375,16 @@ static int set_value(struct perr *e, int line, int key, const char *val, struct 
 			s->mode = NS_MODE_BYPASS;
 		else {
 			perr_add(e, line, "mode: bad value '%s': expected enforce, monitor or bypass", val);
+			return -1;
+		}
+		return 0;
+	case T_BOOL:
+		if (strcmp(val, "on") == 0)
+			*(uint32_t *)(base + k->off) = 1;
+		else if (strcmp(val, "off") == 0)
+			*(uint32_t *)(base + k->off) = 0;
+		else {
+			perr_add(e, line, "%s: bad value '%s': expected on or off", ns_key_names[key], val);
 			return -1;
 		}
 		return 0;

@@ -28,6 +28,7 @@ struct ns_settings {
 	uint32_t connect_retries;
 	uint64_t retry_backoff_ms;
 	uint32_t mode;              /* enum ns_mode */
+	uint32_t trace;             /* 1: record the calling code of failures */
 };
 
 enum ns_key_id {
@@ -35,7 +36,7 @@ enum ns_key_id {
 	NS_K_FAILURE_THRESHOLD, NS_K_WINDOW, NS_K_CONSECUTIVE_FAILURES,
 	NS_K_FAILURE_RATE, NS_K_MIN_CALLS, NS_K_RECOVERY, NS_K_OPEN_DURATION,
 	NS_K_HALF_OPEN_PROBES, NS_K_CONNECT_RETRIES, NS_K_RETRY_BACKOFF,
-	NS_K_MODE, NS_K_COUNT
+	NS_K_MODE, NS_K_TRACE, NS_K_COUNT
 };
 
 /* What a section's pattern matches. */

@@ -300,6 +300,12 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 	e->retries = LOAD(&s->retries);
 	e->last_error = LOAD(&s->last_error);
 	e->opened_wall_ms = LOAD(&s->opened_wall_ms);
+	for (uint32_t b = 0; b < NS_HIST_BUCKETS; b++) {
+		e->connect_hist.count[b] = LOAD(&s->connect_hist.count[b]);
+		e->first_byte_hist.count[b] = LOAD(&s->first_byte_hist.count[b]);
+	}
+	e->connect_hist.sum_us = LOAD(&s->connect_hist.sum_us);
+	e->first_byte_hist.sum_us = LOAD(&s->first_byte_hist.sum_us);
 	e->half_open_wall_ms = LOAD(&s->half_open_wall_ms);
 	window_ms = LOAD(&s->window_ms);
 	if (window_ms == 0)
@@ -308,4 +314,118 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 	e->failures_in_window = w.failures;
 	e->outcomes_in_window = w.outcomes;
 	return 0;
+}
+
+/**** latency ****/
+
+/* Upper bounds, 1-2.5-5 steps from 250 us to 5 min: a percentile is known
+ * to within its bucket, so within a factor of 2 to 2.5. */
+const uint64_t ns_hist_bounds_us[NS_HIST_BUCKETS] = {
+	250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000,
+	500000, 1000000, 2500000, 5000000, 10000000, 25000000, 50000000, 100000000, 300000000,
+	UINT64_MAX,
+};
+
+void ns_table_latency(struct ns_table *t, int idx, int first_byte, uint64_t us)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	struct ns_hist *h;
+	uint32_t b = 0;
+
+	if (!s)
+		return;
+	h = first_byte ? &s->first_byte_hist : &s->connect_hist;
+	while (b < NS_HIST_BUCKETS - 1 && us > ns_hist_bounds_us[b])
+		b++;
+	ADD(&h->count[b], 1);
+	ADD(&h->sum_us, us);
+}
+
+int64_t ns_hist_percentile(const struct ns_hist *h, unsigned p)
+{
+	uint64_t total = 0, want, seen = 0;
+
+	for (uint32_t b = 0; b < NS_HIST_BUCKETS; b++)
+		total += h->count[b];
+	if (!total)
+		return -1;
+	/* the rank of the p-th percentile, rounded up, at least 1 */
+	want = (total * p + 99) / 100;
+	if (want == 0)
+		want = 1;
+	for (uint32_t b = 0; b < NS_HIST_BUCKETS; b++) {
+		seen += h->count[b];
+		if (seen >= want)
+			return b == NS_HIST_BUCKETS - 1 ? (int64_t)ns_hist_bounds_us[b - 1] : (int64_t)ns_hist_bounds_us[b];
+	}
+	return (int64_t)ns_hist_bounds_us[NS_HIST_BUCKETS - 2];
+}
+
+/**** events ****/
+
+#define EV_BUSY UINT64_MAX
+
+void ns_table_event(struct ns_table *t, const struct ns_evrec *ev, uint64_t wall_ms)
+{
+	struct ns_evrec *rec;
+	uint64_t seq;
+
+	if (!t->events || !t->ev_cap)
+		return;
+	seq = ADD(&t->hdr->ev_seq, 1);
+	rec = &t->events[seq % t->ev_cap];
+	/* never waits: a writer lapped by a faster one just overwrites */
+	__atomic_store_n(&rec->seq, EV_BUSY, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	memcpy((char *)rec + sizeof(rec->seq), (const char *)ev + sizeof(ev->seq), sizeof(*ev) - sizeof(ev->seq));
+	rec->wall_ms = wall_ms;
+	rec->dest[sizeof(rec->dest) - 1] = '\0';
+	STORE(&rec->seq, seq);
+}
+
+uint64_t ns_table_event_head(const struct ns_table *t)
+{
+	return t->hdr ? LOAD(&t->hdr->ev_seq) : 0;
+}
+
+int ns_table_event_read(const struct ns_table *t, uint64_t seq, struct ns_evrec *out)
+{
+	const struct ns_evrec *rec;
+
+	if (!t->events || !t->ev_cap)
+		return -1;
+	rec = &t->events[seq % t->ev_cap];
+	if (LOAD(&rec->seq) != seq)
+		return -1;
+	memcpy(out, rec, sizeof(*out));
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	if (LOAD(&rec->seq) != seq)
+		return -1;   /* overwritten while copying */
+	out->seq = seq;
+	/* bound every string: the record is untrusted shared memory */
+	out->dest[sizeof(out->dest) - 1] = '\0';
+	out->program[sizeof(out->program) - 1] = '\0';
+	out->detail[sizeof(out->detail) - 1] = '\0';
+	if (out->nframes > NS_FRAMES)
+		out->nframes = NS_FRAMES;
+	for (uint32_t i = 0; i < NS_FRAMES; i++)
+		out->frames[i][NS_FRAME_LEN - 1] = '\0';
+	return 0;
+}
+
+const char *ns_event_name(uint32_t type)
+{
+	switch (type) {
+	case NS_E_OPENED: return "opened";
+	case NS_E_HALF_OPEN: return "half_open";
+	case NS_E_CLOSED: return "closed";
+	case NS_E_REOPENED: return "probe_failed";
+	case NS_E_RESET: return "reset";
+	case NS_E_FORCED_OPEN: return "forced_open";
+	case NS_E_TABLE_FULL: return "table_full";
+	case NS_E_POLICY_RELOADED: return "policy_reloaded";
+	case NS_E_POLICY_REJECTED: return "policy_rejected";
+	case NS_E_CONNECT_FAILED: return "connect_failed";
+	default: return "unknown";
+	}
 }

@@ -16,10 +16,15 @@
 #include "policy.h"
 
 #define NS_TABLE_MAGIC 0x4c42544d4853534eULL   /* "NSSHMTBL" */
-#define NS_TABLE_VERSION 1u
+#define NS_TABLE_VERSION 2u
 #define NS_TABLE_DEFAULT_SLOTS 4096u
 #define NS_TABLE_MAX_SLOTS (1u << 20)
 #define NS_BUCKETS 32u
+#define NS_EVENTS_DEFAULT 1024u
+#define NS_EVENTS_MAX (1u << 16)
+#define NS_HIST_BUCKETS 20u
+#define NS_FRAMES 4u
+#define NS_FRAME_LEN 150u
 
 struct ns_table_hdr {
 	uint64_t magic;
@@ -31,7 +36,18 @@ struct ns_table_hdr {
 	uint64_t created_wall_ms;
 	uint64_t full_count;        /* atomic: new destinations turned away, table full */
 	uint64_t used;              /* atomic: slots claimed */
-	uint8_t reserved[200];
+	uint32_t ev_cap;            /* event records in the ring */
+	uint32_t ev_size;           /* bytes per event record */
+	uint64_t ev_off;            /* offset of the ring from the start of the file */
+	uint64_t ev_seq;            /* atomic: the next event's sequence number */
+	uint8_t reserved[176];
+};
+
+/* A latency histogram: fixed buckets (upper bounds in ns_hist_bounds_us),
+ * atomic counts, the last bucket unbounded. */
+struct ns_hist {
+	uint64_t count[NS_HIST_BUCKETS];
+	uint64_t sum_us;
 };
 
 struct ns_slot {
@@ -50,16 +66,47 @@ struct ns_slot {
 	uint64_t reserved0[2];
 	uint64_t bucket[NS_BUCKETS];/* atomic: epoch 32 | failures 16 | outcomes 16 */
 	char key[NS_KEY_MAX];       /* NUL-terminated once the slot is ready */
-	uint8_t reserved[400];      /* room for latency histograms */
+	struct ns_hist connect_hist;   /* connect start to connected */
+	struct ns_hist first_byte_hist;/* connect start to the first byte received */
+	uint8_t reserved[64];
+};
+
+enum ns_event_type {
+	NS_E_OPENED = 1, NS_E_HALF_OPEN, NS_E_CLOSED, NS_E_REOPENED, NS_E_RESET, NS_E_FORCED_OPEN,
+	NS_E_TABLE_FULL, NS_E_POLICY_RELOADED, NS_E_POLICY_REJECTED, NS_E_CONNECT_FAILED,
+};
+
+/* One record of the event ring. seq is written last: a reader takes the
+ * record only if seq is the number it expects before and after copying, so
+ * a record being written, or left half-written by a killed process, reads
+ * as missing, never as garbage. */
+struct ns_evrec {
+	uint64_t seq;               /* atomic: the event's number; UINT64_MAX while written */
+	uint64_t wall_ms;
+	uint32_t type;
+	uint32_t pid;
+	uint32_t rule;
+	uint32_t err;
+	uint32_t failures_in_window;
+	uint32_t consecutive;
+	uint32_t nframes;
+	uint32_t pad;
+	char dest[NS_KEY_MAX];
+	char program[16];
+	char detail[96];
+	char frames[NS_FRAMES][NS_FRAME_LEN];
 };
 
 _Static_assert(sizeof(struct ns_table_hdr) == 256, "header layout");
 _Static_assert(sizeof(struct ns_slot) == 1024, "slot layout");
+_Static_assert(sizeof(struct ns_evrec) == 1024, "event layout");
 
 struct ns_table {
 	struct ns_table_hdr *hdr;
 	struct ns_slot *slots;
+	struct ns_evrec *events;
 	uint32_t nslots;            /* private copy, validated */
+	uint32_t ev_cap;            /* private copy, validated */
 	size_t size;
 	char path[288];
 };
@@ -72,15 +119,16 @@ struct ns_entry {
 	uint32_t failures_in_window, outcomes_in_window;
 	uint32_t last_error;
 	uint64_t opened_wall_ms, half_open_wall_ms;
+	struct ns_hist connect_hist, first_byte_hist;
 };
 
 enum { NS_TBL_OK = 0, NS_TBL_MISSING = 1, NS_TBL_BAD = 2 };
 
 /* Map the table NAME (/dev/shm/NAME). With create, make it (mode 0600,
- * nslots slots) if missing. Returns NS_TBL_OK, NS_TBL_MISSING (and create was
+ * nslots slots, nevents event records; 0 for the defaults) if missing. Returns NS_TBL_OK, NS_TBL_MISSING (and create was
  * 0) or NS_TBL_BAD with a one-line reason in err. */
-int ns_table_open(const char *name, int create, uint32_t nslots, struct ns_table *t,
-		  char *err, size_t errlen);
+int ns_table_open(const char *name, int create, uint32_t nslots, uint32_t nevents,
+		  struct ns_table *t, char *err, size_t errlen);
 void ns_table_close(struct ns_table *t);
 
 /* The default table name for this user, "netshim.<uid>". */
@@ -117,6 +165,21 @@ void ns_table_force_open(struct ns_table *t, int idx, uint64_t now_ms, uint64_t 
 
 /* Copy slot idx for display; returns 0, or -1 if the slot is not ready. */
 int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_entry *e);
+
+/* Latency: add one sample (microseconds) to a slot's histogram. */
+void ns_table_latency(struct ns_table *t, int idx, int first_byte, uint64_t us);
+extern const uint64_t ns_hist_bounds_us[NS_HIST_BUCKETS];   /* the last is UINT64_MAX */
+/* The upper bound (us) of the bucket holding the p-th percentile (0..100),
+ * or -1 when the histogram is empty. */
+int64_t ns_hist_percentile(const struct ns_hist *h, unsigned p);
+
+/* Events. ns_table_event fills seq and wall time itself (wall_ms given).
+ * ns_table_event_read copies event number seq; returns 0, or -1 when it was
+ * overwritten, is being written, or was never completed. */
+void ns_table_event(struct ns_table *t, const struct ns_evrec *ev, uint64_t wall_ms);
+int ns_table_event_read(const struct ns_table *t, uint64_t seq, struct ns_evrec *out);
+uint64_t ns_table_event_head(const struct ns_table *t);
+const char *ns_event_name(uint32_t type);
 
 /* The bucket width for a window, in ms. */
 uint64_t ns_bucket_width(uint64_t window_ms);

@@ -54,10 +54,19 @@ int ns_table_validate(const void *map, size_t size, char *err, size_t errlen)
 		snprintf(err, errlen, "corrupt slot count %u", h->nslots);
 		return -1;
 	}
+	if (h->ev_cap == 0 || h->ev_cap > NS_EVENTS_MAX || h->ev_size != sizeof(struct ns_evrec)) {
+		snprintf(err, errlen, "corrupt event ring (%u records of %u bytes)", h->ev_cap, h->ev_size);
+		return -1;
+	}
 	want = sizeof(struct ns_table_hdr) + (uint64_t)h->nslots * sizeof(struct ns_slot);
+	if (h->ev_off != want) {
+		snprintf(err, errlen, "corrupt event ring offset %llu", (unsigned long long)h->ev_off);
+		return -1;
+	}
+	want += (uint64_t)h->ev_cap * sizeof(struct ns_evrec);
 	if (h->total_size != want || size < want) {
-		snprintf(err, errlen, "too short: %zu bytes for %u slots (needs %llu)", size, h->nslots,
-			 (unsigned long long)want);
+		snprintf(err, errlen, "too short: %zu bytes for %u slots and %u events (needs %llu)", size,
+			 h->nslots, h->ev_cap, (unsigned long long)want);
 		return -1;
 	}
 	return 0;
@@ -70,10 +79,12 @@ static int valid_name(const char *name)
 	return n > 0 && n < 200 && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
 }
 
-static int create_table(const char *path, const char *name, uint32_t nslots, char *err, size_t errlen)
+static int create_table(const char *path, const char *name, uint32_t nslots, uint32_t nevents,
+			char *err, size_t errlen)
 {
 	char tmp[288];
-	size_t size = sizeof(struct ns_table_hdr) + (size_t)nslots * sizeof(struct ns_slot);
+	size_t ev_off = sizeof(struct ns_table_hdr) + (size_t)nslots * sizeof(struct ns_slot);
+	size_t size = ev_off + (size_t)nevents * sizeof(struct ns_evrec);
 	struct ns_table_hdr *h;
 	struct timespec ts;
 	int fd, r;
@@ -99,6 +110,9 @@ static int create_table(const char *path, const char *name, uint32_t nslots, cha
 	h->slot_size = sizeof(struct ns_slot);
 	h->nslots = nslots;
 	h->total_size = size;
+	h->ev_cap = nevents;
+	h->ev_size = sizeof(struct ns_evrec);
+	h->ev_off = ev_off;
 	h->created_wall_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 	__atomic_store_n(&h->magic, NS_TABLE_MAGIC, __ATOMIC_RELEASE);
 	munmap(h, size);
@@ -114,8 +128,8 @@ out_unlink:
 	return r;
 }
 
-int ns_table_open(const char *name, int create, uint32_t nslots, struct ns_table *t,
-		  char *err, size_t errlen)
+int ns_table_open(const char *name, int create, uint32_t nslots, uint32_t nevents,
+		  struct ns_table *t, char *err, size_t errlen)
 {
 	char reason[200];
 	struct stat st;
@@ -128,9 +142,11 @@ int ns_table_open(const char *name, int create, uint32_t nslots, struct ns_table
 	snprintf(t->path, sizeof(t->path), SHM_DIR "%s", name);
 	if (nslots == 0 || nslots > NS_TABLE_MAX_SLOTS)
 		nslots = NS_TABLE_DEFAULT_SLOTS;
+	if (nevents == 0 || nevents > NS_EVENTS_MAX)
+		nevents = NS_EVENTS_DEFAULT;
 	fd = open(t->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT && create) {
-		r = create_table(t->path, name, nslots, err, errlen);
+		r = create_table(t->path, name, nslots, nevents, err, errlen);
 		if (r != NS_TBL_OK)
 			return r;
 		fd = open(t->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
@@ -179,6 +195,8 @@ int ns_table_open(const char *name, int create, uint32_t nslots, struct ns_table
 	t->hdr = map;
 	t->nslots = t->hdr->nslots;
 	t->slots = (struct ns_slot *)((char *)map + sizeof(struct ns_table_hdr));
+	t->ev_cap = t->hdr->ev_cap;
+	t->events = (struct ns_evrec *)((char *)map + t->hdr->ev_off);
 	t->size = (size_t)st.st_size;
 	r = NS_TBL_OK;
 out_close:
@@ -192,5 +210,7 @@ void ns_table_close(struct ns_table *t)
 		munmap(t->hdr, t->size);
 	t->hdr = NULL;
 	t->slots = NULL;
+	t->events = NULL;
 	t->nslots = 0;
+	t->ev_cap = 0;
 }

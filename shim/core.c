@@ -34,6 +34,9 @@
 /**** configuration ****/
 
 static uint64_t rng_state;   /* per process: connect retry jitter */
+static int trace_env;        /* NETSHIM_TRACE=1 */
+static int tbl_on(void);
+static void emit(int type, const char *key, const struct ns_step *st, int err, const char *detail, int trace);
 
 /* The policy in force. A reload swaps the pointer; the old policy is kept,
  * since another thread may be resolving against it at that moment, and a
@@ -99,6 +102,7 @@ static void cfg_load(void)
 
 	ns_real_bind();   /* reached from a connect before our constructor ran */
 	ns_log_init();
+	trace_env = getenv("NETSHIM_TRACE") && strcmp(getenv("NETSHIM_TRACE"), "1") == 0;
 	if (disable && strcmp(disable, "1") == 0) {
 		cfg_disabled = 1;
 		return;
@@ -138,8 +142,12 @@ static void cfg_maybe_reload(monotime now)
 		if (p) {
 			__atomic_store_n(&cfg_cur, p, __ATOMIC_RELEASE);
 			NS_LOG(NS_LOG_WARN, "policy reloaded from %s", cfg_path);
+			if (tbl_on())
+				emit(NS_E_POLICY_RELOADED, "", NULL, 0, cfg_path, 0);
 		} else {
 			NS_LOG(NS_LOG_ERROR, "changed policy rejected, keeping the one in force: %s", err);
+			if (tbl_on())
+				emit(NS_E_POLICY_REJECTED, "", NULL, 0, err, 0);
 		}
 	}
 	__atomic_store_n(&cfg_reloading, 0, __ATOMIC_RELEASE);
@@ -159,13 +167,15 @@ static void tbl_load(void)
 {
 	const char *name = getenv("NETSHIM_TABLE");
 	const char *slots = getenv("NETSHIM_TABLE_SLOTS");
+	const char *events = getenv("NETSHIM_TABLE_EVENTS");
 	char def[64], err[NS_ERRBUF];
 
 	if (!name || !*name) {
 		ns_table_default_name(def, sizeof(def));
 		name = def;
 	}
-	if (ns_table_open(name, 1, slots ? (uint32_t)strtoul(slots, NULL, 10) : 0, &tbl, err, sizeof(err)) != NS_TBL_OK) {
+	if (ns_table_open(name, 1, slots ? (uint32_t)strtoul(slots, NULL, 10) : 0,
+			  events ? (uint32_t)strtoul(events, NULL, 10) : 0, &tbl, err, sizeof(err)) != NS_TBL_OK) {
 		ns_log(NS_LOG_ERROR, "%s; breakers off, passing calls through", err);
 		return;
 	}
@@ -206,21 +216,55 @@ static int is_failure_errno(int e)
 	}
 }
 
-static void log_step(const struct ns_conn *c, const struct ns_step *st)
+/* Write one event into the shared ring: a transition, a traced failure, or
+ * a process-wide happening (key may then be ""). */
+static void emit(int type, const char *key, const struct ns_step *st, int err, const char *detail, int trace)
+{
+	struct ns_evrec ev;
+	struct ns_entry e;
+	int saved = errno;
+
+	if (!tbl_ok)
+		return;
+	memset(&ev, 0, sizeof(ev));
+	ev.type = (uint32_t)type;
+	ev.pid = (uint32_t)getpid();
+	ev.err = (uint32_t)err;
+	snprintf(ev.dest, sizeof(ev.dest), "%s", key);
+	snprintf(ev.program, sizeof(ev.program), "%s", program_invocation_short_name);
+	if (detail)
+		snprintf(ev.detail, sizeof(ev.detail), "%s", detail);
+	if (st) {
+		ev.rule = (uint32_t)st->rule;
+		ev.consecutive = st->next.consec;
+	}
+	if (key[0]) {
+		int slot = ns_table_find(&tbl, key, 0, (uint64_t)(ns_now() / 1000000));
+
+		if (slot >= 0 && ns_table_read(&tbl, slot, (uint64_t)(ns_now() / 1000000), &e) == 0)
+			ev.failures_in_window = e.failures_in_window;
+	}
+	if (trace)
+		ev.nframes = ns_trace_frames(ev.frames, NS_FRAMES);
+	ns_table_event(&tbl, &ev, ns_wall_ms());
+	errno = saved;
+}
+
+static void log_step(const struct ns_conn *c, const struct ns_step *st, int err, int trace)
 {
 	switch (st->transition) {
 	case NS_TR_OPENED:
 		NS_LOG(NS_LOG_WARN, "breaker for %s opened by rule %s (%u failures in a row)",
 		       c->key, ns_rule_name(st->rule), st->next.consec);
+		emit(NS_E_OPENED, c->key, st, err, NULL, trace);
 		break;
 	case NS_TR_REOPENED:
 		NS_LOG(NS_LOG_WARN, "breaker for %s reopened: half-open probe failed", c->key);
-		break;
-	case NS_TR_HALF_OPENED:
-		NS_LOG(NS_LOG_INFO, "breaker for %s half-open: letting a probe through", c->key);
+		emit(NS_E_REOPENED, c->key, st, err, NULL, trace);
 		break;
 	case NS_TR_CLOSED:
 		NS_LOG(NS_LOG_WARN, "breaker for %s closed: probe succeeded", c->key);
+		emit(NS_E_CLOSED, c->key, st, 0, NULL, 0);
 		break;
 	}
 }
@@ -230,7 +274,7 @@ static void conn_outcome(struct ns_conn *c, int kind, int err)
 {
 	struct ns_step st;
 	uint64_t now_ms;
-	int saved = errno;
+	int saved = errno, trace;
 
 	__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
 	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
@@ -240,9 +284,22 @@ static void conn_outcome(struct ns_conn *c, int kind, int err)
 	if (c->slot >= 0 && tbl_ok) {
 		now_ms = (uint64_t)(ns_now() / 1000000);
 		ns_table_outcome(&tbl, c->slot, kind, err, now_ms, ns_wall_ms(), &c->set, &st);
-		log_step(c, &st);
+		trace = kind != NS_OUT_SUCCESS && (trace_env || c->set.trace);
+		if (st.transition != NS_TR_NONE)
+			log_step(c, &st, err, trace);
+		else if (trace)
+			emit(NS_E_CONNECT_FAILED, c->key, &st, err, NULL, 1);
 	}
 	errno = saved;
+}
+
+/* The connect completed: note how long it took, once. */
+static void conn_connected(struct ns_conn *c)
+{
+	uint32_t old = __atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
+
+	if ((old & NS_C_CONNECTING) && c->slot >= 0 && tbl_ok)
+		ns_table_latency(&tbl, c->slot, 0, (uint64_t)(ns_now() - c->start) / 1000);
 }
 
 static void conn_fail_errno(struct ns_conn *c, int e)
@@ -392,9 +449,12 @@ static __attribute__((noinline)) ssize_t after_io(int fd, struct ns_conn *c, int
 		if (c->rd_wait_start)
 			c->rd_wait_start = 0;   /* progress: a wait for input starts afresh */
 		if (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING)
-			__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
-		if (!c->outcome && d == NS_IN)
+			conn_connected(c);
+		if (!c->outcome && d == NS_IN) {
+			if (c->slot >= 0 && tbl_ok)
+				ns_table_latency(&tbl, c->slot, 1, (uint64_t)(ns_now() - c->start) / 1000);
 			conn_outcome(c, NS_OUT_SUCCESS, 0);
+		}
 		if (c->intr_deadline && d == NS_IN)
 			note_interrupted(fd, c, 0);
 		errno = e;
@@ -663,7 +723,7 @@ static int connect_again(int fd, struct ns_conn *c, const struct sockaddr *sa, s
 	e = errno;
 
 	if (r == 0 || e == EISCONN)
-		__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
+		conn_connected(c);
 	else if (is_failure_errno(e))
 		conn_fail_errno(c, e);
 	errno = e;
@@ -673,6 +733,8 @@ static int connect_again(int fd, struct ns_conn *c, const struct sockaddr *sa, s
 /* Ask the breaker whether a connect to key may go out. Returns the slot
  * (or -1 when uncounted), or NS_SLOT_REJECTED when it is open. */
 #define NS_SLOT_REJECTED (-100)
+static int tbl_full_said;
+
 static int breaker_admit(const char *key, const struct ns_settings *set, int enforce, monotime now)
 {
 	struct ns_step st;
@@ -681,16 +743,21 @@ static int breaker_admit(const char *key, const struct ns_settings *set, int enf
 	if (!tbl_on())
 		return -1;
 	slot = ns_table_find(&tbl, key, 1, (uint64_t)(now / 1000000));
-	if (slot == NS_SLOT_FULL)
-		NS_LOG(NS_LOG_WARN, "breaker table full; %s passes through uncounted", key);
+	if (slot == NS_SLOT_FULL && !__atomic_exchange_n(&tbl_full_said, 1, __ATOMIC_RELAXED)) {
+		/* once per process: the table says so too, and shimctl shows the count */
+		NS_LOG(NS_LOG_WARN, "breaker table full; %s and other new destinations pass through uncounted", key);
+		emit(NS_E_TABLE_FULL, key, NULL, 0, "new destinations pass through uncounted", 0);
+	}
 	if (slot < 0)
 		return -1;
 	if (ns_table_attempt(&tbl, slot, enforce, (uint64_t)(now / 1000000), set, &st) == NS_REJECT) {
 		NS_LOG(NS_LOG_DEBUG, "%s: breaker open, connect refused", key);
 		return NS_SLOT_REJECTED;
 	}
-	if (st.transition == NS_TR_HALF_OPENED)
+	if (st.transition == NS_TR_HALF_OPENED) {
 		NS_LOG(NS_LOG_INFO, "breaker for %s half-open: letting a probe through", key);
+		emit(NS_E_HALF_OPEN, key, &st, 0, NULL, 0);
+	}
 	return slot;
 }
 
@@ -837,7 +904,7 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		}
 	}
 	if (r == 0)
-		__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
+		conn_connected(c);
 	else if (is_failure_errno(e))
 		conn_fail_errno(c, e);
 	else if (e != EINPROGRESS && e != EINTR && e != EALREADY)
@@ -898,7 +965,7 @@ void ns_wait_ready(struct ns_conn *c, int in, int out, int err)
 	/* writable without an error: the connect completed. With an error the
 	 * program reads it through SO_ERROR, which counts the failure. */
 	if (out && !err && (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING))
-		__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
+		conn_connected(c);
 }
 
 /**** descriptors ****/

@@ -184,6 +184,10 @@ NS_HIDDEN int ns_wait_expire(struct ns_conn *c, int want_in, int want_out, monot
 NS_HIDDEN void ns_wait_ready(struct ns_conn *c, int in, int out, int err);
 NS_HIDDEN void ns_wait_forget_fd(int fd);
 
+/* trace.c: up to max frames of the calling code, the shim's own skipped,
+ * as "function+0xoff (object)". Returns how many. */
+NS_HIDDEN unsigned ns_trace_frames(char frames[][150], unsigned max);
+
 /* names.c */
 NS_HIDDEN int ns_names_lookup(int family, const void *addr, char *out, size_t len);
 NS_HIDDEN int ns_getaddrinfo(const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res);

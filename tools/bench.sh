@@ -36,6 +36,15 @@ for r in 1 2 3; do
 	n=$(LD_PRELOAD=$LIB "$BUILD/bench" failfast localhost 9 20000 | awk '/median/ {print $2}')
 	echo "   round $r: by address $a ns, by name $n ns, name costs $((n - a)) ns more (bar: <= 1000)"
 done
+"$BUILD/faultsrv" --mode refuse >/tmp/bench.refuse.$$ &
+rsrv=$!
+for _ in $(seq 50); do [ -s /tmp/bench.refuse.$$ ] && break; sleep 0.1; done
+rport=$(awk '{print $2}' /tmp/bench.refuse.$$); rm -f /tmp/bench.refuse.$$
+printf '[defaults]\nfailure_threshold = 0\n' >/tmp/bench.pol.$$
+off=$(NETSHIM_POLICY=/tmp/bench.pol.$$ LD_PRELOAD=$LIB "$BUILD/bench" failfast 127.0.0.1 "$rport" 2000 | awk '/median/ {print $2}')
+on=$(NETSHIM_POLICY=/tmp/bench.pol.$$ NETSHIM_TRACE=1 LD_PRELOAD=$LIB "$BUILD/bench" failfast 127.0.0.1 "$rport" 2000 | awk '/median/ {print $2}')
+echo "== a refused connect (a real failure, counted): median $off ns tracing off, $on ns with NETSHIM_TRACE=1: +$(( (on - off) / 1000 )) us (bar: <= 50 us)"
+kill "$rsrv"; wait "$rsrv" 2>/dev/null; rm -f /tmp/bench.pol.$$
 if command -v strace >/dev/null; then
 	n=$(LD_PRELOAD=$LIB strace -f -e trace=connect "$BUILD/bench" failfast 127.0.0.1 9 100 2>&1 >/dev/null | grep -c 'connect(')
 	echo "   connect system calls made by 100 fail-fast connects (strace): $n"
@@ -56,6 +65,8 @@ if command -v valgrind >/dev/null; then
 			printf "   %-44s bare %7.1f  shim %7.1f  added %6.1f instructions per call\n", l, (b1 - b0) / n / k, (s1 - s0) / n / k, ((s1 - s0) - (b1 - b0)) / n / k }'
 	}
 	added rtt 5000 4 "send/recv (2 governed + 2 ungoverned calls)"
+	t0=$(ir rtt 5000 LD_PRELOAD=$LIB); t1=$(ir rtt 5000 LD_PRELOAD=$LIB NETSHIM_TRACE=1)
+	echo "   send/recv loop with tracing off: $t0 instructions, with NETSHIM_TRACE=1: $t1 (bar: equal within 1 %)"
 	added poll 20000 1 "poll() on a governed socket, read deadline armed"
 	added epoll 20000 1 "epoll_wait() on a governed socket"
 fi

@@ -2,12 +2,12 @@
  * demos and operators rehearsing failures.
  *
  *   faultsrv --mode MODE [--port N] [--bind ADDR] [--interval MS]
- *            [--status CODE] [--count-file FILE]
+ *            [--status CODE] [--count-file FILE] [--delay MS]
  *
  * MODE: http (200), status (answer --status CODE), refuse (bound, not
  * listening), blackhole (accept queue full, SYNs dropped), silent (accept and
  * never answer), reset (accept and reset), drip (answer one byte per
- * --interval). Prints "PORT n" on stdout once ready. SIGUSR1 turns it into
+ * --interval); --delay holds every answer that long. Prints "PORT n" on stdout once ready. SIGUSR1 turns it into
  * a healthy http server, SIGUSR2 into a silent one. */
 #include <arpa/inet.h>
 #include <err.h>
@@ -161,14 +161,15 @@ int main(int argc, char **argv)
 		{ "interval", required_argument, NULL, 'i' },
 		{ "status", required_argument, NULL, 's' },
 		{ "count-file", required_argument, NULL, 'c' },
+		{ "delay", required_argument, NULL, 'd' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *bind_addr = "127.0.0.1";
-	int port = 0, interval = 200, status = 200, mode = M_HTTP, c, lfd;
+	int port = 0, interval = 200, status = 200, mode = M_HTTP, delay = 0, c, lfd;
 	struct sockaddr_storage ss;
 	socklen_t sl;
 
-	while ((c = getopt_long(argc, argv, "m:p:b:i:s:c:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "m:p:b:i:s:c:d:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'm':
 			mode = -1;
@@ -183,6 +184,7 @@ int main(int argc, char **argv)
 		case 'i': interval = atoi(optarg); break;
 		case 's': status = atoi(optarg); mode = M_STATUS; break;
 		case 'c': count_file = optarg; break;
+		case 'd': delay = atoi(optarg); break;
 		default:
 			fprintf(stderr, "usage: faultsrv --mode MODE [--port N] [--bind ADDR] [--interval MS] [--status CODE] [--count-file FILE]\n");
 			return 2;
@@ -228,7 +230,7 @@ int main(int argc, char **argv)
 			p[n].fd = cl[i].fd;
 			p[n].events = POLLIN;
 			if (cl[i].answered && cl[i].sent < cl[i].resp_len) {
-				if (mode != M_DRIP || cl[i].next_ms <= now)
+				if (cl[i].next_ms <= now)
 					p[n].events |= POLLOUT;
 				else if (cl[i].next_ms - now < wait)
 					wait = cl[i].next_ms - now;
@@ -272,11 +274,13 @@ int main(int argc, char **argv)
 					static const char end[] = "\r\n\r\n";
 
 					cc->match = buf[j] == end[cc->match] ? cc->match + 1 : (buf[j] == '\r');
-					if (cc->match == 4)
+					if (cc->match == 4) {
 						choose_response(cc, (enum mode)mode, status);
+						cc->next_ms = now_ms() + delay;
+					}
 				}
 			}
-			if ((p[k].revents & POLLOUT) && cc->sent < cc->resp_len) {
+			if ((p[k].revents & POLLOUT) && cc->sent < cc->resp_len && cc->next_ms <= now_ms()) {
 				size_t chunk = mode == M_DRIP ? 1 : cc->resp_len - cc->sent;
 				ssize_t w = write(cc->fd, cc->resp + cc->sent, chunk);
 
@@ -285,7 +289,7 @@ int main(int argc, char **argv)
 					continue;
 				}
 				cc->sent += (size_t)w;
-				cc->next_ms = now_ms() + interval;
+				cc->next_ms = mode == M_DRIP ? now_ms() + interval : 0;
 				if (cc->sent == cc->resp_len) {
 					shutdown(cc->fd, SHUT_WR);
 				}

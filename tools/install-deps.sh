@@ -1,7 +1,7 @@
 #!/bin/sh
 # Install the Debian packages netshim needs to build and test, when missing.
 set -eu
-PKGS="build-essential libunwind-dev uthash-dev libcriterion-dev pkg-config
+PKGS="build-essential libunwind-dev uthash-dev libcriterion-dev pkg-config groff-base man-db
 python3 python3-pytest python3-requests curl wget strace valgrind procps"
 missing=""
 for p in $PKGS; do

@@ -1,11 +1,16 @@
 /* shimctl.c -- inspect and reset the shared breaker table, check policies. */
 #include <err.h>
+#include <stddef.h>
 #include <errno.h>
 #include <getopt.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../policy/breaker.h"
 #include "../policy/policy.h"
@@ -19,6 +24,9 @@ static void usage(FILE *f)
 		"usage: shimctl [--table NAME] status [--json] [DEST]\n"
 		"       shimctl [--table NAME] reset DEST | --all\n"
 		"       shimctl [--table NAME] open DEST\n"
+		"       shimctl [--table NAME] events [--json] [--follow] [DEST]\n"
+		"       shimctl [--table NAME] watch\n"
+		"       shimctl [--table NAME] metrics\n"
 		"       shimctl check FILE...\n"
 		"       shimctl [--policy FILE] explain DEST\n"
 		"       shimctl --help | --version\n");
@@ -105,7 +113,7 @@ static const char *table_name(const char *opt, char *buf, size_t len)
 static int open_table(const char *name, int create, struct ns_table *t)
 {
 	char e[NS_ERRBUF];
-	int r = ns_table_open(name, create, 0, t, e, sizeof(e));
+	int r = ns_table_open(name, create, 0, 0, t, e, sizeof(e));
 
 	if (r != NS_TBL_OK) {
 		warnx("%s", e);
@@ -139,6 +147,30 @@ static int find_dest(struct ns_table *t, const char *arg)
 		warnx("%s: no such destination in %s", esc, t->path);
 	}
 	return idx;
+}
+
+/**** latency ****/
+
+static void pct_text(const struct ns_hist *h, unsigned p, char *buf, size_t len)
+{
+	int64_t us = ns_hist_percentile(h, p);
+
+	if (us < 0)
+		snprintf(buf, len, "-");
+	else if (us < 1000)
+		snprintf(buf, len, "%.2g", (double)us / 1000.0);
+	else
+		snprintf(buf, len, "%lld", (long long)(us / 1000));
+}
+
+static void pct_json(const char *name, const struct ns_hist *h, unsigned p)
+{
+	int64_t us = ns_hist_percentile(h, p);
+
+	if (us < 0)
+		printf(", \"%s\": null", name);
+	else
+		printf(", \"%s\": %g", name, (double)us / 1000.0);
 }
 
 /**** status ****/
@@ -188,16 +220,31 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 		} else {
 			printf("null");
 		}
+		pct_json("connect_ms_p50", &e->connect_hist, 50);
+		pct_json("connect_ms_p99", &e->connect_hist, 99);
+		pct_json("first_byte_ms_p50", &e->first_byte_hist, 50);
+		pct_json("first_byte_ms_p99", &e->first_byte_hist, 99);
 		printf("}");
 	}
 	printf("%s]}\n", n ? "\n" : "");
 }
 
-static void print_text(const struct ns_table *t, struct row *rows, int n)
+static const char *state_color(uint32_t state)
+{
+	switch (state) {
+	case NS_OPEN: return "\033[1;31m";
+	case NS_FORCED_OPEN: return "\033[1;35m";
+	case NS_HALF_OPEN: return "\033[1;33m";
+	default: return "\033[32m";
+	}
+}
+
+static void print_text(const struct ns_table *t, struct row *rows, int n, int color)
 {
 	static const char *const hdr[] = { "DESTINATION", "STATE", "WIN_FAIL", "CONSEC", "CALLS", "OK",
-		"FAIL", "TIMEOUT", "REJECTED", "RETRIES", "LAST_ERROR", "OPENED_AT", "HALF_OPEN_AT" };
-	enum { NC = 13 };
+		"FAIL", "TIMEOUT", "REJECTED", "RETRIES", "CONN_P50", "CONN_P99", "FB_P50", "FB_P99",
+		"LAST_ERROR", "OPENED_AT", "HALF_OPEN_AT" };
+	enum { NC = 17 };
 	char (*cells)[NC][NS_KEY_MAX * 4] = calloc((size_t)n + 1, sizeof(*cells));
 	int w[NC] = { 0 };
 	uint64_t full = __atomic_load_n(&t->hdr->full_count, __ATOMIC_RELAXED);
@@ -221,15 +268,19 @@ static void print_text(const struct ns_table *t, struct row *rows, int n)
 		snprintf(r[7], sizeof(r[7]), "%llu", (unsigned long long)e->timeouts);
 		snprintf(r[8], sizeof(r[8]), "%llu", (unsigned long long)e->rejected);
 		snprintf(r[9], sizeof(r[9]), "%llu", (unsigned long long)e->retries);
-		snprintf(r[10], sizeof(r[10]), "%s", en ? en : "-");
+		pct_text(&e->connect_hist, 50, r[10], sizeof(r[10]));
+		pct_text(&e->connect_hist, 99, r[11], sizeof(r[11]));
+		pct_text(&e->first_byte_hist, 50, r[12], sizeof(r[12]));
+		pct_text(&e->first_byte_hist, 99, r[13], sizeof(r[13]));
+		snprintf(r[14], sizeof(r[14]), "%s", en ? en : "-");
 		if (e->opened_wall_ms)
-			rfc3339(e->opened_wall_ms, r[11], sizeof(r[11]));
+			rfc3339(e->opened_wall_ms, r[15], sizeof(r[15]));
 		else
-			snprintf(r[11], sizeof(r[11]), "-");
+			snprintf(r[15], sizeof(r[15]), "-");
 		if (e->half_open_wall_ms && e->brk.state == NS_OPEN)
-			rfc3339(e->half_open_wall_ms, r[12], sizeof(r[12]));
+			rfc3339(e->half_open_wall_ms, r[16], sizeof(r[16]));
 		else
-			snprintf(r[12], sizeof(r[12]), "-");
+			snprintf(r[16], sizeof(r[16]), "-");
 	}
 	for (int i = 0; i <= n; i++)
 		for (int c = 0; c < NC; c++) {
@@ -240,7 +291,9 @@ static void print_text(const struct ns_table *t, struct row *rows, int n)
 		}
 	for (int i = 0; i <= n; i++) {
 		for (int c = 0; c < NC; c++) {
-			if (c == 0 || c == 1 || c >= 10)
+			if (c == 1 && color && i > 0)
+				printf("%s%-*s\033[0m", state_color(rows[i - 1].e.brk.state), w[c], cells[i][c]);
+			else if (c == 0 || c == 1 || c >= 14)
 				printf("%-*s", c == NC - 1 ? 0 : w[c], cells[i][c]);
 			else
 				printf("%*s", w[c], cells[i][c]);
@@ -251,6 +304,7 @@ static void print_text(const struct ns_table *t, struct row *rows, int n)
 	}
 	if (n == 0)
 		printf("(no destinations yet)\n");
+	printf("latency in ms (CONN connect, FB first byte): upper bound of the histogram bucket, resolution 1-2.5-5 steps\n");
 	if (full)
 		printf("table full: %llu connects to new destinations passed through uncounted (capacity %u)\n",
 		       (unsigned long long)full, t->nslots);
@@ -276,12 +330,32 @@ static int cmp_rows(const void *a, const void *b)
 	return strcmp(x->e.key, y->e.key);
 }
 
+/* Every ready slot (or only `only`), open breakers first. */
+static struct row *load_rows(const struct ns_table *t, int only, int *n)
+{
+	struct row *rows = calloc(t->nslots, sizeof(*rows));
+	uint64_t now = mono_ms();
+
+	if (!rows)
+		err(1, "out of memory");
+	*n = 0;
+	for (uint32_t i = 0; i < t->nslots; i++) {
+		if (only >= 0 && (int)i != only)
+			continue;
+		if (ns_table_read(t, (int)i, now, &rows[*n].e) == 0) {
+			rows[*n].state = ns_state_name(rows[*n].e.brk.state);
+			(*n)++;
+		}
+	}
+	qsort(rows, (size_t)*n, sizeof(*rows), cmp_rows);
+	return rows;
+}
+
 static int cmd_status(const char *name, int json, const char *dest)
 {
 	struct ns_table t;
 	struct row *rows;
-	uint64_t now = mono_ms();
-	int n = 0, only = -1;
+	int n, only = -1;
 
 	if (open_table(name, 0, &t) < 0)
 		return 1;
@@ -292,25 +366,27 @@ static int cmd_status(const char *name, int json, const char *dest)
 			return 1;
 		}
 	}
-	rows = calloc(t.nslots, sizeof(*rows));
-	if (!rows)
-		err(1, "out of memory");
-	for (uint32_t i = 0; i < t.nslots; i++) {
-		if (only >= 0 && (int)i != only)
-			continue;
-		if (ns_table_read(&t, (int)i, now, &rows[n].e) == 0) {
-			rows[n].state = ns_state_name(rows[n].e.brk.state);
-			n++;
-		}
-	}
-	qsort(rows, (size_t)n, sizeof(*rows), cmp_rows);
+	rows = load_rows(&t, only, &n);
 	if (json)
 		print_json(name, &t, rows, n);
 	else
-		print_text(&t, rows, n);
+		print_text(&t, rows, n, 0);
 	free(rows);
 	ns_table_close(&t);
 	return 0;
+}
+
+/* An operator's action, in the event ring like the shim's own. */
+static void note_action(struct ns_table *t, int type, const char *key)
+{
+	struct ns_evrec ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = (uint32_t)type;
+	ev.pid = (uint32_t)getpid();
+	snprintf(ev.dest, sizeof(ev.dest), "%s", key);
+	snprintf(ev.program, sizeof(ev.program), "shimctl");
+	ns_table_event(t, &ev, wall_ms());
 }
 
 static int cmd_reset(const char *name, int all, const char *dest)
@@ -325,6 +401,7 @@ static int cmd_reset(const char *name, int all, const char *dest)
 		for (uint32_t i = 0; i < t.nslots; i++)
 			if (ns_table_read(&t, (int)i, mono_ms(), &e) == 0) {
 				ns_table_reset(&t, (int)i);
+				note_action(&t, NS_E_RESET, e.key);
 				n++;
 			}
 		printf("reset %d destination%s\n", n, n == 1 ? "" : "s");
@@ -338,6 +415,7 @@ static int cmd_reset(const char *name, int all, const char *dest)
 	}
 	ns_table_reset(&t, idx);
 	ns_table_read(&t, idx, mono_ms(), &e);
+	note_action(&t, NS_E_RESET, e.key);
 	printf("%s: closed\n", e.key);
 	ns_table_close(&t);
 	return 0;
@@ -364,7 +442,298 @@ static int cmd_open(const char *name, const char *dest)
 		return 1;
 	}
 	ns_table_force_open(&t, idx, mono_ms(), wall_ms());
+	note_action(&t, NS_E_FORCED_OPEN, key);
 	printf("%s: forced open until shimctl reset\n", key);
+	ns_table_close(&t);
+	return 0;
+}
+
+/**** events ****/
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stop_flag = 1;
+}
+
+static void print_event(const struct ns_evrec *ev, int json)
+{
+	char ts[40], esc[NS_KEY_MAX * 4];
+	const char *en = errname(ev->err);
+
+	rfc3339(ev->wall_ms, ts, sizeof(ts));
+	if (json) {
+		printf("{\"seq\": %llu, \"time\": \"%s\", \"event\": \"%s\", \"destination\": ",
+		       (unsigned long long)ev->seq, ts, ns_event_name(ev->type));
+		if (ev->dest[0])
+			json_string(stdout, ev->dest);
+		else
+			printf("null");
+		printf(", \"rule\": ");
+		if (ev->type == NS_E_OPENED || ev->type == NS_E_REOPENED)
+			printf("\"%s\"", ns_rule_name((int)ev->rule));
+		else
+			printf("null");
+		printf(", \"failures_in_window\": %u, \"consecutive_failures\": %u, \"error\": ",
+		       ev->failures_in_window, ev->consecutive);
+		if (en)
+			printf("\"%s\"", en);
+		else
+			printf("null");
+		printf(", \"pid\": %u, \"program\": ", ev->pid);
+		json_string(stdout, ev->program);
+		printf(", \"detail\": ");
+		json_string(stdout, ev->detail);
+		printf(", \"frames\": [");
+		for (uint32_t i = 0; i < ev->nframes; i++) {
+			printf("%s", i ? ", " : "");
+			json_string(stdout, ev->frames[i]);
+		}
+		printf("]}\n");
+	} else {
+		escape_text(ev->dest[0] ? ev->dest : "-", esc, sizeof(esc));
+		printf("%-6llu %s  %-16s %-24s", (unsigned long long)ev->seq, ts, ns_event_name(ev->type), esc);
+		if (ev->type == NS_E_OPENED || ev->type == NS_E_REOPENED)
+			printf(" rule=%s failures_in_window=%u consecutive=%u", ns_rule_name((int)ev->rule),
+			       ev->failures_in_window, ev->consecutive);
+		if (en)
+			printf(" error=%s", en);
+		if (ev->detail[0]) {
+			escape_text(ev->detail, esc, sizeof(esc));
+			printf(" %s", esc);
+		}
+		escape_text(ev->program, esc, sizeof(esc));
+		printf("  [pid %u %s]\n", ev->pid, esc);
+		for (uint32_t i = 0; i < ev->nframes; i++) {
+			escape_text(ev->frames[i], esc, sizeof(esc));
+			printf("         at %s\n", esc);
+		}
+	}
+}
+
+static void print_gap(uint64_t from, uint64_t to, int json)
+{
+	if (json)
+		printf("{\"gap\": %llu, \"from_seq\": %llu, \"to_seq\": %llu}\n",
+		       (unsigned long long)(to - from), (unsigned long long)from, (unsigned long long)(to - 1));
+	else
+		printf("-- %llu event%s missed (overwritten before they were read): seq %llu to %llu --\n",
+		       (unsigned long long)(to - from), to - from == 1 ? "" : "s",
+		       (unsigned long long)from, (unsigned long long)(to - 1));
+}
+
+/* Print events [from, head); returns the next seq to read. */
+static uint64_t print_events(const struct ns_table *t, uint64_t from, const char *key, int json)
+{
+	uint64_t head = ns_table_event_head(t), gap_from = 0;
+	int in_gap = 0;
+	struct ns_evrec ev;
+
+	if (head > t->ev_cap && from < head - t->ev_cap) {
+		print_gap(from, head - t->ev_cap, json);
+		from = head - t->ev_cap;
+	}
+	for (uint64_t s = from; s < head; s++) {
+		if (ns_table_event_read(t, s, &ev) < 0) {
+			if (!in_gap)
+				gap_from = s;
+			in_gap = 1;
+			continue;
+		}
+		if (in_gap)
+			print_gap(gap_from, s, json);
+		in_gap = 0;
+		if (!key || strcmp(key, ev.dest) == 0)
+			print_event(&ev, json);
+	}
+	if (in_gap)
+		print_gap(gap_from, head, json);
+	fflush(stdout);
+	return head;
+}
+
+static int cmd_events(const char *name, int json, int follow, const char *dest)
+{
+	char key[NS_KEY_MAX];
+	struct sigaction sa;
+	struct ns_table t;
+	uint64_t next;
+
+	if (open_table(name, 0, &t) < 0)
+		return 1;
+	if (dest)
+		normalise_dest(dest, key, sizeof(key));
+	next = print_events(&t, 0, dest ? key : NULL, json);
+	if (follow) {
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_stop;
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+		while (!stop_flag) {
+			struct timespec ts = { 0, 100 * 1000000 };
+
+			nanosleep(&ts, NULL);
+			next = print_events(&t, next, dest ? key : NULL, json);
+		}
+	}
+	ns_table_close(&t);
+	return 0;
+}
+
+/**** metrics ****/
+
+static void prom_label(const char *s)
+{
+	/* the exposition format escapes backslash, double quote and newline;
+	 * other control bytes are shown as \xNN so the line stays printable */
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '\\')
+			fputs("\\\\", stdout);
+		else if (ch == '"')
+			fputs("\\\"", stdout);
+		else if (ch == '\n')
+			fputs("\\n", stdout);
+		else if (ch < 0x20 || ch == 0x7f)
+			printf("\\\\x%02x", ch);
+		else
+			putchar(ch);
+	}
+}
+
+static void prom_series(const char *metric, const char *dest, const char *extra, const char *value)
+{
+	printf("%s{destination=\"", metric);
+	prom_label(dest);
+	printf("\"%s} %s\n", extra ? extra : "", value);
+}
+
+static void prom_counter(const char *metric, const char *help, const char *type, struct row *rows, int n, size_t off, int u32)
+{
+	char v[32];
+
+	printf("# HELP %s %s\n# TYPE %s %s\n", metric, help, metric, type);
+	for (int i = 0; i < n; i++) {
+		const char *base = (const char *)&rows[i].e;
+
+		if (u32)
+			snprintf(v, sizeof(v), "%u", *(const uint32_t *)(base + off));
+		else
+			snprintf(v, sizeof(v), "%llu", (unsigned long long)*(const uint64_t *)(base + off));
+		prom_series(metric, rows[i].e.key, NULL, v);
+	}
+}
+
+static void prom_hist(const char *metric, const char *help, struct row *rows, int n, int first_byte)
+{
+	char v[32], le[64];
+
+	printf("# HELP %s %s\n# TYPE %s histogram\n", metric, help, metric);
+	for (int i = 0; i < n; i++) {
+		const struct ns_hist *h = first_byte ? &rows[i].e.first_byte_hist : &rows[i].e.connect_hist;
+		uint64_t cum = 0;
+		char name[128];
+
+		snprintf(name, sizeof(name), "%s_bucket", metric);
+		for (uint32_t b = 0; b < NS_HIST_BUCKETS; b++) {
+			cum += h->count[b];
+			if (b == NS_HIST_BUCKETS - 1)
+				snprintf(le, sizeof(le), ",le=\"+Inf\"");
+			else
+				snprintf(le, sizeof(le), ",le=\"%g\"", (double)ns_hist_bounds_us[b] / 1e6);
+			snprintf(v, sizeof(v), "%llu", (unsigned long long)cum);
+			prom_series(name, rows[i].e.key, le, v);
+		}
+		snprintf(name, sizeof(name), "%s_sum", metric);
+		snprintf(v, sizeof(v), "%.6f", (double)h->sum_us / 1e6);
+		prom_series(name, rows[i].e.key, NULL, v);
+		snprintf(name, sizeof(name), "%s_count", metric);
+		snprintf(v, sizeof(v), "%llu", (unsigned long long)cum);
+		prom_series(name, rows[i].e.key, NULL, v);
+	}
+}
+
+static int cmd_metrics(const char *name)
+{
+	struct ns_table t;
+	struct row *rows;
+	int n;
+
+	if (open_table(name, 0, &t) < 0)
+		return 1;
+	rows = load_rows(&t, -1, &n);
+#define OFFE(f) offsetof(struct ns_entry, f)
+	prom_counter("netshim_calls_total", "Connect attempts let through to the network.", "counter", rows, n, OFFE(calls), 0);
+	prom_counter("netshim_successes_total", "Connections whose first byte arrived or that the peer closed cleanly.", "counter", rows, n, OFFE(successes), 0);
+	prom_counter("netshim_failures_total", "Connections refused, unreachable, reset or timed out.", "counter", rows, n, OFFE(failures), 0);
+	prom_counter("netshim_timeouts_total", "Failures that were deadlines expiring.", "counter", rows, n, OFFE(timeouts), 0);
+	prom_counter("netshim_rejected_total", "Connects refused at once by an open breaker.", "counter", rows, n, OFFE(rejected), 0);
+	prom_counter("netshim_retries_total", "Connect retries made by the policy.", "counter", rows, n, OFFE(retries), 0);
+	prom_counter("netshim_failures_in_window", "Failures in the sliding window.", "gauge", rows, n, OFFE(failures_in_window), 1);
+	printf("# HELP netshim_breaker_state Breaker state: 0 closed, 1 open, 2 half_open, 3 forced_open.\n"
+	       "# TYPE netshim_breaker_state gauge\n");
+	for (int i = 0; i < n; i++) {
+		char v[8];
+
+		snprintf(v, sizeof(v), "%u", rows[i].e.brk.state);
+		prom_series("netshim_breaker_state", rows[i].e.key, NULL, v);
+	}
+	prom_hist("netshim_connect_seconds", "Time from connect() to connected.", rows, n, 0);
+	prom_hist("netshim_first_byte_seconds", "Time from connect() to the first byte received.", rows, n, 1);
+	printf("# HELP netshim_table_turned_away_total Connects to new destinations not counted: table full.\n"
+	       "# TYPE netshim_table_turned_away_total counter\nnetshim_table_turned_away_total %llu\n",
+	       (unsigned long long)__atomic_load_n(&t.hdr->full_count, __ATOMIC_RELAXED));
+	free(rows);
+	ns_table_close(&t);
+	return 0;
+}
+
+/**** watch ****/
+
+static int cmd_watch(const char *name)
+{
+	int tty_out = isatty(1), tty_in = isatty(0), color = tty_out && !getenv("NO_COLOR");
+	struct termios saved, raw;
+	struct sigaction sa;
+	struct ns_table t;
+
+	if (open_table(name, 0, &t) < 0)
+		return 1;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	if (tty_in && tcgetattr(0, &saved) == 0) {
+		raw = saved;
+		raw.c_lflag &= (tcflag_t)~(ICANON | ECHO);
+		tcsetattr(0, TCSANOW, &raw);
+	} else {
+		tty_in = 0;
+	}
+	while (!stop_flag) {
+		struct pollfd p = { .fd = 0, .events = POLLIN };
+		char ts[40], ch;
+		struct row *rows;
+		int n;
+
+		rows = load_rows(&t, -1, &n);
+		rfc3339(wall_ms(), ts, sizeof(ts));
+		if (tty_out)
+			printf("\033[H\033[2J");
+		printf("shimctl watch  %s  table %s  %d destination%s  (q to quit)\n\n", ts, name, n, n == 1 ? "" : "s");
+		print_text(&t, rows, n, color);
+		fflush(stdout);
+		free(rows);
+		if (poll(&p, 1, 1000) > 0 && read(0, &ch, 1) == 1 && (ch == 'q' || ch == 'Q'))
+			break;
+		if (p.revents & POLLHUP)
+			break;
+	}
+	if (tty_in)
+		tcsetattr(0, TCSANOW, &saved);
 	ns_table_close(&t);
 	return 0;
 }
@@ -436,6 +805,7 @@ static int cmd_explain(const char *policy, const char *dest)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
+		{ "follow", no_argument, NULL, 'f' },
 		{ "table", required_argument, NULL, 't' },
 		{ "policy", required_argument, NULL, 'p' },
 		{ "json", no_argument, NULL, 'j' },
@@ -446,10 +816,11 @@ int main(int argc, char **argv)
 	};
 	const char *table = NULL, *policy = NULL, *cmd, *name;
 	char def[64];
-	int json = 0, all = 0, c, nargs;
+	int json = 0, all = 0, follow = 0, c, nargs;
 
-	while ((c = getopt_long(argc, argv, "t:p:jahV", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "ft:p:jahV", opts, NULL)) != -1) {
 		switch (c) {
+		case 'f': follow = 1; break;
 		case 't': table = optarg; break;
 		case 'p': policy = optarg; break;
 		case 'j': json = 1; break;
@@ -472,6 +843,12 @@ int main(int argc, char **argv)
 		return cmd_reset(name, all, all ? NULL : argv[optind]);
 	if (strcmp(cmd, "open") == 0 && nargs == 1)
 		return cmd_open(name, argv[optind]);
+	if (strcmp(cmd, "events") == 0 && nargs <= 1)
+		return cmd_events(name, json, follow, nargs ? argv[optind] : NULL);
+	if (strcmp(cmd, "metrics") == 0 && nargs == 0)
+		return cmd_metrics(name);
+	if (strcmp(cmd, "watch") == 0 && nargs == 0)
+		return cmd_watch(name);
 	if (strcmp(cmd, "check") == 0 && nargs >= 1)
 		return cmd_check(argv + optind, nargs);
 	if (strcmp(cmd, "explain") == 0 && nargs == 1)

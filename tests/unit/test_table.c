@@ -26,6 +26,10 @@ Test(layout, offsets_and_sizes_are_pinned)
 	cr_assert_eq(offsetof(struct ns_table_hdr, created_wall_ms), 32);
 	cr_assert_eq(offsetof(struct ns_table_hdr, full_count), 40);
 	cr_assert_eq(offsetof(struct ns_table_hdr, used), 48);
+	cr_assert_eq(offsetof(struct ns_table_hdr, ev_cap), 56);
+	cr_assert_eq(offsetof(struct ns_table_hdr, ev_size), 60);
+	cr_assert_eq(offsetof(struct ns_table_hdr, ev_off), 64);
+	cr_assert_eq(offsetof(struct ns_table_hdr, ev_seq), 72);
 	cr_assert_eq(sizeof(struct ns_slot), 1024);
 	cr_assert_eq(offsetof(struct ns_slot, tag), 0);
 	cr_assert_eq(offsetof(struct ns_slot, word), 8);
@@ -41,8 +45,18 @@ Test(layout, offsets_and_sizes_are_pinned)
 	cr_assert_eq(offsetof(struct ns_slot, window_ms), 84);
 	cr_assert_eq(offsetof(struct ns_slot, bucket), 104);
 	cr_assert_eq(offsetof(struct ns_slot, key), 360);
+	cr_assert_eq(offsetof(struct ns_slot, connect_hist), 624);
+	cr_assert_eq(offsetof(struct ns_slot, first_byte_hist), 792);
+	cr_assert_eq(sizeof(struct ns_evrec), 1024);
+	cr_assert_eq(offsetof(struct ns_evrec, seq), 0);
+	cr_assert_eq(offsetof(struct ns_evrec, wall_ms), 8);
+	cr_assert_eq(offsetof(struct ns_evrec, type), 16);
+	cr_assert_eq(offsetof(struct ns_evrec, dest), 48);
+	cr_assert_eq(offsetof(struct ns_evrec, program), 312);
+	cr_assert_eq(offsetof(struct ns_evrec, detail), 328);
+	cr_assert_eq(offsetof(struct ns_evrec, frames), 424);
 	cr_assert_eq(NS_TABLE_MAGIC, 0x4c42544d4853534eULL);
-	cr_assert_eq(NS_TABLE_VERSION, 1);
+	cr_assert_eq(NS_TABLE_VERSION, 2);
 }
 
 /* A table in shared anonymous memory, so forked children update it too. */
@@ -263,15 +277,15 @@ Test(tablefile, created_0600_and_reopened)
 	struct stat st;
 	char e[256];
 
-	cr_assert_eq(ns_table_open(name, 0, 0, &t, e, sizeof(e)), NS_TBL_MISSING);
+	cr_assert_eq(ns_table_open(name, 0, 0, 0, &t, e, sizeof(e)), NS_TBL_MISSING);
 	cr_assert(strstr(e, "no such table"), "got: %s", e);
 	umask(0);
-	cr_assert_eq(ns_table_open(name, 1, 64, &t, e, sizeof(e)), NS_TBL_OK, "%s", e);
+	cr_assert_eq(ns_table_open(name, 1, 64, 0, &t, e, sizeof(e)), NS_TBL_OK, "%s", e);
 	umask(022);
 	cr_assert_eq(stat(path, &st), 0);
 	cr_assert_eq(st.st_mode & 0777, 0600);
 	cr_assert_eq(t.nslots, 64);
-	cr_assert_eq(ns_table_open(name, 1, 4096, &u, e, sizeof(e)), NS_TBL_OK, "%s", e);
+	cr_assert_eq(ns_table_open(name, 1, 4096, 0, &u, e, sizeof(e)), NS_TBL_OK, "%s", e);
 	cr_assert_eq(u.nslots, 64, "an existing table keeps its size");
 	ns_table_close(&t);
 	ns_table_close(&u);
@@ -282,7 +296,7 @@ static void expect_refused(const char *why)
 	struct ns_table t;
 	char e[256];
 
-	cr_assert_eq(ns_table_open(name, 1, 0, &t, e, sizeof(e)), NS_TBL_BAD);
+	cr_assert_eq(ns_table_open(name, 1, 0, 0, &t, e, sizeof(e)), NS_TBL_BAD);
 	cr_assert(strstr(e, why), "got: %s", e);
 	cr_assert(strstr(e, path), "names the file: %s", e);
 }
@@ -293,7 +307,7 @@ Test(tablefile, bad_tables_are_refused_with_the_reason)
 	char e[256];
 	int fd;
 
-	cr_assert_eq(ns_table_open(name, 1, 16, &t, e, sizeof(e)), NS_TBL_OK, "%s", e);
+	cr_assert_eq(ns_table_open(name, 1, 16, 0, &t, e, sizeof(e)), NS_TBL_OK, "%s", e);
 	t.hdr->magic ^= 1;
 	expect_refused("bad magic");
 	t.hdr->magic ^= 1;
@@ -327,6 +341,94 @@ Test(tablefile, bad_names_are_refused)
 	struct ns_table t;
 	char e[256];
 
-	cr_assert_eq(ns_table_open("../etc/x", 1, 0, &t, e, sizeof(e)), NS_TBL_BAD);
-	cr_assert_eq(ns_table_open("", 1, 0, &t, e, sizeof(e)), NS_TBL_BAD);
+	cr_assert_eq(ns_table_open("../etc/x", 1, 0, 0, &t, e, sizeof(e)), NS_TBL_BAD);
+	cr_assert_eq(ns_table_open("", 1, 0, 0, &t, e, sizeof(e)), NS_TBL_BAD);
+}
+
+/**** events and latency ****/
+
+static void mem_table_events(struct ns_table *t, uint32_t nslots, uint32_t nev)
+{
+	size_t size = sizeof(struct ns_table_hdr) + nslots * sizeof(struct ns_slot) + nev * sizeof(struct ns_evrec);
+	void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	cr_assert_neq(m, MAP_FAILED);
+	memset(t, 0, sizeof(*t));
+	t->hdr = m;
+	t->slots = (struct ns_slot *)((char *)m + sizeof(struct ns_table_hdr));
+	t->nslots = nslots;
+	t->events = (struct ns_evrec *)((char *)t->slots + nslots * sizeof(struct ns_slot));
+	t->ev_cap = nev;
+	t->size = size;
+}
+
+Test(events, ring_keeps_the_newest_and_never_returns_a_torn_record)
+{
+	struct ns_table t;
+	struct ns_evrec ev, out;
+
+	mem_table_events(&t, 4, 8);
+	memset(&ev, 0, sizeof(ev));
+	for (int i = 0; i < 20; i++) {
+		ev.type = NS_E_OPENED;
+		snprintf(ev.dest, sizeof(ev.dest), "d:%d", i);
+		ns_table_event(&t, &ev, 1000 + (uint64_t)i);
+	}
+	cr_assert_eq(ns_table_event_head(&t), 20);
+	cr_assert_eq(ns_table_event_read(&t, 11, &out), -1, "overwritten");
+	for (uint64_t s = 12; s < 20; s++) {
+		cr_assert_eq(ns_table_event_read(&t, s, &out), 0);
+		cr_assert_eq(out.wall_ms, 1000 + s);
+	}
+	/* a writer killed mid-record leaves it marked busy: read as missing */
+	__atomic_store_n(&t.events[19 % 8].seq, UINT64_MAX, __ATOMIC_RELEASE);
+	cr_assert_eq(ns_table_event_read(&t, 19, &out), -1);
+	/* garbage in shared memory is bounded on the way out */
+	memset(&t.events[18 % 8], 'A', sizeof(struct ns_evrec));
+	t.events[18 % 8].seq = 18;
+	t.events[18 % 8].nframes = 1000;
+	cr_assert_eq(ns_table_event_read(&t, 18, &out), 0);
+	cr_assert_eq(out.nframes, NS_FRAMES);
+	cr_assert_eq(strlen(out.dest), NS_KEY_MAX - 1);
+}
+
+Test(events, concurrent_writers_from_forked_processes_lose_no_sequence_number)
+{
+	struct ns_table t;
+	struct ns_evrec ev;
+	int status;
+
+	mem_table_events(&t, 4, 64);
+	memset(&ev, 0, sizeof(ev));
+	for (int p = 0; p < 4; p++)
+		if (fork() == 0) {
+			for (int k = 0; k < 1000; k++)
+				ns_table_event(&t, &ev, 1);
+			_exit(0);
+		}
+	for (int p = 0; p < 4; p++)
+		wait(&status);
+	cr_assert_eq(ns_table_event_head(&t), 4000);
+}
+
+Test(latency, percentiles_are_bucket_upper_bounds)
+{
+	struct ns_table t;
+	struct ns_entry e;
+	int i;
+
+	mem_table(&t, 4);
+	i = ns_table_find(&t, "d:1", 1, 0);
+	ns_table_read(&t, i, 0, &e);
+	cr_assert_eq(ns_hist_percentile(&e.connect_hist, 50), -1);
+	for (int k = 0; k < 98; k++)
+		ns_table_latency(&t, i, 1, 120000);     /* 120 ms */
+	ns_table_latency(&t, i, 1, 3000000);        /* 3 s */
+	ns_table_latency(&t, i, 1, 999999999999ULL);/* beyond the last bound */
+	ns_table_read(&t, i, 0, &e);
+	cr_assert_eq(ns_hist_percentile(&e.first_byte_hist, 50), 250000);
+	cr_assert_eq(ns_hist_percentile(&e.first_byte_hist, 98), 250000);
+	cr_assert_eq(ns_hist_percentile(&e.first_byte_hist, 99), 5000000);
+	cr_assert_eq(ns_hist_percentile(&e.first_byte_hist, 100), 300000000);
+	cr_assert_eq(e.first_byte_hist.sum_us, 98 * 120000ULL + 3000000ULL + 999999999999ULL);
 }

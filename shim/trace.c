@@ -1,0 +1,122 @@
+/* trace.c -- the calling code behind a failure, through libunwind.
+ *
+ * Off by default and free when off: libunwind is opened with dlopen the
+ * first time a trace is taken, so a program that never traces never loads
+ * it, and nothing here is on the data path. Any failure to load or unwind
+ * just yields no frames. */
+#include "shim.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+static struct {
+	int (*getcontext)(unw_context_t *);
+	int (*init_local)(unw_cursor_t *, unw_context_t *);
+	int (*step)(unw_cursor_t *);
+	int (*get_reg)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
+	int (*get_proc_name)(unw_cursor_t *, char *, size_t, unw_word_t *);
+} unw;
+static pthread_once_t unw_once = PTHREAD_ONCE_INIT;
+static void *self_base;
+
+/* Naming a frame reads symbol tables and is the slow part; a program fails
+ * from the same few call sites over and over, so names are cached by
+ * address (direct-mapped; a collision only costs a new lookup). */
+#define NAME_CACHE 128
+static struct { unw_word_t ip; char text[150]; } name_cache[NAME_CACHE];
+static pthread_mutex_t name_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void name_prepare(void) { pthread_mutex_lock(&name_lock); }
+static void name_parent(void) { pthread_mutex_unlock(&name_lock); }
+static void name_child(void) { pthread_mutex_init(&name_lock, NULL); }
+
+static void unw_load(void)
+{
+	void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+	Dl_info info = { 0 };
+
+	if (dladdr((void *)&unw_load, &info))
+		self_base = info.dli_fbase;
+	/* a fork while another thread holds the name lock would leave it held
+	 * in the child */
+	pthread_atfork(name_prepare, name_parent, name_child);
+	if (!h) {
+		NS_LOG(NS_LOG_WARN, "tracing is on but libunwind.so.8 cannot be loaded: %s", dlerror());
+		return;
+	}
+	unw.getcontext = (int (*)(unw_context_t *))dlsym(h, "_Ux86_64_getcontext");
+	unw.init_local = (int (*)(unw_cursor_t *, unw_context_t *))dlsym(h, "_ULx86_64_init_local");
+	unw.step = (int (*)(unw_cursor_t *))dlsym(h, "_ULx86_64_step");
+	unw.get_reg = (int (*)(unw_cursor_t *, unw_regnum_t, unw_word_t *))dlsym(h, "_ULx86_64_get_reg");
+	unw.get_proc_name = (int (*)(unw_cursor_t *, char *, size_t, unw_word_t *))dlsym(h, "_ULx86_64_get_proc_name");
+	if (!unw.getcontext || !unw.init_local || !unw.step || !unw.get_reg || !unw.get_proc_name) {
+		NS_LOG(NS_LOG_WARN, "tracing is on but libunwind.so.8 lacks the local unwinder");
+		memset(&unw, 0, sizeof(unw));
+	}
+}
+
+unsigned ns_trace_frames(char frames[][150], unsigned max)
+{
+	unw_context_t ctx;
+	unw_cursor_t cur;
+	unsigned n = 0;
+	int saved = errno, depth = 0;
+
+	pthread_once(&unw_once, unw_load);
+	if (!unw.step || unw.getcontext(&ctx) != 0 || unw.init_local(&cur, &ctx) != 0)
+		goto out;
+	while (n < max && depth++ < 64 && unw.step(&cur) > 0) {
+		char name[96] = "?";
+		unw_word_t ip = 0, off = 0;
+		const char *obj = "?", *slash;
+		Dl_info info = { 0 };
+		unsigned h;
+		int hit;
+
+		if (unw.get_reg(&cur, UNW_REG_IP, &ip) != 0 || ip == 0)
+			break;
+		h = (unsigned)((ip >> 4) % NAME_CACHE);
+		pthread_mutex_lock(&name_lock);
+		hit = name_cache[h].ip == ip;
+		if (hit)
+			memcpy(frames[n], name_cache[h].text, 150);
+		pthread_mutex_unlock(&name_lock);
+		if (hit) {
+			if (frames[n][0])
+				n++;
+			continue;
+		}
+		if (dladdr((void *)ip, &info)) {
+			if (info.dli_fbase == self_base) {
+				frames[n][0] = '\0';   /* the shim's own frame: cached as skipped */
+				goto out_cache;
+			}
+			if (info.dli_fname) {
+				slash = strrchr(info.dli_fname, '/');
+				obj = slash ? slash + 1 : info.dli_fname;
+			}
+		}
+		if (unw.get_proc_name(&cur, name, sizeof(name), &off) != 0 && info.dli_sname) {
+			snprintf(name, sizeof(name), "%s", info.dli_sname);
+			off = ip - (unw_word_t)info.dli_saddr;
+		}
+		snprintf(frames[n], 150, "%s+0x%lx (%s)", name, (unsigned long)off, obj);
+out_cache:
+		pthread_mutex_lock(&name_lock);
+		name_cache[h].ip = ip;
+		memcpy(name_cache[h].text, frames[n], 150);
+		pthread_mutex_unlock(&name_lock);
+		if (frames[n][0])
+			n++;
+	}
+out:
+	errno = saved;
+	return n;
+}
