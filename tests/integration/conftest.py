@@ -25,6 +25,15 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "shim: exercises behaviour the preload library provides")
 
 
+# A deadline fires within this much after it (the bar is 150 ms; the rest is
+# room for a loaded CI machine), and never before it.
+LATE_MS = 300
+
+
+def near(ms, deadline_ms, late=LATE_MS):
+    assert deadline_ms - 5 <= ms <= deadline_ms + late, f"{ms:.0f} ms for a {deadline_ms} ms deadline"
+
+
 def base_env(table, policy=None, extra=None):
     env = dict(os.environ)
     for k in ("LD_PRELOAD", "NETSHIM_POLICY", "NETSHIM_DISABLE", "NETSHIM_LOG"):

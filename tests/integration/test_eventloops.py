@@ -6,9 +6,8 @@ import time
 import pytest
 
 from clients import NODE_GET, PY_REQUESTS
-from conftest import client, py_script
+from conftest import LATE_MS, client, near, py_script
 
-LATE_MS = 300
 POLICY = """
 [defaults]
 connect_timeout = 1s
@@ -16,9 +15,6 @@ read_timeout = 1s
 failure_threshold = 100
 """
 
-
-def near(ms, deadline_ms, late=LATE_MS):
-    assert deadline_ms - 5 <= ms <= deadline_ms + late, f"{ms:.0f} ms for a {deadline_ms} ms deadline"
 
 
 def node_script(tmp_path):

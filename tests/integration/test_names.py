@@ -7,7 +7,7 @@ import time
 import pytest
 
 from clients import NODE_GET, PY_REQUESTS, PY_SOCKET
-from conftest import client, py_script
+from conftest import LATE_MS, client, near, py_script
 
 BY_NAME = """
 [defaults]
@@ -17,9 +17,6 @@ failure_threshold = 3
 read_timeout = 1s
 """
 
-
-def near(ms, deadline_ms, late=300):
-    assert deadline_ms - 5 <= ms <= deadline_ms + late, f"{ms:.0f} ms for a {deadline_ms} ms deadline"
 
 
 @pytest.mark.shim
