@@ -101,3 +101,25 @@ ssize_t ns_sys_read(int fd, void *buf, size_t n)
 {
 	return REAL(read)(fd, buf, n);
 }
+
+/* See real.h: bind, then call. */
+#define UNBOUND(ret, fn, params, args) \
+	__attribute__((visibility("hidden"), cold, noinline)) ret ns_unbound_##fn params \
+	{ \
+		ns_real_bind(); \
+		return ns_real.fn args; \
+	}
+
+UNBOUND(ssize_t, send, (int fd, const void *b, size_t n, int f), (fd, b, n, f))
+UNBOUND(ssize_t, sendto, (int fd, const void *b, size_t n, int f, const struct sockaddr *sa, socklen_t l), (fd, b, n, f, sa, l))
+UNBOUND(ssize_t, sendmsg, (int fd, const struct msghdr *m, int f), (fd, m, f))
+UNBOUND(ssize_t, recv, (int fd, void *b, size_t n, int f), (fd, b, n, f))
+UNBOUND(ssize_t, recvfrom, (int fd, void *b, size_t n, int f, struct sockaddr *sa, socklen_t *l), (fd, b, n, f, sa, l))
+UNBOUND(ssize_t, recvmsg, (int fd, struct msghdr *m, int f), (fd, m, f))
+UNBOUND(ssize_t, read, (int fd, void *b, size_t n), (fd, b, n))
+UNBOUND(ssize_t, write, (int fd, const void *b, size_t n), (fd, b, n))
+UNBOUND(ssize_t, readv, (int fd, const struct iovec *v, int c), (fd, v, c))
+UNBOUND(ssize_t, writev, (int fd, const struct iovec *v, int c), (fd, v, c))
+UNBOUND(ssize_t, recv_chk, (int fd, void *b, size_t n, size_t bl, int f), (fd, b, n, bl, f))
+UNBOUND(ssize_t, recvfrom_chk, (int fd, void *b, size_t n, size_t bl, int f, struct sockaddr *sa, socklen_t *l), (fd, b, n, bl, f, sa, l))
+UNBOUND(ssize_t, read_chk, (int fd, void *b, size_t n, size_t bl), (fd, b, n, bl))

@@ -58,6 +58,23 @@ extern struct ns_real ns_real;
 /* Bind every entry (once, thread-safe, callable before the constructor). */
 void ns_real_bind(void);
 
+/* The data calls' way in before anything was bound (a call from another
+ * library's constructor): bind, then call. Separate functions so that the
+ * wrappers' fast path is two tail calls and needs no stack frame. */
+ssize_t ns_unbound_send(int, const void *, size_t, int);
+ssize_t ns_unbound_sendto(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
+ssize_t ns_unbound_sendmsg(int, const struct msghdr *, int);
+ssize_t ns_unbound_recv(int, void *, size_t, int);
+ssize_t ns_unbound_recvfrom(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+ssize_t ns_unbound_recvmsg(int, struct msghdr *, int);
+ssize_t ns_unbound_read(int, void *, size_t);
+ssize_t ns_unbound_write(int, const void *, size_t);
+ssize_t ns_unbound_readv(int, const struct iovec *, int);
+ssize_t ns_unbound_writev(int, const struct iovec *, int);
+ssize_t ns_unbound_recv_chk(int, void *, size_t, size_t, int);
+ssize_t ns_unbound_recvfrom_chk(int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *);
+ssize_t ns_unbound_read_chk(int, void *, size_t, size_t);
+
 /* The real function, bound on first use. */
 #define REAL(fn) (__builtin_expect(ns_real.fn != NULL, 1) ? ns_real.fn : (ns_real_bind(), ns_real.fn))
 

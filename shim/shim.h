@@ -146,8 +146,11 @@ NS_HIDDEN void ns_log(int level, const char *fmt, ...) __attribute__((format(pri
  * govern goes straight to libc, with no other work and no stack frame. */
 #define NS_PASS(fd, fn, args, worker) do { \
 	struct ns_conn *c_ = ns_conn_of(fd); \
-	if (likely(!c_)) \
-		return REAL(fn) args; \
+	if (likely(!c_)) { \
+		if (likely(ns_real.fn != NULL)) \
+			return ns_real.fn args; \
+		return ns_unbound_##fn args;   /* before any binding: see real.c */ \
+	} \
 	return worker; \
 } while (0)
 
