@@ -30,7 +30,7 @@ SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 
 LIB := $(BUILD)/libnetshim.so
-TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench
+TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench $(BUILD)/tablebench
 CLIENTS := $(BUILD)/fclient $(BUILD)/tracee
 
 .PHONY: all test unit integration negative install uninstall bench demo deps clean
@@ -65,6 +65,9 @@ $(BUILD)/shimrun: $(BUILD)/tools/shimrun.o $(POLICY_OBJ)
 $(BUILD)/faultsrv: $(BUILD)/tools/faultsrv.o
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
 
+$(BUILD)/tablebench: $(BUILD)/tools/tablebench.o $(POLICY_OBJ)
+	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
+
 $(BUILD)/bench: $(BUILD)/tools/bench.o
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lpthread
 
@@ -95,7 +98,9 @@ test: unit integration negative
 negative: all
 	PYTHON=$(PYTHON) tests/negative_control.sh $(BUILD)
 
+# installs the nginx and HAProxy it compares against where it can (as root)
 bench: all
+	-BENCH_PEERS=1 tools/install-deps.sh
 	tools/bench.sh $(BUILD)
 
 demo: all

@@ -492,7 +492,7 @@ static __attribute__((noinline)) ssize_t after_io(int fd, struct ns_conn *c, int
 	    deadline_check((fd_), c_, (d_)) < 0) \
 		return -1; \
 	r_ = call; \
-	if (likely(r_ > 0 && c_->outcome && \
+	if (likely(r_ > 0 && ((d_) == NS_OUT || c_->outcome) && \
 		   !(c_->rd_wait_start | c_->intr_deadline | (c_->flags & NS_C_CONNECTING)))) \
 		return r_; \
 	return after_io((fd_), c_, (d_), r_, (len_), (fl_)); \
@@ -627,7 +627,8 @@ static uintptr_t classify(int fd, int family)
 	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_TYPE, &type, &l) < 0 || type != SOCK_STREAM)
 		return 0;
 	fl = REAL(fcntl)(fd, F_GETFL);
-	return NS_TAG | NS_TAG_STREAM | ((fl >= 0 && (fl & O_NONBLOCK)) ? NS_TAG_NONBLOCK : 0);
+	/* a socket we did not see created may carry timeouts: ask at connect */
+	return NS_TAG | NS_TAG_STREAM | NS_TAG_TIMEO | ((fl >= 0 && (fl & O_NONBLOCK)) ? NS_TAG_NONBLOCK : 0);
 }
 
 static int64_t prog_timeout(int fd, int opt)
@@ -728,6 +729,26 @@ static int connect_again(int fd, struct ns_conn *c, const struct sockaddr *sa, s
 		conn_fail_errno(c, e);
 	errno = e;
 	return r;
+}
+
+/* Put the shim's read (and total) timeouts into the kernel, beside the
+ * program's own. ask: the program may have set its own before connecting
+ * (otherwise it has none and no system call is spent asking). */
+static void conn_arm(int fd, struct ns_conn *c, monotime now, int ask)
+{
+	int64_t want;
+	uint32_t src;
+
+	c->dir[NS_IN].prog_ns = ask ? prog_timeout(fd, SO_RCVTIMEO) : 0;
+	c->dir[NS_IN].kernel_ns = c->dir[NS_IN].prog_ns;
+	dir_want(c, NS_IN, c->total_deadline ? c->total_deadline - now : 0, &want, &src);
+	dir_sync(fd, c, NS_IN, want, src);
+	if (c->total_deadline) {
+		c->dir[NS_OUT].prog_ns = ask ? prog_timeout(fd, SO_SNDTIMEO) : 0;
+		c->dir[NS_OUT].kernel_ns = c->dir[NS_OUT].prog_ns;
+		dir_want(c, NS_OUT, c->total_deadline - now, &want, &src);
+		dir_sync(fd, c, NS_OUT, want, src);
+	}
 }
 
 /* Ask the breaker whether a connect to key may go out. Returns the slot
@@ -835,7 +856,7 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		if (!(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_FAILED))
 			return connect_again(fd, c, sa, len);
 		/* a new attempt on a socket whose last one failed: a new connection */
-		v = NS_TAG | NS_TAG_STREAM | ((c->flags & NS_C_NONBLOCK) ? NS_TAG_NONBLOCK : 0);
+		v = NS_TAG | NS_TAG_STREAM | NS_TAG_TIMEO | ((c->flags & NS_C_NONBLOCK) ? NS_TAG_NONBLOCK : 0);
 		ns_fd_set(fd, v);
 	}
 	if (v == 0)
@@ -873,19 +894,12 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	ns_conn_unref(c);   /* the fd table holds it now */
 
 	if (enforce && (c->read_timeout_ns || c->total_deadline)) {
-		int64_t want;
-		uint32_t src;
-
-		c->dir[NS_IN].prog_ns = prog_timeout(fd, SO_RCVTIMEO);
-		c->dir[NS_IN].kernel_ns = c->dir[NS_IN].prog_ns;
-		dir_want(c, NS_IN, c->total_deadline ? c->total_deadline - now : 0, &want, &src);
-		dir_sync(fd, c, NS_IN, want, src);
-		if (c->total_deadline) {
-			c->dir[NS_OUT].prog_ns = prog_timeout(fd, SO_SNDTIMEO);
-			c->dir[NS_OUT].kernel_ns = c->dir[NS_OUT].prog_ns;
-			dir_want(c, NS_OUT, c->total_deadline - now, &want, &src);
-			dir_sync(fd, c, NS_OUT, want, src);
-		}
+		/* a non-blocking socket never waits in the kernel: its deadlines
+		 * are kept in the waits, and the kernel's only if it turns blocking */
+		if (c->flags & NS_C_NONBLOCK)
+			__atomic_fetch_or(&c->flags, NS_C_ARM_PENDING, __ATOMIC_RELAXED);
+		else
+			conn_arm(fd, c, now, (v & NS_TAG_TIMEO) != 0);
 	}
 
 	if (!enforce || (c->flags & NS_C_NONBLOCK)) {
@@ -1035,10 +1049,15 @@ static void note_nonblock(int fd, int on)
 		__atomic_compare_exchange_n(&ns_fdtab[fd], &v, nv, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 		return;
 	}
-	if (on)
+	if (on) {
 		__atomic_fetch_or(&((struct ns_conn *)v)->flags, NS_C_NONBLOCK, __ATOMIC_RELAXED);
-	else
-		__atomic_fetch_and(&((struct ns_conn *)v)->flags, ~NS_C_NONBLOCK, __ATOMIC_RELAXED);
+	} else {
+		struct ns_conn *c = (struct ns_conn *)v;
+		uint32_t old = __atomic_fetch_and(&c->flags, ~(NS_C_NONBLOCK | NS_C_ARM_PENDING), __ATOMIC_RELAXED);
+
+		if (old & NS_C_ARM_PENDING)
+			conn_arm(fd, c, ns_now(), 1);
+	}
 }
 
 int ns_fcntl(int use64, int fd, int cmd, void *arg)
@@ -1091,7 +1110,16 @@ int ns_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 	uint32_t src = NS_SRC_SHIM_READ;
 	int d, r;
 
-	if (likely(!c) || !is_timeo(level, name, &d) || !(c->flags & NS_C_ENFORCE) ||
+	if (likely(!c)) {
+		uintptr_t v;
+
+		r = REAL(setsockopt)(fd, level, name, val, len);
+		/* before the connect: remember to ask the kernel for it then */
+		if (r == 0 && is_timeo(level, name, &d) && ((v = ns_fd_get(fd)) & NS_TAG_STREAM))
+			__atomic_compare_exchange_n(&ns_fdtab[fd], &v, v | NS_TAG_TIMEO, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+		return r;
+	}
+	if (!is_timeo(level, name, &d) || !(c->flags & NS_C_ENFORCE) ||
 	    !val || len < (socklen_t)sizeof(struct timeval))
 		return REAL(setsockopt)(fd, level, name, val, len);
 	dir = &c->dir[d];

@@ -73,6 +73,7 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
 #define NS_C_CONNECTING 0x2u
 #define NS_C_ENFORCE 0x4u
 #define NS_C_FAILED 0x8u          /* the connect failed: the socket may connect anew */
+#define NS_C_ARM_PENDING 0x10u    /* kernel timeouts to set once the socket turns blocking */
 
 /* A governed connection, shared by every fd dup'ed from the one that
  * connected. Records come from a pool and are never unmapped, so a thread
@@ -101,6 +102,7 @@ struct ns_conn {
 #define NS_TAG_STREAM 0x2u      /* an AF_INET/AF_INET6 stream socket not yet connected */
 #define NS_TAG_NONBLOCK 0x4u
 #define NS_TAG_EPOLL 0x8u        /* an epoll fd the shim keeps registrations for */
+#define NS_TAG_TIMEO 0x10u       /* the program may have set SO_RCVTIMEO/SO_SNDTIMEO: ask the kernel */
 
 extern uintptr_t *ns_fdtab NS_HIDDEN;
 extern unsigned ns_fdmax NS_HIDDEN;

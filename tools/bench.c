@@ -3,6 +3,14 @@
  *
  *   bench rtt N          N one-byte send/recv round trips on a loopback TCP
  *                        connection to an echo thread; prints ns per trip
+ *   bench rttrw N        the same round trip with write/read
+ *   bench calls KIND N   N calls of one kind on a connected loopback socket
+ *                        (send recv write read connect) or a pipe
+ *                        (pipe-read pipe-write), for callgrind
+ *   bench http ADDR PORT N
+ *                        N sequential HTTP/1.0 requests, a new connection
+ *                        each; prints requests per second and median latency
+ *   bench rss            resident memory after one connection, in KiB
  *   bench poll N | bench epoll N
  *                        N zero-timeout waits for input or output on a
  *                        connected loopback socket (for callgrind)
@@ -24,6 +32,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <fcntl.h>
 
 static long long now_ns(void)
 {
@@ -52,7 +61,7 @@ static void *echo(void *arg)
 	return NULL;
 }
 
-static int rtt(long n)
+static int rtt(long n, int rw)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t l = sizeof(a);
@@ -77,7 +86,8 @@ static int rtt(long n)
 	pthread_create(&th, NULL, echo, &sfd);
 	t0 = now_ns();
 	for (long i = 0; i < n; i++) {
-		if (send(cfd, &b, 1, 0) != 1 || recv(cfd, &b, 1, 0) != 1) {
+		if (rw ? (write(cfd, &b, 1) != 1 || read(cfd, &b, 1) != 1)
+		       : (send(cfd, &b, 1, 0) != 1 || recv(cfd, &b, 1, 0) != 1)) {
 			perror("bench: round trip");
 			return 1;
 		}
@@ -149,6 +159,130 @@ static int connected(int *server_end)
 	return cfd;
 }
 
+/* N calls of one kind; everything else in the run is the same with and
+ * without the shim, so (shim - bare) / N is the cost of one call. */
+static int calls(const char *kind, long n)
+{
+	int peer, fd, p[2];
+	char b = 'x', *big;
+
+	if (strncmp(kind, "pipe-", 5) == 0) {
+		if (pipe(p) < 0)
+			return 1;
+		fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
+		if (strcmp(kind, "pipe-read") == 0) {
+			big = calloc(1, (size_t)n + 1);
+			if (n && write(p[1], big, (size_t)n) != n)
+				return 1;
+			for (long i = 0; i < n; i++)
+				if (read(p[0], &b, 1) != 1)
+					return 1;
+			free(big);
+		} else {
+			for (long i = 0; i < n; i++)
+				if (write(p[1], &b, 1) != 1)
+					return 1;
+		}
+		return 0;
+	}
+	if (strcmp(kind, "connect") == 0) {
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		socklen_t l = sizeof(a);
+		int lfd = socket(AF_INET, SOCK_STREAM, 0);
+
+		if (bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 4096) < 0 ||
+		    getsockname(lfd, (struct sockaddr *)&a, &l) < 0)
+			return 1;
+		for (long i = 0; i < n; i++) {
+			int c = socket(AF_INET, SOCK_STREAM, 0);
+
+			if (connect(c, (struct sockaddr *)&a, sizeof(a)) < 0)
+				return 1;
+			close(c);
+			close(accept(lfd, NULL, NULL));
+		}
+		return 0;
+	}
+	fd = connected(&peer);
+	if (fd < 0)
+		return 1;
+	if (!strcmp(kind, "recv") || !strcmp(kind, "read")) {
+		big = calloc(1, (size_t)n + 1);
+		if (n && send(peer, big, (size_t)n, 0) != n)
+			return 1;
+		for (long i = 0; i < n; i++)
+			if ((kind[0] == 'r' && kind[2] == 'c' ? recv(fd, &b, 1, 0) : read(fd, &b, 1)) != 1)
+				return 1;
+		free(big);
+	} else {
+		for (long i = 0; i < n; i++)
+			if ((kind[0] == 's' ? send(fd, &b, 1, 0) : write(fd, &b, 1)) != 1)
+				return 1;
+	}
+	return 0;
+}
+
+/* Sequential HTTP/1.0 requests, a new connection each, as a scraper makes them. */
+static int http(const char *addr, int port, long n)
+{
+	static const char req[] = "GET / HTTP/1.0\r\nHost: bench\r\n\r\n";
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	long long *t = calloc((size_t)n, sizeof(*t)), t0 = now_ns();
+	char buf[4096];
+	long ok = 0;
+
+	if (!t || n <= 0 || inet_pton(AF_INET, addr, &a.sin_addr) != 1)
+		return 2;
+	for (long i = 0; i < n; i++) {
+		long long s = now_ns();
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		ssize_t r, got = 0;
+
+		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && send(fd, req, sizeof(req) - 1, 0) > 0) {
+			while ((r = recv(fd, buf, sizeof(buf), 0)) > 0)
+				got += r;
+			if (got > 12 && memcmp(buf, "HTTP/1.", 7) == 0)
+				ok++;
+		}
+		close(fd);
+		t[i] = now_ns() - s;
+	}
+	{
+		double secs = (double)(now_ns() - t0) / 1e9;
+
+		qsort(t, (size_t)n, sizeof(*t), cmp_ll);
+		printf("http_requests %ld\nhttp_ok %ld\nhttp_rps %.0f\nhttp_median_us %.1f\nhttp_p99_us %.1f\n",
+		       n, ok, (double)n / secs, (double)t[n / 2] / 1e3, (double)t[(n * 99) / 100] / 1e3);
+	}
+	free(t);
+	return ok == n ? 0 : 1;
+}
+
+static long status_kib(const char *field)
+{
+	char line[256];
+	long v = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (strncmp(line, field, strlen(field)) == 0)
+			v = atol(line + strlen(field));
+	if (f)
+		fclose(f);
+	return v;
+}
+
+static int rss(void)
+{
+	int peer, fd = connected(&peer);
+	char b = 'x';
+
+	if (fd < 0 || send(fd, &b, 1, 0) != 1 || recv(peer, &b, 1, 0) != 1)
+		return 1;
+	printf("rss_kib %ld\n", status_kib("VmRSS:"));
+	return 0;
+}
+
 static int waits(int use_epoll, long n)
 {
 	int peer, fd = connected(&peer), ep = -1, ready = 0;
@@ -182,7 +316,15 @@ static int waits(int use_epoll, long n)
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "rtt") == 0)
-		return rtt(atol(argv[2]));
+		return rtt(atol(argv[2]), 0);
+	if (argc == 3 && strcmp(argv[1], "rttrw") == 0)
+		return rtt(atol(argv[2]), 1);
+	if (argc == 4 && strcmp(argv[1], "calls") == 0)
+		return calls(argv[2], atol(argv[3]));
+	if (argc == 5 && strcmp(argv[1], "http") == 0)
+		return http(argv[2], atoi(argv[3]), atol(argv[4]));
+	if (argc == 2 && strcmp(argv[1], "rss") == 0)
+		return rss();
 	if (argc == 3 && strcmp(argv[1], "poll") == 0)
 		return waits(0, atol(argv[2]));
 	if (argc == 3 && strcmp(argv[1], "epoll") == 0)

@@ -3,6 +3,9 @@
 set -eu
 PKGS="build-essential libunwind-dev uthash-dev libcriterion-dev pkg-config groff-base man-db
 python3 python3-pytest python3-requests curl wget strace valgrind procps"
+# The proxies make bench compares against: only when asked (BENCH_PEERS=1),
+# they are not needed to build or test.
+[ "${BENCH_PEERS:-0}" = 1 ] && PKGS="$PKGS nginx-light libnginx-mod-stream haproxy"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

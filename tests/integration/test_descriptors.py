@@ -138,3 +138,46 @@ print(json.dumps({"codes": codes}))
     assert shim.run(script + [srv.port]).last_json() == {"codes": ["ECONNREFUSED", "ECONNREFUSED"]}
     e = shim.entry(srv.dest)
     assert (e["calls"], e["failures"]) == (2, 2)
+
+
+TIMEOUTS = r'''
+import errno, json, socket, struct, sys, time
+port, how = int(sys.argv[1]), sys.argv[2]
+s = socket.socket()
+if how == "nonblocking_then_blocking":
+    s.setblocking(False)
+    try:
+        s.connect(("127.0.0.1", port))
+    except BlockingIOError:
+        pass
+    time.sleep(0.1)
+    s.setblocking(True)
+else:
+    ms = int(how)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", ms // 1000, (ms % 1000) * 1000))
+    s.connect(("127.0.0.1", port))
+t0 = time.monotonic()
+try:
+    s.recv(1)
+    res = {"errno": "OK"}
+except OSError as e:
+    res = {"errno": errno.errorcode[e.errno]}
+res["ms"] = (time.monotonic() - t0) * 1000
+print(json.dumps(res))
+'''
+
+
+@pytest.mark.shim
+def test_a_socket_turned_blocking_after_a_nonblocking_connect_gets_the_read_deadline(shim, server, tmp_path):
+    srv = server("silent")
+    shim.policy(POLICY)
+    res = shim.run(py_script(tmp_path, TIMEOUTS) + [srv.port, "nonblocking_then_blocking"], timeout=10).last_json()
+    assert res["errno"] == "ETIMEDOUT" and 995 <= res["ms"] <= 1300, res
+
+
+@pytest.mark.parametrize("own_ms,errname,at_ms", [(300, "EAGAIN", 300), (5000, "ETIMEDOUT", 1000)])
+def test_a_timeout_set_before_connect_is_honoured(shim, server, tmp_path, own_ms, errname, at_ms):
+    srv = server("silent")
+    shim.policy(POLICY)
+    res = shim.run(py_script(tmp_path, TIMEOUTS) + [srv.port, own_ms], timeout=10).last_json()
+    assert res["errno"] == errname and at_ms - 5 <= res["ms"] <= at_ms + 300, res
