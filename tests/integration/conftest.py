@@ -86,7 +86,7 @@ class Shim:
         if not shim:
             cmd = [str(a) for a in args]
         if NEGATIVE:
-            timeout = min(timeout, 5)   # without the shim the silent servers would hold each run
+            timeout = min(timeout, 3)   # without the shim the silent servers would hold each run
         t0 = time.monotonic()
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                            env=base_env(self.table, self.policy_path if policy else None, env))
