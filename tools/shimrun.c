@@ -21,7 +21,7 @@ static void usage(FILE *f)
 static int find_lib(char *out, size_t len)
 {
 	const char *env = getenv("NETSHIM_LIB");
-	char self[PATH_MAX], cand[PATH_MAX + 64];
+	char self[PATH_MAX], cand[PATH_MAX + 64], *dir;
 	static const char *const rel[] = { "libnetshim.so", "../lib/netshim/libnetshim.so" };
 	ssize_t n;
 
@@ -31,11 +31,11 @@ static int find_lib(char *out, size_t len)
 	if (n < 0)
 		return -1;
 	self[n] = '\0';
+	dir = dirname(self);   /* cuts self in place: computed once */
 	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-		snprintf(cand, sizeof(cand), "%s/%s", dirname(self), rel[i]);
+		snprintf(cand, sizeof(cand), "%s/%s", dir, rel[i]);
 		if (access(cand, R_OK) == 0 && realpath(cand, out))
 			return 0;
-		self[n] = '\0';   /* dirname may have cut it */
 	}
 	(void)len;
 	return -1;

@@ -132,3 +132,23 @@ def test_explain_names_the_section_of_each_setting(tmp_path):
     assert "9s" in lines["read_timeout"] and "[defaults] line 2" in lines["read_timeout"]
     assert "2s" in lines["connect_timeout"] and '[host "127.0.0.0/8"] line 4' in lines["connect_timeout"]
     assert "built-in default" in lines["window"]
+
+
+def test_make_install_and_uninstall_honour_destdir_and_prefix(tmp_path):
+    root = BUILD.parent if (BUILD.parent / "Makefile").exists() else BUILD.parents[1]
+    args = ["make", "-s", "-C", str(root), f"BUILD={BUILD}", f"DESTDIR={tmp_path}", "PREFIX=/opt/ns"]
+    p = subprocess.run(args + ["install"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    for f in ["lib/netshim/libnetshim.so", "bin/shimctl", "bin/shimrun", "share/man/man1/shimctl.1",
+              "share/man/man1/shimrun.1", "share/man/man7/netshim.7"]:
+        assert (tmp_path / "opt/ns" / f).exists(), f
+    page = tmp_path / "opt/ns/share/man/man7/netshim.7"
+    m = subprocess.run(["man", "-l", str(page)], capture_output=True, text=True, env=dict(os.environ, MANPAGER="cat"))
+    assert m.returncode == 0 and "ECONNREFUSED" in m.stdout
+    # the installed shimrun finds the installed library
+    r = subprocess.run([str(tmp_path / "opt/ns/bin/shimrun"), "--", "sh", "-c", 'echo "$LD_PRELOAD"'],
+                       capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    assert r.stdout.strip() == str(tmp_path / "opt/ns/lib/netshim/libnetshim.so")
+    p = subprocess.run(args + ["uninstall"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert not [x for x in (tmp_path / "opt/ns").rglob("*") if x.is_file()]
