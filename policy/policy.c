@@ -752,6 +752,17 @@ int ns_policy_parse(const char *text, size_t len, const char *fname,
 	return 0;
 }
 
+const char *ns_policy_path(void)
+{
+	const char *env = getenv("NETSHIM_POLICY");
+
+	if (env && *env)
+		return env;
+	if (access("/etc/netshim/policy.conf", F_OK) == 0)
+		return "/etc/netshim/policy.conf";
+	return NULL;
+}
+
 int ns_policy_load(const char *path, struct ns_policy *out, char *err, size_t errlen)
 {
 	struct perr e = { err, errlen, 0, 0, path };

@@ -84,6 +84,10 @@ extern const char *const ns_key_names[NS_K_COUNT];
 int ns_policy_parse(const char *text, size_t len, const char *fname,
 		    struct ns_policy *out, char *err, size_t errlen);
 
+/* The policy file in force by the contract: $NETSHIM_POLICY if set, else
+ * /etc/netshim/policy.conf if it exists, else NULL (the built-in defaults). */
+const char *ns_policy_path(void);
+
 /* Read and parse a file: as ns_policy_parse, plus "file: reason" when it
  * cannot be read. */
 int ns_policy_load(const char *path, struct ns_policy *out, char *err, size_t errlen);

@@ -36,7 +36,7 @@
 static uint64_t rng_state;   /* per process: connect retry jitter */
 static int trace_env;        /* NETSHIM_TRACE=1 */
 static int tbl_on(void);
-static void emit(int type, const char *key, const struct ns_step *st, int err, const char *detail, int trace);
+static void emit(int type, int slot, const char *key, const struct ns_step *st, int err, const char *detail, int trace);
 
 /* The policy in force. A reload swaps the pointer; the old policy is kept,
  * since another thread may be resolving against it at that moment, and a
@@ -95,7 +95,7 @@ static int cfg_stat(void)
 static void cfg_load(void)
 {
 	const char *disable = getenv("NETSHIM_DISABLE");
-	const char *path = getenv("NETSHIM_POLICY");
+	const char *path = ns_policy_path();
 	struct ns_policy *p;
 	char err[NS_ERRBUF];
 	int nerr;
@@ -107,9 +107,7 @@ static void cfg_load(void)
 		cfg_disabled = 1;
 		return;
 	}
-	if ((!path || !*path) && access("/etc/netshim/policy.conf", F_OK) == 0)
-		path = "/etc/netshim/policy.conf";
-	if (path && *path && strlen(path) < sizeof(cfg_path)) {
+	if (path && strlen(path) < sizeof(cfg_path)) {
 		snprintf(cfg_path, sizeof(cfg_path), "%s", path);
 		cfg_stat();
 	}
@@ -143,11 +141,11 @@ static void cfg_maybe_reload(monotime now)
 			__atomic_store_n(&cfg_cur, p, __ATOMIC_RELEASE);
 			NS_LOG(NS_LOG_WARN, "policy reloaded from %s", cfg_path);
 			if (tbl_on())
-				emit(NS_E_POLICY_RELOADED, "", NULL, 0, cfg_path, 0);
+				emit(NS_E_POLICY_RELOADED, -1, "", NULL, 0, cfg_path, 0);
 		} else {
 			NS_LOG(NS_LOG_ERROR, "changed policy rejected, keeping the one in force: %s", err);
 			if (tbl_on())
-				emit(NS_E_POLICY_REJECTED, "", NULL, 0, err, 0);
+				emit(NS_E_POLICY_REJECTED, -1, "", NULL, 0, err, 0);
 		}
 	}
 	__atomic_store_n(&cfg_reloading, 0, __ATOMIC_RELEASE);
@@ -218,7 +216,7 @@ static int is_failure_errno(int e)
 
 /* Write one event into the shared ring: a transition, a traced failure, or
  * a process-wide happening (key may then be ""). */
-static void emit(int type, const char *key, const struct ns_step *st, int err, const char *detail, int trace)
+static void emit(int type, int slot, const char *key, const struct ns_step *st, int err, const char *detail, int trace)
 {
 	struct ns_evrec ev;
 	struct ns_entry e;
@@ -238,12 +236,8 @@ static void emit(int type, const char *key, const struct ns_step *st, int err, c
 		ev.rule = (uint32_t)st->rule;
 		ev.consecutive = st->next.consec;
 	}
-	if (key[0]) {
-		int slot = ns_table_find(&tbl, key, 0, (uint64_t)(ns_now() / 1000000));
-
-		if (slot >= 0 && ns_table_read(&tbl, slot, (uint64_t)(ns_now() / 1000000), &e) == 0)
-			ev.failures_in_window = e.failures_in_window;
-	}
+	if (slot >= 0 && ns_table_read(&tbl, slot, (uint64_t)(ns_now() / 1000000), &e) == 0)
+		ev.failures_in_window = e.failures_in_window;
 	if (trace)
 		ev.nframes = ns_trace_frames(ev.frames, NS_FRAMES);
 	ns_table_event(&tbl, &ev, ns_wall_ms());
@@ -256,15 +250,15 @@ static void log_step(const struct ns_conn *c, const struct ns_step *st, int err,
 	case NS_TR_OPENED:
 		NS_LOG(NS_LOG_WARN, "breaker for %s opened by rule %s (%u failures in a row)",
 		       c->key, ns_rule_name(st->rule), st->next.consec);
-		emit(NS_E_OPENED, c->key, st, err, NULL, trace);
+		emit(NS_E_OPENED, c->slot, c->key, st, err, NULL, trace);
 		break;
 	case NS_TR_REOPENED:
 		NS_LOG(NS_LOG_WARN, "breaker for %s reopened: half-open probe failed", c->key);
-		emit(NS_E_REOPENED, c->key, st, err, NULL, trace);
+		emit(NS_E_REOPENED, c->slot, c->key, st, err, NULL, trace);
 		break;
 	case NS_TR_CLOSED:
 		NS_LOG(NS_LOG_WARN, "breaker for %s closed: probe succeeded", c->key);
-		emit(NS_E_CLOSED, c->key, st, 0, NULL, 0);
+		emit(NS_E_CLOSED, c->slot, c->key, st, 0, NULL, 0);
 		break;
 	}
 }
@@ -288,7 +282,7 @@ static void conn_outcome(struct ns_conn *c, int kind, int err)
 		if (st.transition != NS_TR_NONE)
 			log_step(c, &st, err, trace);
 		else if (trace)
-			emit(NS_E_CONNECT_FAILED, c->key, &st, err, NULL, 1);
+			emit(NS_E_CONNECT_FAILED, c->slot, c->key, &st, err, NULL, 1);
 	}
 	errno = saved;
 }
@@ -767,7 +761,7 @@ static int breaker_admit(const char *key, const struct ns_settings *set, int enf
 	if (slot == NS_SLOT_FULL && !__atomic_exchange_n(&tbl_full_said, 1, __ATOMIC_RELAXED)) {
 		/* once per process: the table says so too, and shimctl shows the count */
 		NS_LOG(NS_LOG_WARN, "breaker table full; %s and other new destinations pass through uncounted", key);
-		emit(NS_E_TABLE_FULL, key, NULL, 0, "new destinations pass through uncounted", 0);
+		emit(NS_E_TABLE_FULL, -1, key, NULL, 0, "new destinations pass through uncounted", 0);
 	}
 	if (slot < 0)
 		return -1;
@@ -777,7 +771,7 @@ static int breaker_admit(const char *key, const struct ns_settings *set, int enf
 	}
 	if (st.transition == NS_TR_HALF_OPENED) {
 		NS_LOG(NS_LOG_INFO, "breaker for %s half-open: letting a probe through", key);
-		emit(NS_E_HALF_OPEN, key, &st, 0, NULL, 0);
+		emit(NS_E_HALF_OPEN, slot, key, &st, 0, NULL, 0);
 	}
 	return slot;
 }

@@ -93,9 +93,7 @@ static void json_string(FILE *f, const char *s)
 
 static const char *errname(uint32_t e)
 {
-	const char *n = e ? strerrorname_np((int)e) : NULL;
-
-	return n ? n : NULL;
+	return e ? strerrorname_np((int)e) : NULL;
 }
 
 static const char *table_name(const char *opt, char *buf, size_t len)
@@ -771,9 +769,7 @@ static int cmd_explain(const char *policy, const char *dest)
 	int r;
 
 	if (!policy)
-		policy = getenv("NETSHIM_POLICY");
-	if ((!policy || !*policy))
-		policy = fopen("/etc/netshim/policy.conf", "r") ? "/etc/netshim/policy.conf" : NULL;
+		policy = ns_policy_path();
 	if (ns_dest_parse(dest, &d) < 0) {
 		escape_text(dest, esc, sizeof(esc));
 		warnx("%s: not a destination (expected HOST:PORT, ADDRESS:PORT or [IPV6]:PORT)", esc);

@@ -67,9 +67,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (!policy)
-		policy = getenv("NETSHIM_POLICY");
-	if ((!policy || !*policy) && access("/etc/netshim/policy.conf", F_OK) == 0)
-		policy = "/etc/netshim/policy.conf";
+		policy = ns_policy_path();
 	if (policy && *policy) {
 		struct ns_policy p;
 
