@@ -31,7 +31,7 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 
 LIB := $(BUILD)/libnetshim.so
 TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench $(BUILD)/tablebench
-CLIENTS := $(BUILD)/fclient $(BUILD)/tracee
+CLIENTS := $(BUILD)/fclient $(BUILD)/tracee $(BUILD)/vforkclose $(BUILD)/mmsg
 
 .PHONY: all test unit integration negative install uninstall bench demo deps clean
 
@@ -74,6 +74,11 @@ $(BUILD)/bench: $(BUILD)/tools/bench.o
 # The test client is built the way distributions build C programs, so it
 # imports the fortified __recv_chk and __read_chk.
 $(BUILD)/fclient: tests/clients/fclient.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -D_FORTIFY_SOURCE=2 -Wall -o $@ $<
+
+# small C programs for one behaviour each, built the way distributions build
+$(BUILD)/vforkclose $(BUILD)/mmsg: $(BUILD)/%: tests/clients/%.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -D_FORTIFY_SOURCE=2 -Wall -o $@ $<
 

@@ -774,7 +774,9 @@ int ns_policy_load(const char *path, struct ns_policy *out, char *err, size_t er
 
 	if (err && errlen)
 		err[0] = '\0';
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: opening a FIFO must not wait for a writer; a regular
+	 * file ignores it */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0) {
 		perr_add(&e, 0, "cannot open: %s", strerror(errno));
 		return 1;

@@ -121,42 +121,54 @@ static struct ns_slot *slot_at(const struct ns_table *t, int idx)
 
 /**** sliding window ****/
 
+/* A bucket is one word: epoch 24 | failures 20 | outcomes 20. Counts stop
+ * at 2^20 - 1 per bucket (a 32nd of the window); the epoch wraps after 2^24
+ * bucket widths (half a year for the default 30 s window), and a bucket
+ * left untouched exactly that long would read as current: the price of one
+ * atomic word. */
+#define EPOCH_MASK 0xffffffu
+#define COUNT_MAX 0xfffffu
+#define B_EPOCH(v) ((uint32_t)((v) >> 40) & EPOCH_MASK)
+#define B_FAIL(v) ((uint32_t)((v) >> 20) & COUNT_MAX)
+#define B_OUT(v) ((uint32_t)(v) & COUNT_MAX)
+
 static void bucket_add(struct ns_slot *s, uint64_t now_ms, uint64_t width, int failed)
 {
-	uint32_t epoch = (uint32_t)(now_ms / width);
+	uint32_t epoch = (uint32_t)(now_ms / width) & EPOCH_MASK;
 	uint64_t *b = &s->bucket[epoch % NS_BUCKETS];
 	uint64_t old = LOAD(b), nw;
 
 	do {
-		uint32_t e = (uint32_t)(old >> 32);
-		uint32_t f = (uint32_t)(old >> 16) & 0xffff, o = (uint32_t)old & 0xffff;
+		uint32_t e = B_EPOCH(old), f = B_FAIL(old), o = B_OUT(old);
 
 		if (e != epoch) {
-			if ((int32_t)(epoch - e) < 0 && old != 0)
-				return;   /* a newer period already owns it: this event is out of the window */
+			/* 24-bit epochs compare modulo 2^24: a newer period already
+			 * owns the bucket if it is ahead by less than half the range */
+			if (old != 0 && ((e - epoch) & EPOCH_MASK) != 0 && ((e - epoch) & EPOCH_MASK) < (EPOCH_MASK >> 1))
+				return;   /* this event is out of the window */
 			f = 0;
 			o = 0;
 		}
-		if (failed && f < 0xffff)
+		if (failed && f < COUNT_MAX)
 			f++;
-		if (o < 0xffff)
+		if (o < COUNT_MAX)
 			o++;
-		nw = ((uint64_t)epoch << 32) | ((uint64_t)f << 16) | o;
+		nw = ((uint64_t)epoch << 40) | ((uint64_t)f << 20) | o;
 	} while (!CAS(b, &old, nw));
 }
 
 static struct ns_window window_count(const struct ns_slot *s, uint64_t now_ms, uint64_t width)
 {
 	struct ns_window w = { 0, 0 };
-	uint32_t cur = (uint32_t)(now_ms / width);
+	uint32_t cur = (uint32_t)(now_ms / width) & EPOCH_MASK;
 
 	for (uint32_t i = 0; i < NS_BUCKETS; i++) {
 		uint64_t v = LOAD(&s->bucket[i]);
 
-		if (v == 0 || cur - (uint32_t)(v >> 32) >= NS_BUCKETS)
+		if (v == 0 || ((cur - B_EPOCH(v)) & EPOCH_MASK) >= NS_BUCKETS)
 			continue;
-		w.failures += (uint32_t)(v >> 16) & 0xffff;
-		w.outcomes += (uint32_t)v & 0xffff;
+		w.failures += B_FAIL(v);
+		w.outcomes += B_OUT(v);
 	}
 	return w;
 }
@@ -205,6 +217,8 @@ int ns_table_attempt(struct ns_table *t, int idx, int enforce, uint64_t now_ms,
 	if (!s)
 		return NS_ALLOW;
 	st = apply(s, NS_EV_ATTEMPT, NULL, now_ms, set);
+	if (LOAD(&s->monitor) != (uint64_t)!enforce)
+		STORE(&s->monitor, (uint64_t)!enforce);
 	if (!enforce && st.verdict == NS_REJECT)
 		st.verdict = NS_ALLOW;
 	if (st.verdict == NS_REJECT)
@@ -299,6 +313,7 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 	e->rejected = LOAD(&s->rejected);
 	e->retries = LOAD(&s->retries);
 	e->last_error = LOAD(&s->last_error);
+	e->monitor = LOAD(&s->monitor) != 0;
 	e->opened_wall_ms = LOAD(&s->opened_wall_ms);
 	for (uint32_t b = 0; b < NS_HIST_BUCKETS; b++) {
 		e->connect_hist.count[b] = LOAD(&s->connect_hist.count[b]);

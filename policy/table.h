@@ -16,7 +16,7 @@
 #include "policy.h"
 
 #define NS_TABLE_MAGIC 0x4c42544d4853534eULL   /* "NSSHMTBL" */
-#define NS_TABLE_VERSION 2u
+#define NS_TABLE_VERSION 3u
 #define NS_TABLE_DEFAULT_SLOTS 4096u
 #define NS_TABLE_MAX_SLOTS (1u << 20)
 #define NS_BUCKETS 32u
@@ -63,8 +63,9 @@ struct ns_slot {
 	uint64_t half_open_wall_ms; /* 0 = not scheduled */
 	uint32_t last_error;        /* errno of the last failure, 0 = none */
 	uint32_t window_ms;         /* the window the last writer counted with */
-	uint64_t reserved0[2];
-	uint64_t bucket[NS_BUCKETS];/* atomic: epoch 32 | failures 16 | outcomes 16 */
+	uint64_t monitor;           /* atomic: 1 when the last connect counted was in monitor mode */
+	uint64_t reserved0;
+	uint64_t bucket[NS_BUCKETS];/* atomic: epoch 24 | failures 20 | outcomes 20 */
 	char key[NS_KEY_MAX];       /* NUL-terminated once the slot is ready */
 	struct ns_hist connect_hist;   /* connect start to connected */
 	struct ns_hist first_byte_hist;/* connect start to the first byte received */
@@ -108,6 +109,7 @@ struct ns_table {
 	uint32_t nslots;            /* private copy, validated */
 	uint32_t ev_cap;            /* private copy, validated */
 	size_t size;
+	int broken;                 /* atomic: the file shrank under us; the map is now private zeros */
 	char path[288];
 };
 
@@ -118,6 +120,7 @@ struct ns_entry {
 	uint64_t calls, successes, failures, timeouts, rejected, retries;
 	uint32_t failures_in_window, outcomes_in_window;
 	uint32_t last_error;
+	uint32_t monitor;
 	uint64_t opened_wall_ms, half_open_wall_ms;
 	struct ns_hist connect_hist, first_byte_hist;
 };
@@ -129,7 +132,18 @@ enum { NS_TBL_OK = 0, NS_TBL_MISSING = 1, NS_TBL_BAD = 2 };
  * 0) or NS_TBL_BAD with a one-line reason in err. */
 int ns_table_open(const char *name, int create, uint32_t nslots, uint32_t nevents,
 		  struct ns_table *t, char *err, size_t errlen);
+/* A mapped table is guarded against SIGBUS: another process of the same
+ * user that truncates the file would otherwise kill every process touching
+ * it. The guard (a chained SIGBUS handler) swaps private zero pages in over
+ * the table and sets t->broken; callers check ns_table_broken and stop
+ * using it. A fault anywhere else goes to the handler that was there. */
+int ns_table_broken(const struct ns_table *t);
 void ns_table_close(struct ns_table *t);
+
+/* A table size from the environment (NETSHIM_TABLE_SLOTS, _EVENTS): NULL or
+ * "" gives 0 (the default); else decimal digits only, 1..max. Returns 0, or
+ * -1 for anything else. */
+int ns_table_size_env(const char *val, uint32_t max, uint32_t *out);
 
 /* The default table name for this user, "netshim.<uid>". */
 void ns_table_default_name(char *buf, size_t len);

@@ -7,7 +7,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -15,6 +18,113 @@
 #include <unistd.h>
 
 #define SHM_DIR "/dev/shm/"
+
+int ns_table_size_env(const char *val, uint32_t max, uint32_t *out)
+{
+	unsigned long long v = 0;
+
+	*out = 0;
+	if (!val || !*val)
+		return 0;
+	for (const char *p = val; *p; p++) {
+		if (*p < '0' || *p > '9' || v > max)
+			return -1;
+		v = v * 10 + (unsigned)(*p - '0');
+	}
+	if (v == 0 || v > max)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/**** the SIGBUS guard ****/
+
+/* Mapped tables, for the handler: a fixed array of atomics, since the
+ * handler may run at any instruction and can take no lock. */
+#define GUARDS 4
+static struct guard {
+	uintptr_t start, end;       /* atomic; start 0 = free */
+	struct ns_table *t;
+} guards[GUARDS];
+static struct sigaction bus_prev;
+static int bus_installed;       /* atomic */
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	uintptr_t a = (uintptr_t)si->si_addr;
+	int saved = errno;
+
+	for (int i = 0; si->si_code > 0 && i < GUARDS; i++) {
+		uintptr_t s = __atomic_load_n(&guards[i].start, __ATOMIC_ACQUIRE);
+		uintptr_t e = __atomic_load_n(&guards[i].end, __ATOMIC_ACQUIRE);
+
+		if (!s || a < s || a >= e)
+			continue;
+		/* the file shrank: private zero pages in its place, and the
+		 * faulting access runs again on them */
+		if (mmap((void *)s, e - s, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+			 -1, 0) != MAP_FAILED) {
+			__atomic_store_n(&guards[i].t->broken, 1, __ATOMIC_RELEASE);
+			errno = saved;
+			return;
+		}
+	}
+	/* not ours: what the program had */
+	if (bus_prev.sa_flags & SA_SIGINFO) {
+		bus_prev.sa_sigaction(sig, si, uc);
+	} else if (bus_prev.sa_handler != SIG_DFL && bus_prev.sa_handler != SIG_IGN) {
+		bus_prev.sa_handler(sig);
+	} else {
+		/* the default action: a fault runs again and kills as before;
+		 * a SIGBUS sent by kill() is raised again to do the same */
+		struct sigaction dfl;
+
+		memset(&dfl, 0, sizeof(dfl));
+		dfl.sa_handler = SIG_DFL;
+		sigaction(SIGBUS, &dfl, NULL);
+		if (si->si_code <= 0)
+			raise(SIGBUS);
+	}
+	errno = saved;
+}
+
+static void guard_add(struct ns_table *t)
+{
+	int zero = 0;
+
+	if (__atomic_compare_exchange_n(&bus_installed, &zero, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		struct sigaction sa;
+
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_sigaction = on_sigbus;
+		sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGBUS, &sa, &bus_prev);
+	}
+	for (int i = 0; i < GUARDS; i++) {
+		uintptr_t free_ = 0;
+
+		if (__atomic_load_n(&guards[i].start, __ATOMIC_RELAXED))
+			continue;
+		guards[i].t = t;
+		__atomic_store_n(&guards[i].end, (uintptr_t)t->hdr + t->size, __ATOMIC_RELEASE);
+		if (__atomic_compare_exchange_n(&guards[i].start, &free_, (uintptr_t)t->hdr, 0,
+						__ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+			return;
+	}
+}
+
+static void guard_remove(const struct ns_table *t)
+{
+	for (int i = 0; i < GUARDS; i++)
+		if (__atomic_load_n(&guards[i].start, __ATOMIC_ACQUIRE) == (uintptr_t)t->hdr)
+			__atomic_store_n(&guards[i].start, 0, __ATOMIC_RELEASE);
+}
+
+int ns_table_broken(const struct ns_table *t)
+{
+	return __atomic_load_n(&t->broken, __ATOMIC_ACQUIRE);
+}
 
 void ns_table_default_name(char *buf, size_t len)
 {
@@ -42,7 +152,9 @@ int ns_table_validate(const void *map, size_t size, char *err, size_t errlen)
 		return -1;
 	}
 	if (h->version != NS_TABLE_VERSION) {
-		snprintf(err, errlen, "table version %u, this build reads version %u", h->version, NS_TABLE_VERSION);
+		snprintf(err, errlen, "table version %u, this build reads version %u (a table from %s netshim: "
+			 "stop the programs using it and remove the file, or choose another NETSHIM_TABLE)",
+			 h->version, NS_TABLE_VERSION, h->version < NS_TABLE_VERSION ? "an older" : "a newer");
 		return -1;
 	}
 	if (h->hdr_size != sizeof(struct ns_table_hdr) || h->slot_size != sizeof(struct ns_slot)) {
@@ -198,6 +310,7 @@ int ns_table_open(const char *name, int create, uint32_t nslots, uint32_t nevent
 	t->ev_cap = t->hdr->ev_cap;
 	t->events = (struct ns_evrec *)((char *)map + t->hdr->ev_off);
 	t->size = (size_t)st.st_size;
+	guard_add(t);
 	r = NS_TBL_OK;
 out_close:
 	close(fd);
@@ -206,8 +319,10 @@ out_close:
 
 void ns_table_close(struct ns_table *t)
 {
-	if (t->hdr)
+	if (t->hdr) {
+		guard_remove(t);
 		munmap(t->hdr, t->size);
+	}
 	t->hdr = NULL;
 	t->slots = NULL;
 	t->events = NULL;

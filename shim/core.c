@@ -20,6 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <limits.h>
+#include <linux/close_range.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -167,22 +170,39 @@ static void tbl_load(void)
 	const char *slots = getenv("NETSHIM_TABLE_SLOTS");
 	const char *events = getenv("NETSHIM_TABLE_EVENTS");
 	char def[64], err[NS_ERRBUF];
+	uint32_t nslots, nevents;
 
 	if (!name || !*name) {
 		ns_table_default_name(def, sizeof(def));
 		name = def;
 	}
-	if (ns_table_open(name, 1, slots ? (uint32_t)strtoul(slots, NULL, 10) : 0,
-			  events ? (uint32_t)strtoul(events, NULL, 10) : 0, &tbl, err, sizeof(err)) != NS_TBL_OK) {
+	if (ns_table_size_env(slots, NS_TABLE_MAX_SLOTS, &nslots) < 0)
+		ns_log(NS_LOG_ERROR, "NETSHIM_TABLE_SLOTS=%s is not a whole number from 1 to %u; a new table gets %u slots",
+		       slots, NS_TABLE_MAX_SLOTS, NS_TABLE_DEFAULT_SLOTS);
+	if (ns_table_size_env(events, NS_EVENTS_MAX, &nevents) < 0)
+		ns_log(NS_LOG_ERROR, "NETSHIM_TABLE_EVENTS=%s is not a whole number from 1 to %u; a new table gets %u events",
+		       events, NS_EVENTS_MAX, NS_EVENTS_DEFAULT);
+	if (ns_table_open(name, 1, nslots, nevents, &tbl, err, sizeof(err)) != NS_TBL_OK) {
 		ns_log(NS_LOG_ERROR, "%s; breakers off, passing calls through", err);
 		return;
 	}
 	tbl_ok = 1;
 }
 
+/* The table shrank under us (see ns_table_broken): say so once and leave
+ * it; the breakers are off for this process from here on. */
+static __attribute__((noinline, cold)) void tbl_broke(void)
+{
+	if (__atomic_exchange_n(&tbl_ok, 0, __ATOMIC_ACQ_REL))
+		ns_log(NS_LOG_ERROR, "%s was truncated under this process; breakers off, passing calls through",
+		       tbl.path);
+}
+
 static int tbl_on(void)
 {
 	pthread_once(&tbl_once, tbl_load);
+	if (unlikely(tbl_ok && ns_table_broken(&tbl)))
+		tbl_broke();
 	return tbl_ok;
 }
 
@@ -435,13 +455,22 @@ static void note_interrupted(int fd, struct ns_conn *c, int e)
  * count the outcome, and turn the kernel's EAGAIN into ETIMEDOUT when the
  * timeout it held was the shim's. Kept out of line so the healthy path in
  * IO() stays a handful of loads. */
-static __attribute__((noinline)) ssize_t after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len, int flags)
+static __attribute__((noinline)) ssize_t after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len,
+						   int flags, uint32_t gen)
 {
 	int e = errno;
 
+	/* The connection ended while this call was blocked (another thread
+	 * closed it) and the record may now serve another: touch nothing. */
+	if (unlikely(__atomic_load_n(&c->gen, __ATOMIC_ACQUIRE) != gen))
+		return r;
 	if (r > 0) {
-		if (c->rd_wait_start)
-			c->rd_wait_start = 0;   /* progress: a wait for input starts afresh */
+		if (c->rd_wait_start) {
+			/* input: a wait for more starts afresh. Output while an
+			 * event loop waits for input (another thread sent the
+			 * request): the answer is due read_timeout after it. */
+			c->rd_wait_start = d == NS_IN ? 0 : ns_now();
+		}
 		if (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING)
 			conn_connected(c);
 		if (!c->outcome && d == NS_IN) {
@@ -481,6 +510,7 @@ static __attribute__((noinline)) ssize_t after_io(int fd, struct ns_conn *c, int
  * costs a few loads of its record. */
 #define IO(d_, fd_, len_, fl_, call) do { \
 	struct ns_conn *c_ = c; \
+	uint32_t g_ = __atomic_load_n(&c_->gen, __ATOMIC_RELAXED); \
 	ssize_t r_; \
 	if (unlikely(c_->total_deadline | c_->intr_deadline | c_->expired) && \
 	    deadline_check((fd_), c_, (d_)) < 0) \
@@ -489,7 +519,7 @@ static __attribute__((noinline)) ssize_t after_io(int fd, struct ns_conn *c, int
 	if (likely(r_ > 0 && ((d_) == NS_OUT || c_->outcome) && \
 		   !(c_->rd_wait_start | c_->intr_deadline | (c_->flags & NS_C_CONNECTING)))) \
 		return r_; \
-	return after_io((fd_), c_, (d_), r_, (len_), (fl_)); \
+	return after_io((fd_), c_, (d_), r_, (len_), (fl_), g_); \
 } while (0)
 
 static size_t iov_len(const struct iovec *iov, int cnt)
@@ -566,6 +596,39 @@ ssize_t ns_writev(struct ns_conn *c, int fd, const struct iovec *iov, int cnt)
 	IO(NS_OUT, fd, 0, 0, REAL(writev)(fd, iov, cnt));
 }
 
+/* The batch calls: a count of messages, not bytes, but the same rules (a
+ * positive count is data moved). recvmmsg's own timeout is checked by the
+ * kernel only between messages, so the read deadline is what bounds it. */
+int ns_recvmmsg(struct ns_conn *c, int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *ts)
+{
+	IO(NS_IN, fd, n, flags, REAL(recvmmsg)(fd, v, n, flags, ts));
+}
+
+int ns_sendmmsg(struct ns_conn *c, int fd, struct mmsghdr *v, unsigned n, int flags)
+{
+	IO(NS_OUT, fd, 0, flags, REAL(sendmmsg)(fd, v, n, flags));
+}
+
+ssize_t ns_sendfile(struct ns_conn *c, int out, int in, off_t *off, size_t n)
+{
+	IO(NS_OUT, out, 0, 0, REAL(sendfile)(out, in, off, n));
+}
+
+/* splice moves data between a pipe and a socket; the socket side decides
+ * the direction. SPLICE_F_NONBLOCK is the call's MSG_DONTWAIT. */
+ssize_t ns_splice(int in, loff_t *offin, int out, loff_t *offout, size_t n, unsigned flags)
+{
+	struct ns_conn *c = ns_conn_of(in);
+	int fl = (flags & SPLICE_F_NONBLOCK) ? MSG_DONTWAIT : 0;
+
+	if (c)
+		IO(NS_IN, in, n, fl, REAL(splice)(in, offin, out, offout, n, flags));
+	c = ns_conn_of(out);
+	if (c)
+		IO(NS_OUT, out, 0, fl, REAL(splice)(in, offin, out, offout, n, flags));
+	return REAL(splice)(in, offin, out, offout, n, flags);
+}
+
 /**** socket and connect ****/
 
 int ns_socket(int domain, int type, int protocol)
@@ -635,6 +698,21 @@ static int64_t prog_timeout(int fd, int opt)
 	return tv_to_ns(&tv);
 }
 
+/* End a connect the shim timed out. AF_UNSPEC drops the half-open attempt,
+ * so no SYN is retried and the socket may connect anew; the ECONNRESET the
+ * kernel then leaves pending is read away, since the program is told
+ * ETIMEDOUT and nothing else. errno is kept. */
+static void drop_attempt(int fd)
+{
+	struct sockaddr un = { .sa_family = AF_UNSPEC };
+	int saved = errno, err;
+	socklen_t l = sizeof(err);
+
+	REAL(connect)(fd, &un, sizeof(un));
+	REAL(getsockopt)(fd, SOL_SOCKET, SO_ERROR, &err, &l);
+	errno = saved;
+}
+
 /* A blocking connect bounded by the connect deadline, the total budget and
  * the program's own SO_SNDTIMEO (which the kernel applies to connect). */
 static int connect_bounded(int fd, struct ns_conn *c, const struct sockaddr *sa, socklen_t len)
@@ -668,10 +746,7 @@ static int connect_bounded(int fd, struct ns_conn *c, const struct sockaddr *sa,
 
 		if (left <= 0) {
 			if (ours) {
-				/* AF_UNSPEC drops the half-open attempt so no SYN is retried */
-				struct sockaddr un = { .sa_family = AF_UNSPEC };
-
-				REAL(connect)(fd, &un, sizeof(un));
+				drop_attempt(fd);
 				e = ETIMEDOUT;
 			} else {
 				e = EINPROGRESS;   /* what the kernel says when SO_SNDTIMEO ends a connect */
@@ -717,12 +792,42 @@ static int connect_again(int fd, struct ns_conn *c, const struct sockaddr *sa, s
 	r = REAL(connect)(fd, sa, len);
 	e = errno;
 
-	if (r == 0 || e == EISCONN)
+	if (r == 0 || e == EISCONN) {
 		conn_connected(c);
-	else if (is_failure_errno(e))
+	} else if (is_failure_errno(e)) {
 		conn_fail_errno(c, e);
+	} else if ((e == EALREADY || e == EINPROGRESS) && c->connect_deadline &&
+		   ns_wait_expire(c, fd, 1, 1, ns_now()) == NS_EXP_CONNECT) {
+		/* a program that asks connect() itself whether it is done
+		 * (lynx, hiredis) meets the connect deadline there */
+		__atomic_fetch_and(&c->flags, ~NS_C_ERR_PENDING, __ATOMIC_RELAXED);
+		e = ETIMEDOUT;
+	}
 	errno = e;
 	return r;
+}
+
+/* The kernel's timeouts back to the program's own: the shim's end with the
+ * connection (a disconnect, a failed attempt the program makes again), and
+ * the next connect must find the program's values there, not ours. */
+static void conn_release_kernel(int fd, struct ns_conn *c)
+{
+	for (int d = NS_IN; d <= NS_OUT; d++) {
+		if (c->dir[d].kernel_ns != c->dir[d].prog_ns)
+			dir_sync(fd, c, d, 0, NS_SRC_NONE);
+	}
+}
+
+/* The record of fd's connection ends without a close: the socket is a bare
+ * stream socket again, to be governed anew by its next connect. */
+static uintptr_t conn_detach(int fd, struct ns_conn *c)
+{
+	uintptr_t v = NS_TAG | NS_TAG_STREAM | NS_TAG_TIMEO |
+		((__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_NONBLOCK) ? NS_TAG_NONBLOCK : 0);
+
+	conn_release_kernel(fd, c);
+	ns_fd_set(fd, v);
+	return v;
 }
 
 /* Put the shim's read (and total) timeouts into the kernel, beside the
@@ -758,6 +863,10 @@ static int breaker_admit(const char *key, const struct ns_settings *set, int enf
 	if (!tbl_on())
 		return -1;
 	slot = ns_table_find(&tbl, key, 1, (uint64_t)(now / 1000000));
+	if (unlikely(ns_table_broken(&tbl))) {
+		tbl_broke();
+		return -1;
+	}
 	if (slot == NS_SLOT_FULL && !__atomic_exchange_n(&tbl_full_said, 1, __ATOMIC_RELAXED)) {
 		/* once per process: the table says so too, and shimctl shows the count */
 		NS_LOG(NS_LOG_WARN, "breaker table full; %s and other new destinations pass through uncounted", key);
@@ -837,8 +946,20 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	uintptr_t v;
 	int slot, r, e, enforce, saved = errno;
 
-	if (!sa || len < (socklen_t)sizeof(sa_family_t) || (unsigned)fd >= ns_fdmax ||
-	    (sa->sa_family != AF_INET && sa->sa_family != AF_INET6))
+	if (!sa || len < (socklen_t)sizeof(sa_family_t) || (unsigned)fd >= ns_fdmax)
+		return REAL(connect)(fd, sa, len);
+	if (sa->sa_family == AF_UNSPEC) {
+		/* a disconnect ends the connection as a close would; whatever
+		 * the socket connects to next meets its own breaker */
+		c = ns_conn_of(fd);
+		if (c) {
+			saved = errno;
+			conn_detach(fd, c);
+			errno = saved;
+		}
+		return REAL(connect)(fd, sa, len);
+	}
+	if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
 		return REAL(connect)(fd, sa, len);
 	now = ns_now();
 	pol = cfg_get(now);
@@ -846,12 +967,21 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		return REAL(connect)(fd, sa, len);
 	v = ns_fd_get(fd);
 	if (v && !(v & NS_TAG)) {
+		uint32_t f;
+
 		c = (struct ns_conn *)v;
-		if (!(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_FAILED))
+		f = __atomic_load_n(&c->flags, __ATOMIC_RELAXED);
+		if ((f & NS_C_ERR_PENDING) &&
+		    (__atomic_fetch_and(&c->flags, ~NS_C_ERR_PENDING, __ATOMIC_RELAXED) & NS_C_ERR_PENDING)) {
+			/* the connect deadline fired in a wait: this connect() is
+			 * where the program learns it, once, as from the kernel */
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		if (!(f & NS_C_FAILED))
 			return connect_again(fd, c, sa, len);
 		/* a new attempt on a socket whose last one failed: a new connection */
-		v = NS_TAG | NS_TAG_STREAM | NS_TAG_TIMEO | ((c->flags & NS_C_NONBLOCK) ? NS_TAG_NONBLOCK : 0);
-		ns_fd_set(fd, v);
+		v = conn_detach(fd, c);
 	}
 	if (v == 0)
 		v = classify(fd, sa->sa_family);
@@ -943,7 +1073,7 @@ monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want_out, monotime
 	return d;
 }
 
-int ns_wait_expire(struct ns_conn *c, int want_in, int want_out, monotime now)
+int ns_wait_expire(struct ns_conn *c, int fd, int want_in, int want_out, monotime now)
 {
 	uint32_t f = __atomic_load_n(&c->flags, __ATOMIC_RELAXED), kind, none = NS_EXP_NONE;
 	monotime d;
@@ -959,8 +1089,11 @@ int ns_wait_expire(struct ns_conn *c, int want_in, int want_out, monotime now)
 	else
 		kind = (f & NS_C_CONNECTING) ? NS_EXP_CONNECT : NS_EXP_READ;
 	if (__atomic_compare_exchange_n(&c->expired, &none, kind, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		if (kind == NS_EXP_CONNECT)
-			__atomic_fetch_or(&c->flags, NS_C_FAILED, __ATOMIC_RELAXED);
+		if (kind == NS_EXP_CONNECT) {
+			__atomic_fetch_or(&c->flags, NS_C_FAILED | NS_C_ERR_PENDING, __ATOMIC_RELAXED);
+			if (fd >= 0 && ns_conn_of(fd) == c)
+				drop_attempt(fd);
+		}
 		conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
 	}
 	return (int)__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
@@ -982,7 +1115,9 @@ int ns_close(int fd)
 {
 	uintptr_t v = ns_fd_get(fd);
 
-	if (v) {
+	/* a vfork child shares our memory but not our descriptors: its close
+	 * must leave the parent's entry alone */
+	if (v && !ns_in_vfork_child()) {
 		/* the kernel drops epoll registrations with the last reference */
 		if ((v & NS_TAG) || __atomic_load_n(&((struct ns_conn *)v)->fds, __ATOMIC_RELAXED) == 1)
 			ns_wait_forget_fd(fd);
@@ -995,8 +1130,56 @@ static void copy_entry(int from, int to)
 {
 	uintptr_t v = ns_fd_get(from);
 
-	if (v || ns_fd_get(to))
+	if ((v || ns_fd_get(to)) && !ns_in_vfork_child())
 		ns_fd_set(to, v);
+}
+
+/* Closes the shim would otherwise not see. Each entry is dropped before the
+ * real call, as in close(): once the number is free another thread may get
+ * it, and its new entry must not be wiped. */
+int ns_close_range(unsigned first, unsigned last, int flags)
+{
+	if (!(flags & CLOSE_RANGE_CLOEXEC) && first <= last && !ns_in_vfork_child())
+		ns_fd_forget_range(first, last);
+	return REAL(close_range)(first, last, flags);
+}
+
+void ns_closefrom(int lowfd)
+{
+	if (lowfd >= 0 && !ns_in_vfork_child())
+		ns_fd_forget_range((unsigned)lowfd, UINT_MAX);
+	REAL(closefrom)(lowfd);
+}
+
+int ns_fclose(FILE *fp)
+{
+	/* fileno() of a stream without a descriptor (fmemopen) is -1 */
+	int fd = fp ? fileno(fp) : -1, saved = errno;
+
+	if (fd >= 0 && ns_fd_get(fd) && !ns_in_vfork_child())
+		ns_fd_forget_range((unsigned)fd, (unsigned)fd);
+	errno = saved;
+	return REAL(fclose)(fp);
+}
+
+/* An accepted socket is the program's server side: never governed, and
+ * whatever an unseen close left at its number goes. */
+int ns_accept(int fd, struct sockaddr *sa, socklen_t *len)
+{
+	int r = REAL(accept)(fd, sa, len);
+
+	if (r >= 0 && unlikely(ns_fd_get(r)))
+		ns_fd_set(r, 0);
+	return r;
+}
+
+int ns_accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
+{
+	int r = REAL(accept4)(fd, sa, len, flags);
+
+	if (r >= 0 && unlikely(ns_fd_get(r)))
+		ns_fd_set(r, 0);
+	return r;
 }
 
 int ns_dup(int fd)
@@ -1152,9 +1335,16 @@ int ns_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	}
 	if (level == SOL_SOCKET && name == SO_ERROR && val && len && *len >= (socklen_t)sizeof(int) &&
 	    __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE)) {
-		*(int *)val = ETIMEDOUT;
-		*len = sizeof(int);
-		return 0;
+		uint32_t exp = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
+
+		/* a timed-out connect's error is read once, as the kernel's is;
+		 * a read or total deadline stays in force on the connection */
+		if (exp != NS_EXP_CONNECT ||
+		    (__atomic_fetch_and(&c->flags, ~NS_C_ERR_PENDING, __ATOMIC_RELAXED) & NS_C_ERR_PENDING)) {
+			*(int *)val = ETIMEDOUT;
+			*len = sizeof(int);
+			return 0;
+		}
 	}
 	r = REAL(getsockopt)(fd, level, name, val, len);
 	e = errno;

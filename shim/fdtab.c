@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "real.h"
 
@@ -19,6 +20,12 @@
 
 uintptr_t *ns_fdtab;
 unsigned ns_fdmax;
+unsigned ns_fdhi;
+
+/* The pid this copy of the process image belongs to: set at start and in
+ * every fork child (atfork). A vfork child runs no atfork handler, so its
+ * getpid() differs while it shares every byte of our memory. */
+static pid_t own_pid;
 
 /* Guards only the free list: held for a few loads and stores, never across a
  * system call. A fork while another thread holds it would leave it locked in
@@ -28,7 +35,16 @@ static struct ns_conn *pool_free;
 
 static void pool_prepare(void) { pthread_mutex_lock(&pool_lock); }
 static void pool_parent(void) { pthread_mutex_unlock(&pool_lock); }
-static void pool_child(void) { pthread_mutex_init(&pool_lock, NULL); }
+static void pool_child(void)
+{
+	pthread_mutex_init(&pool_lock, NULL);
+	own_pid = getpid();
+}
+
+int ns_in_vfork_child(void)
+{
+	return getpid() != own_pid;
+}
 
 void ns_fd_init(void)
 {
@@ -49,6 +65,7 @@ void ns_fd_init(void)
 		return;
 	}
 	ns_fdtab = p;
+	own_pid = getpid();
 	pthread_atfork(pool_prepare, pool_parent, pool_child);
 	__atomic_store_n(&ns_fdmax, (unsigned)n, __ATOMIC_RELEASE);
 }
@@ -62,6 +79,9 @@ void ns_conn_unref(struct ns_conn *c)
 {
 	if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0)
 		return;
+	/* a call that was blocked on this connection when it ended finds the
+	 * generation changed and leaves the record alone (see after_io) */
+	__atomic_fetch_add(&c->gen, 1, __ATOMIC_RELEASE);
 	pthread_mutex_lock(&pool_lock);
 	c->next_free = pool_free;
 	pool_free = c;
@@ -90,7 +110,12 @@ struct ns_conn *ns_conn_alloc(void)
 		pthread_mutex_unlock(&pool_lock);
 		c = &chunk[0];
 	}
-	memset(c, 0, sizeof(*c));
+	{
+		uint32_t gen = __atomic_load_n(&c->gen, __ATOMIC_RELAXED) + 1;
+
+		memset(c, 0, sizeof(*c));
+		__atomic_store_n(&c->gen, gen, __ATOMIC_RELEASE);
+	}
 	c->refs = 1;
 	c->slot = -1;
 	return c;
@@ -102,6 +127,13 @@ void ns_fd_set(int fd, uintptr_t v)
 
 	if ((unsigned)fd >= ns_fdmax)
 		return;
+	if (v) {
+		unsigned hi = __atomic_load_n(&ns_fdhi, __ATOMIC_RELAXED);
+
+		while ((unsigned)fd >= hi &&
+		       !__atomic_compare_exchange_n(&ns_fdhi, &hi, (unsigned)fd + 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			;
+	}
 	if (v && !(v & NS_TAG)) {
 		ns_conn_ref((struct ns_conn *)v);
 		__atomic_fetch_add(&((struct ns_conn *)v)->fds, 1, __ATOMIC_RELAXED);
@@ -110,5 +142,19 @@ void ns_fd_set(int fd, uintptr_t v)
 	if (old && !(old & NS_TAG)) {
 		__atomic_fetch_sub(&((struct ns_conn *)old)->fds, 1, __ATOMIC_RELAXED);
 		ns_conn_unref((struct ns_conn *)old);
+	}
+}
+
+void ns_fd_forget_range(unsigned first, unsigned last)
+{
+	unsigned hi = __atomic_load_n(&ns_fdhi, __ATOMIC_RELAXED);
+
+	if (last >= hi)
+		last = hi ? hi - 1 : 0;
+	for (unsigned fd = first; fd <= last && fd < hi; fd++) {
+		if (!__atomic_load_n(&ns_fdtab[fd], __ATOMIC_RELAXED))
+			continue;
+		ns_wait_forget_fd((int)fd);
+		ns_fd_set((int)fd, 0);
 	}
 }

@@ -32,24 +32,36 @@ void ns_log_init(void)
 		ns_log(NS_LOG_WARN, "NETSHIM_LOG=%s is not off, error, warn, info or debug; using warn", v);
 }
 
+/* Control bytes from the outside (a policy path, a table name, a host name)
+ * are written as \xNN: a log line never moves the cursor or recolours an
+ * operator's terminal. */
 void ns_log(int level, const char *fmt, ...)
 {
-	char buf[512];
+	static const char hex[] = "0123456789abcdef";
+	char msg[448], buf[512];
 	int saved = errno, n;
+	size_t o = 9;
 	va_list ap;
 
 	if (level > ns_log_level)
 		return;
 	memcpy(buf, "netshim: ", 9);
 	va_start(ap, fmt);
-	n = vsnprintf(buf + 9, sizeof(buf) - 10, fmt, ap);
+	n = vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	if (n < 0)
-		n = 0;
-	n += 9;
-	if (n > (int)sizeof(buf) - 2)
-		n = (int)sizeof(buf) - 2;
-	buf[n++] = '\n';
-	(void)!REAL(write)(2, buf, (size_t)n);
+		msg[0] = '\0';
+	for (const unsigned char *p = (const unsigned char *)msg; *p && o < sizeof(buf) - 5; p++) {
+		if (*p < 0x20 || *p == 0x7f) {
+			buf[o++] = '\\';
+			buf[o++] = 'x';
+			buf[o++] = hex[*p >> 4];
+			buf[o++] = hex[*p & 0xf];
+		} else {
+			buf[o++] = (char)*p;
+		}
+	}
+	buf[o++] = '\n';
+	(void)!REAL(write)(2, buf, o);
 	errno = saved;
 }

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <sys/ioctl.h>
+#include <sys/sendfile.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,15 @@ static void bind_all(void)
 	BIND(epoll_wait, epoll_wait);
 	BIND(epoll_pwait, epoll_pwait);
 	BIND(epoll_pwait2, epoll_pwait2);   /* glibc 2.35+; NULL where absent */
+	BIND(close_range, close_range);     /* glibc 2.34+ */
+	BIND(closefrom, closefrom);         /* glibc 2.34+ */
+	BIND(fclose, fclose);
+	BIND(accept, accept);
+	BIND(accept4, accept4);
+	BIND(recvmmsg, recvmmsg);
+	BIND(sendmmsg, sendmmsg);
+	BIND(sendfile, sendfile);
+	BIND(splice, splice);
 	if (!ns_real.fcntl64)
 		ns_real.fcntl64 = ns_real.fcntl;
 	ns_fd_init();
@@ -123,3 +133,6 @@ UNBOUND(ssize_t, writev, (int fd, const struct iovec *v, int c), (fd, v, c))
 UNBOUND(ssize_t, recv_chk, (int fd, void *b, size_t n, size_t bl, int f), (fd, b, n, bl, f))
 UNBOUND(ssize_t, recvfrom_chk, (int fd, void *b, size_t n, size_t bl, int f, struct sockaddr *sa, socklen_t *l), (fd, b, n, bl, f, sa, l))
 UNBOUND(ssize_t, read_chk, (int fd, void *b, size_t n, size_t bl), (fd, b, n, bl))
+UNBOUND(int, recvmmsg, (int fd, struct mmsghdr *v, unsigned n, int f, struct timespec *ts), (fd, v, n, f, ts))
+UNBOUND(int, sendmmsg, (int fd, struct mmsghdr *v, unsigned n, int f), (fd, v, n, f))
+UNBOUND(ssize_t, sendfile, (int out, int in, off_t *off, size_t n), (out, in, off, n))

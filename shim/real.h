@@ -2,7 +2,9 @@
 #ifndef NS_REAL_H
 #define NS_REAL_H
 
+#include <fcntl.h>
 #include <netdb.h>
+#include <stdio.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -51,6 +53,15 @@ struct ns_real {
 	int (*epoll_wait)(int, struct epoll_event *, int, int);
 	int (*epoll_pwait)(int, struct epoll_event *, int, int, const sigset_t *);
 	int (*epoll_pwait2)(int, struct epoll_event *, int, const struct timespec *, const sigset_t *);
+	int (*close_range)(unsigned, unsigned, int);
+	void (*closefrom)(int);
+	int (*fclose)(FILE *);
+	int (*accept)(int, struct sockaddr *, socklen_t *);
+	int (*accept4)(int, struct sockaddr *, socklen_t *, int);
+	int (*recvmmsg)(int, struct mmsghdr *, unsigned, int, struct timespec *);
+	int (*sendmmsg)(int, struct mmsghdr *, unsigned, int);
+	ssize_t (*sendfile)(int, int, off_t *, size_t);
+	ssize_t (*splice)(int, loff_t *, int, loff_t *, size_t, unsigned);
 };
 
 extern struct ns_real ns_real;
@@ -74,6 +85,9 @@ ssize_t ns_unbound_writev(int, const struct iovec *, int);
 ssize_t ns_unbound_recv_chk(int, void *, size_t, size_t, int);
 ssize_t ns_unbound_recvfrom_chk(int, void *, size_t, size_t, int, struct sockaddr *, socklen_t *);
 ssize_t ns_unbound_read_chk(int, void *, size_t, size_t);
+int ns_unbound_recvmmsg(int, struct mmsghdr *, unsigned, int, struct timespec *);
+int ns_unbound_sendmmsg(int, struct mmsghdr *, unsigned, int);
+ssize_t ns_unbound_sendfile(int, int, off_t *, size_t);
 
 /* The real function, bound on first use. */
 #define REAL(fn) (__builtin_expect(ns_real.fn != NULL, 1) ? ns_real.fn : (ns_real_bind(), ns_real.fn))

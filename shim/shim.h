@@ -3,6 +3,8 @@
 #define NS_SHIM_H
 
 #include <stdint.h>
+#include <stdio.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/types.h>
@@ -74,11 +76,13 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
 #define NS_C_ENFORCE 0x4u
 #define NS_C_FAILED 0x8u          /* the connect failed: the socket may connect anew */
 #define NS_C_ARM_PENDING 0x10u    /* kernel timeouts to set once the socket turns blocking */
+#define NS_C_ERR_PENDING 0x20u    /* the connect deadline fired: report ETIMEDOUT once, as the kernel does */
 
 /* A governed connection, shared by every fd dup'ed from the one that
  * connected. Records come from a pool and are never unmapped, so a thread
  * that races a close reads stale fields, never freed memory. */
 struct ns_conn {
+	uint32_t gen;             /* atomic: bumped when the record is freed and reused */
 	uint32_t refs;            /* atomic: holders of the record (fds, epoll registrations) */
 	uint32_t fds;             /* atomic: fd table entries pointing here */
 	uint32_t outcome;         /* atomic: 1 once the one outcome is counted */
@@ -88,7 +92,8 @@ struct ns_conn {
 	monotime connect_deadline;/* absolute, 0 = none; for the event-loop waits */
 	monotime total_deadline;  /* absolute, 0 = none */
 	monotime intr_deadline;   /* the rest of a read a signal interrupted, 0 = none */
-	monotime rd_wait_start;   /* an event loop began waiting for input, 0 = not waiting */
+	monotime rd_wait_start;   /* an event loop began waiting for input (or, during that
+				   * wait, the program sent): the read clock; 0 = not waiting */
 	uint32_t expired;         /* atomic NS_EXP_*: a deadline fired inside a wait */
 	int64_t read_timeout_ns;  /* 0 = none */
 	struct ns_dir dir[2];
@@ -106,6 +111,7 @@ struct ns_conn {
 
 extern uintptr_t *ns_fdtab NS_HIDDEN;
 extern unsigned ns_fdmax NS_HIDDEN;
+extern unsigned ns_fdhi NS_HIDDEN;   /* atomic: above the highest fd ever given an entry */
 
 /* The connection behind fd, or NULL: the one lookup every wrapper makes. */
 static inline struct ns_conn *ns_conn_of(int fd)
@@ -133,6 +139,12 @@ NS_HIDDEN void ns_fd_set(int fd, uintptr_t v);
 NS_HIDDEN struct ns_conn *ns_conn_alloc(void);
 NS_HIDDEN void ns_conn_ref(struct ns_conn *c);
 NS_HIDDEN void ns_conn_unref(struct ns_conn *c);
+/* Drop the entries of fds first..last (both included), as their closing
+ * behind the shim's back (close_range, closefrom, fclose) requires. */
+NS_HIDDEN void ns_fd_forget_range(unsigned first, unsigned last);
+/* 1 inside a vfork child (or any clone sharing our memory but not our pid):
+ * it must not touch the parent's descriptor state. Costs one getpid. */
+NS_HIDDEN int ns_in_vfork_child(void);
 
 /**** logging ****/
 
@@ -172,6 +184,15 @@ NS_HIDDEN ssize_t ns_recv_chk(struct ns_conn *c, int fd, void *buf, size_t n, si
 NS_HIDDEN ssize_t ns_recvfrom_chk(struct ns_conn *c, int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *sa, socklen_t *len);
 NS_HIDDEN ssize_t ns_read_chk(struct ns_conn *c, int fd, void *buf, size_t n, size_t buflen);
 NS_HIDDEN int ns_close(int fd);
+NS_HIDDEN int ns_close_range(unsigned first, unsigned last, int flags);
+NS_HIDDEN void ns_closefrom(int lowfd);
+NS_HIDDEN int ns_fclose(FILE *fp);
+NS_HIDDEN int ns_accept(int fd, struct sockaddr *sa, socklen_t *len);
+NS_HIDDEN int ns_accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags);
+NS_HIDDEN int ns_recvmmsg(struct ns_conn *c, int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *ts);
+NS_HIDDEN int ns_sendmmsg(struct ns_conn *c, int fd, struct mmsghdr *v, unsigned n, int flags);
+NS_HIDDEN ssize_t ns_sendfile(struct ns_conn *c, int out, int in, off_t *off, size_t n);
+NS_HIDDEN ssize_t ns_splice(int in, loff_t *offin, int out, loff_t *offout, size_t n, unsigned flags);
 NS_HIDDEN int ns_dup(int fd);
 NS_HIDDEN int ns_dup2(int fd, int fd2);
 NS_HIDDEN int ns_dup3(int fd, int fd2, int flags);
@@ -184,7 +205,7 @@ NS_HIDDEN int ns_getsockopt(int fd, int level, int name, void *val, socklen_t *l
  * events must honour on c (0 = none; arms the read-wait clock), and firing
  * it. ns_wait_expire returns the NS_EXP_* kind now in force, or 0. */
 NS_HIDDEN monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want_out, monotime now);
-NS_HIDDEN int ns_wait_expire(struct ns_conn *c, int want_in, int want_out, monotime now);
+NS_HIDDEN int ns_wait_expire(struct ns_conn *c, int fd, int want_in, int want_out, monotime now);
 /* The program saw c ready for input or output: it is no longer waiting. */
 NS_HIDDEN void ns_wait_ready(struct ns_conn *c, int in, int out, int err);
 NS_HIDDEN void ns_wait_forget_fd(int fd);

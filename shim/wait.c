@@ -157,7 +157,7 @@ static int poll_mark(const struct pollcall *p, monotime now)
 			ns_wait_ready(c, rv & (P_IN | POLLHUP), rv & P_OUT, rv & (POLLERR | POLLHUP));
 			continue;
 		}
-		if (!ns_wait_expire(c, f->events & P_IN, f->events & P_OUT, now))
+		if (!ns_wait_expire(c, f->fd, f->events & P_IN, f->events & P_OUT, now))
 			continue;
 		f->revents = (short)((f->events & (P_IN | P_OUT)) | POLLERR);
 		if (!rv)
@@ -298,7 +298,7 @@ static int sel_mark(struct selcall *s, monotime now)
 			ns_wait_ready(c, got_in, got_out, 1);
 			continue;
 		}
-		if (!ns_wait_expire(c, want_in, want_out, now))
+		if (!ns_wait_expire(c, fd, want_in, want_out, now))
 			continue;
 		if (want_in && !got_in) {
 			setbit(s->set[0], fd);
@@ -658,7 +658,7 @@ static int ep_mark(const struct epcall *p, int r, monotime now)
 			continue;
 		if ((g->events & EPOLLET) && g->et_done)
 			continue;
-		if (!ns_wait_expire(c, g->events & (EPOLLIN | EPOLLPRI), g->events & EPOLLOUT, now))
+		if (!ns_wait_expire(c, g->fd, g->events & (EPOLLIN | EPOLLPRI), g->events & EPOLLOUT, now))
 			continue;
 		out = &p->ev[r + added++];
 		out->events = (g->events & (EPOLLIN | EPOLLOUT)) | EPOLLERR;

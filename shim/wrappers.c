@@ -12,6 +12,7 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/select.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -56,6 +57,16 @@ EXPORT int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout) { 
 EXPORT int epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout, const sigset_t *mask) { return ns_epoll_pwait(epfd, ev, max, timeout, mask); }
 EXPORT int epoll_pwait2(int epfd, struct epoll_event *ev, int max, const struct timespec *ts, const sigset_t *mask) { return ns_epoll_pwait2(epfd, ev, max, ts, mask); }
 EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len) { return ns_getsockopt(fd, level, name, val, len); }
+EXPORT int close_range(unsigned first, unsigned last, int flags) { return ns_close_range(first, last, flags); }
+EXPORT void closefrom(int lowfd) { ns_closefrom(lowfd); }
+EXPORT int fclose(FILE *fp) { return ns_fclose(fp); }
+EXPORT int accept(int fd, struct sockaddr *sa, socklen_t *len) { return ns_accept(fd, sa, len); }
+EXPORT int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags) { return ns_accept4(fd, sa, len, flags); }
+EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *ts) { NS_PASS(fd, recvmmsg, (fd, v, n, flags, ts), ns_recvmmsg(c_, fd, v, n, flags, ts)); }
+EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags) { NS_PASS(fd, sendmmsg, (fd, v, n, flags), ns_sendmmsg(c_, fd, v, n, flags)); }
+EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n) { NS_PASS(out, sendfile, (out, in, off, n), ns_sendfile(c_, out, in, off, n)); }
+EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t n) { NS_PASS(out, sendfile, (out, in, off, n), ns_sendfile(c_, out, in, off, n)); }
+EXPORT ssize_t splice(int in, loff_t *offin, int out, loff_t *offout, size_t n, unsigned flags) { return ns_splice(in, offin, out, offout, n, flags); }
 
 /* The variadic ones: every fcntl and ioctl argument is an int or a pointer,
  * both passed in one register, so reading it as a pointer and handing it on

@@ -108,6 +108,17 @@ static const char *table_name(const char *opt, char *buf, size_t len)
 	return buf;
 }
 
+/* Unmap; a table that shrank while we read it (see ns_table_broken) was
+ * partly read as zeros, so say that what was shown is not to be trusted. */
+static void close_table(struct ns_table *t)
+{
+	int broken = ns_table_broken(t);
+
+	ns_table_close(t);
+	if (broken)
+		errx(1, "%s: truncated while being read; the output above is incomplete", t->path);
+}
+
 static int open_table(const char *name, int create, struct ns_table *t)
 {
 	char e[NS_ERRBUF];
@@ -178,6 +189,12 @@ struct row {
 	const char *state;
 };
 
+/* When half-open may begin (open) or began (half-open); not while manual. */
+static int shows_half_open(const struct ns_entry *e)
+{
+	return e->brk.state == NS_OPEN || e->brk.state == NS_HALF_OPEN;
+}
+
 static void print_json(const char *name, const struct ns_table *t, struct row *rows, int n)
 {
 	char ts[40];
@@ -212,12 +229,13 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 			printf("null");
 		}
 		printf(", \"half_open_at\": ");
-		if (e->half_open_wall_ms && (rows[i].e.brk.state == NS_OPEN)) {
+		if (e->half_open_wall_ms && shows_half_open(e)) {
 			rfc3339(e->half_open_wall_ms, ts, sizeof(ts));
 			printf("\"%s\"", ts);
 		} else {
 			printf("null");
 		}
+		printf(", \"mode\": \"%s\"", e->monitor ? "monitor" : "enforce");
 		pct_json("connect_ms_p50", &e->connect_hist, 50);
 		pct_json("connect_ms_p99", &e->connect_hist, 99);
 		pct_json("first_byte_ms_p50", &e->first_byte_hist, 50);
@@ -257,7 +275,9 @@ static void print_text(const struct ns_table *t, struct row *rows, int n, int co
 		const char *en = errname(e->last_error);
 
 		escape_text(e->key, r[0], sizeof(r[0]));
-		snprintf(r[1], sizeof(r[1]), "%s", rows[i].state);
+		/* monitor mode counts and opens but never fails a connect: say so */
+		snprintf(r[1], sizeof(r[1]), "%s%s", rows[i].state,
+			 e->monitor && e->brk.state != NS_CLOSED ? "(monitor)" : "");
 		snprintf(r[2], sizeof(r[2]), "%u", e->failures_in_window);
 		snprintf(r[3], sizeof(r[3]), "%u", e->brk.consec);
 		snprintf(r[4], sizeof(r[4]), "%llu", (unsigned long long)e->calls);
@@ -275,7 +295,7 @@ static void print_text(const struct ns_table *t, struct row *rows, int n, int co
 			rfc3339(e->opened_wall_ms, r[15], sizeof(r[15]));
 		else
 			snprintf(r[15], sizeof(r[15]), "-");
-		if (e->half_open_wall_ms && e->brk.state == NS_OPEN)
+		if (e->half_open_wall_ms && shows_half_open(e))
 			rfc3339(e->half_open_wall_ms, r[16], sizeof(r[16]));
 		else
 			snprintf(r[16], sizeof(r[16]), "-");
@@ -360,7 +380,7 @@ static int cmd_status(const char *name, int json, const char *dest)
 	if (dest) {
 		only = find_dest(&t, dest);
 		if (only < 0) {
-			ns_table_close(&t);
+			close_table(&t);
 			return 1;
 		}
 	}
@@ -370,7 +390,7 @@ static int cmd_status(const char *name, int json, const char *dest)
 	else
 		print_text(&t, rows, n, 0);
 	free(rows);
-	ns_table_close(&t);
+	close_table(&t);
 	return 0;
 }
 
@@ -403,19 +423,19 @@ static int cmd_reset(const char *name, int all, const char *dest)
 				n++;
 			}
 		printf("reset %d destination%s\n", n, n == 1 ? "" : "s");
-		ns_table_close(&t);
+		close_table(&t);
 		return 0;
 	}
 	idx = find_dest(&t, dest);
 	if (idx < 0) {
-		ns_table_close(&t);
+		close_table(&t);
 		return 1;
 	}
 	ns_table_reset(&t, idx);
 	ns_table_read(&t, idx, mono_ms(), &e);
 	note_action(&t, NS_E_RESET, e.key);
 	printf("%s: closed\n", e.key);
-	ns_table_close(&t);
+	close_table(&t);
 	return 0;
 }
 
@@ -436,13 +456,13 @@ static int cmd_open(const char *name, const char *dest)
 	idx = ns_table_find(&t, key, 1, mono_ms());
 	if (idx < 0) {
 		warnx("%s: cannot add %s (table full)", t.path, key);
-		ns_table_close(&t);
+		close_table(&t);
 		return 1;
 	}
 	ns_table_force_open(&t, idx, mono_ms(), wall_ms());
 	note_action(&t, NS_E_FORCED_OPEN, key);
 	printf("%s: forced open until shimctl reset\n", key);
-	ns_table_close(&t);
+	close_table(&t);
 	return 0;
 }
 
@@ -576,7 +596,7 @@ static int cmd_events(const char *name, int json, int follow, const char *dest)
 			next = print_events(&t, next, dest ? key : NULL, json);
 		}
 	}
-	ns_table_close(&t);
+	close_table(&t);
 	return 0;
 }
 
@@ -685,7 +705,7 @@ static int cmd_metrics(const char *name)
 	       "# TYPE netshim_table_turned_away_total counter\nnetshim_table_turned_away_total %llu\n",
 	       (unsigned long long)__atomic_load_n(&t.hdr->full_count, __ATOMIC_RELAXED));
 	free(rows);
-	ns_table_close(&t);
+	close_table(&t);
 	return 0;
 }
 
@@ -732,7 +752,7 @@ static int cmd_watch(const char *name)
 	}
 	if (tty_in)
 		tcsetattr(0, TCSANOW, &saved);
-	ns_table_close(&t);
+	close_table(&t);
 	return 0;
 }
 

@@ -95,4 +95,5 @@ def test_library_exports_only_the_wrapped_symbols():
         fcntl64 getsockopt ioctl read readv recv recvfrom recvmsg send sendmsg sendto setsockopt
         socket write writev poll ppoll __poll_chk __ppoll_chk select pselect epoll_ctl epoll_wait
         epoll_pwait epoll_pwait2 getaddrinfo gethostbyname gethostbyname2 gethostbyname_r
-        gethostbyname2_r""".split())
+        gethostbyname2_r close_range closefrom fclose accept accept4 recvmmsg sendmmsg
+        sendfile sendfile64 splice""".split())

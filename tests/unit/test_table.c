@@ -56,7 +56,8 @@ Test(layout, offsets_and_sizes_are_pinned)
 	cr_assert_eq(offsetof(struct ns_evrec, detail), 328);
 	cr_assert_eq(offsetof(struct ns_evrec, frames), 424);
 	cr_assert_eq(NS_TABLE_MAGIC, 0x4c42544d4853534eULL);
-	cr_assert_eq(NS_TABLE_VERSION, 2);
+	cr_assert_eq(offsetof(struct ns_slot, monitor), 88);
+	cr_assert_eq(NS_TABLE_VERSION, 3);
 }
 
 /* A table in shared anonymous memory, so forked children update it too. */
@@ -313,6 +314,8 @@ Test(tablefile, bad_tables_are_refused_with_the_reason)
 	t.hdr->magic ^= 1;
 	t.hdr->version = 99;
 	expect_refused("table version 99");
+	t.hdr->version = 2;
+	expect_refused("table version 2, this build reads version 3 (a table from an older netshim: stop the programs using it and remove the file");
 	t.hdr->version = NS_TABLE_VERSION;
 	t.hdr->nslots = 100000000;
 	expect_refused("corrupt slot count");
@@ -431,4 +434,79 @@ Test(latency, percentiles_are_bucket_upper_bounds)
 	cr_assert_eq(ns_hist_percentile(&e.first_byte_hist, 99), 5000000);
 	cr_assert_eq(ns_hist_percentile(&e.first_byte_hist, 100), 300000000);
 	cr_assert_eq(e.first_byte_hist.sum_us, 98 * 120000ULL + 3000000ULL + 999999999999ULL);
+}
+
+Test(table, window_counts_past_65535_in_one_bucket)
+{
+	struct ns_settings s = ns_builtin_settings;
+	struct ns_table t;
+	struct ns_entry e;
+	int i;
+
+	s.failure_threshold = 0;    /* never open: count only */
+	mem_table(&t, 4);
+	i = ns_table_find(&t, "busy:1", 1, 0);
+	for (int n = 0; n < 70000; n++)
+		ns_table_outcome(&t, i, n & 1 ? NS_OUT_SUCCESS : NS_OUT_FAILURE, 111, 5000, 1, &s, NULL);
+	ns_table_read(&t, i, 5000, &e);
+	cr_assert_eq(e.outcomes_in_window, 70000);
+	cr_assert_eq(e.failures_in_window, 35000);
+}
+
+Test(table, window_epochs_wrap_without_losing_the_window)
+{
+	struct ns_settings s = ns_builtin_settings;
+	struct ns_table t;
+	struct ns_entry e;
+	uint64_t w = ns_bucket_width(s.window_ms), wrap = (1ULL << 24) * w;
+	int i;
+
+	s.failure_threshold = 0;
+	mem_table(&t, 4);
+	i = ns_table_find(&t, "wrap:1", 1, 0);
+	/* failures on both sides of the 24-bit epoch wrap all count */
+	ns_table_outcome(&t, i, NS_OUT_FAILURE, 111, wrap - 2 * w, 1, &s, NULL);
+	ns_table_outcome(&t, i, NS_OUT_FAILURE, 111, wrap + w, 1, &s, NULL);
+	ns_table_read(&t, i, wrap + w, &e);
+	cr_assert_eq(e.failures_in_window, 2);
+	/* and an event older than the bucket's owner stays out */
+	ns_table_outcome(&t, i, NS_OUT_FAILURE, 111, wrap + w - 32 * w, 1, &s, NULL);
+	ns_table_read(&t, i, wrap + w, &e);
+	cr_assert_eq(e.failures_in_window, 2);
+}
+
+Test(tablefile, sizes_from_the_environment_are_checked)
+{
+	uint32_t v;
+
+	cr_assert_eq(ns_table_size_env(NULL, NS_TABLE_MAX_SLOTS, &v), 0);
+	cr_assert_eq(v, 0);
+	cr_assert_eq(ns_table_size_env("64", NS_TABLE_MAX_SLOTS, &v), 0);
+	cr_assert_eq(v, 64);
+	cr_assert_eq(ns_table_size_env("1048576", NS_TABLE_MAX_SLOTS, &v), 0);
+	cr_assert_eq(ns_table_size_env("1048577", NS_TABLE_MAX_SLOTS, &v), -1);
+	cr_assert_eq(ns_table_size_env("4294967297", NS_TABLE_MAX_SLOTS, &v), -1, "2^32 + 1 must not wrap to 1");
+	cr_assert_eq(ns_table_size_env("99999999999999999999999", NS_TABLE_MAX_SLOTS, &v), -1);
+	cr_assert_eq(ns_table_size_env("0", NS_TABLE_MAX_SLOTS, &v), -1);
+	cr_assert_eq(ns_table_size_env("-1", NS_TABLE_MAX_SLOTS, &v), -1);
+	cr_assert_eq(ns_table_size_env("12k", NS_TABLE_MAX_SLOTS, &v), -1);
+	cr_assert_eq(ns_table_size_env(" 12", NS_TABLE_MAX_SLOTS, &v), -1);
+}
+
+Test(tablefile, a_table_truncated_under_us_reads_as_zeros_not_sigbus)
+{
+	struct ns_table t;
+	struct ns_entry en;
+	char e[256];
+	int i;
+
+	cr_assert_eq(ns_table_open(name, 1, 16, 0, &t, e, sizeof(e)), NS_TBL_OK, "%s", e);
+	i = ns_table_find(&t, "a:1", 1, 1);
+	cr_assert_geq(i, 0);
+	cr_assert_eq(ns_table_broken(&t), 0);
+	cr_assert_eq(truncate(path, 0), 0);
+	/* this read would be a SIGBUS without the guard */
+	cr_assert_eq(ns_table_read(&t, i, 1, &en), -1, "the slot now reads as empty");
+	cr_assert_eq(ns_table_broken(&t), 1);
+	ns_table_close(&t);
 }
