@@ -519,8 +519,14 @@ static const char *parse_pattern(const char *pat, struct ns_section *sec)
 		return "not a valid address or CIDR";
 
 	n = strlen(host);
-	if (n > 1 && host[n - 1] == '.')
+	if (n > 1 && host[n - 1] == '.') {
 		host[--n] = '\0';
+		/* "10.0.0.1." is the address, not a name nothing connects by */
+		if (parse_addr(host, sec) == 0) {
+			sec->kind = NS_MATCH_CIDR;
+			return NULL;
+		}
+	}
 	for (size_t i = 0; i < n; i++)
 		host[i] = (char)tolower((unsigned char)host[i]);
 	if (host[0] == '*') {

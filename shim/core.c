@@ -264,21 +264,21 @@ static void emit(int type, int slot, const char *key, const struct ns_step *st, 
 	errno = saved;
 }
 
-static void log_step(const struct ns_conn *c, const struct ns_step *st, int err, int trace)
+static void log_step(int slot, const char *key, const struct ns_step *st, int err, int trace)
 {
 	switch (st->transition) {
 	case NS_TR_OPENED:
 		NS_LOG(NS_LOG_WARN, "breaker for %s opened by rule %s (%u failures in a row)",
-		       c->key, ns_rule_name(st->rule), st->next.consec);
-		emit(NS_E_OPENED, c->slot, c->key, st, err, NULL, trace);
+		       key, ns_rule_name(st->rule), st->next.consec);
+		emit(NS_E_OPENED, slot, key, st, err, NULL, trace);
 		break;
 	case NS_TR_REOPENED:
-		NS_LOG(NS_LOG_WARN, "breaker for %s reopened: half-open probe failed", c->key);
-		emit(NS_E_REOPENED, c->slot, c->key, st, err, NULL, trace);
+		NS_LOG(NS_LOG_WARN, "breaker for %s reopened: half-open probe failed", key);
+		emit(NS_E_REOPENED, slot, key, st, err, NULL, trace);
 		break;
 	case NS_TR_CLOSED:
-		NS_LOG(NS_LOG_WARN, "breaker for %s closed: probe succeeded", c->key);
-		emit(NS_E_CLOSED, c->slot, c->key, st, 0, NULL, 0);
+		NS_LOG(NS_LOG_WARN, "breaker for %s closed: probe succeeded", key);
+		emit(NS_E_CLOSED, slot, key, st, 0, NULL, 0);
 		break;
 	}
 }
@@ -286,24 +286,32 @@ static void log_step(const struct ns_conn *c, const struct ns_step *st, int err,
 /* Count the connection's one outcome. kind is NS_OUT_*. */
 static void conn_outcome(struct ns_conn *c, int kind, int err)
 {
+	struct ns_settings set;
 	struct ns_step st;
+	char key[NS_KEY_MAX];
 	uint64_t now_ms;
-	int saved = errno, trace;
+	int saved = errno, trace, slot;
 
 	__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
 	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
 		return;
+	slot = LD(c->slot);
+	if (kind == NS_OUT_SUCCESS && (slot < 0 || !tbl_ok))
+		goto out;
+	ns_conn_key(c, key);
 	if (kind != NS_OUT_SUCCESS)
-		NS_LOG(NS_LOG_INFO, "%s: %s", c->key, kind == NS_OUT_TIMEOUT ? "deadline expired" : strerror(err));
-	if (c->slot >= 0 && tbl_ok) {
+		NS_LOG(NS_LOG_INFO, "%s: %s", key, kind == NS_OUT_TIMEOUT ? "deadline expired" : strerror(err));
+	if (slot >= 0 && tbl_ok) {
+		ns_conn_settings(c, &set);
 		now_ms = (uint64_t)(ns_now() / 1000000);
-		ns_table_outcome(&tbl, c->slot, kind, err, now_ms, ns_wall_ms(), &c->set, &st);
-		trace = kind != NS_OUT_SUCCESS && (trace_env || c->set.trace);
+		ns_table_outcome(&tbl, slot, kind, err, now_ms, ns_wall_ms(), &set, &st);
+		trace = kind != NS_OUT_SUCCESS && (trace_env || set.trace);
 		if (st.transition != NS_TR_NONE)
-			log_step(c, &st, err, trace);
+			log_step(slot, key, &st, err, trace);
 		else if (trace)
-			emit(NS_E_CONNECT_FAILED, c->slot, c->key, &st, err, NULL, 1);
+			emit(NS_E_CONNECT_FAILED, slot, key, &st, err, NULL, 1);
 	}
+out:
 	errno = saved;
 }
 
@@ -312,8 +320,8 @@ static void conn_connected(struct ns_conn *c)
 {
 	uint32_t old = __atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
 
-	if ((old & NS_C_CONNECTING) && c->slot >= 0 && tbl_ok)
-		ns_table_latency(&tbl, c->slot, 0, (uint64_t)(ns_now() - c->start) / 1000);
+	if ((old & NS_C_CONNECTING) && LD(c->slot) >= 0 && tbl_ok)
+		ns_table_latency(&tbl, LD(c->slot), 0, (uint64_t)(ns_now() - LD(c->start)) / 1000);
 }
 
 static void conn_fail_errno(struct ns_conn *c, int e)
@@ -351,29 +359,29 @@ static struct timeval ns_to_tv(int64_t ns)
 static void dir_sync(int fd, struct ns_conn *c, int d, int64_t want_ns, uint32_t want_src)
 {
 	struct ns_dir *dir = &c->dir[d];
-	int64_t k = dir->prog_ns;
-	uint32_t src = dir->prog_ns ? NS_SRC_PROGRAM : NS_SRC_NONE;
+	int64_t k = LD(dir->prog_ns);
+	uint32_t src = LD(dir->prog_ns) ? NS_SRC_PROGRAM : NS_SRC_NONE;
 	struct timeval tv;
 
 	if (want_ns > 0 && (k == 0 || want_ns < k)) {
 		k = want_ns;
 		src = want_src;
 	}
-	if (k == dir->kernel_ns) {
-		dir->src = src;
+	if (k == LD(dir->kernel_ns)) {
+		ST(dir->src, src);
 		return;
 	}
 	tv = ns_to_tv(k);
 	if (REAL(setsockopt)(fd, SOL_SOCKET, d == NS_IN ? SO_RCVTIMEO : SO_SNDTIMEO, &tv, sizeof(tv)) == 0) {
-		dir->kernel_ns = k;
-		dir->src = src;
+		ST(dir->kernel_ns, k);
+		ST(dir->src, src);
 	}
 }
 
 /* What the shim wants in direction d given the time left of the total budget. */
 static void dir_want(const struct ns_conn *c, int d, int64_t left, int64_t *want, uint32_t *src)
 {
-	*want = d == NS_IN ? c->read_timeout_ns : 0;
+	*want = d == NS_IN ? LD(c->read_timeout_ns) : 0;
 	*src = NS_SRC_SHIM_READ;
 	if (left > 0 && (*want == 0 || left < *want)) {
 		*want = left;
@@ -396,16 +404,16 @@ static int deadline_check(int fd, struct ns_conn *c, int d)
 		return -1;
 	}
 	now = ns_now();
-	if (c->total_deadline) {
-		left = c->total_deadline - now;
+	if (LD(c->total_deadline)) {
+		left = LD(c->total_deadline) - now;
 		if (left <= 0)
 			goto out_expired;
 	}
-	if (d == NS_IN && c->intr_deadline) {
-		int64_t rest = c->intr_deadline - now;
+	if (d == NS_IN && LD(c->intr_deadline)) {
+		int64_t rest = LD(c->intr_deadline) - now;
 
 		if (rest <= 0) {
-			c->intr_deadline = 0;
+			ST(c->intr_deadline, 0);
 			goto out_expired;
 		}
 		if (left == 0 || rest < left) {
@@ -413,7 +421,7 @@ static int deadline_check(int fd, struct ns_conn *c, int d)
 			return 0;
 		}
 	}
-	if (c->total_deadline && (dir->kernel_ns == 0 || left + TOTAL_SLACK_NS < dir->kernel_ns)) {
+	if (LD(c->total_deadline) && (LD(dir->kernel_ns) == 0 || left + TOTAL_SLACK_NS < LD(dir->kernel_ns))) {
 		dir_want(c, d, left, &want, &src);
 		dir_sync(fd, c, d, want, src);
 	}
@@ -437,14 +445,14 @@ static void note_interrupted(int fd, struct ns_conn *c, int e)
 	uint32_t src;
 
 	if (e == EINTR) {
-		if (!c->intr_deadline && c->dir[NS_IN].src >= NS_SRC_SHIM_READ &&
+		if (!LD(c->intr_deadline) && LD(c->dir[NS_IN].src) >= NS_SRC_SHIM_READ &&
 		    !(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_NONBLOCK))
-			c->intr_deadline = ns_now() + c->dir[NS_IN].kernel_ns;
+			ST(c->intr_deadline, ns_now() + LD(c->dir[NS_IN].kernel_ns));
 		return;
 	}
-	if (c->intr_deadline) {
-		c->intr_deadline = 0;
-		dir_want(c, NS_IN, c->total_deadline ? c->total_deadline - ns_now() : 0, &want, &src);
+	if (LD(c->intr_deadline)) {
+		ST(c->intr_deadline, 0);
+		dir_want(c, NS_IN, LD(c->total_deadline) ? LD(c->total_deadline) - ns_now() : 0, &want, &src);
 		dir_sync(fd, c, NS_IN, want, src);
 	}
 }
@@ -465,40 +473,40 @@ static __attribute__((noinline)) ssize_t after_io(int fd, struct ns_conn *c, int
 	if (unlikely(__atomic_load_n(&c->gen, __ATOMIC_ACQUIRE) != gen))
 		return r;
 	if (r > 0) {
-		if (c->rd_wait_start) {
+		if (LD(c->rd_wait_start)) {
 			/* input: a wait for more starts afresh. Output while an
 			 * event loop waits for input (another thread sent the
 			 * request): the answer is due read_timeout after it. */
-			c->rd_wait_start = d == NS_IN ? 0 : ns_now();
+			ST(c->rd_wait_start, d == NS_IN ? 0 : ns_now());
 		}
 		if (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING)
 			conn_connected(c);
-		if (!c->outcome && d == NS_IN) {
-			if (c->slot >= 0 && tbl_ok)
-				ns_table_latency(&tbl, c->slot, 1, (uint64_t)(ns_now() - c->start) / 1000);
+		if (!LD(c->outcome) && d == NS_IN) {
+			if (LD(c->slot) >= 0 && tbl_ok)
+				ns_table_latency(&tbl, LD(c->slot), 1, (uint64_t)(ns_now() - LD(c->start)) / 1000);
 			conn_outcome(c, NS_OUT_SUCCESS, 0);
 		}
-		if (c->intr_deadline && d == NS_IN)
+		if (LD(c->intr_deadline) && d == NS_IN)
 			note_interrupted(fd, c, 0);
 		errno = e;
 		return r;
 	}
-	if (d == NS_IN && (e == EINTR || c->intr_deadline))
+	if (d == NS_IN && (e == EINTR || LD(c->intr_deadline)))
 		note_interrupted(fd, c, r < 0 ? e : 0);
 	if (r == 0) {
-		if (d == NS_IN && len > 0 && !c->outcome)
+		if (d == NS_IN && len > 0 && !LD(c->outcome))
 			conn_outcome(c, NS_OUT_SUCCESS, 0);   /* the peer closed cleanly */
 		errno = e;
 		return 0;
 	}
 	if (e == EAGAIN || e == EWOULDBLOCK) {
 		if (!(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_NONBLOCK) &&
-		    !(flags & MSG_DONTWAIT) && c->dir[d].src >= NS_SRC_SHIM_READ) {
+		    !(flags & MSG_DONTWAIT) && LD(c->dir[d].src) >= NS_SRC_SHIM_READ) {
 			conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
 			errno = ETIMEDOUT;
 			return -1;
 		}
-	} else if (is_failure_errno(e) && !c->outcome) {
+	} else if (is_failure_errno(e) && !LD(c->outcome)) {
 		conn_fail_errno(c, e);
 	}
 	errno = e;
@@ -512,12 +520,12 @@ static __attribute__((noinline)) ssize_t after_io(int fd, struct ns_conn *c, int
 	struct ns_conn *c_ = c; \
 	uint32_t g_ = __atomic_load_n(&c_->gen, __ATOMIC_RELAXED); \
 	ssize_t r_; \
-	if (unlikely(c_->total_deadline | c_->intr_deadline | c_->expired) && \
+	if (unlikely(LD(c_->total_deadline) | LD(c_->intr_deadline) | LD(c_->expired)) && \
 	    deadline_check((fd_), c_, (d_)) < 0) \
 		return -1; \
 	r_ = call; \
-	if (likely(r_ > 0 && ((d_) == NS_OUT || c_->outcome) && \
-		   !(c_->rd_wait_start | c_->intr_deadline | (c_->flags & NS_C_CONNECTING)))) \
+	if (likely(r_ > 0 && ((d_) == NS_OUT || LD(c_->outcome)) && \
+		   !(LD(c_->rd_wait_start) | LD(c_->intr_deadline) | (LD(c_->flags) & NS_C_CONNECTING)))) \
 		return r_; \
 	return after_io((fd_), c_, (d_), r_, (len_), (fl_), g_); \
 } while (0)
@@ -715,21 +723,22 @@ static void drop_attempt(int fd)
 
 /* A blocking connect bounded by the connect deadline, the total budget and
  * the program's own SO_SNDTIMEO (which the kernel applies to connect). */
-static int connect_bounded(int fd, struct ns_conn *c, const struct sockaddr *sa, socklen_t len)
+static int connect_bounded(int fd, struct ns_conn *c, const struct ns_settings *set, const struct sockaddr *sa,
+			   socklen_t len)
 {
 	int64_t prog = prog_timeout(fd, SO_SNDTIMEO), lim = 0;
 	monotime deadline;
 	int fl, r, e = 0, ours;
 
-	if (c->set.connect_timeout_ms)
-		lim = (int64_t)c->set.connect_timeout_ms * 1000000;
-	if (c->total_deadline && (lim == 0 || c->total_deadline - c->start < lim))
-		lim = c->total_deadline - c->start;
+	if (set->connect_timeout_ms)
+		lim = (int64_t)set->connect_timeout_ms * 1000000;
+	if (LD(c->total_deadline) && (lim == 0 || LD(c->total_deadline) - LD(c->start) < lim))
+		lim = LD(c->total_deadline) - LD(c->start);
 	if (lim == 0)
 		return REAL(connect)(fd, sa, len);
 	ours = prog == 0 || lim < prog;
-	deadline = c->start + (ours ? lim : prog);
-	c->connect_deadline = c->start + lim;
+	deadline = LD(c->start) + (ours ? lim : prog);
+	ST(c->connect_deadline, LD(c->start) + lim);
 
 	fl = REAL(fcntl)(fd, F_GETFL);
 	if (fl < 0 || REAL(fcntl)(fd, F_SETFL, fl | O_NONBLOCK) < 0)
@@ -796,7 +805,7 @@ static int connect_again(int fd, struct ns_conn *c, const struct sockaddr *sa, s
 		conn_connected(c);
 	} else if (is_failure_errno(e)) {
 		conn_fail_errno(c, e);
-	} else if ((e == EALREADY || e == EINPROGRESS) && c->connect_deadline &&
+	} else if ((e == EALREADY || e == EINPROGRESS) && LD(c->connect_deadline) &&
 		   ns_wait_expire(c, fd, 1, 1, ns_now()) == NS_EXP_CONNECT) {
 		/* a program that asks connect() itself whether it is done
 		 * (lynx, hiredis) meets the connect deadline there */
@@ -813,7 +822,7 @@ static int connect_again(int fd, struct ns_conn *c, const struct sockaddr *sa, s
 static void conn_release_kernel(int fd, struct ns_conn *c)
 {
 	for (int d = NS_IN; d <= NS_OUT; d++) {
-		if (c->dir[d].kernel_ns != c->dir[d].prog_ns)
+		if (LD(c->dir[d].kernel_ns) != LD(c->dir[d].prog_ns))
 			dir_sync(fd, c, d, 0, NS_SRC_NONE);
 	}
 }
@@ -838,14 +847,14 @@ static void conn_arm(int fd, struct ns_conn *c, monotime now, int ask)
 	int64_t want;
 	uint32_t src;
 
-	c->dir[NS_IN].prog_ns = ask ? prog_timeout(fd, SO_RCVTIMEO) : 0;
-	c->dir[NS_IN].kernel_ns = c->dir[NS_IN].prog_ns;
-	dir_want(c, NS_IN, c->total_deadline ? c->total_deadline - now : 0, &want, &src);
+	ST(c->dir[NS_IN].prog_ns, ask ? prog_timeout(fd, SO_RCVTIMEO) : 0);
+	ST(c->dir[NS_IN].kernel_ns, LD(c->dir[NS_IN].prog_ns));
+	dir_want(c, NS_IN, LD(c->total_deadline) ? LD(c->total_deadline) - now : 0, &want, &src);
 	dir_sync(fd, c, NS_IN, want, src);
-	if (c->total_deadline) {
-		c->dir[NS_OUT].prog_ns = ask ? prog_timeout(fd, SO_SNDTIMEO) : 0;
-		c->dir[NS_OUT].kernel_ns = c->dir[NS_OUT].prog_ns;
-		dir_want(c, NS_OUT, c->total_deadline - now, &want, &src);
+	if (LD(c->total_deadline)) {
+		ST(c->dir[NS_OUT].prog_ns, ask ? prog_timeout(fd, SO_SNDTIMEO) : 0);
+		ST(c->dir[NS_OUT].kernel_ns, LD(c->dir[NS_OUT].prog_ns));
+		dir_want(c, NS_OUT, LD(c->total_deadline) - now, &want, &src);
 		dir_sync(fd, c, NS_OUT, want, src);
 	}
 }
@@ -887,13 +896,13 @@ static int breaker_admit(const char *key, const struct ns_settings *set, int enf
 
 /* A fresh attempt on c: its clock, deadlines and outcome start over (the
  * total budget runs from the first attempt). */
-static void conn_begin(struct ns_conn *c, monotime now)
+static void conn_begin(struct ns_conn *c, const struct ns_settings *set, monotime now)
 {
-	c->start = now;
-	c->outcome = 0;
-	c->rd_wait_start = 0;
-	c->connect_deadline = (c->flags & NS_C_ENFORCE) && c->set.connect_timeout_ms ?
-		now + (int64_t)c->set.connect_timeout_ms * 1000000 : 0;
+	ST(c->start, now);
+	ST(c->outcome, 0);
+	ST(c->rd_wait_start, 0);
+	ST(c->connect_deadline, (LD(c->flags) & NS_C_ENFORCE) && set->connect_timeout_ms ?
+		now + (int64_t)set->connect_timeout_ms * 1000000 : 0);
 	__atomic_fetch_and(&c->flags, ~NS_C_FAILED, __ATOMIC_RELAXED);
 	__atomic_fetch_or(&c->flags, NS_C_CONNECTING, __ATOMIC_RELAXED);
 }
@@ -902,19 +911,19 @@ static void conn_begin(struct ns_conn *c, monotime now)
  * Only a connect that never reached the server is retried (refused,
  * unreachable, connect deadline), never past the total budget, never through
  * an open breaker. Returns 1 to try again, 0 to give up (errno untouched). */
-static int retry_wait(struct ns_conn *c, unsigned attempt, int e)
+static int retry_wait(struct ns_conn *c, const struct ns_settings *set, const char *key, unsigned attempt, int e)
 {
 	struct timespec ts;
 	uint64_t delay;
 	monotime now;
 	int slot, saved = errno;
 
-	if (attempt >= c->set.connect_retries ||
+	if (attempt >= set->connect_retries ||
 	    (e != ECONNREFUSED && e != ENETUNREACH && e != EHOSTUNREACH && e != ETIMEDOUT))
 		return 0;
-	delay = ns_retry_delay_ms(c->set.retry_backoff_ms, attempt, &rng_state);
+	delay = ns_retry_delay_ms(set->retry_backoff_ms, attempt, &rng_state);
 	now = ns_now();
-	if (c->total_deadline && now + (int64_t)delay * 1000000 + (c->set.connect_timeout_ms ? 0 : 1) >= c->total_deadline)
+	if (LD(c->total_deadline) && now + (int64_t)delay * 1000000 + (set->connect_timeout_ms ? 0 : 1) >= LD(c->total_deadline))
 		return 0;
 	ts.tv_sec = (time_t)(delay / 1000);
 	ts.tv_nsec = (long)(delay % 1000) * 1000000;
@@ -922,15 +931,15 @@ static int retry_wait(struct ns_conn *c, unsigned attempt, int e)
 		errno = saved;
 		return 0;   /* a signal cuts the retries short: the program sees the failure */
 	}
-	slot = breaker_admit(c->key, &c->set, 1, ns_now());
+	slot = breaker_admit(key, set, 1, ns_now());
 	if (slot == NS_SLOT_REJECTED) {
 		errno = saved;
 		return 0;
 	}
 	if (slot >= 0)
 		ns_table_add_retry(&tbl, slot);
-	NS_LOG(NS_LOG_INFO, "%s: %s, retry %u of %u after %llu ms", c->key, strerror(e), attempt + 1,
-	       c->set.connect_retries, (unsigned long long)delay);
+	NS_LOG(NS_LOG_INFO, "%s: %s, retry %u of %u after %llu ms", key, strerror(e), attempt + 1,
+	       set->connect_retries, (unsigned long long)delay);
 	errno = saved;
 	return 1;
 }
@@ -1003,42 +1012,41 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		NS_LOG(NS_LOG_ERROR, "out of memory for connection state; %s passes through", key);
 		return REAL(connect)(fd, sa, len);
 	}
-	c->slot = slot;
-	c->set = set;
-	memcpy(c->key, key, sizeof(key));
-	c->flags = (v & NS_TAG_NONBLOCK) ? NS_C_NONBLOCK : 0;
+	ST(c->slot, slot);
+	ns_conn_put_cfg(c, &set, key);
+	ST(c->flags, (v & NS_TAG_NONBLOCK) ? NS_C_NONBLOCK : 0);
 	if (enforce) {
-		c->flags |= NS_C_ENFORCE;
-		c->read_timeout_ns = (int64_t)set.read_timeout_ms * 1000000;
+		ST(c->flags, LD(c->flags) | NS_C_ENFORCE);
+		ST(c->read_timeout_ns, (int64_t)set.read_timeout_ms * 1000000);
 		if (set.total_timeout_ms)
-			c->total_deadline = now + (int64_t)set.total_timeout_ms * 1000000;
+			ST(c->total_deadline, now + (int64_t)set.total_timeout_ms * 1000000);
 	}
-	conn_begin(c, now);
+	conn_begin(c, &set, now);
 	ns_fd_set(fd, (uintptr_t)c);
 	ns_conn_unref(c);   /* the fd table holds it now */
 
-	if (enforce && (c->read_timeout_ns || c->total_deadline)) {
+	if (enforce && (LD(c->read_timeout_ns) || LD(c->total_deadline))) {
 		/* a non-blocking socket never waits in the kernel: its deadlines
 		 * are kept in the waits, and the kernel's only if it turns blocking */
-		if (c->flags & NS_C_NONBLOCK)
+		if (LD(c->flags) & NS_C_NONBLOCK)
 			__atomic_fetch_or(&c->flags, NS_C_ARM_PENDING, __ATOMIC_RELAXED);
 		else
 			conn_arm(fd, c, now, (v & NS_TAG_TIMEO) != 0);
 	}
 
-	if (!enforce || (c->flags & NS_C_NONBLOCK)) {
+	if (!enforce || (LD(c->flags) & NS_C_NONBLOCK)) {
 		r = REAL(connect)(fd, sa, len);
 		e = errno;
 	} else {
 		for (unsigned attempt = 0;; attempt++) {
-			r = connect_bounded(fd, c, sa, len);
+			r = connect_bounded(fd, c, &set, sa, len);
 			e = errno;
 			if (r == 0 || !is_failure_errno(e))
 				break;
 			conn_fail_errno(c, e);   /* each attempt is its own connection */
-			if (!retry_wait(c, attempt, e))
+			if (!retry_wait(c, &set, key, attempt, e))
 				return -1;
-			conn_begin(c, ns_now());
+			conn_begin(c, &set, ns_now());
 		}
 	}
 	if (r == 0)
@@ -1062,14 +1070,14 @@ monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want_out, monotime
 		return 0;
 	if (f & NS_C_CONNECTING) {
 		if (want_in || want_out)
-			d = c->connect_deadline;
-	} else if (want_in && c->read_timeout_ns) {
-		if (!c->rd_wait_start)
-			c->rd_wait_start = now;
-		d = c->rd_wait_start + c->read_timeout_ns;
+			d = LD(c->connect_deadline);
+	} else if (want_in && LD(c->read_timeout_ns)) {
+		if (!LD(c->rd_wait_start))
+			ST(c->rd_wait_start, now);
+		d = LD(c->rd_wait_start) + LD(c->read_timeout_ns);
 	}
-	if (c->total_deadline && (want_in || want_out) && (d == 0 || c->total_deadline < d))
-		d = c->total_deadline;
+	if (LD(c->total_deadline) && (want_in || want_out) && (d == 0 || LD(c->total_deadline) < d))
+		d = LD(c->total_deadline);
 	return d;
 }
 
@@ -1084,7 +1092,7 @@ int ns_wait_expire(struct ns_conn *c, int fd, int want_in, int want_out, monotim
 	d = ns_wait_deadline(c, want_in, want_out, now);
 	if (!d || now < d)
 		return 0;
-	if (c->total_deadline && now >= c->total_deadline)
+	if (LD(c->total_deadline) && now >= LD(c->total_deadline))
 		kind = NS_EXP_TOTAL;
 	else
 		kind = (f & NS_C_CONNECTING) ? NS_EXP_CONNECT : NS_EXP_READ;
@@ -1101,8 +1109,8 @@ int ns_wait_expire(struct ns_conn *c, int fd, int want_in, int want_out, monotim
 
 void ns_wait_ready(struct ns_conn *c, int in, int out, int err)
 {
-	if (in && c->rd_wait_start)
-		c->rd_wait_start = 0;
+	if (in && LD(c->rd_wait_start))
+		ST(c->rd_wait_start, 0);
 	/* writable without an error: the connect completed. With an error the
 	 * program reads it through SO_ERROR, which counts the failure. */
 	if (out && !err && (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING))
@@ -1296,19 +1304,19 @@ int ns_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 			__atomic_compare_exchange_n(&ns_fdtab[fd], &v, v | NS_TAG_TIMEO, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 		return r;
 	}
-	if (!is_timeo(level, name, &d) || !(c->flags & NS_C_ENFORCE) ||
+	if (!is_timeo(level, name, &d) || !(LD(c->flags) & NS_C_ENFORCE) ||
 	    !val || len < (socklen_t)sizeof(struct timeval))
 		return REAL(setsockopt)(fd, level, name, val, len);
 	dir = &c->dir[d];
-	if (dir->kernel_ns == 0 && dir->src == NS_SRC_NONE)
+	if (LD(dir->kernel_ns) == 0 && LD(dir->src) == NS_SRC_NONE)
 		return REAL(setsockopt)(fd, level, name, val, len);   /* the shim holds nothing here */
 	/* let the kernel validate the program's value first */
 	r = REAL(setsockopt)(fd, level, name, val, len);
 	if (r < 0)
 		return r;
-	dir->prog_ns = tv_to_ns(val);
-	dir->kernel_ns = dir->prog_ns;
-	dir_want(c, d, c->total_deadline ? c->total_deadline - ns_now() : 0, &want, &src);
+	ST(dir->prog_ns, tv_to_ns(val));
+	ST(dir->kernel_ns, LD(dir->prog_ns));
+	dir_want(c, d, LD(c->total_deadline) ? LD(c->total_deadline) - ns_now() : 0, &want, &src);
 	dir_sync(fd, c, d, want, src);
 	return 0;
 }
@@ -1321,13 +1329,13 @@ int ns_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	if (likely(!c))
 		return REAL(getsockopt)(fd, level, name, val, len);
 	if (is_timeo(level, name, &d) && val && len && *len >= (socklen_t)sizeof(struct timeval) &&
-	    c->dir[d].src != NS_SRC_NONE) {
+	    LD(c->dir[d].src) != NS_SRC_NONE) {
 		/* report the program's own value, not the one the shim put there */
 		struct timeval tv = { 0, 0 };
 
-		if (c->dir[d].prog_ns) {
-			tv.tv_sec = c->dir[d].prog_ns / 1000000000;
-			tv.tv_usec = (c->dir[d].prog_ns % 1000000000) / 1000;
+		if (LD(c->dir[d].prog_ns)) {
+			tv.tv_sec = LD(c->dir[d].prog_ns) / 1000000000;
+			tv.tv_usec = (LD(c->dir[d].prog_ns) % 1000000000) / 1000;
 		}
 		memcpy(val, &tv, sizeof(tv));
 		*len = sizeof(tv);
@@ -1349,7 +1357,7 @@ int ns_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	r = REAL(getsockopt)(fd, level, name, val, len);
 	e = errno;
 	if (r == 0 && level == SOL_SOCKET && name == SO_ERROR && val && len && *len >= (socklen_t)sizeof(int) &&
-	    !c->outcome) {
+	    !LD(c->outcome)) {
 		int err = *(int *)val;
 
 		if (err && is_failure_errno(err))

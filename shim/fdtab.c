@@ -8,6 +8,7 @@
 #include "shim.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -110,15 +111,60 @@ struct ns_conn *ns_conn_alloc(void)
 		pthread_mutex_unlock(&pool_lock);
 		c = &chunk[0];
 	}
-	{
-		uint32_t gen = __atomic_load_n(&c->gen, __ATOMIC_RELAXED) + 1;
-
-		memset(c, 0, sizeof(*c));
-		__atomic_store_n(&c->gen, gen, __ATOMIC_RELEASE);
+	/* field by field, never memset: a thread that still holds the old
+	 * pointer may be reading these (it finds gen changed and backs off) */
+	__atomic_fetch_add(&c->gen, 1, __ATOMIC_RELEASE);
+	ST(c->refs, 1);
+	ST(c->fds, 0);
+	ST(c->outcome, 0);
+	ST(c->flags, 0);
+	ST(c->slot, -1);
+	ST(c->start, 0);
+	ST(c->connect_deadline, 0);
+	ST(c->total_deadline, 0);
+	ST(c->intr_deadline, 0);
+	ST(c->rd_wait_start, 0);
+	ST(c->expired, 0);
+	ST(c->read_timeout_ns, 0);
+	for (int d = 0; d < 2; d++) {
+		ST(c->dir[d].prog_ns, 0);
+		ST(c->dir[d].kernel_ns, 0);
+		ST(c->dir[d].src, 0);
 	}
-	c->refs = 1;
-	c->slot = -1;
 	return c;
+}
+
+void ns_conn_put_cfg(struct ns_conn *c, const struct ns_settings *s, const char *key)
+{
+	union { struct ns_settings s; uint64_t w[sizeof(struct ns_settings) / 8]; } su;
+	union { char k[NS_KEY_MAX]; uint64_t w[NS_KEY_MAX / 8]; } ku;
+
+	su.s = *s;
+	memset(ku.k, 0, sizeof(ku.k));
+	snprintf(ku.k, sizeof(ku.k), "%s", key);
+	for (size_t i = 0; i < sizeof(su.w) / 8; i++)
+		ST(c->set_w[i], su.w[i]);
+	for (size_t i = 0; i < sizeof(ku.w) / 8; i++)
+		ST(c->key_w[i], ku.w[i]);
+}
+
+void ns_conn_settings(const struct ns_conn *c, struct ns_settings *out)
+{
+	union { struct ns_settings s; uint64_t w[sizeof(struct ns_settings) / 8]; } su;
+
+	for (size_t i = 0; i < sizeof(su.w) / 8; i++)
+		su.w[i] = LD(c->set_w[i]);
+	*out = su.s;
+}
+
+void ns_conn_key(const struct ns_conn *c, char out[NS_KEY_MAX])
+{
+	union { char k[NS_KEY_MAX]; uint64_t w[NS_KEY_MAX / 8]; } ku;
+
+	for (size_t i = 0; i < sizeof(ku.w) / 8; i++)
+		ku.w[i] = LD(c->key_w[i]);
+	ku.k[NS_KEY_MAX - 1] = '\0';
+	memcpy(out, ku.k, NS_KEY_MAX);
 }
 
 void ns_fd_set(int fd, uintptr_t v)

@@ -97,10 +97,21 @@ struct ns_conn {
 	uint32_t expired;         /* atomic NS_EXP_*: a deadline fired inside a wait */
 	int64_t read_timeout_ns;  /* 0 = none */
 	struct ns_dir dir[2];
-	struct ns_settings set;
-	char key[NS_KEY_MAX];
+	/* written word by word (ns_conn_put_cfg), read through copies
+	 * (ns_conn_settings, ns_conn_key): see LD/ST below */
+	union { struct ns_settings set; uint64_t set_w[sizeof(struct ns_settings) / 8]; };
+	union { char key[NS_KEY_MAX]; uint64_t key_w[NS_KEY_MAX / 8]; };
 	struct ns_conn *next_free;
 };
+_Static_assert(sizeof(struct ns_settings) % 8 == 0 && NS_KEY_MAX % 8 == 0, "copied in words");
+
+/* Every field of a record is read and written with these (or with explicit
+ * __atomic calls): a thread that read a record's pointer may still read it
+ * while another ends the connection and the pool hands the record to the
+ * next one. Relaxed atomics are plain moves on x86-64: they cost nothing and
+ * keep such reads defined (and ThreadSanitizer quiet). */
+#define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define ST(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
 
 /* fd table entries: 0 unknown, a struct ns_conn pointer, or a tag (bit 0 set). */
 #define NS_TAG 0x1u
@@ -139,6 +150,10 @@ NS_HIDDEN void ns_fd_set(int fd, uintptr_t v);
 NS_HIDDEN struct ns_conn *ns_conn_alloc(void);
 NS_HIDDEN void ns_conn_ref(struct ns_conn *c);
 NS_HIDDEN void ns_conn_unref(struct ns_conn *c);
+/* A record's settings and key: set once at connect, copied out whole. */
+NS_HIDDEN void ns_conn_put_cfg(struct ns_conn *c, const struct ns_settings *s, const char *key);
+NS_HIDDEN void ns_conn_settings(const struct ns_conn *c, struct ns_settings *out);
+NS_HIDDEN void ns_conn_key(const struct ns_conn *c, char out[NS_KEY_MAX]);
 /* Drop the entries of fds first..last (both included), as their closing
  * behind the shim's back (close_range, closefrom, fclose) requires. */
 NS_HIDDEN void ns_fd_forget_range(unsigned first, unsigned last);

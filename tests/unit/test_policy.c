@@ -1,6 +1,8 @@
 /* test_policy.c -- the policy language: parsing, errors with file:line, matching. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -194,6 +196,19 @@ Test(policy_errors, binary_and_overlong_lines_do_not_crash)
 	cr_assert_str_eq(err, "t.conf:2: NUL byte in line\n");
 }
 
+Test(policy_errors, a_fifo_is_refused_without_waiting_for_a_writer)
+{
+	struct ns_policy p;
+	char path[64];
+
+	snprintf(path, sizeof(path), "/tmp/nsfifo.%d", (int)getpid());
+	unlink(path);
+	cr_assert_eq(mkfifo(path, 0600), 0);
+	cr_assert_gt(ns_policy_load(path, &p, err, sizeof(err)), 0);
+	unlink(path);
+	cr_assert(strstr(err, ": not a regular file") != NULL, "%s", err);
+}
+
 Test(policy_errors, missing_file_names_it)
 {
 	struct ns_policy p;
@@ -312,4 +327,9 @@ Test(dest, keys_round_trip)
 	cr_assert_eq(ns_dest_parse("127.0.0.1", &d), -1);
 	cr_assert_eq(ns_dest_parse("10.0.0.0/8:80", &d), -1);
 	cr_assert_eq(ns_dest_parse("*.x.com:80", &d), -1);
+	/* found by tests/fuzz/fuzz_dest: an address written with a trailing
+	 * dot is that address, so its key round-trips */
+	cr_assert_eq(ns_dest_parse("17.0.0.17.:80", &d), 0);
+	ns_dest_key(&d, key, sizeof(key));
+	cr_assert_str_eq(key, "17.0.0.17:80");
 }

@@ -1,0 +1,176 @@
+/* stress.c -- many threads on governed sockets while another thread closes
+ * and duplicates their descriptors under them: the shim's per-fd state and
+ * connection records under every interleaving the program can cause.
+ *
+ *   stress SECONDS
+ *
+ * Runs its own loopback server (some answers at once, some late, some
+ * never), WORKERS threads doing connect/send/recv/close (half through an
+ * epoll wait, half blocking), and one thread doing dup, dup2 and close on
+ * the workers' descriptors. Built with -fsanitize=thread and run under a
+ * TSan-built shim by `make SANITIZER=thread tsan`: a data race in the shim
+ * is a report and a non-zero exit. Prints one JSON line of counts. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WORKERS 8
+
+static struct sockaddr_in srv;
+static int stop;                        /* atomic */
+static int cur_fd[WORKERS];             /* atomic: each worker's socket, -1 none */
+static unsigned long done, failed, chaos_ops;   /* atomic */
+
+static unsigned rnd(unsigned *s)
+{
+	*s = *s * 1103515245u + 12345u;
+	return *s >> 8;
+}
+
+static void *serve_one(void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+	char buf[256];
+	unsigned s = (unsigned)fd * 2654435761u;
+	struct timespec ts = { 0, 0 };
+
+	if (read(fd, buf, sizeof(buf)) > 0) {
+		switch (rnd(&s) % 3) {
+		case 0: break;                                  /* at once */
+		case 1: ts.tv_nsec = 30 * 1000000; break;       /* inside the deadline */
+		default: ts.tv_nsec = 120 * 1000000; break;     /* past it */
+		}
+		nanosleep(&ts, NULL);
+		(void)!write(fd, "HTTP/1.0 200 OK\r\n\r\nok", 21);
+	}
+	close(fd);
+	return NULL;
+}
+
+static void *server(void *arg)
+{
+	int lfd = (int)(intptr_t)arg;
+
+	while (!__atomic_load_n(&stop, __ATOMIC_RELAXED)) {
+		int fd = accept(lfd, NULL, NULL);
+		pthread_t t;
+
+		if (fd < 0)
+			continue;
+		if (pthread_create(&t, NULL, serve_one, (void *)(intptr_t)fd) == 0)
+			pthread_detach(t);
+		else
+			close(fd);
+	}
+	return NULL;
+}
+
+static void *worker(void *arg)
+{
+	int id = (int)(intptr_t)arg, ep = epoll_create1(0);
+	char buf[256];
+
+	while (!__atomic_load_n(&stop, __ATOMIC_RELAXED)) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0), ok = 0;
+
+		if (fd < 0)
+			continue;
+		__atomic_store_n(&cur_fd[id], fd, __ATOMIC_RELAXED);
+		if (connect(fd, (struct sockaddr *)&srv, sizeof(srv)) == 0 &&
+		    send(fd, "GET / HTTP/1.0\r\n\r\n", 18, MSG_NOSIGNAL) == 18) {
+			if (id & 1) {
+				struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd }, out;
+
+				if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0) {
+					ok = epoll_wait(ep, &out, 1, 1000) == 1 && recv(fd, buf, sizeof(buf), 0) > 0;
+					epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+				}
+			} else {
+				ok = recv(fd, buf, sizeof(buf), 0) > 0;
+			}
+		}
+		__atomic_store_n(&cur_fd[id], -1, __ATOMIC_RELAXED);
+		close(fd);
+		__atomic_fetch_add(ok ? &done : &failed, 1, __ATOMIC_RELAXED);
+	}
+	close(ep);
+	return NULL;
+}
+
+/* Closes, dups and dup2s the workers' sockets under them, the way a buggy
+ * or cancelling program does. Touches only the workers' numbers. */
+static void *chaos(void *arg)
+{
+	unsigned s = (unsigned)(uintptr_t)arg;
+
+	while (!__atomic_load_n(&stop, __ATOMIC_RELAXED)) {
+		int a = __atomic_load_n(&cur_fd[rnd(&s) % WORKERS], __ATOMIC_RELAXED);
+		int b = __atomic_load_n(&cur_fd[rnd(&s) % WORKERS], __ATOMIC_RELAXED);
+		struct timespec ts = { 0, 2 * 1000000 };
+		int d;
+
+		if (a >= 0) {
+			switch (rnd(&s) % 4) {
+			case 0:
+				d = dup(a);
+				if (d >= 0)
+					close(d);
+				break;
+			case 1:
+				if (b >= 0 && b != a)
+					dup2(a, b);
+				break;
+			case 2:
+				shutdown(a, SHUT_RDWR);
+				break;
+			default:
+				close(a);
+				break;
+			}
+			__atomic_fetch_add(&chaos_ops, 1, __ATOMIC_RELAXED);
+		}
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	pthread_t srv_t, w[WORKERS], ch;
+	socklen_t l = sizeof(srv);
+	int secs = argc > 1 ? atoi(argv[1]) : 3, lfd;
+
+	signal(SIGPIPE, SIG_IGN);
+	lfd = socket(AF_INET, SOCK_STREAM, 0);
+	srv.sin_family = AF_INET;
+	srv.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&srv, sizeof(srv)) < 0 || listen(lfd, 128) < 0 ||
+	    getsockname(lfd, (struct sockaddr *)&srv, &l) < 0) {
+		perror("stress: listen");
+		return 1;
+	}
+	for (int i = 0; i < WORKERS; i++)
+		cur_fd[i] = -1;
+	pthread_create(&srv_t, NULL, server, (void *)(intptr_t)lfd);
+	for (int i = 0; i < WORKERS; i++)
+		pthread_create(&w[i], NULL, worker, (void *)(intptr_t)i);
+	pthread_create(&ch, NULL, chaos, (void *)(uintptr_t)time(NULL));
+	sleep((unsigned)secs);
+	__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < WORKERS; i++)
+		pthread_join(w[i], NULL);
+	pthread_join(ch, NULL);
+	shutdown(lfd, SHUT_RDWR);
+	pthread_join(srv_t, NULL);
+	printf("{\"exchanges\": %lu, \"failed\": %lu, \"chaos\": %lu}\n", done, failed, chaos_ops);
+	return 0;
+}
