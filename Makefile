@@ -37,7 +37,7 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 
 LIB := $(BUILD)/libnetshim.so
 TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench $(BUILD)/tablebench
-CLIENTS := $(BUILD)/fclient $(BUILD)/tracee $(BUILD)/vforkclose $(BUILD)/mmsg
+CLIENTS := $(BUILD)/fclient $(BUILD)/tracee $(BUILD)/vforkclose $(BUILD)/mmsg $(BUILD)/hammer
 
 .PHONY: all test unit integration negative install uninstall bench demo deps clean tsan fuzz
 
@@ -83,7 +83,7 @@ $(BUILD)/fclient: tests/clients/fclient.c
 	$(CC) -O2 -D_FORTIFY_SOURCE=2 -Wall -o $@ $<
 
 # small C programs for one behaviour each, built the way distributions build
-$(BUILD)/vforkclose $(BUILD)/mmsg: $(BUILD)/%: tests/clients/%.c
+$(BUILD)/vforkclose $(BUILD)/mmsg $(BUILD)/hammer: $(BUILD)/%: tests/clients/%.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -D_FORTIFY_SOURCE=2 -Wall -o $@ $<
 
