@@ -29,7 +29,7 @@ SHIM_SAN := $(if $(filter thread,$(SANITIZER)),$(SAN_FLAGS))
 FINAL_CFLAGS := $(BASE_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
 FINAL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
 
-POLICY_SRC := policy/policy.c policy/breaker.c policy/table.c policy/tablefile.c policy/namemap.c
+POLICY_SRC := policy/policy.c policy/fault.c policy/breaker.c policy/table.c policy/tablefile.c policy/faulttable.c policy/namemap.c
 SHIM_SRC := shim/real.c shim/fdtab.c shim/log.c shim/core.c shim/wait.c shim/names.c shim/trace.c shim/wrappers.c
 POLICY_OBJ := $(POLICY_SRC:%.c=$(BUILD)/%.o)
 SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/%.o)
@@ -61,7 +61,9 @@ $(LIB): $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) shim/netshi
 	$(CC) -shared -o $@ $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) $(SHIM_SAN) \
 		-Wl,--version-script=shim/netshim.map -Wl,-z,now -Wl,-z,relro -ldl -lpthread $(LDFLAGS)
 
-$(BUILD)/shimctl: $(BUILD)/tools/shimctl.o $(POLICY_OBJ)
+CTL_OBJ := $(BUILD)/tools/shimctl.o $(BUILD)/tools/ctl_common.o $(BUILD)/tools/ctl_faults.o
+
+$(BUILD)/shimctl: $(CTL_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
 
 $(BUILD)/shimrun: $(BUILD)/tools/shimrun.o $(POLICY_OBJ)
@@ -116,9 +118,9 @@ FUZZ_CC ?= clang
 FUZZ_FLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_TIME ?= 60
 
-$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(POLICY_SRC) $(wildcard policy/*.h) tools/shimctl.c
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(POLICY_SRC) $(wildcard policy/*.h) $(wildcard tools/shimctl* tools/ctl_*)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(POLICY_SRC)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(POLICY_SRC) $(if $(filter %table,$@),tools/ctl_common.c tools/ctl_faults.c)
 
 $(FUZZ_DIR)/seed_table: tests/fuzz/seed_table.c $(POLICY_SRC) $(wildcard policy/*.h)
 	@mkdir -p $(dir $@)

@@ -36,9 +36,11 @@ const struct ns_settings ns_builtin_settings = {
 	.retry_backoff_ms = 1000,
 	.mode = NS_MODE_ENFORCE,
 	.trace = 0,
+	.fault_seed = 0,
+	.fault = { 0, 0, { { 0, 0, 0, 0 } } },
 };
 
-enum vtype { T_DUR, T_UINT, T_PCT, T_RECOVERY, T_MODE, T_BOOL };
+enum vtype { T_DUR, T_UINT, T_PCT, T_RECOVERY, T_MODE, T_BOOL, T_FAULT, T_SEED };
 
 struct keydef {
 	int type;
@@ -51,6 +53,7 @@ const char *const ns_key_names[NS_K_COUNT] = {
 	"failure_threshold", "window", "consecutive_failures",
 	"failure_rate", "min_calls", "recovery", "open_duration",
 	"half_open_probes", "connect_retries", "retry_backoff", "mode", "trace",
+	"fault", "fault_seed",
 };
 
 #define OFF(f) offsetof(struct ns_settings, f)
@@ -73,6 +76,8 @@ static const struct keydef keydefs[NS_K_COUNT] = {
 	[NS_K_RETRY_BACKOFF] = { T_DUR, OFF(retry_backoff_ms), 1, NS_MAX_DURATION_MS },
 	[NS_K_MODE] = { T_MODE, OFF(mode), 0, 0 },
 	[NS_K_TRACE] = { T_BOOL, OFF(trace), 0, 0 },
+	[NS_K_FAULT] = { T_FAULT, OFF(fault), 0, 0 },
+	[NS_K_FAULT_SEED] = { T_SEED, OFF(fault_seed), 1, UINT64_MAX },
 };
 
 /**** errors ****/
@@ -165,7 +170,7 @@ static const char *parse_milli(const char *s, uint64_t *out)
 }
 
 /* Duration with a unit into milliseconds. Returns 0, or -1 with a reason. */
-static int parse_duration(const char *s, uint64_t *ms, const char **why)
+int ns_duration_parse(const char *s, uint64_t *ms, const char **why)
 {
 	uint64_t milli, mult;
 	const char *u;
@@ -275,6 +280,18 @@ void ns_setting_format(int key, const struct ns_settings *s, char *buf, size_t l
 	case T_BOOL:
 		snprintf(buf, len, "%s", *(const uint32_t *)(base + k->off) ? "on" : "off");
 		break;
+	case T_FAULT:
+		if (s->fault.n)
+			ns_faults_format(&s->fault, buf, len);
+		else
+			snprintf(buf, len, "none");
+		break;
+	case T_SEED:
+		if (s->fault_seed)
+			snprintf(buf, len, "%llu", (unsigned long long)s->fault_seed);
+		else
+			snprintf(buf, len, "none");
+		break;
 	}
 }
 
@@ -292,7 +309,7 @@ static int set_value(struct perr *e, int line, int key, const char *val, struct 
 	}
 	switch (k->type) {
 	case T_DUR:
-		if (parse_duration(val, &v, &why) < 0) {
+		if (ns_duration_parse(val, &v, &why) < 0) {
 			perr_add(e, line, "%s: bad duration '%s': %s", ns_key_names[key], val, why);
 			return -1;
 		}
@@ -388,6 +405,32 @@ static int set_value(struct perr *e, int line, int key, const char *val, struct 
 			return -1;
 		}
 		return 0;
+	case T_FAULT: {
+		char fwhy[200];
+
+		if (strcmp(val, "none") == 0) {
+			memset(&s->fault, 0, sizeof(s->fault));
+			return 0;
+		}
+		if (ns_faults_parse(val, &s->fault, fwhy, sizeof(fwhy)) < 0) {
+			perr_add(e, line, "fault: %s", fwhy);
+			return -1;
+		}
+		return 0;
+	}
+	case T_SEED: {
+		uint64_t x = 0;
+		const char *c = val;
+
+		for (; isdigit((unsigned char)*c) && x <= UINT64_MAX / 10 - 1; c++)
+			x = x * 10 + (uint64_t)(*c - '0');
+		if (*c || c == val || x == 0) {
+			perr_add(e, line, "fault_seed: bad value '%s': expected a whole number from 1", val);
+			return -1;
+		}
+		s->fault_seed = x;
+		return 0;
+	}
 	}
 	return -1;
 }
@@ -671,6 +714,10 @@ static void parse_keyline(struct perr *e, int line, char *s, struct ns_policy *p
 		set_value(e, line, k, val, &scratch);
 		return;
 	}
+	if (k == NS_K_FAULT_SEED && cur != 0) {
+		perr_add(e, line, "fault_seed: only in [defaults] (one random source per process)");
+		return;
+	}
 	if (p->sec[cur].set & (1u << k)) {
 		perr_add(e, line, "duplicate key '%s' (first set at line %d)", key, p->sec[cur].key_line[k]);
 		return;
@@ -678,6 +725,8 @@ static void parse_keyline(struct perr *e, int line, char *s, struct ns_policy *p
 	if (set_value(e, line, k, val, &p->sec[cur].v) == 0) {
 		p->sec[cur].set |= 1u << k;
 		p->sec[cur].key_line[k] = line;
+		if (k == NS_K_FAULT && p->sec[cur].v.fault.n)
+			p->has_faults = 1;
 	}
 }
 
@@ -879,6 +928,48 @@ static int match_score(const struct ns_section *s, const struct ns_dest *d)
 	return score;
 }
 
+int ns_inject_parse(const char *entry, struct ns_section *pat, struct ns_faults *f, char *why, size_t whylen)
+{
+	char dest[NS_HOST_MAX + 16], fwhy[200];
+	const char *eq = strchr(entry, '='), *pwhy;
+	size_t n;
+
+	if (!eq) {
+		snprintf(why, whylen, "expected DEST=FAULTS, such as 'api.example.com=reset after 1KiB 30%%'");
+		return -1;
+	}
+	n = (size_t)(eq - entry);
+	if (n == 0 || n >= sizeof(dest)) {
+		snprintf(why, whylen, "bad destination before '=': %s", n ? "too long" : "empty");
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		dest[i] = (char)tolower((unsigned char)entry[i]);
+	dest[n] = '\0';
+	pwhy = ns_pattern_parse(trim(dest), pat);
+	if (pwhy) {
+		snprintf(why, whylen, "bad destination '%.60s': %s", dest, pwhy);
+		return -1;
+	}
+	if (ns_faults_parse(eq + 1, f, fwhy, sizeof(fwhy)) < 0) {
+		snprintf(why, whylen, "bad fault '%.80s': %s", eq + 1, fwhy);
+		return -1;
+	}
+	return 0;
+}
+
+const char *ns_pattern_parse(const char *s, struct ns_section *sec)
+{
+	memset(sec, 0, sizeof(*sec));
+	snprintf(sec->pattern, sizeof(sec->pattern), "%s", s);
+	return parse_pattern(s, sec);
+}
+
+int ns_pattern_match(const struct ns_section *sec, const struct ns_dest *d)
+{
+	return match_score(sec, d) >= 0;
+}
+
 void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 		       struct ns_settings *out, struct ns_origin *origin)
 {
@@ -906,7 +997,8 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 	*out = ns_builtin_settings;
 	for (int k = 0; k < NS_K_COUNT; k++) {
 		const struct keydef *kd = &keydefs[k];
-		size_t sz = (kd->type == T_DUR) ? sizeof(uint64_t) : sizeof(uint32_t);
+		size_t sz = kd->type == T_FAULT ? sizeof(struct ns_faults) :
+			    (kd->type == T_DUR || kd->type == T_SEED) ? sizeof(uint64_t) : sizeof(uint32_t);
 
 		if (best[k] >= 0)
 			memcpy((char *)out + kd->off, (const char *)&p->sec[best[k]].v + kd->off, sz);

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fault.h"
+
 #define NS_ERRBUF 512
 #define NS_HOST_MAX 254   /* a DNS name is at most 253 characters */
 #define NS_KEY_MAX 264    /* "name:65535" or "[v6]:65535" plus NUL */
@@ -29,6 +31,8 @@ struct ns_settings {
 	uint64_t retry_backoff_ms;
 	uint32_t mode;              /* enum ns_mode */
 	uint32_t trace;             /* 1: record the calling code of failures */
+	uint64_t fault_seed;        /* [defaults] only: repeatable fault choices; 0 = none */
+	struct ns_faults fault;     /* faults to inject; n = 0: none */
 };
 
 enum ns_key_id {
@@ -36,7 +40,7 @@ enum ns_key_id {
 	NS_K_FAILURE_THRESHOLD, NS_K_WINDOW, NS_K_CONSECUTIVE_FAILURES,
 	NS_K_FAILURE_RATE, NS_K_MIN_CALLS, NS_K_RECOVERY, NS_K_OPEN_DURATION,
 	NS_K_HALF_OPEN_PROBES, NS_K_CONNECT_RETRIES, NS_K_RETRY_BACKOFF,
-	NS_K_MODE, NS_K_TRACE, NS_K_COUNT
+	NS_K_MODE, NS_K_TRACE, NS_K_FAULT, NS_K_FAULT_SEED, NS_K_COUNT
 };
 
 /* What a section's pattern matches. */
@@ -59,6 +63,7 @@ struct ns_section {
 struct ns_policy {
 	char path[256];
 	int nsections;              /* section 0 is [defaults], always present */
+	int has_faults;             /* some section sets `fault` */
 	struct ns_section *sec;
 };
 
@@ -106,6 +111,20 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 /* Parse "127.0.0.1:80", "[::1]:80" or "name:80" into a destination. Returns 0
  * or -1 when it is not of that form. */
 int ns_dest_parse(const char *s, struct ns_dest *d);
+
+/* A duration with its unit ("250ms", "3s", "2m", "1h", or "0") into ms.
+ * Returns 0, or -1 with the reason in *why. */
+int ns_duration_parse(const char *s, uint64_t *ms, const char **why);
+
+/* A destination pattern as shimctl inject and shimrun --inject take it
+ * ("host:port", "host", an address, a CIDR, "*.domain"), and whether a
+ * destination matches it. Returns NULL, or the reason it is bad. */
+const char *ns_pattern_parse(const char *s, struct ns_section *sec);
+int ns_pattern_match(const struct ns_section *sec, const struct ns_dest *d);
+
+/* One "DEST=FAULTS" of shimrun --inject (NETSHIM_INJECT holds them, one
+ * per line). Returns 0, or -1 with the reason in why. */
+int ns_inject_parse(const char *entry, struct ns_section *pat, struct ns_faults *f, char *why, size_t whylen);
 
 /* Format the destination key ("name:port", "1.2.3.4:port", "[v6]:port").
  * Returns the length, or -1 when it does not fit. */

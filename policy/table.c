@@ -264,6 +264,14 @@ void ns_table_outcome(struct ns_table *t, int idx, int outcome, int err, uint64_
 		*out = st;
 }
 
+void ns_table_add_injected(struct ns_table *t, int idx)
+{
+	struct ns_slot *s = slot_at(t, idx);
+
+	if (s)
+		ADD(&s->injected, 1);
+}
+
 void ns_table_add_retry(struct ns_table *t, int idx)
 {
 	struct ns_slot *s = slot_at(t, idx);
@@ -314,6 +322,7 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 	e->retries = LOAD(&s->retries);
 	e->last_error = LOAD(&s->last_error);
 	e->monitor = LOAD(&s->monitor) != 0;
+	e->injected = LOAD(&s->injected);
 	e->opened_wall_ms = LOAD(&s->opened_wall_ms);
 	for (uint32_t b = 0; b < NS_HIST_BUCKETS; b++) {
 		e->connect_hist.count[b] = LOAD(&s->connect_hist.count[b]);
@@ -441,6 +450,8 @@ const char *ns_event_name(uint32_t type)
 	case NS_E_POLICY_RELOADED: return "policy_reloaded";
 	case NS_E_POLICY_REJECTED: return "policy_rejected";
 	case NS_E_CONNECT_FAILED: return "connect_failed";
+	case NS_E_FAULT_SET: return "fault_set";
+	case NS_E_FAULT_CLEARED: return "fault_cleared";
 	default: return "unknown";
 	}
 }

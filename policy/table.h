@@ -25,6 +25,7 @@
 #define NS_HIST_BUCKETS 20u
 #define NS_FRAMES 4u
 #define NS_FRAME_LEN 150u
+#define NS_FAULT_RECS 64u       /* runtime faults (shimctl inject) a table holds */
 
 struct ns_table_hdr {
 	uint64_t magic;
@@ -40,7 +41,11 @@ struct ns_table_hdr {
 	uint32_t ev_size;           /* bytes per event record */
 	uint64_t ev_off;            /* offset of the ring from the start of the file */
 	uint64_t ev_seq;            /* atomic: the next event's sequence number */
-	uint8_t reserved[176];
+	uint64_t flt_off;           /* offset of the runtime fault records */
+	uint32_t flt_cap;           /* how many */
+	uint32_t flt_size;          /* bytes per record */
+	uint64_t flt_gen;           /* atomic: bumped by every change of a fault record; 0 = none ever */
+	uint8_t reserved[152];
 };
 
 /* A latency histogram: fixed buckets (upper bounds in ns_hist_bounds_us),
@@ -69,12 +74,32 @@ struct ns_slot {
 	char key[NS_KEY_MAX];       /* NUL-terminated once the slot is ready */
 	struct ns_hist connect_hist;   /* connect start to connected */
 	struct ns_hist first_byte_hist;/* connect start to the first byte received */
-	uint8_t reserved[64];
+	uint64_t injected;          /* atomic: connections (lookups) that got an injected fault */
+	uint8_t reserved[56];
 };
 
 enum ns_event_type {
 	NS_E_OPENED = 1, NS_E_HALF_OPEN, NS_E_CLOSED, NS_E_REOPENED, NS_E_RESET, NS_E_FORCED_OPEN,
 	NS_E_TABLE_FULL, NS_E_POLICY_RELOADED, NS_E_POLICY_REJECTED, NS_E_CONNECT_FAILED,
+	NS_E_FAULT_SET, NS_E_FAULT_CLEARED,
+};
+
+/* A runtime fault (shimctl inject), in the table for every process to
+ * apply. seq is a sequence lock: odd while a writer (shimctl) changes the
+ * record; a reader copies it between two equal even values. The faults are
+ * kept as their canonical text and parsed again by each reader, so a
+ * damaged record is a parse error, never a wild value. */
+enum { NS_FLT_FREE = 0, NS_FLT_ACTIVE = 1, NS_FLT_EXPIRED = 2, NS_FLT_CLEARED = 3 };
+struct ns_fltrec {
+	uint64_t seq;               /* atomic */
+	uint64_t state;             /* atomic NS_FLT_* */
+	uint64_t expires_ms;        /* CLOCK_MONOTONIC ms; 0 = until cleared */
+	uint64_t set_wall_ms;
+	uint64_t applied;           /* atomic: connections (lookups) that got it */
+	uint32_t pid;               /* who set it */
+	uint32_t pad;
+	char dest[NS_KEY_MAX];      /* the pattern: host:port, host, address */
+	char text[NS_FAULTS_TEXT];  /* canonical FAULTS text */
 };
 
 /* One record of the event ring. seq is written last: a reader takes the
@@ -101,13 +126,16 @@ struct ns_evrec {
 _Static_assert(sizeof(struct ns_table_hdr) == 256, "header layout");
 _Static_assert(sizeof(struct ns_slot) == 1024, "slot layout");
 _Static_assert(sizeof(struct ns_evrec) == 1024, "event layout");
+_Static_assert(sizeof(struct ns_fltrec) == 512, "fault record layout");
 
 struct ns_table {
 	struct ns_table_hdr *hdr;
 	struct ns_slot *slots;
 	struct ns_evrec *events;
+	struct ns_fltrec *faults;
 	uint32_t nslots;            /* private copy, validated */
 	uint32_t ev_cap;            /* private copy, validated */
+	uint32_t flt_cap;           /* private copy, validated */
 	size_t size;
 	int broken;                 /* atomic: the file shrank under us; the map is now private zeros */
 	char path[288];
@@ -121,6 +149,7 @@ struct ns_entry {
 	uint32_t failures_in_window, outcomes_in_window;
 	uint32_t last_error;
 	uint32_t monitor;
+	uint64_t injected;
 	uint64_t opened_wall_ms, half_open_wall_ms;
 	struct ns_hist connect_hist, first_byte_hist;
 };
@@ -194,6 +223,31 @@ void ns_table_event(struct ns_table *t, const struct ns_evrec *ev, uint64_t wall
 int ns_table_event_read(const struct ns_table *t, uint64_t seq, struct ns_evrec *out);
 uint64_t ns_table_event_head(const struct ns_table *t);
 const char *ns_event_name(uint32_t type);
+
+/* Runtime faults (faulttable.c). A copy of one record, for readers. */
+struct ns_fltview {
+	int idx;
+	uint64_t state, expires_ms, set_wall_ms, applied;
+	uint32_t pid;
+	char dest[NS_KEY_MAX];
+	char text[NS_FAULTS_TEXT];
+};
+
+/* Put FAULTS text for dest (replacing the active record for the same dest).
+ * expires_ms: CLOCK_MONOTONIC ms, 0 = until cleared. Returns the record
+ * index, or -1 when all NS_FAULT_RECS are in use. */
+int ns_table_fault_set(struct ns_table *t, const char *dest, const char *text, uint64_t expires_ms,
+		       uint64_t wall_ms, uint32_t pid);
+/* Clear the active record for dest (NULL: every one). Returns how many. */
+int ns_table_fault_clear(struct ns_table *t, const char *dest);
+/* Copy record i; 0, or -1 when it is free or being written. */
+int ns_table_fault_read(const struct ns_table *t, uint32_t i, struct ns_fltview *out);
+/* Mark an active record whose time ran out as expired; 1 for the one
+ * caller that did it (it writes the fault_cleared event), else 0. */
+int ns_table_fault_expire(struct ns_table *t, uint32_t i);
+void ns_table_fault_applied(struct ns_table *t, uint32_t i);
+void ns_table_add_injected(struct ns_table *t, int idx);
+uint64_t ns_table_fault_gen(const struct ns_table *t);
 
 /* The bucket width for a window, in ms. */
 uint64_t ns_bucket_width(uint64_t window_ms);

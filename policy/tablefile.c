@@ -176,6 +176,12 @@ int ns_table_validate(const void *map, size_t size, char *err, size_t errlen)
 		return -1;
 	}
 	want += (uint64_t)h->ev_cap * sizeof(struct ns_evrec);
+	if (h->flt_off != want || h->flt_cap != NS_FAULT_RECS || h->flt_size != sizeof(struct ns_fltrec)) {
+		snprintf(err, errlen, "corrupt fault records (%u of %u bytes at %llu)", h->flt_cap, h->flt_size,
+			 (unsigned long long)h->flt_off);
+		return -1;
+	}
+	want += (uint64_t)h->flt_cap * sizeof(struct ns_fltrec);
 	if (h->total_size != want || size < want) {
 		snprintf(err, errlen, "too short: %zu bytes for %u slots and %u events (needs %llu)", size,
 			 h->nslots, h->ev_cap, (unsigned long long)want);
@@ -196,7 +202,8 @@ static int create_table(const char *path, const char *name, uint32_t nslots, uin
 {
 	char tmp[288];
 	size_t ev_off = sizeof(struct ns_table_hdr) + (size_t)nslots * sizeof(struct ns_slot);
-	size_t size = ev_off + (size_t)nevents * sizeof(struct ns_evrec);
+	size_t flt_off = ev_off + (size_t)nevents * sizeof(struct ns_evrec);
+	size_t size = flt_off + (size_t)NS_FAULT_RECS * sizeof(struct ns_fltrec);
 	struct ns_table_hdr *h;
 	struct timespec ts;
 	int fd, r;
@@ -225,6 +232,9 @@ static int create_table(const char *path, const char *name, uint32_t nslots, uin
 	h->ev_cap = nevents;
 	h->ev_size = sizeof(struct ns_evrec);
 	h->ev_off = ev_off;
+	h->flt_off = flt_off;
+	h->flt_cap = NS_FAULT_RECS;
+	h->flt_size = sizeof(struct ns_fltrec);
 	h->created_wall_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 	__atomic_store_n(&h->magic, NS_TABLE_MAGIC, __ATOMIC_RELEASE);
 	munmap(h, size);
@@ -309,6 +319,8 @@ int ns_table_open(const char *name, int create, uint32_t nslots, uint32_t nevent
 	t->slots = (struct ns_slot *)((char *)map + sizeof(struct ns_table_hdr));
 	t->ev_cap = t->hdr->ev_cap;
 	t->events = (struct ns_evrec *)((char *)map + t->hdr->ev_off);
+	t->flt_cap = NS_FAULT_RECS;
+	t->faults = (struct ns_fltrec *)((char *)map + t->hdr->flt_off);
 	t->size = (size_t)st.st_size;
 	guard_add(t);
 	r = NS_TBL_OK;
@@ -326,6 +338,8 @@ void ns_table_close(struct ns_table *t)
 	t->hdr = NULL;
 	t->slots = NULL;
 	t->events = NULL;
+	t->faults = NULL;
 	t->nslots = 0;
 	t->ev_cap = 0;
+	t->flt_cap = 0;
 }

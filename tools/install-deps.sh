@@ -3,6 +3,8 @@
 set -eu
 PKGS="build-essential libunwind-dev uthash-dev libcriterion-dev pkg-config groff-base man-db
 python3 python3-pytest python3-requests curl wget strace valgrind procps"
+# make fuzz: clang with libFuzzer
+PKGS="$PKGS clang libclang-rt-14-dev"
 # The proxies make bench compares against: only when asked (BENCH_PEERS=1),
 # they are not needed to build or test.
 [ "${BENCH_PEERS:-0}" = 1 ] && PKGS="$PKGS nginx-light libnginx-mod-stream haproxy"

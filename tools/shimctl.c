@@ -15,6 +15,7 @@
 #include "../policy/breaker.h"
 #include "../policy/policy.h"
 #include "../policy/table.h"
+#include "shimctl.h"
 
 #define NETSHIM_VERSION "0.1.0"
 
@@ -29,110 +30,12 @@ static void usage(FILE *f)
 		"       shimctl [--table NAME] metrics\n"
 		"       shimctl check FILE...\n"
 		"       shimctl [--policy FILE] explain DEST\n"
+		"       shimctl [--table NAME] inject DEST FAULTS [--for DURATION]\n"
+		"       shimctl [--table NAME] inject --clear DEST | --clear --all\n"
+		"       shimctl [--table NAME] [--policy FILE] faults [--json]\n"
 		"       shimctl --help | --version\n");
 }
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static uint64_t wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void rfc3339(uint64_t ms, char *buf, size_t len)
-{
-	time_t s = (time_t)(ms / 1000);
-	struct tm tm;
-
-	/* the time comes from shared memory: a garbage value must not become
-	 * an unset struct tm */
-	if (!gmtime_r(&s, &tm) || strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
-		snprintf(buf, len, "invalid");
-}
-
-/* Host names come from programs: never print a control character raw. */
-static void escape_text(const char *s, char *out, size_t len)
-{
-	size_t o = 0;
-
-	for (; *s && o + 5 < len; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch < 0x20 || ch >= 0x7f || ch == '\\')
-			o += (size_t)snprintf(out + o, len - o, "\\x%02x", ch);
-		else
-			out[o++] = (char)ch;
-	}
-	out[o] = '\0';
-}
-
-static void json_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\')
-			fprintf(f, "\\%c", ch);
-		else if (ch < 0x20 || ch >= 0x7f)
-			fprintf(f, "\\u%04x", ch);
-		else
-			fputc(ch, f);
-	}
-	fputc('"', f);
-}
-
-static const char *errname(uint32_t e)
-{
-	return e ? strerrorname_np((int)e) : NULL;
-}
-
-static const char *table_name(const char *opt, char *buf, size_t len)
-{
-	const char *env = getenv("NETSHIM_TABLE");
-
-	if (opt)
-		return opt;
-	if (env && *env)
-		return env;
-	ns_table_default_name(buf, len);
-	return buf;
-}
-
-/* Unmap; a table that shrank while we read it (see ns_table_broken) was
- * partly read as zeros, so say that what was shown is not to be trusted. */
-static void close_table(struct ns_table *t)
-{
-	int broken = ns_table_broken(t);
-
-	ns_table_close(t);
-	if (broken)
-		errx(1, "%s: truncated while being read; the output above is incomplete", t->path);
-}
-
-static int open_table(const char *name, int create, struct ns_table *t)
-{
-	char e[NS_ERRBUF];
-	int r = ns_table_open(name, create, 0, 0, t, e, sizeof(e));
-
-	if (r != NS_TBL_OK) {
-		warnx("%s", e);
-		return -1;
-	}
-	return 0;
-}
-
-/* The table's key for what the user typed: "localhost:80" and
- * "[::1]:80" are normalised the way the shim writes them. */
 static void normalise_dest(const char *in, char *out, size_t len)
 {
 	struct ns_dest d;
@@ -148,11 +51,11 @@ static int find_dest(struct ns_table *t, const char *arg)
 	int idx;
 
 	normalise_dest(arg, key, sizeof(key));
-	idx = ns_table_find(t, key, 0, mono_ms());
+	idx = ns_table_find(t, key, 0, ctl_mono_ms());
 	if (idx < 0) {
 		char esc[NS_KEY_MAX * 4];
 
-		escape_text(arg, esc, sizeof(esc));
+		ctl_escape_text(arg, esc, sizeof(esc));
 		warnx("%s: no such destination in %s", esc, t->path);
 	}
 	return idx;
@@ -200,16 +103,16 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 	char ts[40];
 
 	printf("{\"table\": ");
-	json_string(stdout, name);
+	ctl_json_string(stdout, name);
 	printf(", \"capacity\": %u, \"used\": %llu, \"turned_away\": %llu, \"entries\": [",
 	       t->nslots, (unsigned long long)__atomic_load_n(&t->hdr->used, __ATOMIC_RELAXED),
 	       (unsigned long long)__atomic_load_n(&t->hdr->full_count, __ATOMIC_RELAXED));
 	for (int i = 0; i < n; i++) {
 		const struct ns_entry *e = &rows[i].e;
-		const char *en = errname(e->last_error);
+		const char *en = ctl_errname(e->last_error);
 
 		printf("%s\n  {\"destination\": ", i ? "," : "");
-		json_string(stdout, e->key);
+		ctl_json_string(stdout, e->key);
 		printf(", \"state\": \"%s\", \"calls\": %llu, \"successes\": %llu, \"failures\": %llu, "
 		       "\"failures_in_window\": %u, \"consecutive_failures\": %u, \"timeouts\": %llu, "
 		       "\"rejected\": %llu, \"retries\": %llu, \"last_error\": ",
@@ -223,19 +126,20 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 			printf("null");
 		printf(", \"opened_at\": ");
 		if (e->opened_wall_ms) {
-			rfc3339(e->opened_wall_ms, ts, sizeof(ts));
+			ctl_rfc3339(e->opened_wall_ms, ts, sizeof(ts));
 			printf("\"%s\"", ts);
 		} else {
 			printf("null");
 		}
 		printf(", \"half_open_at\": ");
 		if (e->half_open_wall_ms && shows_half_open(e)) {
-			rfc3339(e->half_open_wall_ms, ts, sizeof(ts));
+			ctl_rfc3339(e->half_open_wall_ms, ts, sizeof(ts));
 			printf("\"%s\"", ts);
 		} else {
 			printf("null");
 		}
-		printf(", \"mode\": \"%s\"", e->monitor ? "monitor" : "enforce");
+		printf(", \"mode\": \"%s\", \"injected\": %llu", e->monitor ? "monitor" : "enforce",
+		       (unsigned long long)e->injected);
 		pct_json("connect_ms_p50", &e->connect_hist, 50);
 		pct_json("connect_ms_p99", &e->connect_hist, 99);
 		pct_json("first_byte_ms_p50", &e->first_byte_hist, 50);
@@ -272,9 +176,9 @@ static void print_text(const struct ns_table *t, struct row *rows, int n, int co
 	for (int i = 0; i < n; i++) {
 		const struct ns_entry *e = &rows[i].e;
 		char (*r)[NS_KEY_MAX * 4] = cells[i + 1];
-		const char *en = errname(e->last_error);
+		const char *en = ctl_errname(e->last_error);
 
-		escape_text(e->key, r[0], sizeof(r[0]));
+		ctl_escape_text(e->key, r[0], sizeof(r[0]));
 		/* monitor mode counts and opens but never fails a connect: say so */
 		snprintf(r[1], sizeof(r[1]), "%s%s", rows[i].state,
 			 e->monitor && e->brk.state != NS_CLOSED ? "(monitor)" : "");
@@ -292,11 +196,11 @@ static void print_text(const struct ns_table *t, struct row *rows, int n, int co
 		pct_text(&e->first_byte_hist, 99, r[13], sizeof(r[13]));
 		snprintf(r[14], sizeof(r[14]), "%s", en ? en : "-");
 		if (e->opened_wall_ms)
-			rfc3339(e->opened_wall_ms, r[15], sizeof(r[15]));
+			ctl_rfc3339(e->opened_wall_ms, r[15], sizeof(r[15]));
 		else
 			snprintf(r[15], sizeof(r[15]), "-");
 		if (e->half_open_wall_ms && shows_half_open(e))
-			rfc3339(e->half_open_wall_ms, r[16], sizeof(r[16]));
+			ctl_rfc3339(e->half_open_wall_ms, r[16], sizeof(r[16]));
 		else
 			snprintf(r[16], sizeof(r[16]), "-");
 	}
@@ -352,7 +256,7 @@ static int cmp_rows(const void *a, const void *b)
 static struct row *load_rows(const struct ns_table *t, int only, int *n)
 {
 	struct row *rows = calloc(t->nslots, sizeof(*rows));
-	uint64_t now = mono_ms();
+	uint64_t now = ctl_mono_ms();
 
 	if (!rows)
 		err(1, "out of memory");
@@ -375,12 +279,12 @@ static int cmd_status(const char *name, int json, const char *dest)
 	struct row *rows;
 	int n, only = -1;
 
-	if (open_table(name, 0, &t) < 0)
+	if (ctl_open_table(name, 0, &t) < 0)
 		return 1;
 	if (dest) {
 		only = find_dest(&t, dest);
 		if (only < 0) {
-			close_table(&t);
+			ctl_close_table(&t);
 			return 1;
 		}
 	}
@@ -390,52 +294,40 @@ static int cmd_status(const char *name, int json, const char *dest)
 	else
 		print_text(&t, rows, n, 0);
 	free(rows);
-	close_table(&t);
+	ctl_close_table(&t);
 	return 0;
 }
 
 /* An operator's action, in the event ring like the shim's own. */
-static void note_action(struct ns_table *t, int type, const char *key)
-{
-	struct ns_evrec ev;
-
-	memset(&ev, 0, sizeof(ev));
-	ev.type = (uint32_t)type;
-	ev.pid = (uint32_t)getpid();
-	snprintf(ev.dest, sizeof(ev.dest), "%s", key);
-	snprintf(ev.program, sizeof(ev.program), "shimctl");
-	ns_table_event(t, &ev, wall_ms());
-}
-
 static int cmd_reset(const char *name, int all, const char *dest)
 {
 	struct ns_table t;
 	struct ns_entry e;
 	int idx, n = 0;
 
-	if (open_table(name, 0, &t) < 0)
+	if (ctl_open_table(name, 0, &t) < 0)
 		return 1;
 	if (all) {
 		for (uint32_t i = 0; i < t.nslots; i++)
-			if (ns_table_read(&t, (int)i, mono_ms(), &e) == 0) {
+			if (ns_table_read(&t, (int)i, ctl_mono_ms(), &e) == 0) {
 				ns_table_reset(&t, (int)i);
-				note_action(&t, NS_E_RESET, e.key);
+				ctl_note_action(&t, NS_E_RESET, e.key, NULL);
 				n++;
 			}
 		printf("reset %d destination%s\n", n, n == 1 ? "" : "s");
-		close_table(&t);
+		ctl_close_table(&t);
 		return 0;
 	}
 	idx = find_dest(&t, dest);
 	if (idx < 0) {
-		close_table(&t);
+		ctl_close_table(&t);
 		return 1;
 	}
 	ns_table_reset(&t, idx);
-	ns_table_read(&t, idx, mono_ms(), &e);
-	note_action(&t, NS_E_RESET, e.key);
+	ns_table_read(&t, idx, ctl_mono_ms(), &e);
+	ctl_note_action(&t, NS_E_RESET, e.key, NULL);
 	printf("%s: closed\n", e.key);
-	close_table(&t);
+	ctl_close_table(&t);
 	return 0;
 }
 
@@ -447,22 +339,22 @@ static int cmd_open(const char *name, const char *dest)
 	int idx;
 
 	if (ns_dest_parse(dest, &d) < 0 || ns_dest_key(&d, key, sizeof(key)) < 0) {
-		escape_text(dest, esc, sizeof(esc));
+		ctl_escape_text(dest, esc, sizeof(esc));
 		warnx("%s: not a destination (expected HOST:PORT, ADDRESS:PORT or [IPV6]:PORT)", esc);
 		return 2;
 	}
-	if (open_table(name, 1, &t) < 0)
+	if (ctl_open_table(name, 1, &t) < 0)
 		return 1;
-	idx = ns_table_find(&t, key, 1, mono_ms());
+	idx = ns_table_find(&t, key, 1, ctl_mono_ms());
 	if (idx < 0) {
 		warnx("%s: cannot add %s (table full)", t.path, key);
-		close_table(&t);
+		ctl_close_table(&t);
 		return 1;
 	}
-	ns_table_force_open(&t, idx, mono_ms(), wall_ms());
-	note_action(&t, NS_E_FORCED_OPEN, key);
+	ns_table_force_open(&t, idx, ctl_mono_ms(), ctl_wall_ms());
+	ctl_note_action(&t, NS_E_FORCED_OPEN, key, NULL);
 	printf("%s: forced open until shimctl reset\n", key);
-	close_table(&t);
+	ctl_close_table(&t);
 	return 0;
 }
 
@@ -479,14 +371,14 @@ static void on_stop(int sig)
 static void print_event(const struct ns_evrec *ev, int json)
 {
 	char ts[40], esc[NS_KEY_MAX * 4];
-	const char *en = errname(ev->err);
+	const char *en = ctl_errname(ev->err);
 
-	rfc3339(ev->wall_ms, ts, sizeof(ts));
+	ctl_rfc3339(ev->wall_ms, ts, sizeof(ts));
 	if (json) {
 		printf("{\"seq\": %llu, \"time\": \"%s\", \"event\": \"%s\", \"destination\": ",
 		       (unsigned long long)ev->seq, ts, ns_event_name(ev->type));
 		if (ev->dest[0])
-			json_string(stdout, ev->dest);
+			ctl_json_string(stdout, ev->dest);
 		else
 			printf("null");
 		printf(", \"rule\": ");
@@ -501,17 +393,17 @@ static void print_event(const struct ns_evrec *ev, int json)
 		else
 			printf("null");
 		printf(", \"pid\": %u, \"program\": ", ev->pid);
-		json_string(stdout, ev->program);
+		ctl_json_string(stdout, ev->program);
 		printf(", \"detail\": ");
-		json_string(stdout, ev->detail);
+		ctl_json_string(stdout, ev->detail);
 		printf(", \"frames\": [");
 		for (uint32_t i = 0; i < ev->nframes; i++) {
 			printf("%s", i ? ", " : "");
-			json_string(stdout, ev->frames[i]);
+			ctl_json_string(stdout, ev->frames[i]);
 		}
 		printf("]}\n");
 	} else {
-		escape_text(ev->dest[0] ? ev->dest : "-", esc, sizeof(esc));
+		ctl_escape_text(ev->dest[0] ? ev->dest : "-", esc, sizeof(esc));
 		printf("%-6llu %s  %-16s %-24s", (unsigned long long)ev->seq, ts, ns_event_name(ev->type), esc);
 		if (ev->type == NS_E_OPENED || ev->type == NS_E_REOPENED)
 			printf(" rule=%s failures_in_window=%u consecutive=%u", ns_rule_name((int)ev->rule),
@@ -519,13 +411,13 @@ static void print_event(const struct ns_evrec *ev, int json)
 		if (en)
 			printf(" error=%s", en);
 		if (ev->detail[0]) {
-			escape_text(ev->detail, esc, sizeof(esc));
+			ctl_escape_text(ev->detail, esc, sizeof(esc));
 			printf(" %s", esc);
 		}
-		escape_text(ev->program, esc, sizeof(esc));
+		ctl_escape_text(ev->program, esc, sizeof(esc));
 		printf("  [pid %u %s]\n", ev->pid, esc);
 		for (uint32_t i = 0; i < ev->nframes; i++) {
-			escape_text(ev->frames[i], esc, sizeof(esc));
+			ctl_escape_text(ev->frames[i], esc, sizeof(esc));
 			printf("         at %s\n", esc);
 		}
 	}
@@ -579,7 +471,7 @@ static int cmd_events(const char *name, int json, int follow, const char *dest)
 	struct ns_table t;
 	uint64_t next;
 
-	if (open_table(name, 0, &t) < 0)
+	if (ctl_open_table(name, 0, &t) < 0)
 		return 1;
 	if (dest)
 		normalise_dest(dest, key, sizeof(key));
@@ -596,7 +488,7 @@ static int cmd_events(const char *name, int json, int follow, const char *dest)
 			next = print_events(&t, next, dest ? key : NULL, json);
 		}
 	}
-	close_table(&t);
+	ctl_close_table(&t);
 	return 0;
 }
 
@@ -680,7 +572,7 @@ static int cmd_metrics(const char *name)
 	struct row *rows;
 	int n;
 
-	if (open_table(name, 0, &t) < 0)
+	if (ctl_open_table(name, 0, &t) < 0)
 		return 1;
 	rows = load_rows(&t, -1, &n);
 #define OFFE(f) offsetof(struct ns_entry, f)
@@ -705,7 +597,7 @@ static int cmd_metrics(const char *name)
 	       "# TYPE netshim_table_turned_away_total counter\nnetshim_table_turned_away_total %llu\n",
 	       (unsigned long long)__atomic_load_n(&t.hdr->full_count, __ATOMIC_RELAXED));
 	free(rows);
-	close_table(&t);
+	ctl_close_table(&t);
 	return 0;
 }
 
@@ -718,7 +610,7 @@ static int cmd_watch(const char *name)
 	struct sigaction sa;
 	struct ns_table t;
 
-	if (open_table(name, 0, &t) < 0)
+	if (ctl_open_table(name, 0, &t) < 0)
 		return 1;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_stop;
@@ -738,7 +630,7 @@ static int cmd_watch(const char *name)
 		int n;
 
 		rows = load_rows(&t, -1, &n);
-		rfc3339(wall_ms(), ts, sizeof(ts));
+		ctl_rfc3339(ctl_wall_ms(), ts, sizeof(ts));
 		if (tty_out)
 			printf("\033[H\033[2J");
 		printf("shimctl watch  %s  table %s  %d destination%s  (q to quit)\n\n", ts, name, n, n == 1 ? "" : "s");
@@ -752,7 +644,7 @@ static int cmd_watch(const char *name)
 	}
 	if (tty_in)
 		tcsetattr(0, TCSANOW, &saved);
-	close_table(&t);
+	ctl_close_table(&t);
 	return 0;
 }
 
@@ -781,7 +673,7 @@ static int cmd_check(char **files, int n)
 
 static int cmd_explain(const char *policy, const char *dest)
 {
-	char errs[NS_ERRBUF * 4], val[64], esc[NS_KEY_MAX * 4];
+	char errs[NS_ERRBUF * 4], val[NS_FAULTS_TEXT], esc[NS_KEY_MAX * 4];
 	struct ns_settings s;
 	struct ns_origin o;
 	struct ns_policy p;
@@ -791,7 +683,7 @@ static int cmd_explain(const char *policy, const char *dest)
 	if (!policy)
 		policy = ns_policy_path();
 	if (ns_dest_parse(dest, &d) < 0) {
-		escape_text(dest, esc, sizeof(esc));
+		ctl_escape_text(dest, esc, sizeof(esc));
 		warnx("%s: not a destination (expected HOST:PORT, ADDRESS:PORT or [IPV6]:PORT)", esc);
 		return 2;
 	}
@@ -826,21 +718,25 @@ int main(int argc, char **argv)
 		{ "policy", required_argument, NULL, 'p' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "all", no_argument, NULL, 'a' },
+		{ "for", required_argument, NULL, 'F' },
+		{ "clear", no_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *table = NULL, *policy = NULL, *cmd, *name;
+	const char *table = NULL, *policy = NULL, *cmd, *name, *for_text = NULL;
 	char def[64];
-	int json = 0, all = 0, follow = 0, c, nargs;
+	int json = 0, all = 0, follow = 0, clear = 0, c, nargs;
 
-	while ((c = getopt_long(argc, argv, "ft:p:jahV", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "ft:p:jahVF:c", opts, NULL)) != -1) {
 		switch (c) {
 		case 'f': follow = 1; break;
 		case 't': table = optarg; break;
 		case 'p': policy = optarg; break;
 		case 'j': json = 1; break;
 		case 'a': all = 1; break;
+		case 'F': for_text = optarg; break;
+		case 'c': clear = 1; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': printf("shimctl %s (table version %u)\n", NETSHIM_VERSION, NS_TABLE_VERSION); return 0;
 		default: usage(stderr); return 2;
@@ -852,7 +748,7 @@ int main(int argc, char **argv)
 	}
 	cmd = argv[optind++];
 	nargs = argc - optind;
-	name = table_name(table, def, sizeof(def));
+	name = ctl_table_name(table, def, sizeof(def));
 	if (strcmp(cmd, "status") == 0 && nargs <= 1)
 		return cmd_status(name, json, nargs ? argv[optind] : NULL);
 	if (strcmp(cmd, "reset") == 0 && ((all && nargs == 0) || (!all && nargs == 1)))
@@ -869,6 +765,12 @@ int main(int argc, char **argv)
 		return cmd_check(argv + optind, nargs);
 	if (strcmp(cmd, "explain") == 0 && nargs == 1)
 		return cmd_explain(policy, argv[optind]);
+	if (strcmp(cmd, "inject") == 0 && !clear && !all && nargs == 2)
+		return ctl_cmd_inject(name, nargs, argv + optind, for_text, 0, 0);
+	if (strcmp(cmd, "inject") == 0 && clear && !for_text && ((all && nargs == 0) || (!all && nargs == 1)))
+		return ctl_cmd_inject(name, nargs, argv + optind, NULL, 1, all);
+	if (strcmp(cmd, "faults") == 0 && nargs == 0)
+		return ctl_cmd_faults(name, policy, json);
 	usage(stderr);
 	return 2;
 }

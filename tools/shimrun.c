@@ -13,7 +13,7 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: shimrun [--policy FILE] [--table NAME] -- COMMAND [ARG...]\n");
+	fprintf(f, "usage: shimrun [--policy FILE] [--table NAME] [--inject 'DEST=FAULTS']... -- COMMAND [ARG...]\n");
 }
 
 /* The library beside this binary (build tree) or in ../lib/netshim
@@ -46,16 +46,33 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "policy", required_argument, NULL, 'p' },
 		{ "table", required_argument, NULL, 't' },
+		{ "inject", required_argument, NULL, 'i' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	char *inject = NULL;
 	const char *policy = NULL, *table = NULL, *old;
 	char lib[PATH_MAX], abspol[PATH_MAX], errs[8192];
 	char *preload;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "+p:t:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+p:t:i:h", opts, NULL)) != -1) {
 		switch (c) {
+		case 'i': {
+			/* checked here with the library's own parser; the program
+			 * gets them, one per line, in NETSHIM_INJECT */
+			struct ns_section pat;
+			struct ns_faults f;
+			char why[300], *next;
+
+			if (strchr(optarg, '\n') || ns_inject_parse(optarg, &pat, &f, why, sizeof(why)) < 0)
+				errx(2, "--inject: %s", strchr(optarg, '\n') ? "one DEST=FAULTS per --inject" : why);
+			if (asprintf(&next, "%s%s%s", inject ? inject : "", inject ? "\n" : "", optarg) < 0)
+				err(2, "out of memory");
+			free(inject);
+			inject = next;
+			break;
+		}
 		case 'p': policy = optarg; break;
 		case 't': table = optarg; break;
 		case 'h': usage(stdout); return 0;
@@ -85,6 +102,14 @@ int main(int argc, char **argv)
 		if (!*table || strchr(table, '/'))
 			errx(2, "--table %s: use a plain file name", table);
 		setenv("NETSHIM_TABLE", table, 1);
+	}
+	if (inject) {
+		const char *prev = getenv("NETSHIM_INJECT");
+		char *all = inject;
+
+		if (prev && *prev && asprintf(&all, "%s\n%s", prev, inject) < 0)
+			err(2, "out of memory");
+		setenv("NETSHIM_INJECT", all, 1);
 	}
 	if (find_lib(lib, sizeof(lib)) < 0)
 		errx(2, "cannot find libnetshim.so (set NETSHIM_LIB)");

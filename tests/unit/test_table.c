@@ -57,6 +57,12 @@ Test(layout, offsets_and_sizes_are_pinned)
 	cr_assert_eq(offsetof(struct ns_evrec, frames), 424);
 	cr_assert_eq(NS_TABLE_MAGIC, 0x4c42544d4853534eULL);
 	cr_assert_eq(offsetof(struct ns_slot, monitor), 88);
+	cr_assert_eq(offsetof(struct ns_slot, injected), 960);
+	cr_assert_eq(offsetof(struct ns_table_hdr, flt_off), 80);
+	cr_assert_eq(offsetof(struct ns_table_hdr, flt_gen), 96);
+	cr_assert_eq(sizeof(struct ns_fltrec), 512);
+	cr_assert_eq(offsetof(struct ns_fltrec, dest), 48);
+	cr_assert_eq(offsetof(struct ns_fltrec, text), 312);
 	cr_assert_eq(NS_TABLE_VERSION, 3);
 }
 

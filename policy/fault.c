@@ -1,0 +1,293 @@
+/* fault.c -- the fault grammar (see fault.h): one parser for the policy key,
+ * shimctl inject and shimrun --inject, and the per-connection choice. */
+#include "fault.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "policy.h"
+
+static const struct {
+	const char *name;
+	int phase;
+	int arg;                    /* 0 none, 1 duration, 2 rate, 3 HTTP status */
+	int after;                  /* takes "after SIZE" */
+} kinds[NS_F_KINDS] = {
+	[NS_F_NONE] = { "none", NS_FP_CONNECT, 0, 0 },
+	[NS_F_REFUSE] = { "refuse", NS_FP_CONNECT, 0, 0 },
+	[NS_F_UNREACHABLE] = { "unreachable", NS_FP_CONNECT, 0, 0 },
+	[NS_F_BLACKHOLE] = { "blackhole", NS_FP_CONNECT, 0, 0 },
+	[NS_F_DELAY] = { "delay", NS_FP_CONNECT, 1, 0 },
+	[NS_F_LATENCY] = { "latency", NS_FP_DATA, 1, 0 },
+	[NS_F_BANDWIDTH] = { "bandwidth", NS_FP_DATA, 2, 0 },
+	[NS_F_STALL] = { "stall", NS_FP_DATA, 0, 1 },
+	[NS_F_RESET] = { "reset", NS_FP_DATA, 0, 1 },
+	[NS_F_CLOSE] = { "close", NS_FP_DATA, 0, 1 },
+	[NS_F_STATUS] = { "status", NS_FP_DATA, 3, 0 },
+	[NS_F_NXDOMAIN] = { "nxdomain", NS_FP_LOOKUP, 0, 0 },
+};
+
+const char *ns_fault_kind_name(uint32_t kind)
+{
+	return kind < NS_F_KINDS ? kinds[kind].name : "?";
+}
+
+int ns_fault_phase(uint32_t kind)
+{
+	return kind < NS_F_KINDS ? kinds[kind].phase : NS_FP_CONNECT;
+}
+
+/**** values ****/
+
+/* "512", "1KiB", "4MiB", "10KB": bytes. Returns the end, or NULL. */
+static const char *parse_size(const char *s, uint64_t *out)
+{
+	static const struct { const char *u; uint64_t mult; } units[] = {
+		{ "KiB", 1024 }, { "MiB", 1024 * 1024 }, { "GiB", 1024ULL * 1024 * 1024 },
+		{ "KB", 1000 }, { "MB", 1000000 }, { "GB", 1000000000 }, { "B", 1 },
+	};
+	uint64_t v = 0;
+	int digits = 0;
+
+	while (isdigit((unsigned char)*s)) {
+		if (v > (1ULL << 40))
+			return NULL;
+		v = v * 10 + (uint64_t)(*s++ - '0');
+		digits++;
+	}
+	if (!digits)
+		return NULL;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		size_t n = strlen(units[i].u);
+
+		if (strncmp(s, units[i].u, n) == 0) {
+			v *= units[i].mult;
+			s += n;
+			break;
+		}
+	}
+	*out = v;
+	return s;
+}
+
+static void fmt_size(uint64_t v, char *buf, size_t len)
+{
+	if (v && v % (1024 * 1024) == 0)
+		snprintf(buf, len, "%lluMiB", (unsigned long long)(v / (1024 * 1024)));
+	else if (v && v % 1024 == 0)
+		snprintf(buf, len, "%lluKiB", (unsigned long long)(v / 1024));
+	else
+		snprintf(buf, len, "%llu", (unsigned long long)v);
+}
+
+/* "30%", "2.5%": basis points in (0, 10000]. */
+static int parse_pct(const char *s, uint32_t *bp)
+{
+	uint64_t whole = 0, frac = 0;
+	int digits = 0, fd = 0;
+
+	while (isdigit((unsigned char)*s) && digits < 4) {
+		whole = whole * 10 + (uint64_t)(*s++ - '0');
+		digits++;
+	}
+	if (!digits)
+		return -1;
+	if (*s == '.') {
+		s++;
+		while (isdigit((unsigned char)*s) && fd < 2) {
+			frac = frac * 10 + (uint64_t)(*s++ - '0');
+			fd++;
+		}
+		if (!fd)
+			return -1;
+		if (fd == 1)
+			frac *= 10;
+	}
+	if (strcmp(s, "%") != 0)
+		return -1;
+	whole = whole * 100 + frac;
+	if (whole == 0 || whole > 10000)
+		return -1;
+	*bp = (uint32_t)whole;
+	return 0;
+}
+
+static int parse_one(char *text, struct ns_fault *f, char *why, size_t whylen)
+{
+	char *tok[8], *save = NULL, *t;
+	int n = 0, i = 1;
+	uint32_t k;
+	const char *e;
+
+	for (t = strtok_r(text, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
+		if (n == 8) {
+			snprintf(why, whylen, "too many words in one fault");
+			return -1;
+		}
+		tok[n++] = t;
+	}
+	if (n == 0) {
+		snprintf(why, whylen, "empty fault (between two ';'?)");
+		return -1;
+	}
+	memset(f, 0, sizeof(*f));
+	f->pct_bp = 10000;
+	for (k = 1; k < NS_F_KINDS; k++)
+		if (strcmp(tok[0], kinds[k].name) == 0)
+			break;
+	if (k == NS_F_KINDS) {
+		snprintf(why, whylen, "unknown fault '%.40s' (refuse, unreachable, blackhole, delay, latency, "
+			 "bandwidth, stall, reset, close, status or nxdomain)", tok[0]);
+		return -1;
+	}
+	f->kind = k;
+	if (kinds[k].arg) {
+		const char *dwhy = NULL;
+
+		if (i >= n || strcmp(tok[i], "after") == 0 || strchr(tok[i], '%')) {
+			snprintf(why, whylen, "%s needs %s", kinds[k].name, kinds[k].arg == 1 ? "a duration, such as 800ms" :
+				 kinds[k].arg == 2 ? "a rate, such as 10KiB/s" : "an HTTP status code, such as 503");
+			return -1;
+		}
+		if (kinds[k].arg == 1) {
+			if (ns_duration_parse(tok[i], &f->arg, &dwhy) < 0) {
+				snprintf(why, whylen, "%s: bad duration '%.40s': %s", kinds[k].name, tok[i], dwhy);
+				return -1;
+			}
+			if (f->arg == 0 || f->arg > 24ULL * 3600 * 1000) {
+				snprintf(why, whylen, "%s: %.40s is out of range (1ms to 24h)", kinds[k].name, tok[i]);
+				return -1;
+			}
+		} else if (kinds[k].arg == 2) {
+			e = parse_size(tok[i], &f->arg);
+			if (!e || strcmp(e, "/s") != 0 || f->arg == 0) {
+				snprintf(why, whylen, "bandwidth: bad rate '%.40s': expected bytes per second, such as "
+					 "10KiB/s or 500B/s", tok[i]);
+				return -1;
+			}
+		} else {
+			uint64_t code = 0;
+
+			for (e = tok[i]; isdigit((unsigned char)*e) && code < 1000; e++)
+				code = code * 10 + (uint64_t)(*e - '0');
+			if (*e || code < 100 || code > 599) {
+				snprintf(why, whylen, "status: bad code '%.40s': expected 100 to 599", tok[i]);
+				return -1;
+			}
+			f->arg = code;
+		}
+		i++;
+	}
+	if (i < n && strcmp(tok[i], "after") == 0) {
+		if (!kinds[k].after) {
+			snprintf(why, whylen, "%s takes no 'after SIZE' (only stall, reset and close do)", kinds[k].name);
+			return -1;
+		}
+		if (i + 1 >= n || !(e = parse_size(tok[i + 1], &f->after)) || *e) {
+			snprintf(why, whylen, "after: expected a size in bytes, such as 512, 1KiB or 4MiB");
+			return -1;
+		}
+		i += 2;
+	}
+	if (i < n && strchr(tok[i], '%')) {
+		if (parse_pct(tok[i], &f->pct_bp) < 0) {
+			snprintf(why, whylen, "bad percentage '%.40s': expected more than 0%% and at most 100%%, "
+				 "such as 30%%", tok[i]);
+			return -1;
+		}
+		i++;
+	}
+	if (i < n) {
+		snprintf(why, whylen, "unexpected '%.40s' after %s", tok[i], kinds[k].name);
+		return -1;
+	}
+	return 0;
+}
+
+int ns_faults_parse(const char *s, struct ns_faults *out, char *why, size_t whylen)
+{
+	char buf[1024], *p, *semi;
+
+	memset(out, 0, sizeof(*out));
+	if (strlen(s) >= sizeof(buf)) {
+		snprintf(why, whylen, "too long");
+		return -1;
+	}
+	snprintf(buf, sizeof(buf), "%s", s);
+	for (p = buf;; p = semi + 1) {
+		semi = strchr(p, ';');
+		if (semi)
+			*semi = '\0';
+		if (out->n == NS_FAULTS_MAX) {
+			snprintf(why, whylen, "at most %d faults in one list", NS_FAULTS_MAX);
+			return -1;
+		}
+		if (parse_one(p, &out->f[out->n], why, whylen) < 0)
+			return -1;
+		out->n++;
+		if (!semi)
+			break;
+	}
+	return 0;
+}
+
+void ns_faults_format(const struct ns_faults *f, char *buf, size_t len)
+{
+	size_t o = 0;
+
+	buf[0] = '\0';
+	for (uint32_t i = 0; i < f->n && i < NS_FAULTS_MAX && o < len; i++) {
+		const struct ns_fault *x = &f->f[i];
+		uint32_t k = x->kind < NS_F_KINDS ? x->kind : NS_F_NONE;
+		char a[40] = "", af[48] = "", pc[16] = "";
+
+		if (kinds[k].arg == 1)
+			snprintf(a, sizeof(a), " %llums", (unsigned long long)x->arg);
+		else if (kinds[k].arg == 2) {
+			fmt_size(x->arg, a + 1, sizeof(a) - 4);
+			a[0] = ' ';
+			strcat(a, "/s");
+		} else if (kinds[k].arg == 3)
+			snprintf(a, sizeof(a), " %llu", (unsigned long long)x->arg);
+		if (kinds[k].after && x->after) {
+			char sz[32];
+
+			fmt_size(x->after, sz, sizeof(sz));
+			snprintf(af, sizeof(af), " after %s", sz);
+		}
+		if (x->pct_bp < 10000) {
+			if (x->pct_bp % 100)
+				snprintf(pc, sizeof(pc), " %u.%02u%%", x->pct_bp / 100, x->pct_bp % 100);
+			else
+				snprintf(pc, sizeof(pc), " %u%%", x->pct_bp / 100);
+		}
+		o += (size_t)snprintf(buf + o, len - o, "%s%s%s%s%s", i ? "; " : "", kinds[k].name, a, af, pc);
+	}
+}
+
+uint32_t ns_fault_roll(uint64_t *rng)
+{
+	uint64_t x = *rng ? *rng : 0x9e3779b97f4a7c15ULL;
+
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*rng = x;
+	return (uint32_t)(((x * 0x2545F4914F6CDD1DULL) >> 33) % 10000);
+}
+
+uint32_t ns_faults_choose(const struct ns_faults *f, int phase, uint64_t *rng)
+{
+	uint32_t mask = 0;
+
+	for (uint32_t i = 0; i < f->n && i < NS_FAULTS_MAX; i++) {
+		const struct ns_fault *x = &f->f[i];
+
+		if (ns_fault_phase(x->kind) != phase)
+			continue;
+		if (x->pct_bp >= 10000 || ns_fault_roll(rng) < x->pct_bp)
+			mask |= 1u << i;
+	}
+	return mask;
+}

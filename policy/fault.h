@@ -1,0 +1,63 @@
+/* fault.h -- the fault grammar: what an injected fault is, how it is written
+ * (policy key `fault`, `shimctl inject`, `shimrun --inject`) and which
+ * connections get it. Pure: no system calls.
+ *
+ *   FAULTS := FAULT [";" FAULT]...
+ *   FAULT  := KIND [ARG] ["after" SIZE] [PERCENT]
+ */
+#ifndef NS_FAULT_H
+#define NS_FAULT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define NS_FAULTS_MAX 4
+#define NS_FAULTS_TEXT 200   /* longest FAULTS text kept (and formatted) */
+
+enum ns_fault_kind {
+	NS_F_NONE = 0,
+	/* at connect */
+	NS_F_REFUSE, NS_F_UNREACHABLE, NS_F_BLACKHOLE, NS_F_DELAY,
+	/* on the data of a live connection */
+	NS_F_LATENCY, NS_F_BANDWIDTH, NS_F_STALL, NS_F_RESET, NS_F_CLOSE, NS_F_STATUS,
+	/* at name lookup */
+	NS_F_NXDOMAIN,
+	NS_F_KINDS
+};
+
+/* When a kind acts. */
+enum ns_fault_phase { NS_FP_CONNECT, NS_FP_DATA, NS_FP_LOOKUP };
+
+struct ns_fault {
+	uint32_t kind;               /* enum ns_fault_kind */
+	uint32_t pct_bp;             /* share of connections (lookups), basis points; 10000 = all */
+	uint64_t arg;                /* delay/latency: ms; bandwidth: bytes/s; status: the code */
+	uint64_t after;              /* stall/reset/close: bytes that arrive first */
+};
+
+struct ns_faults {
+	uint32_t n;
+	uint32_t pad;
+	struct ns_fault f[NS_FAULTS_MAX];
+};
+
+/* Parse FAULTS text. Returns 0, or -1 with the reason in why (no prefix:
+ * the caller adds "file:line: fault: " or "bad fault 'x': "). */
+int ns_faults_parse(const char *s, struct ns_faults *out, char *why, size_t whylen);
+
+/* The canonical text of a list ("reset after 1KiB 30%; latency 800ms"). */
+void ns_faults_format(const struct ns_faults *f, char *buf, size_t len);
+
+const char *ns_fault_kind_name(uint32_t kind);
+int ns_fault_phase(uint32_t kind);
+
+/* The faults of list f that act in phase and that this connection (or
+ * lookup) gets: each fault with a percentage below 100 draws once from
+ * *rng, in list order, so one seed and one sequence of connections give
+ * the same choices. Returns a bit mask over f->f[]. */
+uint32_t ns_faults_choose(const struct ns_faults *f, int phase, uint64_t *rng);
+
+/* One draw of the fault random source (xorshift64*), uniform in [0, 10000). */
+uint32_t ns_fault_roll(uint64_t *rng);
+
+#endif

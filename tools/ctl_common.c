@@ -1,0 +1,126 @@
+/* ctl_common.c -- helpers every shimctl command uses (see shimctl.h). */
+#include <err.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../policy/table.h"
+#include "shimctl.h"
+
+uint64_t ctl_mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+uint64_t ctl_wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void ctl_rfc3339(uint64_t ms, char *buf, size_t len)
+{
+	time_t s = (time_t)(ms / 1000);
+	struct tm tm;
+
+	/* the time comes from shared memory: a garbage value must not become
+	 * an unset struct tm */
+	if (!gmtime_r(&s, &tm) || strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+		snprintf(buf, len, "invalid");
+}
+
+/* Host names come from programs: never print a control character raw. */
+void ctl_escape_text(const char *s, char *out, size_t len)
+{
+	size_t o = 0;
+
+	for (; *s && o + 5 < len; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch < 0x20 || ch >= 0x7f || ch == '\\')
+			o += (size_t)snprintf(out + o, len - o, "\\x%02x", ch);
+		else
+			out[o++] = (char)ch;
+	}
+	out[o] = '\0';
+}
+
+void ctl_json_string(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '"' || ch == '\\')
+			fprintf(f, "\\%c", ch);
+		else if (ch < 0x20 || ch >= 0x7f)
+			fprintf(f, "\\u%04x", ch);
+		else
+			fputc(ch, f);
+	}
+	fputc('"', f);
+}
+
+const char *ctl_errname(uint32_t e)
+{
+	return e ? strerrorname_np((int)e) : NULL;
+}
+
+const char *ctl_table_name(const char *opt, char *buf, size_t len)
+{
+	const char *env = getenv("NETSHIM_TABLE");
+
+	if (opt)
+		return opt;
+	if (env && *env)
+		return env;
+	ns_table_default_name(buf, len);
+	return buf;
+}
+
+/* Unmap; a table that shrank while we read it (see ns_table_broken) was
+ * partly read as zeros, so say that what was shown is not to be trusted. */
+void ctl_close_table(struct ns_table *t)
+{
+	int broken = ns_table_broken(t);
+
+	ns_table_close(t);
+	if (broken)
+		errx(1, "%s: truncated while being read; the output above is incomplete", t->path);
+}
+
+int ctl_open_table(const char *name, int create, struct ns_table *t)
+{
+	char e[NS_ERRBUF];
+	int r = ns_table_open(name, create, 0, 0, t, e, sizeof(e));
+
+	if (r != NS_TBL_OK) {
+		warnx("%s", e);
+		return -1;
+	}
+	return 0;
+}
+
+/* The table's key for what the user typed: "localhost:80" and
+ * "[::1]:80" are normalised the way the shim writes them. */
+void ctl_note_action(struct ns_table *t, int type, const char *key, const char *detail)
+{
+	struct ns_evrec ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = (uint32_t)type;
+	ev.pid = (uint32_t)getpid();
+	snprintf(ev.dest, sizeof(ev.dest), "%s", key);
+	snprintf(ev.program, sizeof(ev.program), "shimctl");
+	if (detail)
+		snprintf(ev.detail, sizeof(ev.detail), "%s", detail);
+	ns_table_event(t, &ev, ctl_wall_ms());
+}
+

@@ -1,0 +1,34 @@
+/* shimctl.h -- what shimctl's command files share: table access, time,
+ * escaping, and the event an operator's action leaves. */
+#ifndef NS_SHIMCTL_H
+#define NS_SHIMCTL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../policy/table.h"
+
+uint64_t ctl_mono_ms(void);
+uint64_t ctl_wall_ms(void);
+/* RFC 3339 UTC with milliseconds. */
+void ctl_rfc3339(uint64_t ms, char *buf, size_t len);
+/* Control bytes and backslashes escaped, for a terminal. */
+void ctl_escape_text(const char *s, char *out, size_t len);
+/* A JSON string literal, escaped. */
+void ctl_json_string(FILE *f, const char *s);
+/* "ETIMEDOUT" for 110; NULL for 0. */
+const char *ctl_errname(uint32_t e);
+/* The table: --table, else NETSHIM_TABLE, else the default. */
+const char *ctl_table_name(const char *opt, char *buf, size_t len);
+/* Map it (saying why not, on stderr): 0 or -1. */
+int ctl_open_table(const char *name, int create, struct ns_table *t);
+/* Unmap; exits 1 when the table shrank while it was read. */
+void ctl_close_table(struct ns_table *t);
+/* Write an operator's action (reset, forced open, fault set...) to the ring. */
+void ctl_note_action(struct ns_table *t, int type, const char *key, const char *detail);
+
+/* ctl_faults.c */
+int ctl_cmd_inject(const char *name, int argc, char **argv, const char *for_text, int clear, int all);
+int ctl_cmd_faults(const char *name, const char *policy, int json);
+
+#endif
