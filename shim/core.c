@@ -39,6 +39,7 @@
 static uint64_t rng_state;   /* per process: connect retry jitter */
 static int trace_env;        /* NETSHIM_TRACE=1 */
 static int tbl_on(void);
+static struct ns_policy *cfg_get(monotime now);
 static void emit(int type, int slot, const char *key, const struct ns_step *st, int err, const char *detail, int trace);
 
 /* The policy in force. A reload swaps the pointer; the old policy is kept,
@@ -121,6 +122,21 @@ static void cfg_load(void)
 		return;
 	}
 	__atomic_store_n(&cfg_cur, p, __ATOMIC_RELEASE);
+	ns_fault_config(p);
+}
+
+/* For the lookup faults (fault.c): the policy's faults for d, none when
+ * the shim is off or d is bypassed. */
+void ns_policy_faults_for(const struct ns_dest *d, struct ns_settings *set)
+{
+	const struct ns_policy *pol = cfg_get(ns_now());
+
+	set->fault.n = 0;
+	if (!pol)
+		return;
+	ns_policy_resolve(pol, d, set, NULL);
+	if (set->mode == NS_MODE_BYPASS)
+		set->fault.n = 0;
 }
 
 /* Pick up a changed policy file: looked at no more than once a second, from
@@ -142,6 +158,7 @@ static void cfg_maybe_reload(monotime now)
 		p = cfg_read(err, sizeof(err), &nerr);
 		if (p) {
 			__atomic_store_n(&cfg_cur, p, __ATOMIC_RELEASE);
+			ns_fault_config(p);
 			NS_LOG(NS_LOG_WARN, "policy reloaded from %s", cfg_path);
 			if (tbl_on())
 				emit(NS_E_POLICY_RELOADED, -1, "", NULL, 0, cfg_path, 0);
@@ -315,6 +332,22 @@ out:
 	errno = saved;
 }
 
+void ns_conn_outcome(struct ns_conn *c, int kind, int err)
+{
+	conn_outcome(c, kind, err);
+}
+
+void ns_note_event(int type, int slot, const char *key, const char *detail)
+{
+	if (tbl_on())
+		emit(type, slot, key, NULL, 0, detail, 0);
+}
+
+struct ns_table *ns_tbl(void)
+{
+	return tbl_on() ? &tbl : NULL;
+}
+
 /* The connect completed: note how long it took, once. */
 static void conn_connected(struct ns_conn *c)
 {
@@ -399,7 +432,7 @@ static int deadline_check(int fd, struct ns_conn *c, int d)
 	int64_t left = 0, want;
 	uint32_t src;
 
-	if (__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE)) {
+	if (ns_exp_kind(c)) {
 		errno = ETIMEDOUT;   /* a deadline fired in a wait: the connection is done */
 		return -1;
 	}
@@ -481,6 +514,8 @@ static __attribute__((noinline)) ssize_t after_io(int fd, struct ns_conn *c, int
 		}
 		if (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING)
 			conn_connected(c);
+		if ((LD(c->flags) & NS_C_FAULT) && !(flags & MSG_PEEK))
+			ns_fault_post(c, d, r);
 		if (!LD(c->outcome) && d == NS_IN) {
 			if (LD(c->slot) >= 0 && tbl_ok)
 				ns_table_latency(&tbl, LD(c->slot), 1, (uint64_t)(ns_now() - LD(c->start)) / 1000);
@@ -516,19 +551,34 @@ static __attribute__((noinline)) ssize_t after_io(int fd, struct ns_conn *c, int
 /* The data path on a governed connection (the wrappers have already sent
  * every other descriptor straight to libc): a settled, healthy connection
  * costs a few loads of its record. */
-#define IO(d_, fd_, len_, fl_, call) do { \
+#define IOX(d_, fd_, len_, fl_, buf_, cap_, call) do { \
 	struct ns_conn *c_ = c; \
 	uint32_t g_ = __atomic_load_n(&c_->gen, __ATOMIC_RELAXED); \
 	ssize_t r_; \
-	if (unlikely(LD(c_->total_deadline) | LD(c_->intr_deadline) | LD(c_->expired)) && \
-	    deadline_check((fd_), c_, (d_)) < 0) \
-		return -1; \
+	if (unlikely(LD(c_->total_deadline) | LD(c_->intr_deadline) | LD(c_->expired))) { \
+		if (deadline_check((fd_), c_, (d_)) < 0) \
+			return -1; \
+		if (LD(c_->expired) & NS_ATTN_FAULT) { \
+			size_t allow_; \
+			r_ = ns_fault_pre((fd_), c_, (d_), (fl_), (buf_), (len_), &allow_); \
+			if (r_ != NS_FAULT_GO) /* counted as if the kernel said it */ \
+				return after_io((fd_), c_, (d_), r_, (len_), (fl_), g_); \
+			cap_; \
+		} \
+	} \
 	r_ = call; \
 	if (likely(r_ > 0 && ((d_) == NS_OUT || LD(c_->outcome)) && \
-		   !(LD(c_->rd_wait_start) | LD(c_->intr_deadline) | (LD(c_->flags) & NS_C_CONNECTING)))) \
+		   !(LD(c_->rd_wait_start) | LD(c_->intr_deadline) | \
+		     (LD(c_->flags) & (NS_C_CONNECTING | NS_C_FAULT))))) \
 		return r_; \
 	return after_io((fd_), c_, (d_), r_, (len_), (fl_), g_); \
 } while (0)
+
+/* The calls with no plain buffer to cap or to answer into. */
+#define IO(d_, fd_, len_, fl_, call) IOX(d_, fd_, len_, fl_, NULL, (void)allow_, call)
+/* The calls with (buf, n): an injected fault may cap n (bandwidth, bytes
+ * left before a stall) or answer into buf (status). */
+#define IOB(d_, fd_, buf, n, fl_, call) IOX(d_, fd_, n, fl_, buf, if (allow_ < (n)) (n) = allow_, call)
 
 static size_t iov_len(const struct iovec *iov, int cnt)
 {
@@ -541,42 +591,44 @@ static size_t iov_len(const struct iovec *iov, int cnt)
 
 ssize_t ns_recv(struct ns_conn *c, int fd, void *buf, size_t n, int flags)
 {
-	IO(NS_IN, fd, n, flags, REAL(recv)(fd, buf, n, flags));
+	IOB(NS_IN, fd, buf, n, flags, REAL(recv)(fd, buf, n, flags));
 }
 
 ssize_t ns_recvfrom(struct ns_conn *c, int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *len)
 {
-	IO(NS_IN, fd, n, flags, REAL(recvfrom)(fd, buf, n, flags, sa, len));
+	IOB(NS_IN, fd, buf, n, flags, REAL(recvfrom)(fd, buf, n, flags, sa, len));
 }
 
 ssize_t ns_recvmsg(struct ns_conn *c, int fd, struct msghdr *msg, int flags)
 {
-	IO(NS_IN, fd, msg ? iov_len(msg->msg_iov, (int)msg->msg_iovlen) : 0, flags, REAL(recvmsg)(fd, msg, flags));
+	IOX(NS_IN, fd, msg && msg->msg_iovlen ? msg->msg_iov[0].iov_len : 0, flags,
+	    msg && msg->msg_iovlen ? msg->msg_iov[0].iov_base : NULL, (void)allow_, REAL(recvmsg)(fd, msg, flags));
 }
 
 ssize_t ns_read(struct ns_conn *c, int fd, void *buf, size_t n)
 {
-	IO(NS_IN, fd, n, 0, REAL(read)(fd, buf, n));
+	IOB(NS_IN, fd, buf, n, 0, REAL(read)(fd, buf, n));
 }
 
 ssize_t ns_readv(struct ns_conn *c, int fd, const struct iovec *iov, int cnt)
 {
-	IO(NS_IN, fd, iov_len(iov, cnt), 0, REAL(readv)(fd, iov, cnt));
+	IOX(NS_IN, fd, iov && cnt > 0 ? iov[0].iov_len : 0, 0, iov && cnt > 0 ? iov[0].iov_base : NULL,
+	    (void)allow_, REAL(readv)(fd, iov, cnt));
 }
 
 ssize_t ns_recv_chk(struct ns_conn *c, int fd, void *buf, size_t n, size_t buflen, int flags)
 {
-	IO(NS_IN, fd, n, flags, REAL(recv_chk)(fd, buf, n, buflen, flags));
+	IOB(NS_IN, fd, buf, n, flags, REAL(recv_chk)(fd, buf, n, buflen, flags));
 }
 
 ssize_t ns_recvfrom_chk(struct ns_conn *c, int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *sa, socklen_t *len)
 {
-	IO(NS_IN, fd, n, flags, REAL(recvfrom_chk)(fd, buf, n, buflen, flags, sa, len));
+	IOB(NS_IN, fd, buf, n, flags, REAL(recvfrom_chk)(fd, buf, n, buflen, flags, sa, len));
 }
 
 ssize_t ns_read_chk(struct ns_conn *c, int fd, void *buf, size_t n, size_t buflen)
 {
-	IO(NS_IN, fd, n, 0, REAL(read_chk)(fd, buf, n, buflen));
+	IOB(NS_IN, fd, buf, n, 0, REAL(read_chk)(fd, buf, n, buflen));
 }
 
 ssize_t ns_send(struct ns_conn *c, int fd, const void *buf, size_t n, int flags)
@@ -591,7 +643,7 @@ ssize_t ns_sendto(struct ns_conn *c, int fd, const void *buf, size_t n, int flag
 
 ssize_t ns_sendmsg(struct ns_conn *c, int fd, const struct msghdr *msg, int flags)
 {
-	IO(NS_OUT, fd, 0, flags, REAL(sendmsg)(fd, msg, flags));
+	IO(NS_OUT, fd, msg ? iov_len(msg->msg_iov, (int)msg->msg_iovlen) : 0, flags, REAL(sendmsg)(fd, msg, flags));
 }
 
 ssize_t ns_write(struct ns_conn *c, int fd, const void *buf, size_t n)
@@ -601,7 +653,7 @@ ssize_t ns_write(struct ns_conn *c, int fd, const void *buf, size_t n)
 
 ssize_t ns_writev(struct ns_conn *c, int fd, const struct iovec *iov, int cnt)
 {
-	IO(NS_OUT, fd, 0, 0, REAL(writev)(fd, iov, cnt));
+	IO(NS_OUT, fd, iov_len(iov, cnt), 0, REAL(writev)(fd, iov, cnt));
 }
 
 /* The batch calls: a count of messages, not bytes, but the same rules (a
@@ -614,12 +666,12 @@ int ns_recvmmsg(struct ns_conn *c, int fd, struct mmsghdr *v, unsigned n, int fl
 
 int ns_sendmmsg(struct ns_conn *c, int fd, struct mmsghdr *v, unsigned n, int flags)
 {
-	IO(NS_OUT, fd, 0, flags, REAL(sendmmsg)(fd, v, n, flags));
+	IO(NS_OUT, fd, n, flags, REAL(sendmmsg)(fd, v, n, flags));
 }
 
 ssize_t ns_sendfile(struct ns_conn *c, int out, int in, off_t *off, size_t n)
 {
-	IO(NS_OUT, out, 0, 0, REAL(sendfile)(out, in, off, n));
+	IO(NS_OUT, out, n, 0, REAL(sendfile)(out, in, off, n));
 }
 
 /* splice moves data between a pipe and a socket; the socket side decides
@@ -633,7 +685,7 @@ ssize_t ns_splice(int in, loff_t *offin, int out, loff_t *offout, size_t n, unsi
 		IO(NS_IN, in, n, fl, REAL(splice)(in, offin, out, offout, n, flags));
 	c = ns_conn_of(out);
 	if (c)
-		IO(NS_OUT, out, 0, fl, REAL(splice)(in, offin, out, offout, n, flags));
+		IO(NS_OUT, out, n, fl, REAL(splice)(in, offin, out, offout, n, flags));
 	return REAL(splice)(in, offin, out, offout, n, flags);
 }
 
@@ -794,10 +846,12 @@ static int connect_again(int fd, struct ns_conn *c, const struct sockaddr *sa, s
 {
 	int r, e;
 
-	if (__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE)) {
+	if (ns_exp_kind(c)) {
 		errno = ETIMEDOUT;
 		return -1;
 	}
+	if (unlikely(LD(c->expired) & NS_ATTN_FAULT))
+		ns_fault_delay_due(fd, c, ns_now());
 	r = REAL(connect)(fd, sa, len);
 	e = errno;
 
@@ -944,6 +998,38 @@ static int retry_wait(struct ns_conn *c, const struct ns_settings *set, const ch
 	return 1;
 }
 
+/* A blocking connect with an injected delay: wait it out (a connect
+ * deadline that comes first ends it as a timeout, nothing sent), then
+ * connect for real. Returns 0, or -1 with errno ETIMEDOUT. */
+static int delay_blocking(struct ns_conn *c)
+{
+	monotime until = c->fault.delay_until, cd = LD(c->connect_deadline), td = LD(c->total_deadline);
+	monotime end = until;
+
+	if (cd && cd < end)
+		end = cd;
+	if (td && td < end)
+		end = td;
+	for (;;) {
+		monotime now = ns_now();
+		struct timespec ts;
+
+		if (now >= end)
+			break;
+		ts.tv_sec = (end - now) / 1000000000;
+		ts.tv_nsec = (end - now) % 1000000000;
+		REAL(ppoll)(NULL, 0, &ts, NULL);   /* a signal: wait on, the connect is still in progress */
+	}
+	c->fault.delay_until = 0;
+	if (end < until) {
+		__atomic_fetch_or(&c->flags, NS_C_FAILED, __ATOMIC_RELAXED);
+		conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
+		errno = ETIMEDOUT;
+		return -1;
+	}
+	return 0;
+}
+
 int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	const struct ns_policy *pol;
@@ -951,9 +1037,11 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	struct ns_conn *c;
 	struct ns_dest d;
 	char key[NS_KEY_MAX];
+	struct sockaddr_storage to;
+	socklen_t tolen = 0;
 	monotime now;
 	uintptr_t v;
-	int slot, r, e, enforce, saved = errno;
+	int slot, r, e, enforce, fr = NS_FC_NONE, saved = errno;
 
 	if (!sa || len < (socklen_t)sizeof(sa_family_t) || (unsigned)fd >= ns_fdmax)
 		return REAL(connect)(fd, sa, len);
@@ -1022,8 +1110,31 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 			ST(c->total_deadline, now + (int64_t)set.total_timeout_ms * 1000000);
 	}
 	conn_begin(c, &set, now);
+	if (unlikely(ns_fault_possible())) {
+		fr = ns_fault_at_connect(c, &d, &set, slot, sa, len, &to, &tolen);
+		if (fr == NS_FC_FAIL) {
+			e = errno;
+			ns_fd_set(fd, (uintptr_t)c);
+			ns_conn_unref(c);
+			conn_fail_errno(c, e);
+			errno = e;
+			return -1;
+		}
+		if (fr == NS_FC_TARGET && !c->fault.delay_until) {
+			sa = (const struct sockaddr *)&to;   /* the kernel makes the fault real */
+			len = tolen;
+		}
+	}
 	ns_fd_set(fd, (uintptr_t)c);
 	ns_conn_unref(c);   /* the fd table holds it now */
+	if (unlikely(fr == NS_FC_TARGET && c->fault.delay_until)) {
+		if (LD(c->flags) & NS_C_NONBLOCK) {
+			sa = (const struct sockaddr *)&to;   /* the target that never answers, until the delay is up */
+			len = tolen;
+		} else if (delay_blocking(c) < 0) {
+			return -1;
+		}
+	}
 
 	if (enforce && (LD(c->read_timeout_ns) || LD(c->total_deadline))) {
 		/* a non-blocking socket never waits in the kernel: its deadlines
@@ -1081,12 +1192,34 @@ monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want_out, monotime
 	return d;
 }
 
+monotime ns_wait_interest(struct ns_conn *c, int want_in, int want_out, monotime now)
+{
+	monotime d = ns_wait_deadline(c, want_in, want_out, now), t = 0, until;
+	int ev;
+
+	if (likely(!(LD(c->expired) & NS_ATTN_FAULT)))
+		return d;
+	if (LD(c->flags) & NS_C_CONNECTING) {
+		t = c->fault.delay_until;       /* the real connect starts then */
+	} else if (want_in) {
+		int st = ns_fault_wait(c, now, &until, &ev);
+
+		if (st == NS_FW_READY)
+			t = now;
+		else if (st == NS_FW_GATED)
+			t = until;
+	}
+	return t && (!d || t < d) ? t : d;
+}
+
 int ns_wait_expire(struct ns_conn *c, int fd, int want_in, int want_out, monotime now)
 {
 	uint32_t f = __atomic_load_n(&c->flags, __ATOMIC_RELAXED), kind, none = NS_EXP_NONE;
 	monotime d;
 
-	kind = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
+	if (unlikely(LD(c->expired) & NS_ATTN_FAULT) && (f & NS_C_CONNECTING) && fd >= 0 && ns_conn_of(fd) == c)
+		ns_fault_delay_due(fd, c, now);
+	kind = ns_exp_kind(c);
 	if (kind)
 		return (int)kind;
 	d = ns_wait_deadline(c, want_in, want_out, now);
@@ -1096,7 +1229,8 @@ int ns_wait_expire(struct ns_conn *c, int fd, int want_in, int want_out, monotim
 		kind = NS_EXP_TOTAL;
 	else
 		kind = (f & NS_C_CONNECTING) ? NS_EXP_CONNECT : NS_EXP_READ;
-	if (__atomic_compare_exchange_n(&c->expired, &none, kind, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+	none = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE) & ~NS_EXP_MASK;   /* keeps NS_ATTN_* */
+	if (__atomic_compare_exchange_n(&c->expired, &none, none | kind, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 		if (kind == NS_EXP_CONNECT) {
 			__atomic_fetch_or(&c->flags, NS_C_FAILED | NS_C_ERR_PENDING, __ATOMIC_RELAXED);
 			if (fd >= 0 && ns_conn_of(fd) == c)
@@ -1104,7 +1238,7 @@ int ns_wait_expire(struct ns_conn *c, int fd, int want_in, int want_out, monotim
 		}
 		conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
 	}
-	return (int)__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
+	return (int)ns_exp_kind(c);
 }
 
 void ns_wait_ready(struct ns_conn *c, int in, int out, int err)
@@ -1342,8 +1476,8 @@ int ns_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 		return 0;
 	}
 	if (level == SOL_SOCKET && name == SO_ERROR && val && len && *len >= (socklen_t)sizeof(int) &&
-	    __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE)) {
-		uint32_t exp = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
+	    ns_exp_kind(c)) {
+		uint32_t exp = ns_exp_kind(c);
 
 		/* a timed-out connect's error is read once, as the kernel's is;
 		 * a read or total deadline stays in force on the connection */
@@ -1353,6 +1487,13 @@ int ns_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 			*len = sizeof(int);
 			return 0;
 		}
+	}
+	if (unlikely(LD(c->expired) & NS_ATTN_FAULT) && level == SOL_SOCKET && name == SO_ERROR && val && len &&
+	    *len >= (socklen_t)sizeof(int) && ns_fault_so_error(c)) {
+		/* an injected reset that is due: the pending error, read once */
+		*(int *)val = ECONNRESET;
+		*len = sizeof(int);
+		return 0;
 	}
 	r = REAL(getsockopt)(fd, level, name, val, len);
 	e = errno;

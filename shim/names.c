@@ -75,9 +75,20 @@ int ns_names_lookup(int family, const void *addr, char *out, size_t len)
 	return r;
 }
 
+/* An injected nxdomain for this name (fault.c); never for an address. */
+static int nxdomain(const char *name, const char *service)
+{
+	return name && !numeric(name) && unlikely(ns_fault_possible()) && ns_fault_nxdomain(name, service);
+}
+
 int ns_getaddrinfo(const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res)
 {
-	int r = REAL(getaddrinfo)(node, service, hints, res), e = errno;
+	int r, e;
+
+	if (!(hints && (hints->ai_flags & AI_NUMERICHOST)) && nxdomain(node, service))
+		return EAI_NONAME;   /* what glibc says of a name the DNS does not know */
+	r = REAL(getaddrinfo)(node, service, hints, res);
+	e = errno;
 
 	if (r == 0 && node && res && !(hints && (hints->ai_flags & AI_NUMERICHOST)) && !numeric(node)) {
 		for (const struct addrinfo *ai = *res; ai; ai = ai->ai_next) {
@@ -93,8 +104,15 @@ int ns_getaddrinfo(const char *node, const char *service, const struct addrinfo 
 
 struct hostent *ns_gethostbyname(const char *name)
 {
-	struct hostent *h = REAL(gethostbyname)(name);
-	int e = errno;
+	struct hostent *h;
+	int e;
+
+	if (nxdomain(name, NULL)) {
+		h_errno = HOST_NOT_FOUND;
+		return NULL;
+	}
+	h = REAL(gethostbyname)(name);
+	e = errno;
 
 	remember_hostent(name, h);
 	errno = e;
@@ -103,8 +121,15 @@ struct hostent *ns_gethostbyname(const char *name)
 
 struct hostent *ns_gethostbyname2(const char *name, int af)
 {
-	struct hostent *h = REAL(gethostbyname2)(name, af);
-	int e = errno;
+	struct hostent *h;
+	int e;
+
+	if (nxdomain(name, NULL)) {
+		h_errno = HOST_NOT_FOUND;
+		return NULL;
+	}
+	h = REAL(gethostbyname2)(name, af);
+	e = errno;
 
 	remember_hostent(name, h);
 	errno = e;
@@ -114,7 +139,18 @@ struct hostent *ns_gethostbyname2(const char *name, int af)
 int ns_gethostbyname_r(const char *name, struct hostent *ret, char *buf, size_t buflen,
 		       struct hostent **result, int *h_errnop)
 {
-	int r = REAL(gethostbyname_r)(name, ret, buf, buflen, result, h_errnop), e = errno;
+	int r, e;
+
+	if (nxdomain(name, NULL)) {
+		/* glibc's not-found: 0, no result, HOST_NOT_FOUND */
+		if (result)
+			*result = NULL;
+		if (h_errnop)
+			*h_errnop = HOST_NOT_FOUND;
+		return 0;
+	}
+	r = REAL(gethostbyname_r)(name, ret, buf, buflen, result, h_errnop);
+	e = errno;
 
 	if (r == 0 && result)
 		remember_hostent(name, *result);
@@ -125,7 +161,17 @@ int ns_gethostbyname_r(const char *name, struct hostent *ret, char *buf, size_t 
 int ns_gethostbyname2_r(const char *name, int af, struct hostent *ret, char *buf, size_t buflen,
 			struct hostent **result, int *h_errnop)
 {
-	int r = REAL(gethostbyname2_r)(name, af, ret, buf, buflen, result, h_errnop), e = errno;
+	int r, e;
+
+	if (nxdomain(name, NULL)) {
+		if (result)
+			*result = NULL;
+		if (h_errnop)
+			*h_errnop = HOST_NOT_FOUND;
+		return 0;
+	}
+	r = REAL(gethostbyname2_r)(name, af, ret, buf, buflen, result, h_errnop);
+	e = errno;
 
 	if (r == 0 && result)
 		remember_hostent(name, *result);

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "../policy/policy.h"
+#include "../policy/table.h"
 
 #define NS_HIDDEN __attribute__((visibility("hidden")))
 #define likely(x) __builtin_expect(!!(x), 1)
@@ -69,6 +70,10 @@ enum { NS_IN = 0, NS_OUT = 1 };
  * then on the connection answers ETIMEDOUT: SO_ERROR for a connect, every
  * data call otherwise. */
 enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
+#define NS_EXP_MASK 0xffu
+/* Above the kind, in the same word: the connection has injected faults
+ * (fault.c). One word, so the data path's one check covers both. */
+#define NS_ATTN_FAULT 0x100u
 
 /* conn flags (atomic) */
 #define NS_C_NONBLOCK 0x1u
@@ -77,6 +82,28 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
 #define NS_C_FAILED 0x8u          /* the connect failed: the socket may connect anew */
 #define NS_C_ARM_PENDING 0x10u    /* kernel timeouts to set once the socket turns blocking */
 #define NS_C_ERR_PENDING 0x20u    /* the connect deadline fired: report ETIMEDOUT once, as the kernel does */
+#define NS_C_FAULT 0x40u          /* injected faults: every data call takes the slow path */
+
+/* Injected faults of one connection (fault.c): set at connect, read only
+ * while NS_ATTN_FAULT is set in the connection's expired word. */
+struct ns_cfault {
+	uint32_t end_kind;          /* NS_F_STALL, _RESET, _CLOSE, _STATUS, or 0 */
+	uint32_t status;            /* status: the code */
+	uint64_t after;             /* stall/reset/close: bytes that arrive first */
+	int64_t latency_ns;         /* latency: 0 = none */
+	uint64_t rate;              /* bandwidth: bytes/s, 0 = none */
+	uint64_t got;               /* bytes the program has received */
+	monotime resp_due;          /* latency: input held until then */
+	uint32_t awaiting;          /* latency: sent, the answer not yet begun */
+	uint32_t sent;              /* status: the request was sent (and swallowed) */
+	monotime bw_start;          /* bandwidth: the clock of the rate */
+	monotime delay_until;       /* delay: the real connect starts then; 0 = done */
+	uint32_t synth_off;         /* status: bytes of the answer handed out */
+	uint32_t end_done;          /* reset: reported (then end of stream) */
+	int32_t rt_idx;             /* runtime fault record, -1 = policy or shimrun */
+	socklen_t real_len;
+	struct sockaddr_storage real_sa;   /* delay: the address to connect to */
+};
 
 /* A governed connection, shared by every fd dup'ed from the one that
  * connected. Records come from a pool and are never unmapped, so a thread
@@ -101,6 +128,7 @@ struct ns_conn {
 	 * (ns_conn_settings, ns_conn_key): see LD/ST below */
 	union { struct ns_settings set; uint64_t set_w[sizeof(struct ns_settings) / 8]; };
 	union { char key[NS_KEY_MAX]; uint64_t key_w[NS_KEY_MAX / 8]; };
+	struct ns_cfault fault;
 	struct ns_conn *next_free;
 };
 _Static_assert(sizeof(struct ns_settings) % 8 == 0 && NS_KEY_MAX % 8 == 0, "copied in words");
@@ -221,9 +249,61 @@ NS_HIDDEN int ns_getsockopt(int fd, int level, int name, void *val, socklen_t *l
  * it. ns_wait_expire returns the NS_EXP_* kind now in force, or 0. */
 NS_HIDDEN monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want_out, monotime now);
 NS_HIDDEN int ns_wait_expire(struct ns_conn *c, int fd, int want_in, int want_out, monotime now);
+/* The nearest time a wait must wake for c: its deadlines, and the moments
+ * injected faults change what it may see (fault.c). */
+NS_HIDDEN monotime ns_wait_interest(struct ns_conn *c, int want_in, int want_out, monotime now);
 /* The program saw c ready for input or output: it is no longer waiting. */
 NS_HIDDEN void ns_wait_ready(struct ns_conn *c, int in, int out, int err);
 NS_HIDDEN void ns_wait_forget_fd(int fd);
+
+static inline uint32_t ns_exp_kind(struct ns_conn *c)
+{
+	return __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE) & NS_EXP_MASK;
+}
+
+/**** injected faults (fault.c) ****/
+
+/* From core.c, for fault.c: count an outcome, note an event, the table. */
+NS_HIDDEN void ns_conn_outcome(struct ns_conn *c, int kind, int err);
+NS_HIDDEN void ns_note_event(int type, int slot, const char *key, const char *detail);
+NS_HIDDEN struct ns_table *ns_tbl(void);
+NS_HIDDEN void ns_policy_faults_for(const struct ns_dest *d, struct ns_settings *set);
+
+/* The policy in force changed (or was loaded): what fault.c keeps of it. */
+NS_HIDDEN void ns_fault_config(const struct ns_policy *pol);
+/* Could any fault act in this process? One load and a test: the answer
+ * for every connect and lookup when nobody injects anything. */
+NS_HIDDEN int ns_fault_possible(void);
+/* At connect, after the breaker let it through. Returns NS_FC_NONE (connect
+ * as asked), NS_FC_TARGET (connect to *to instead: the local target that
+ * refuses, or that never answers), or NS_FC_FAIL (fail now, errno set). */
+enum { NS_FC_NONE, NS_FC_TARGET, NS_FC_FAIL };
+NS_HIDDEN int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct ns_settings *set,
+				  int slot, const struct sockaddr *sa, socklen_t len,
+				  struct sockaddr_storage *to, socklen_t *tolen);
+/* A delay whose time came: the real connect starts. 1 if it did. */
+NS_HIDDEN int ns_fault_delay_due(int fd, struct ns_conn *c, monotime now);
+/* Should this lookup of name fail (nxdomain)? */
+NS_HIDDEN int ns_fault_nxdomain(const char *name, const char *service);
+
+/* The data path of a connection with faults, before the real call:
+ * NS_FAULT_GO to make it (at most *allow bytes), or the call's result
+ * (errno set for -1). buf/n: the caller's buffer, for a made-up answer
+ * (NULL when the call has no plain buffer). */
+#define NS_FAULT_GO (-2)
+NS_HIDDEN ssize_t ns_fault_pre(int fd, struct ns_conn *c, int d, int flags, void *buf, size_t n, size_t *allow);
+/* ...and after it moved r > 0 bytes. */
+NS_HIDDEN void ns_fault_post(struct ns_conn *c, int d, ssize_t r);
+/* For the waits: NS_FW_NONE, NS_FW_GATED (input held until *until; 0 =
+ * for ever) or NS_FW_READY (input to report now, with *ev of NS_FWE_*). */
+enum { NS_FW_NONE, NS_FW_GATED, NS_FW_READY };
+#define NS_FWE_ERR 0x1
+#define NS_FWE_HUP 0x2
+#define NS_FWE_RDHUP 0x4
+NS_HIDDEN int ns_fault_wait(struct ns_conn *c, monotime now, monotime *until, int *ev);
+/* getsockopt(SO_ERROR): 1 when an injected reset is due and not yet told
+ * (it is now, and counted), as the kernel reports a reset there. */
+NS_HIDDEN int ns_fault_so_error(struct ns_conn *c);
 
 /* trace.c: up to max frames of the calling code, the shim's own skipped,
  * as "function+0xoff (object)". Returns how many. */

@@ -111,6 +111,29 @@ static int real_poll(const struct pollcall *p, monotime until, monotime now)
 #define P_IN (POLLIN | POLLPRI | POLLRDNORM | POLLRDBAND)
 #define P_OUT (POLLOUT | POLLWRNORM | POLLWRBAND)
 
+/* Injected faults on c's input (fault.c): NS_FW_NONE, NS_FW_GATED (the
+ * kernel must not report input: it is held back) or NS_FW_READY (report
+ * input now, with *ev of NS_FWE_*). Connections without faults: NONE after
+ * one load. */
+static int fault_in(struct ns_conn *c, monotime now, int *ev)
+{
+	monotime until;
+
+	*ev = 0;
+	if (likely(!(LD(c->expired) & NS_ATTN_FAULT)) || (LD(c->flags) & NS_C_CONNECTING))
+		return NS_FW_NONE;
+	return ns_fault_wait(c, now, &until, ev);
+}
+
+/* Input held back by a fault is taken out of what poll asks the kernel,
+ * and put back after. At most HOLD_MAX entries per call are held. */
+#define HOLD_MAX 64
+struct held {
+	int n;
+	nfds_t idx[HOLD_MAX];
+	short ev[HOLD_MAX];
+};
+
 static int poll_governed(const struct pollcall *p)
 {
 	for (nfds_t i = 0; i < p->n; i++)
@@ -131,9 +154,9 @@ static monotime poll_nearest(const struct pollcall *p, monotime now)
 
 		if (!c)
 			continue;
-		if (__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE))
+		if (ns_exp_kind(c))
 			return now;
-		d = ns_wait_deadline(c, p->fds[i].events & P_IN, p->fds[i].events & P_OUT, now);
+		d = ns_wait_interest(c, p->fds[i].events & P_IN, p->fds[i].events & P_OUT, now);
 		if (d && (!nearest || d < nearest))
 			nearest = d;
 	}
@@ -151,9 +174,20 @@ static int poll_mark(const struct pollcall *p, monotime now)
 		struct ns_conn *c = ns_conn_of(f->fd);
 		short rv = f->revents;
 
+		int ev;
+
 		if (!c)
 			continue;
-		if (rv && !__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE)) {
+		if ((f->events & P_IN) && !ns_exp_kind(c) && fault_in(c, now, &ev) == NS_FW_READY) {
+			/* an injected end or answer: input to read now */
+			f->revents |= (short)((f->events & (POLLIN | POLLRDNORM)) | ((ev & NS_FWE_ERR) ? POLLERR : 0) |
+					      ((ev & NS_FWE_HUP) ? POLLHUP : 0) |
+					      ((ev & NS_FWE_RDHUP) ? (f->events & POLLRDHUP) : 0));
+			if (!rv)
+				added++;
+			continue;
+		}
+		if (rv && !ns_exp_kind(c)) {
 			ns_wait_ready(c, rv & (P_IN | POLLHUP), rv & P_OUT, rv & (POLLERR | POLLHUP));
 			continue;
 		}
@@ -166,17 +200,43 @@ static int poll_mark(const struct pollcall *p, monotime now)
 	return added;
 }
 
+static void poll_hold(const struct pollcall *p, monotime now, struct held *h)
+{
+	h->n = 0;
+	for (nfds_t i = 0; i < p->n && h->n < HOLD_MAX; i++) {
+		struct ns_conn *c = ns_conn_of(p->fds[i].fd);
+		int ev;
+
+		if (c && (p->fds[i].events & P_IN) && fault_in(c, now, &ev) == NS_FW_GATED) {
+			h->idx[h->n] = i;
+			h->ev[h->n++] = p->fds[i].events;
+			p->fds[i].events &= (short)~P_IN;
+		}
+	}
+}
+
+static void poll_unhold(const struct pollcall *p, const struct held *h)
+{
+	for (int k = 0; k < h->n; k++)
+		p->fds[h->idx[k]].events = h->ev[k];
+}
+
 static int poll_common(const struct pollcall *p, monotime until)
 {
 	monotime now = ns_now();
 
 	for (;;) {
 		monotime nearest = poll_nearest(p, now);
-		int r, added;
+		struct held h;
+		int r, added, e;
 
 		if (!nearest)
 			return real_poll(p, until, now);
+		poll_hold(p, now, &h);
 		r = real_poll(p, earliest(until, nearest), now);
+		e = errno;
+		poll_unhold(p, &h);
+		errno = e;
 		if (r < 0)
 			return r;   /* EINTR and the rest pass through */
 		now = ns_now();
@@ -273,9 +333,9 @@ static monotime sel_nearest(struct selcall *s, monotime now)
 	FOR_GOVERNED(s, fd, c) {
 		monotime d;
 
-		if (__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE))
+		if (ns_exp_kind(c))
 			return now;
-		d = ns_wait_deadline(c, isset(s->set[0] ? &s->in[0] : NULL, fd),
+		d = ns_wait_interest(c, isset(s->set[0] ? &s->in[0] : NULL, fd),
 				     isset(s->set[1] ? &s->in[1] : NULL, fd), now);
 		if (d && (!nearest || d < nearest))
 			nearest = d;
@@ -292,7 +352,16 @@ static int sel_mark(struct selcall *s, monotime now)
 		int want_out = isset(s->set[1] ? &s->in[1] : NULL, fd);
 		int got_in = isset(s->set[0], fd), got_out = isset(s->set[1], fd);
 
-		if ((got_in || got_out) && !__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE)) {
+		int ev;
+
+		if (want_in && !ns_exp_kind(c) && fault_in(c, now, &ev) == NS_FW_READY) {
+			if (!got_in) {
+				setbit(s->set[0], fd);
+				added++;
+			}
+			continue;
+		}
+		if ((got_in || got_out) && !ns_exp_kind(c)) {
 			/* select cannot say whether a writable connect failed: leave
 			 * that to SO_ERROR or the first send */
 			ns_wait_ready(c, got_in, got_out, 1);
@@ -320,6 +389,15 @@ static int real_select(struct selcall *s, monotime until, monotime now)
 	for (int i = 0; i < 3; i++)
 		if (s->set[i])
 			*s->set[i] = s->in[i];
+	if (s->set[0]) {
+		/* input held back by a fault is not asked of the kernel */
+		FOR_GOVERNED(s, fd, c) {
+			int ev;
+
+			if (isset(&s->in[0], fd) && fault_in(c, now, &ev) == NS_FW_GATED)
+				words(s->set[0])[fd / BITS] &= ~(1UL << (fd % BITS));
+		}
+	}
 	if (s->pselect)
 		return REAL(pselect)(s->nfds, s->set[0], s->set[1], s->set[2], tsp, s->mask);
 	if (tsp) {
@@ -415,6 +493,7 @@ struct ep_reg {
 	epoll_data_t data;
 	uint32_t disabled;      /* EPOLLONESHOT delivered; re-armed by EPOLL_CTL_MOD */
 	uint32_t et_done;       /* EPOLLET: the deadline's event was delivered once */
+	uint32_t gated;         /* EPOLLIN taken out in the kernel: input held by a fault */
 	uint64_t seen;          /* the wait round in which the kernel reported it */
 	UT_hash_handle hh;
 };
@@ -506,6 +585,7 @@ static void ep_remember(int epfd, int fd, const struct epoll_event *ev)
 	g->data = ev->data;
 	g->disabled = 0;
 	g->et_done = 0;
+	g->gated = 0;
 	reg_conn(g);
 out_unlock:
 	pthread_mutex_unlock(&ep_lock);
@@ -593,12 +673,41 @@ static int real_epoll(const struct epcall *p, monotime until, monotime now)
 	}
 }
 
+/* Registrations whose input a fault holds back, or no longer holds: their
+ * EPOLLIN is taken out of (put back into) the kernel's registration after
+ * the lock is dropped, so that a level-triggered wait does not spin on
+ * data the program may not see yet, and an edge-triggered one is told
+ * again when it may (EPOLL_CTL_MOD re-checks readiness). */
+#define GATE_OPS 32
+struct gate_ops {
+	int n;
+	struct { int fd; struct epoll_event ev; } op[GATE_OPS];
+};
+
+static void ep_gate(struct ep_reg *g, struct ns_conn *c, monotime now, struct gate_ops *ops)
+{
+	int ev, want;
+
+	if (!(g->events & EPOLLIN) || ops->n == GATE_OPS)
+		return;
+	want = fault_in(c, now, &ev) == NS_FW_GATED;
+	if (want == (int)g->gated)
+		return;
+	g->gated = (uint32_t)want;
+	ops->op[ops->n].fd = g->fd;
+	ops->op[ops->n].ev.events = want ? g->events & ~(uint32_t)EPOLLIN : g->events;
+	ops->op[ops->n].ev.data = g->data;
+	ops->n++;
+}
+
 static monotime ep_nearest(int epfd, monotime now)
 {
 	monotime nearest = 0;
 	struct ep_set *s;
 	struct ep_reg *g, *tmp;
+	struct gate_ops ops;
 
+	ops.n = 0;
 	pthread_mutex_lock(&ep_lock);
 	HASH_FIND_INT(ep_sets, &epfd, s);
 	if (s) {
@@ -606,18 +715,28 @@ static monotime ep_nearest(int epfd, monotime now)
 			struct ns_conn *c = reg_conn(g);
 			monotime d;
 
-			if (!c || g->disabled || ((g->events & EPOLLET) && g->et_done))
+			if (!c || g->disabled)
 				continue;
-			if (__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE)) {
+			if (unlikely(LD(c->expired) & NS_ATTN_FAULT))
+				ep_gate(g, c, now, &ops);
+			if ((g->events & EPOLLET) && g->et_done)
+				continue;
+			if (ns_exp_kind(c)) {
 				nearest = now;
 				break;
 			}
-			d = ns_wait_deadline(c, g->events & (EPOLLIN | EPOLLPRI), g->events & EPOLLOUT, now);
+			d = ns_wait_interest(c, g->events & (EPOLLIN | EPOLLPRI), g->events & EPOLLOUT, now);
 			if (d && (!nearest || d < nearest))
 				nearest = d;
 		}
 	}
 	pthread_mutex_unlock(&ep_lock);
+	for (int i = 0; i < ops.n; i++) {
+		int e = errno;
+
+		REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, ops.op[i].fd, &ops.op[i].ev);
+		errno = e;
+	}
 	return nearest;
 }
 
@@ -653,11 +772,24 @@ static int ep_mark(const struct epcall *p, int r, monotime now)
 	HASH_ITER(hh, s->regs, g, tmp) {
 		struct ns_conn *c = reg_conn(g);
 		struct epoll_event *out;
+		int fev;
 
 		if (!c || g->seen == round || g->disabled || r + added >= p->max)
 			continue;
 		if ((g->events & EPOLLET) && g->et_done)
 			continue;
+		if ((g->events & EPOLLIN) && !ns_exp_kind(c) && fault_in(c, now, &fev) == NS_FW_READY) {
+			/* an injected end or answer: the program's own event */
+			out = &p->ev[r + added++];
+			out->events = EPOLLIN | ((fev & NS_FWE_ERR) ? EPOLLERR : 0) | ((fev & NS_FWE_HUP) ? EPOLLHUP : 0) |
+				      ((fev & NS_FWE_RDHUP) ? (g->events & EPOLLRDHUP) : 0);
+			out->data = g->data;
+			if (g->events & EPOLLET)
+				g->et_done = 1;
+			if (g->events & EPOLLONESHOT)
+				g->disabled = 1;
+			continue;
+		}
 		if (!ns_wait_expire(c, g->fd, g->events & (EPOLLIN | EPOLLPRI), g->events & EPOLLOUT, now))
 			continue;
 		out = &p->ev[r + added++];

@@ -1,0 +1,723 @@
+/* fault.c -- injected faults, inside the program: which connections get
+ * which fault, and what the program then sees.
+ *
+ * Faults come from the shared table (shimctl inject: every process, from
+ * its next connect), from NETSHIM_INJECT (shimrun --inject: this run) and
+ * from the policy's `fault` key, in that order of precedence.
+ *
+ * The connect faults are made real by the kernel wherever it can make
+ * them: a refused connect is a connect to a local socket that is bound
+ * but not listening, a blackholed one a connect to a local listener whose
+ * accept queue is full, so the program sees exactly what it would see of
+ * the real fault (errno, SO_ERROR, poll/epoll readiness, kernel retries)
+ * while nothing goes to the network. The data faults are the shim's: it
+ * holds input back (latency, bandwidth, stall), ends the stream (close),
+ * fails it (reset), or answers itself (status); the waits learn of them
+ * through ns_fault_wait, as they learn of deadlines. */
+#include "shim.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../policy/fault.h"
+#include "real.h"
+
+/**** configuration ****/
+
+struct inj {
+	struct ns_section pat;
+	struct ns_faults f;
+};
+
+static struct inj *env_inj;       /* NETSHIM_INJECT, parsed once */
+static int env_n;
+static int local_faults;          /* atomic: the policy or NETSHIM_INJECT names a fault */
+static uint64_t frng;             /* atomic: the fault random source */
+static int seeded;                /* a seed was given: a forked child goes on from it */
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+static void fault_reseed(void)
+{
+	if (!seeded)
+		__atomic_store_n(&frng, (uint64_t)ns_now() ^ ((uint64_t)getpid() << 32) ^ 0x5bd1e995ULL,
+				 __ATOMIC_RELAXED);
+}
+
+static void env_load(void)
+{
+	const char *v = getenv("NETSHIM_INJECT");
+	char *copy, *line, *save = NULL;
+	int cap = 0;
+
+	if (!v || !*v)
+		return;
+	copy = strdup(v);
+	if (!copy)
+		return;
+	for (const char *p = v; *p; p++)
+		cap += *p == '\n';
+	env_inj = calloc((size_t)cap + 1, sizeof(*env_inj));
+	if (!env_inj) {
+		free(copy);
+		return;
+	}
+	for (line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char why[300];
+
+		if (env_n > cap)
+			break;
+		if (ns_inject_parse(line, &env_inj[env_n].pat, &env_inj[env_n].f, why, sizeof(why)) < 0) {
+			ns_log(NS_LOG_ERROR, "NETSHIM_INJECT: %s; ignored", why);
+			continue;
+		}
+		/* never by accident: a run with injected faults says so */
+		ns_log(NS_LOG_WARN, "injecting faults in this run: %s", line);
+		env_n++;
+	}
+	free(copy);
+}
+
+void ns_fault_config(const struct ns_policy *pol)
+{
+	const char *seed = getenv("NETSHIM_FAULT_SEED");
+	uint64_t s = 0;
+
+	pthread_once(&env_once, env_load);
+	if (seed && *seed) {
+		s = strtoull(seed, NULL, 10);
+		if (!s)
+			ns_log(NS_LOG_ERROR, "NETSHIM_FAULT_SEED=%s is not a whole number from 1; ignored", seed);
+	}
+	if (!s && pol && pol->nsections > 0)
+		s = pol->sec[0].v.fault_seed;
+	if (s && !seeded) {
+		seeded = 1;
+		__atomic_store_n(&frng, s, __ATOMIC_RELAXED);
+	} else if (!seeded && !__atomic_load_n(&frng, __ATOMIC_RELAXED)) {
+		fault_reseed();
+		pthread_atfork(NULL, NULL, fault_reseed);
+	}
+	__atomic_store_n(&local_faults, (pol && pol->has_faults) || env_n > 0, __ATOMIC_RELEASE);
+}
+
+int ns_fault_possible(void)
+{
+	struct ns_table *t;
+
+	if (__atomic_load_n(&local_faults, __ATOMIC_ACQUIRE))
+		return 1;
+	t = ns_tbl();
+	return t && ns_table_fault_gen(t) != 0;
+}
+
+/* Draw the choice for one connection (or lookup) from the shared source. */
+static uint32_t choose(const struct ns_faults *f, int phase)
+{
+	uint64_t old = __atomic_load_n(&frng, __ATOMIC_RELAXED), st;
+	uint32_t mask;
+
+	do {
+		st = old;
+		mask = ns_faults_choose(f, phase, &st);
+	} while (!__atomic_compare_exchange_n(&frng, &old, st, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+	return mask;
+}
+
+/**** runtime faults: a private copy of the table's, by generation ****/
+
+struct rt {
+	struct ns_section pat;
+	struct ns_faults f;
+	uint64_t expires_ms;
+	uint32_t idx;
+	char dest[NS_KEY_MAX];
+};
+
+/* Guards the copy: held to rebuild it or to read one entry out, never
+ * across a system call. A fork while another thread held it would leave it
+ * locked in the child, hence the atfork handlers. */
+static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rt rt_copy[NS_FAULT_RECS];
+static int rt_n;
+static uint64_t rt_gen;
+static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
+
+static void rt_prepare(void) { pthread_mutex_lock(&rt_lock); }
+static void rt_parent(void) { pthread_mutex_unlock(&rt_lock); }
+static void rt_child(void) { pthread_mutex_init(&rt_lock, NULL); }
+static void rt_init(void) { pthread_atfork(rt_prepare, rt_parent, rt_child); }
+
+static uint64_t mono_ms(monotime now)
+{
+	return (uint64_t)(now / 1000000);
+}
+
+static void rt_refresh(struct ns_table *t, uint64_t gen)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; i < t->flt_cap && n < (int)NS_FAULT_RECS; i++) {
+		struct ns_fltview v;
+		char why[200];
+
+		if (ns_table_fault_read(t, i, &v) < 0 || v.state != NS_FLT_ACTIVE)
+			continue;
+		/* shared memory is untrusted: the record is parsed like input */
+		if (ns_pattern_parse(v.dest, &rt_copy[n].pat) ||
+		    ns_faults_parse(v.text, &rt_copy[n].f, why, sizeof(why)) < 0)
+			continue;
+		rt_copy[n].expires_ms = v.expires_ms;
+		rt_copy[n].idx = i;
+		memcpy(rt_copy[n].dest, v.dest, sizeof(rt_copy[n].dest));
+		n++;
+	}
+	rt_n = n;
+	rt_gen = gen;
+}
+
+/* The runtime faults for d, if any: the most specific matching record (one
+ * with a port before one without). Returns the record index or -1. */
+static int rt_lookup(const struct ns_dest *d, monotime now, struct ns_faults *out)
+{
+	struct ns_table *t = ns_tbl();
+	uint64_t gen;
+	int best = -1, best_port = -1, expired = -1, idx = -1;
+	char dest[NS_KEY_MAX];
+
+	if (!t || !(gen = ns_table_fault_gen(t)))
+		return -1;
+	pthread_once(&rt_once, rt_init);
+	pthread_mutex_lock(&rt_lock);
+	if (gen != rt_gen)
+		rt_refresh(t, gen);
+	for (int i = 0; i < rt_n; i++) {
+		if (!ns_pattern_match(&rt_copy[i].pat, d))
+			continue;
+		if (rt_copy[i].expires_ms && rt_copy[i].expires_ms <= mono_ms(now)) {
+			expired = i;
+			continue;
+		}
+		if (rt_copy[i].pat.port > best_port) {
+			best = i;
+			best_port = rt_copy[i].pat.port;
+		}
+	}
+	if (best >= 0) {
+		*out = rt_copy[best].f;
+		idx = (int)rt_copy[best].idx;
+	}
+	if (expired >= 0) {
+		memcpy(dest, rt_copy[expired].dest, sizeof(dest));
+		expired = (int)rt_copy[expired].idx;
+	}
+	pthread_mutex_unlock(&rt_lock);
+	/* --for ran out: the first process to notice says so, once */
+	if (expired >= 0 && ns_table_fault_expire(t, (uint32_t)expired))
+		ns_note_event(NS_E_FAULT_CLEARED, -1, dest, "expired");
+	return idx;
+}
+
+/* The faults for d: runtime, then shimrun's, then the policy's. Returns 0
+ * when there are none; *rt the runtime record, or -1. */
+static int faults_for(const struct ns_dest *d, const struct ns_faults *policy, monotime now,
+		      struct ns_faults *out, int *rt)
+{
+	*rt = rt_lookup(d, now, out);
+	if (*rt >= 0)
+		return out->n > 0;
+	for (int i = 0; i < env_n; i++) {
+		if (ns_pattern_match(&env_inj[i].pat, d)) {
+			*out = env_inj[i].f;
+			return 1;
+		}
+	}
+	if (policy && policy->n) {
+		*out = *policy;
+		return 1;
+	}
+	return 0;
+}
+
+/**** the local targets that make connect faults real ****/
+
+/* fds of the hidden sockets, +1 (0 = not made yet); per family: [0] v4, [1] v6 */
+static int refuse_fd[2], hole_fd[2];
+static struct sockaddr_storage refuse_sa[2], hole_sa[2];
+static socklen_t refuse_len[2], hole_len[2];
+
+/* Out of the program's way: the shim's own sockets live high. */
+static int move_high(int fd)
+{
+	int hi = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 900);
+
+	if (hi < 0)
+		return fd;
+	REAL(close)(fd);
+	return hi;
+}
+
+static int loopback(int v6, struct sockaddr_storage *ss, socklen_t *len)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (v6) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+
+		s6->sin6_family = AF_INET6;
+		s6->sin6_addr = in6addr_loopback;
+		*len = sizeof(*s6);
+	} else {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+
+		s4->sin_family = AF_INET;
+		s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		*len = sizeof(*s4);
+	}
+	return v6 ? AF_INET6 : AF_INET;
+}
+
+/* A local socket that refuses (bound, not listening), or one whose SYNs are
+ * dropped (listening with backlog 0, its one place taken by our own
+ * connection). Made once per family; a thread that loses the race to
+ * publish closes its own. Returns 0 and the address, or -1. */
+static int target(int kind, int v6, struct sockaddr_storage *out, socklen_t *outlen)
+{
+	int *slot = kind == NS_F_REFUSE ? &refuse_fd[v6] : &hole_fd[v6];
+	struct sockaddr_storage *sa = kind == NS_F_REFUSE ? &refuse_sa[v6] : &hole_sa[v6];
+	socklen_t *len = kind == NS_F_REFUSE ? &refuse_len[v6] : &hole_len[v6];
+	struct sockaddr_storage ss;
+	socklen_t l;
+	int fd, filler = -1, zero = 0, fam, saved = errno;
+
+	if (__atomic_load_n(slot, __ATOMIC_ACQUIRE) > 0)
+		goto out_copy;
+	fam = loopback(v6, &ss, &l);
+	fd = REAL(socket)(fam, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		goto out_fail;
+	if (bind(fd, (struct sockaddr *)&ss, l) < 0 || getsockname(fd, (struct sockaddr *)&ss, &l) < 0)
+		goto out_close;
+	if (kind != NS_F_REFUSE) {
+		if (listen(fd, 0) < 0)
+			goto out_close;
+		filler = REAL(socket)(fam, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (filler < 0 || REAL(connect)(filler, (struct sockaddr *)&ss, l) < 0)
+			goto out_close;
+		filler = move_high(filler);
+	}
+	fd = move_high(fd);
+	memcpy(sa, &ss, sizeof(ss));
+	*len = l;
+	if (!__atomic_compare_exchange_n(slot, &zero, fd + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		REAL(close)(fd);
+		if (filler >= 0)
+			REAL(close)(filler);
+	}
+	/* the filler stays open for the life of the process: it is what
+	 * keeps the queue full */
+out_copy:
+	memcpy(out, sa, sizeof(*out));
+	*outlen = *len;
+	errno = saved;
+	return 0;
+out_close:
+	REAL(close)(fd);
+	if (filler >= 0)
+		REAL(close)(filler);
+out_fail:
+	ns_log(NS_LOG_ERROR, "cannot make the local %s target for an injected fault: %s; passing the connect through",
+	       kind == NS_F_REFUSE ? "refusing" : "blackhole", strerror(errno));
+	errno = saved;
+	return -1;
+}
+
+/* A v6 socket reaches the v4 target as ::ffff:127.0.0.1 when ::1 has none. */
+static int target_for(int kind, int family, struct sockaddr_storage *to, socklen_t *tolen)
+{
+	if (family == AF_INET6 && target(kind, 1, to, tolen) == 0)
+		return 0;
+	if (target(kind, 0, to, tolen) < 0)
+		return -1;
+	if (family == AF_INET6) {
+		struct sockaddr_in v4;
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)to;
+
+		memcpy(&v4, to, sizeof(v4));
+		memset(to, 0, sizeof(*to));
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = v4.sin_port;
+		s6->sin6_addr.s6_addr[10] = 0xff;
+		s6->sin6_addr.s6_addr[11] = 0xff;
+		memcpy(&s6->sin6_addr.s6_addr[12], &v4.sin_addr, 4);
+		*tolen = sizeof(*s6);
+	}
+	return 0;
+}
+
+/**** connect ****/
+
+int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct ns_settings *set,
+			int slot, const struct sockaddr *sa, socklen_t len,
+			struct sockaddr_storage *to, socklen_t *tolen)
+{
+	struct ns_cfault *cf = &c->fault;
+	struct ns_faults f;
+	uint32_t cm, dm;
+	int rt, r = NS_FC_NONE, got = 0;
+	monotime now = ns_now();
+
+	if (!faults_for(d, &set->fault, now, &f, &rt))
+		return NS_FC_NONE;
+	cm = choose(&f, NS_FP_CONNECT);
+	dm = choose(&f, NS_FP_DATA);
+	memset(cf, 0, sizeof(*cf));
+	cf->rt_idx = rt;
+	for (uint32_t i = 0; i < f.n && !got; i++) {
+		const struct ns_fault *x = &f.f[i];
+
+		if (!(cm & (1u << i)))
+			continue;
+		got = 1;
+		switch (x->kind) {
+		case NS_F_UNREACHABLE:
+			errno = EHOSTUNREACH;
+			r = NS_FC_FAIL;
+			break;
+		case NS_F_REFUSE:
+			r = target_for(NS_F_REFUSE, sa->sa_family, to, tolen) == 0 ? NS_FC_TARGET : NS_FC_NONE;
+			break;
+		case NS_F_BLACKHOLE:
+			r = target_for(NS_F_BLACKHOLE, sa->sa_family, to, tolen) == 0 ? NS_FC_TARGET : NS_FC_NONE;
+			break;
+		case NS_F_DELAY:
+			if (len > (socklen_t)sizeof(cf->real_sa))
+				break;
+			memcpy(&cf->real_sa, sa, len);
+			cf->real_len = len;
+			cf->delay_until = now + (int64_t)x->arg * 1000000;
+			r = NS_FC_TARGET;
+			if (!(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_NONBLOCK))
+				break;   /* a blocking connect waits in ns_connect itself */
+			if (target_for(NS_F_BLACKHOLE, sa->sa_family, to, tolen) < 0)
+				r = NS_FC_NONE;
+			break;
+		}
+	}
+	/* the data faults, when the connect itself is left alone (or delayed) */
+	if (r != NS_FC_FAIL && !(r == NS_FC_TARGET && !cf->delay_until)) {
+		for (uint32_t i = 0; i < f.n; i++) {
+			const struct ns_fault *x = &f.f[i];
+
+			if (!(dm & (1u << i)))
+				continue;
+			got = 1;
+			switch (x->kind) {
+			case NS_F_LATENCY:
+				cf->latency_ns = (int64_t)x->arg * 1000000;
+				break;
+			case NS_F_BANDWIDTH:
+				cf->rate = x->arg;
+				break;
+			default:
+				if (!cf->end_kind) {
+					cf->end_kind = x->kind;
+					cf->after = x->after;
+					cf->status = (uint32_t)x->arg;
+				}
+				break;
+			}
+		}
+	}
+	if (!got)
+		return NS_FC_NONE;
+	if (slot >= 0 && ns_tbl())
+		ns_table_add_injected(ns_tbl(), slot);
+	if (rt >= 0 && ns_tbl())
+		ns_table_fault_applied(ns_tbl(), (uint32_t)rt);
+	NS_LOG(NS_LOG_INFO, "%s: injected fault (connect %s%s)", c->key[0] ? c->key : "?",
+	       r == NS_FC_NONE ? "as asked" : r == NS_FC_FAIL ? "fails" : cf->delay_until ? "delayed" : "diverted",
+	       cf->latency_ns || cf->rate || cf->end_kind ? ", data faults" : "");
+	if (cf->latency_ns || cf->rate || cf->end_kind || cf->delay_until) {
+		__atomic_fetch_or(&c->flags, NS_C_FAULT, __ATOMIC_RELAXED);
+		__atomic_fetch_or(&c->expired, NS_ATTN_FAULT, __ATOMIC_RELEASE);
+	}
+	return r;
+}
+
+int ns_fault_delay_due(int fd, struct ns_conn *c, monotime now)
+{
+	struct ns_cfault *cf = &c->fault;
+	monotime due = cf->delay_until;
+	struct sockaddr un = { .sa_family = AF_UNSPEC };
+	int saved = errno, err;
+	socklen_t l = sizeof(err);
+
+	if (!(__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE) & NS_ATTN_FAULT) || !due || now < due ||
+	    !__atomic_compare_exchange_n(&cf->delay_until, &due, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		return 0;
+	/* leave the target that never answers; connect for real, from now */
+	REAL(connect)(fd, &un, sizeof(un));
+	REAL(getsockopt)(fd, SOL_SOCKET, SO_ERROR, &err, &l);
+	REAL(connect)(fd, (struct sockaddr *)&cf->real_sa, cf->real_len);
+	errno = saved;
+	return 1;
+}
+
+/**** lookups ****/
+
+int ns_fault_nxdomain(const char *name, const char *service)
+{
+	struct ns_dest d;
+	struct ns_faults f;
+	struct ns_settings set;
+	int rt;
+
+	if (!name || !*name || strlen(name) >= sizeof(d.name))
+		return 0;
+	memset(&d, 0, sizeof(d));
+	for (size_t i = 0; name[i]; i++)
+		d.name[i] = (char)((name[i] >= 'A' && name[i] <= 'Z') ? name[i] - 'A' + 'a' : name[i]);
+	if (service) {
+		char *end;
+		unsigned long p = strtoul(service, &end, 10);
+
+		if (!*end && p > 0 && p < 65536)
+			d.port = (uint16_t)p;
+	}
+	ns_policy_faults_for(&d, &set);
+	if (!faults_for(&d, &set.fault, ns_now(), &f, &rt))
+		return 0;
+	if (!(choose(&f, NS_FP_LOOKUP) & ~0u))
+		return 0;
+	for (uint32_t i = 0; i < f.n; i++) {
+		if (f.f[i].kind != NS_F_NXDOMAIN)
+			continue;
+		if (rt >= 0 && ns_tbl())
+			ns_table_fault_applied(ns_tbl(), (uint32_t)rt);
+		NS_LOG(NS_LOG_INFO, "%s: injected fault: nxdomain", d.name);
+		return 1;
+	}
+	return 0;
+}
+
+/**** the data path ****/
+
+static const char *reason(uint32_t code)
+{
+	switch (code) {
+	case 200: return "OK";
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
+	case 404: return "Not Found";
+	case 408: return "Request Timeout";
+	case 429: return "Too Many Requests";
+	case 500: return "Internal Server Error";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	case 504: return "Gateway Timeout";
+	default: return "Injected";
+	}
+}
+
+/* The made-up answer of `status CODE`: a minimal HTTP/1.1 response with
+ * an empty body, then end of stream. */
+static size_t synth(const struct ns_cfault *cf, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "HTTP/1.1 %u %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+			 cf->status, reason(cf->status));
+
+	return n < 0 ? 0 : (size_t)n >= len ? len - 1 : (size_t)n;
+}
+
+/* What input may do now: NS_FW_NONE (flow, at most *allow bytes),
+ * NS_FW_GATED (held until *until, 0 = for ever) or NS_FW_READY (*ev: the
+ * end or the answer is there). */
+static int in_state(struct ns_cfault *cf, monotime now, size_t *allow, monotime *until, int *ev)
+{
+	uint64_t lim = UINT64_MAX;
+
+	*until = 0;
+	*ev = 0;
+	if (cf->end_kind == NS_F_STATUS) {
+		char b[160];
+
+		if (!cf->sent)
+			return NS_FW_GATED;   /* no answer before the request */
+		if (cf->synth_off >= synth(cf, b, sizeof(b)))
+			*ev = NS_FWE_RDHUP;
+		return NS_FW_READY;
+	}
+	if (cf->end_kind && cf->got >= cf->after) {
+		if (cf->end_kind == NS_F_STALL)
+			return NS_FW_GATED;
+		*ev = cf->end_kind == NS_F_RESET && !cf->end_done ? NS_FWE_ERR | NS_FWE_HUP | NS_FWE_RDHUP : NS_FWE_RDHUP;
+		return NS_FW_READY;
+	}
+	if (cf->end_kind)
+		lim = cf->after - cf->got;
+	if (cf->latency_ns && cf->awaiting && now < cf->resp_due) {
+		*until = cf->resp_due;
+		return NS_FW_GATED;
+	}
+	if (cf->rate) {
+		uint64_t burst = cf->rate / 20 ? cf->rate / 20 : 1, ok;
+
+		if (!cf->bw_start)
+			cf->bw_start = now;
+		ok = burst + (uint64_t)((__int128)(now - cf->bw_start) * cf->rate / 1000000000);
+		if (ok <= cf->got) {
+			*until = cf->bw_start + (monotime)((__int128)(cf->got + 1 - burst) * 1000000000 / cf->rate) + 1;
+			return NS_FW_GATED;
+		}
+		if (ok - cf->got < lim)
+			lim = ok - cf->got;
+	}
+	*allow = lim > SIZE_MAX ? SIZE_MAX : (size_t)lim;
+	return NS_FW_NONE;
+}
+
+int ns_fault_wait(struct ns_conn *c, monotime now, monotime *until, int *ev)
+{
+	size_t allow;
+
+	return in_state(&c->fault, now, &allow, until, ev);
+}
+
+/* A blocking read held back: wait like the kernel would, until the input
+ * is let through or a deadline passes (the read deadline counts from this
+ * call, as the kernel's would). Returns 0 to go on, or -1 with errno. */
+static int hold(int fd, struct ns_conn *c, monotime until)
+{
+	monotime start = ns_now(), limit = 0;
+	int64_t prog = LD(c->dir[NS_IN].prog_ns), rt = LD(c->read_timeout_ns);
+	monotime total = LD(c->total_deadline);
+	int which = 0;   /* 1 ours, 2 the program's */
+
+	(void)fd;
+	if (rt && (uint32_t)LD(c->flags) & NS_C_ENFORCE) {
+		limit = start + rt;
+		which = 1;
+	}
+	if (total && (!limit || total < limit)) {
+		limit = total;
+		which = 1;
+	}
+	if (prog && (!limit || start + prog <= limit)) {
+		limit = start + prog;
+		which = 2;
+	}
+	for (;;) {
+		monotime now = ns_now(), end = until ? until : limit;
+		struct timespec ts, *tsp = NULL;
+
+		if (until && limit && limit < until)
+			end = limit;
+		if (end && now >= end) {
+			if (until && now >= until && (!limit || until <= limit))
+				return 0;
+			if (which == 2) {
+				errno = EAGAIN;
+				return -1;
+			}
+			ns_conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		if (end) {
+			ts.tv_sec = (end - now) / 1000000000;
+			ts.tv_nsec = (end - now) % 1000000000;
+			tsp = &ts;
+		}
+		if (REAL(ppoll)(NULL, 0, tsp, NULL) < 0 && errno == EINTR)
+			return -1;
+	}
+}
+
+ssize_t ns_fault_pre(int fd, struct ns_conn *c, int d, int flags, void *buf, size_t n, size_t *allow)
+{
+	struct ns_cfault *cf = &c->fault;
+	int nonblock = (LD(c->flags) & NS_C_NONBLOCK) || (flags & MSG_DONTWAIT);
+
+	*allow = n;
+	if (d == NS_OUT) {
+		if (cf->end_kind == NS_F_STATUS) {
+			/* the request is swallowed: the server never sees it */
+			cf->sent = 1;
+			return (ssize_t)n;
+		}
+		return NS_FAULT_GO;
+	}
+	for (;;) {
+		monotime now = ns_now(), until;
+		int ev, st = in_state(cf, now, allow, &until, &ev);
+		char b[160];
+
+		if (st == NS_FW_NONE) {
+			if (*allow > n)
+				*allow = n;
+			return NS_FAULT_GO;
+		}
+		if (st == NS_FW_READY) {
+			if (cf->end_kind == NS_F_STATUS && !(ev & NS_FWE_RDHUP)) {
+				size_t len = synth(cf, b, sizeof(b)), k = len - cf->synth_off;
+
+				if (!buf || n == 0)
+					return 0;
+				if (k > n)
+					k = n;
+				memcpy(buf, b + cf->synth_off, k);
+				if (!(flags & MSG_PEEK))
+					cf->synth_off += (uint32_t)k;
+				return (ssize_t)k;
+			}
+			if (cf->end_kind == NS_F_RESET && !cf->end_done) {
+				cf->end_done = 1;
+				errno = ECONNRESET;
+				return -1;
+			}
+			return 0;   /* end of stream */
+		}
+		/* held back */
+		if (nonblock) {
+			errno = EAGAIN;
+			return -1;
+		}
+		if (hold(fd, c, until) < 0)
+			return -1;
+	}
+}
+
+int ns_fault_so_error(struct ns_conn *c)
+{
+	struct ns_cfault *cf = &c->fault;
+
+	if (cf->end_kind != NS_F_RESET || cf->got < cf->after || cf->end_done ||
+	    (LD(c->flags) & NS_C_CONNECTING && cf->delay_until))
+		return 0;
+	cf->end_done = 1;
+	ns_conn_outcome(c, NS_OUT_FAILURE, ECONNRESET);
+	return 1;
+}
+
+void ns_fault_post(struct ns_conn *c, int d, ssize_t r)
+{
+	struct ns_cfault *cf = &c->fault;
+
+	if (d == NS_IN) {
+		cf->got += (uint64_t)r;
+		cf->awaiting = 0;
+		return;
+	}
+	if (cf->latency_ns && !cf->awaiting) {
+		cf->awaiting = 1;
+		cf->resp_due = ns_now() + cf->latency_ns;
+	}
+}

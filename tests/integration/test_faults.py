@@ -1,0 +1,262 @@
+"""Fault injection inside the program (issue 10): where faults act, how
+they are chosen, set at run time, counted, and never by accident."""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from clients import PY_REQUESTS
+from conftest import BUILD, PY, base_env, py_script
+
+POLICY = "[defaults]\nconnect_timeout = 1s\nread_timeout = 1s\nfailure_threshold = 0\n"
+
+BLACKHOLE_WAIT = r'''
+import errno, json, select, socket, sys, time
+port, how = int(sys.argv[1]), sys.argv[2]
+s = socket.socket()
+s.setblocking(False)
+try:
+    s.connect(("127.0.0.1", port))
+    res = {"connect": "OK"}
+except OSError as e:
+    res = {"connect": errno.errorcode[e.errno]}
+t0 = time.monotonic()
+if how == "poll":
+    p = select.poll(); p.register(s, select.POLLOUT)
+    early = p.poll(500)                 # half the deadline: nothing may show
+    late = p.poll(5000)
+elif how == "select":
+    early = select.select([], [s], [], 0.5)[1]
+    late = select.select([], [s], [], 5)[1]
+else:
+    flags = {"epoll": select.EPOLLOUT, "epollet": select.EPOLLOUT | select.EPOLLET,
+             "oneshot": select.EPOLLOUT | select.EPOLLONESHOT}[how]
+    ep = select.epoll(); ep.register(s.fileno(), flags)
+    early = ep.poll(0.5)
+    late = ep.poll(5)
+res.update(early=len(early), late=len(late), ms=(time.monotonic() - t0) * 1000,
+           so_error=errno.errorcode.get(s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR), "OK"))
+print(json.dumps(res))
+'''
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("how", ["poll", "select", "epoll", "epollet", "oneshot"])
+def test_blackhole_never_turns_writable_before_the_deadline(shim, server, tmp_path, how):
+    srv = server("http")
+    shim.policy(POLICY + f'[host "127.0.0.1:{srv.port}"]\nfault = blackhole\n')
+    res = shim.run(py_script(tmp_path, BLACKHOLE_WAIT) + [srv.port, how], timeout=15).last_json()
+    assert res["connect"] == "EINPROGRESS" and res["early"] == 0, res
+    assert res["late"] == 1 and 995 <= res["ms"] <= 1300 and res["so_error"] == "ETIMEDOUT", res
+    assert srv.accepts() == 0, "a blackholed connect reached the server"
+    e = shim.entry(srv.dest)
+    assert (e["calls"], e["timeouts"], e["injected"]) == (1, 1, 1), e
+
+
+@pytest.mark.shim
+def test_blackhole_without_a_deadline_waits_as_long_as_the_program(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy("[defaults]\nconnect_timeout = 0\n" + f'[host "127.0.0.1:{srv.port}"]\nfault = blackhole\n')
+    script = py_script(tmp_path, r'''
+import json, socket, sys, time
+s = socket.socket(); s.settimeout(2)      # the program's own limit
+t0 = time.monotonic()
+try:
+    s.connect(("127.0.0.1", int(sys.argv[1]))); r = "OK"
+except socket.timeout:
+    r = "timeout"
+print(json.dumps({"r": r, "ms": (time.monotonic() - t0) * 1000}))
+''')
+    res = shim.run(script + [srv.port], timeout=15).last_json()
+    assert res["r"] == "timeout" and 1995 <= res["ms"] <= 2400, res
+    assert srv.accepts() == 0
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("fault,check", [
+    ("delay 600ms", lambda r: r["ok"] and r["status"] == 200 and 600 <= r["ms"] <= 900),
+    ("latency 600ms", lambda r: r["ok"] and r["status"] == 200 and 600 <= r["ms"] <= 900),
+    # 84 bytes of headers, then 6 of the 20-byte body: a truncated answer
+    ("close after 90", lambda r: r["ok"] and r["status"] == 200 and r["body"] == "hello " and r["ms"] < 500),
+    ("status 429", lambda r: r["ok"] and r["status"] == 429 and r["body"] == ""),
+    ("delay 3s", lambda r: not r["ok"] and r["exc"] == "ConnectTimeout" and r["errno"] == "ETIMEDOUT"
+     and 995 <= r["ms"] <= 1400),
+])
+def test_data_and_connect_faults_under_requests(shim, server, tmp_path, fault, check):
+    srv = server("http")
+    shim.policy(POLICY + f'[host "127.0.0.1:{srv.port}"]\nfault = {fault}\n')
+    res = shim.run(py_script(tmp_path, PY_REQUESTS) + [srv.url], timeout=15).last_json()
+    assert check(res), res
+
+
+@pytest.mark.shim
+def test_nxdomain_fails_the_lookup_by_name(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy(POLICY + '[host "localhost"]\nfault = nxdomain\n')
+    script = py_script(tmp_path, r'''
+import json, socket
+try:
+    socket.getaddrinfo("localhost", 80); r = "OK"
+except socket.gaierror as e:
+    r = e.errno == socket.EAI_NONAME and "EAI_NONAME" or str(e)
+try:
+    socket.gethostbyname("localhost"); h = "OK"
+except OSError as e:
+    h = type(e).__name__
+try:
+    socket.getaddrinfo("127.0.0.1", 80); a = "OK"   # an address is no lookup
+except OSError:
+    a = "failed"
+print(json.dumps({"getaddrinfo": r, "gethostbyname": h, "address": a}))
+''')
+    res = shim.run(script).last_json()
+    assert res == {"getaddrinfo": "EAI_NONAME", "gethostbyname": "gaierror", "address": "OK"}, res
+    # wget asks the resolver (curl answers "localhost" itself)
+    wget = shim.run(["wget", "-O", "/dev/null", "--tries=1", f"http://localhost:{srv.port}/"])
+    assert wget.rc == 4 and "unable to resolve host address" in wget.err, (wget.rc, wget.err)
+    assert srv.accepts() == 0
+
+
+SEEDED = r'''
+import json, socket, sys, time
+port, out = int(sys.argv[1]), []
+for i in range(200):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close(); out.append(0)
+    except ConnectionRefusedError:
+        out.append(1)
+    time.sleep(0.003)    # the test server accepts one at a time: keep its queue short
+print(json.dumps({"refused": out}))
+'''
+
+
+@pytest.mark.shim
+def test_the_same_seed_refuses_the_same_connections(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy(POLICY + f'[host "127.0.0.1:{srv.port}"]\nfault = refuse 30%\n')
+    runs = [shim.run(py_script(tmp_path, SEEDED) + [srv.port], env={"NETSHIM_FAULT_SEED": seed}).last_json()["refused"]
+            for seed in ("42", "42", "7")]
+    assert runs[0] == runs[1], "one seed, two different sequences"
+    assert runs[0] != runs[2], "another seed, the same sequence"
+    assert 40 <= sum(runs[0]) <= 80, sum(runs[0])   # 30 % of 200, give or take
+    assert srv.accepts() == 600 - sum(runs[0]) - sum(runs[1]) - sum(runs[2])
+    # the policy's fault_seed does the same as the variable
+    shim.policy(POLICY.replace("[defaults]\n", "[defaults]\nfault_seed = 42\n") +
+                f'[host "127.0.0.1:{srv.port}"]\nfault = refuse 30%\n')
+    assert shim.run(py_script(tmp_path, SEEDED) + [srv.port]).last_json()["refused"] == runs[0]
+
+
+@pytest.mark.shim
+def test_injected_resets_open_the_breaker_like_real_ones(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy("[defaults]\nfailure_threshold = 3\nread_timeout = 1s\n" +
+                f'[host "127.0.0.1:{srv.port}"]\nfault = reset after 0\n')
+    script = py_script(tmp_path, r'''
+import errno, json, socket, sys
+out = []
+for i in range(5):
+    try:
+        s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        s.recv(100); out.append("OK")
+    except OSError as e:
+        out.append(errno.errorcode[e.errno])
+print(json.dumps(out))
+''')
+    res = json.loads(shim.run(script + [srv.port]).out)
+    assert res == ["ECONNRESET"] * 3 + ["ECONNREFUSED"] * 2, res
+    e = shim.entry(srv.dest)
+    assert (e["state"], e["failures"], e["rejected"], e["injected"], e["last_error"]) == \
+        ("open", 3, 2, 3, "ECONNRESET"), e
+
+
+def test_runtime_faults_reach_a_running_program_and_expire(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy(POLICY)
+    script = py_script(tmp_path, r'''
+import json, socket, sys, time
+port, out = int(sys.argv[1]), []
+print("ready", flush=True)
+for i in range(30):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close(); out.append("OK")
+    except ConnectionRefusedError:
+        out.append("refused")
+    time.sleep(0.1)
+print(json.dumps(out), flush=True)
+''')
+    cmd = [str(BUILD / "shimrun"), "--policy", str(shim.policy_path), "--"] + script + [str(srv.port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=base_env(shim.table))
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        time.sleep(0.7)
+        r = shim.ctl("inject", "127.0.0.1", "refuse", "--for", "1s")   # every port of the host
+        assert r.returncode == 0, r.stderr
+        listed = json.loads(shim.ctl("faults", "--json").stdout)["faults"]
+        assert [(f["destination"], f["faults"], f["source"]) for f in listed] == [("127.0.0.1", "refuse", "runtime")]
+        assert 0 < listed[0]["expires_in_ms"] <= 1000
+        out = json.loads(proc.stdout.readline())
+    finally:
+        proc.kill()
+        proc.wait()
+    first = out.index("refused")
+    last = len(out) - 1 - out[::-1].index("refused")
+    assert 4 <= first <= 10 and set(out[first:last + 1]) == {"refused"}, out
+    assert 7 <= last - first + 1 <= 12, out          # about 1 s of 100 ms steps
+    assert out[last + 1:] and set(out[last + 1:]) == {"OK"}, out
+    events = [json.loads(l) for l in shim.ctl("events", "--json").stdout.splitlines()]
+    kinds = [(e["event"], e.get("detail")) for e in events if e["event"].startswith("fault")]
+    assert kinds[0][0] == "fault_set" and kinds[-1] == ("fault_cleared", "expired"), kinds
+    assert json.loads(shim.ctl("faults", "--json").stdout)["faults"] == []
+    assert shim.entry(srv.dest)["injected"] == last - first + 1
+
+
+def test_inject_and_clear_from_the_command_line(shim):
+    r = shim.ctl("inject", "api.example.com:443", "reset after 1KiB 30%; latency 800ms")
+    assert r.returncode == 0 and "reset after 1KiB 30%; latency 800ms" in r.stdout, r
+    bad = shim.ctl("inject", "api.example.com", "reset after")
+    assert bad.returncode == 2 and "shimctl: bad fault 'reset after': after: expected a size" in bad.stderr, bad
+    bad = shim.ctl("inject", "not a host!", "refuse")
+    assert bad.returncode == 2 and "bad destination" in bad.stderr, bad
+    assert shim.ctl("inject", "--clear", "other.example").returncode == 1
+    assert shim.ctl("inject", "--clear", "api.example.com:443").returncode == 0
+    assert "no faults in force" in shim.ctl("faults").stdout
+    pol = shim.policy("[defaults]\n[host \"*.example.org\"]\nfault = status 503 50%\n")
+    listed = json.loads(shim.ctl("--policy", pol, "faults", "--json").stdout)["faults"]
+    assert listed == [{"destination": "*.example.org", "faults": "status 503 50%", "source": "policy",
+                       "where": f"{pol}:3", "expires_in_ms": None, "applied": None, "set_at": None}], listed
+    run = subprocess.run([str(BUILD / "shimrun"), "--inject", "x.example=explode", "--", "true"],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and "bad fault 'explode'" in run.stderr, run
+
+
+@pytest.mark.shim
+def test_shimrun_inject_acts_for_one_run_and_says_so(shim, server, tmp_path):
+    srv = server("http")
+    cmd = [str(BUILD / "shimrun"), "--inject", f"127.0.0.1:{srv.port}=refuse", "--",
+           "curl", "-sS", "-o", "/dev/null", srv.url]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=base_env(shim.table), timeout=10)
+    assert r.returncode == 7 and "netshim: injecting faults in this run" in r.stderr, r
+    ok = shim.run(["curl", "-sS", "-o", "/dev/null", srv.url], policy=False)
+    assert ok.rc == 0, "the next run, without --inject, is left alone"
+
+
+def test_faults_never_act_by_accident(shim, server, tmp_path):
+    srv = server("http")
+    url_cmd = ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", srv.url]
+    # bypassed destinations get none, even from shimctl inject
+    shim.policy(f'[defaults]\n[host "127.0.0.1:{srv.port}"]\nmode = bypass\nfault = refuse\n')
+    assert shim.ctl("inject", "127.0.0.1", "refuse").returncode == 0
+    r = shim.run(url_cmd)
+    assert (r.rc, r.out) == (0, "200"), r.err
+    # NETSHIM_DISABLE=1 gets none
+    shim.policy(f'[defaults]\n[host "127.0.0.1:{srv.port}"]\nfault = refuse\n')
+    r = shim.run(url_cmd, env={"NETSHIM_DISABLE": "1"})
+    assert (r.rc, r.out) == (0, "200"), r.err
+    # a destination no fault names is untouched
+    assert shim.ctl("inject", "--clear", "--all").returncode == 0
+    shim.policy('[defaults]\n[host "other.example"]\nfault = refuse\n')
+    r = shim.run(url_cmd)
+    assert (r.rc, r.out) == (0, "200"), r.err
