@@ -246,6 +246,11 @@ static int faults_for(const struct ns_dest *d, const struct ns_faults *policy, m
 	return 0;
 }
 
+/* An injected `reset after 0` shows once the program has sent (a server
+ * that reads the request and resets), or this long after the connect began
+ * for a program that waits for the server to speak first. */
+#define RESET_LAG_NS (50 * 1000000LL)
+
 /**** the local targets that make connect faults real ****/
 
 /* fds of the hidden sockets, +1 (0 = not made yet); per family: [0] v4, [1] v6 */
@@ -430,6 +435,10 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 					cf->end_kind = x->kind;
 					cf->after = x->after;
 					cf->status = (uint32_t)x->arg;
+					/* as a server that resets when the request comes:
+					 * SO_ERROR after the connect is still 0 */
+					if (x->kind == NS_F_RESET && !x->after)
+						cf->end_at = now + RESET_LAG_NS;
 				}
 				break;
 			}
@@ -558,6 +567,10 @@ static int in_state(struct ns_cfault *cf, monotime now, size_t *allow, monotime 
 	if (cf->end_kind && cf->got >= cf->after) {
 		if (cf->end_kind == NS_F_STALL)
 			return NS_FW_GATED;
+		if (cf->end_at && now < cf->end_at && !cf->sent) {
+			*until = cf->end_at;
+			return NS_FW_GATED;
+		}
 		*ev = cf->end_kind == NS_F_RESET && !cf->end_done ? NS_FWE_ERR | NS_FWE_HUP | NS_FWE_RDHUP : NS_FWE_RDHUP;
 		return NS_FW_READY;
 	}
@@ -648,6 +661,8 @@ ssize_t ns_fault_pre(int fd, struct ns_conn *c, int d, int flags, void *buf, siz
 
 	*allow = n;
 	if (d == NS_OUT) {
+		if (cf->end_kind == NS_F_RESET && cf->end_at)
+			cf->sent = 1;   /* the request is out: the reset may come */
 		if (cf->end_kind == NS_F_STATUS) {
 			/* the request is swallowed: the server never sees it */
 			cf->sent = 1;
@@ -700,7 +715,7 @@ int ns_fault_so_error(struct ns_conn *c)
 	struct ns_cfault *cf = &c->fault;
 
 	if (cf->end_kind != NS_F_RESET || cf->got < cf->after || cf->end_done ||
-	    (LD(c->flags) & NS_C_CONNECTING && cf->delay_until))
+	    (LD(c->flags) & NS_C_CONNECTING && cf->delay_until) || (cf->end_at && !cf->sent && ns_now() < cf->end_at))
 		return 0;
 	cf->end_done = 1;
 	ns_conn_outcome(c, NS_OUT_FAILURE, ECONNRESET);

@@ -7,7 +7,8 @@
  * MODE: http (200), status (answer --status CODE), refuse (bound, not
  * listening), blackhole (accept queue full, SYNs dropped), silent (accept and
  * never answer), reset (accept and reset), drip (answer one byte per
- * --interval); --delay holds every answer that long. Prints "PORT n" on stdout once ready. SIGUSR1 turns it into
+ * --interval), reset-request (read the request, then reset); --delay holds
+ * every answer that long. Prints "PORT n" on stdout once ready. SIGUSR1 turns it into
  * a healthy http server, SIGUSR2 into a silent one. */
 #include <arpa/inet.h>
 #include <err.h>
@@ -24,8 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum mode { M_HTTP, M_STATUS, M_REFUSE, M_BLACKHOLE, M_SILENT, M_RESET, M_DRIP };
-static const char *const mode_names[] = { "http", "status", "refuse", "blackhole", "silent", "reset", "drip" };
+enum mode { M_HTTP, M_STATUS, M_REFUSE, M_BLACKHOLE, M_SILENT, M_RESET, M_DRIP, M_RESET_REQUEST };
+static const char *const mode_names[] = { "http", "status", "refuse", "blackhole", "silent", "reset", "drip",
+	"reset-request" };
 
 #define MAXC 1024
 
@@ -177,7 +179,7 @@ int main(int argc, char **argv)
 				if (strcmp(optarg, mode_names[i]) == 0)
 					mode = i;
 			if (mode < 0)
-				errx(2, "--mode %s: expected http, status, refuse, blackhole, silent, reset or drip", optarg);
+				errx(2, "--mode %s: expected http, status, refuse, blackhole, silent, reset, reset-request or drip", optarg);
 			break;
 		case 'p': port = atoi(optarg); break;
 		case 'b': bind_addr = optarg; break;
@@ -274,10 +276,23 @@ int main(int argc, char **argv)
 					static const char end[] = "\r\n\r\n";
 
 					cc->match = buf[j] == end[cc->match] ? cc->match + 1 : (buf[j] == '\r');
+					if (cc->match == 4 && mode == M_RESET_REQUEST) {
+						/* the request read, the connection reset: deterministic,
+						 * unlike a reset at accept that races the handshake */
+						struct linger lg = { 1, 0 };
+
+						setsockopt(cc->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+						cc->answered = 1;
+						break;
+					}
 					if (cc->match == 4) {
 						choose_response(cc, (enum mode)mode, status);
 						cc->next_ms = now_ms() + delay;
 					}
+				}
+				if (mode == M_RESET_REQUEST && cc->answered) {
+					drop(i);   /* SO_LINGER 0: the close sends a reset */
+					continue;
 				}
 			}
 			if ((p[k].revents & POLLOUT) && cc->sent < cc->resp_len && cc->next_ms <= now_ms()) {

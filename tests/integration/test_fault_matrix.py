@@ -20,7 +20,7 @@ KINDS = {
     "refuse": (("refuse", {}), "refuse"),
     "blackhole": (("blackhole", {}), "blackhole"),
     "stall": (("silent", {}), "stall"),
-    "reset": (("reset", {}), "reset after 0"),
+    "reset": (("reset-request", {}), "reset after 0"),
     "bandwidth": (("drip", {"interval": 10}), "bandwidth 100B/s"),
     "status": (("status", {"status": 503}), "status 503"),
 }
