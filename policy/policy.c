@@ -994,16 +994,27 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 				score[k] = sc;
 			}
 	}
-	*out = ns_builtin_settings;
+	/* the fault list is most of the struct and most policies have none:
+	 * then it is not copied (one store says "none") */
+	memcpy(out, &ns_builtin_settings, offsetof(struct ns_settings, fault));
+	out->fault.n = 0;
 	for (int k = 0; k < NS_K_COUNT; k++) {
-		const struct keydef *kd = &keydefs[k];
-		size_t sz = kd->type == T_FAULT ? sizeof(struct ns_faults) :
-			    (kd->type == T_DUR || kd->type == T_SEED) ? sizeof(uint64_t) : sizeof(uint32_t);
-
-		if (best[k] >= 0)
-			memcpy((char *)out + kd->off, (const char *)&p->sec[best[k]].v + kd->off, sz);
 		if (origin)
 			origin->sec[k] = best[k];
+		if (best[k] < 0)
+			continue;
+		switch (keydefs[k].type) {
+		case T_FAULT:
+			out->fault = p->sec[best[k]].v.fault;
+			break;
+		case T_DUR:
+		case T_SEED:
+			memcpy((char *)out + keydefs[k].off, (const char *)&p->sec[best[k]].v + keydefs[k].off, 8);
+			break;
+		default:
+			memcpy((char *)out + keydefs[k].off, (const char *)&p->sec[best[k]].v + keydefs[k].off, 4);
+			break;
+		}
 	}
 }
 

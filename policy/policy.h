@@ -32,7 +32,7 @@ struct ns_settings {
 	uint32_t mode;              /* enum ns_mode */
 	uint32_t trace;             /* 1: record the calling code of failures */
 	uint64_t fault_seed;        /* [defaults] only: repeatable fault choices; 0 = none */
-	struct ns_faults fault;     /* faults to inject; n = 0: none */
+	struct ns_faults fault;     /* faults to inject; n = 0: none. Last: see ns_policy_resolve */
 };
 
 enum ns_key_id {

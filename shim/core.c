@@ -204,12 +204,15 @@ static void tbl_load(void)
 		return;
 	}
 	tbl_ok = 1;
+	/* shimctl inject moves it: the one thing a connect checks for faults */
+	__atomic_store_n(&ns_fault_genp, &tbl.hdr->flt_gen, __ATOMIC_RELEASE);
 }
 
 /* The table shrank under us (see ns_table_broken): say so once and leave
  * it; the breakers are off for this process from here on. */
 static __attribute__((noinline, cold)) void tbl_broke(void)
 {
+	__atomic_store_n(&ns_fault_genp, NULL, __ATOMIC_RELEASE);
 	if (__atomic_exchange_n(&tbl_ok, 0, __ATOMIC_ACQ_REL))
 		ns_log(NS_LOG_ERROR, "%s was truncated under this process; breakers off, passing calls through",
 		       tbl.path);
@@ -345,6 +348,8 @@ void ns_note_event(int type, int slot, const char *key, const char *detail)
 
 struct ns_table *ns_tbl(void)
 {
+	if (!cfg_get(ns_now()))
+		return NULL;   /* NETSHIM_DISABLE=1 or a bad policy: no table either */
 	return tbl_on() ? &tbl : NULL;
 }
 
@@ -1192,13 +1197,11 @@ monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want_out, monotime
 	return d;
 }
 
-monotime ns_wait_interest(struct ns_conn *c, int want_in, int want_out, monotime now)
+monotime ns_wait_interest_faults(struct ns_conn *c, int want_in, int want_out, monotime now)
 {
 	monotime d = ns_wait_deadline(c, want_in, want_out, now), t = 0, until;
 	int ev;
 
-	if (likely(!(LD(c->expired) & NS_ATTN_FAULT)))
-		return d;
 	if (LD(c->flags) & NS_C_CONNECTING) {
 		t = c->fault.delay_until;       /* the real connect starts then */
 	} else if (want_in) {

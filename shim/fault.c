@@ -39,7 +39,8 @@ struct inj {
 
 static struct inj *env_inj;       /* NETSHIM_INJECT, parsed once */
 static int env_n;
-static int local_faults;          /* atomic: the policy or NETSHIM_INJECT names a fault */
+int ns_fault_local;               /* atomic: the policy or NETSHIM_INJECT names a fault */
+const uint64_t *ns_fault_genp;    /* atomic: the table's flt_gen, once it is mapped */
 static uint64_t frng;             /* atomic: the fault random source */
 static int seeded;                /* a seed was given: a forked child goes on from it */
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
@@ -105,17 +106,7 @@ void ns_fault_config(const struct ns_policy *pol)
 		fault_reseed();
 		pthread_atfork(NULL, NULL, fault_reseed);
 	}
-	__atomic_store_n(&local_faults, (pol && pol->has_faults) || env_n > 0, __ATOMIC_RELEASE);
-}
-
-int ns_fault_possible(void)
-{
-	struct ns_table *t;
-
-	if (__atomic_load_n(&local_faults, __ATOMIC_ACQUIRE))
-		return 1;
-	t = ns_tbl();
-	return t && ns_table_fault_gen(t) != 0;
+	__atomic_store_n(&ns_fault_local, (pol && pol->has_faults) || env_n > 0, __ATOMIC_RELEASE);
 }
 
 /* Draw the choice for one connection (or lookup) from the shared source. */

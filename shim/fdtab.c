@@ -8,6 +8,7 @@
 #include "shim.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -134,15 +135,19 @@ struct ns_conn *ns_conn_alloc(void)
 	return c;
 }
 
+#define SET_WORDS (offsetof(struct ns_settings, fault) / 8)
+_Static_assert(offsetof(struct ns_settings, fault) % 8 == 0, "settings copied in words up to the faults");
+
 void ns_conn_put_cfg(struct ns_conn *c, const struct ns_settings *s, const char *key)
 {
 	union { struct ns_settings s; uint64_t w[sizeof(struct ns_settings) / 8]; } su;
 	union { char k[NS_KEY_MAX]; uint64_t w[NS_KEY_MAX / 8]; } ku;
 
-	su.s = *s;
+	memcpy(su.w, s, SET_WORDS * 8);
 	memset(ku.k, 0, sizeof(ku.k));
 	snprintf(ku.k, sizeof(ku.k), "%s", key);
-	for (size_t i = 0; i < sizeof(su.w) / 8; i++)
+	/* the fault list is chosen from at connect and not kept */
+	for (size_t i = 0; i < SET_WORDS; i++)
 		ST(c->set_w[i], su.w[i]);
 	for (size_t i = 0; i < sizeof(ku.w) / 8; i++)
 		ST(c->key_w[i], ku.w[i]);
@@ -152,9 +157,10 @@ void ns_conn_settings(const struct ns_conn *c, struct ns_settings *out)
 {
 	union { struct ns_settings s; uint64_t w[sizeof(struct ns_settings) / 8]; } su;
 
-	for (size_t i = 0; i < sizeof(su.w) / 8; i++)
+	for (size_t i = 0; i < SET_WORDS; i++)
 		su.w[i] = LD(c->set_w[i]);
-	*out = su.s;
+	memcpy(out, su.w, SET_WORDS * 8);
+	out->fault.n = 0;
 }
 
 void ns_conn_key(const struct ns_conn *c, char out[NS_KEY_MAX])

@@ -78,7 +78,11 @@ int ns_names_lookup(int family, const void *addr, char *out, size_t len)
 /* An injected nxdomain for this name (fault.c); never for an address. */
 static int nxdomain(const char *name, const char *service)
 {
-	return name && !numeric(name) && unlikely(ns_fault_possible()) && ns_fault_nxdomain(name, service);
+	if (!name || numeric(name))
+		return 0;
+	if (unlikely(!__atomic_load_n(&ns_fault_genp, __ATOMIC_ACQUIRE)))
+		ns_tbl();   /* a lookup before any connect: map the table, to see shimctl inject */
+	return unlikely(ns_fault_possible()) && ns_fault_nxdomain(name, service);
 }
 
 int ns_getaddrinfo(const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res)

@@ -252,7 +252,10 @@ NS_HIDDEN monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want_out
 NS_HIDDEN int ns_wait_expire(struct ns_conn *c, int fd, int want_in, int want_out, monotime now);
 /* The nearest time a wait must wake for c: its deadlines, and the moments
  * injected faults change what it may see (fault.c). */
-NS_HIDDEN monotime ns_wait_interest(struct ns_conn *c, int want_in, int want_out, monotime now);
+NS_HIDDEN monotime ns_wait_interest_faults(struct ns_conn *c, int want_in, int want_out, monotime now);
+#define ns_wait_interest(c, in, out, now) \
+	(likely(!(LD((c)->expired) & NS_ATTN_FAULT)) ? ns_wait_deadline((c), (in), (out), (now)) : \
+	 ns_wait_interest_faults((c), (in), (out), (now)))
 /* The program saw c ready for input or output: it is no longer waiting. */
 NS_HIDDEN void ns_wait_ready(struct ns_conn *c, int in, int out, int err);
 NS_HIDDEN void ns_wait_forget_fd(int fd);
@@ -272,9 +275,18 @@ NS_HIDDEN void ns_policy_faults_for(const struct ns_dest *d, struct ns_settings 
 
 /* The policy in force changed (or was loaded): what fault.c keeps of it. */
 NS_HIDDEN void ns_fault_config(const struct ns_policy *pol);
-/* Could any fault act in this process? One load and a test: the answer
- * for every connect and lookup when nobody injects anything. */
-NS_HIDDEN int ns_fault_possible(void);
+/* Could any fault act in this process? The policy or NETSHIM_INJECT names
+ * one (ns_fault_local), or the table's fault generation ever moved (someone
+ * ran shimctl inject). Two loads and a test: the whole cost of fault
+ * injection to a connect or a lookup when nobody injects anything. */
+extern int ns_fault_local NS_HIDDEN;
+extern const uint64_t *ns_fault_genp NS_HIDDEN;
+static inline int ns_fault_possible(void)
+{
+	const uint64_t *g = __atomic_load_n(&ns_fault_genp, __ATOMIC_ACQUIRE);
+
+	return __atomic_load_n(&ns_fault_local, __ATOMIC_RELAXED) || (g && __atomic_load_n(g, __ATOMIC_RELAXED));
+}
 /* At connect, after the breaker let it through. Returns NS_FC_NONE (connect
  * as asked), NS_FC_TARGET (connect to *to instead: the local target that
  * refuses, or that never answers), or NS_FC_FAIL (fail now, errno set). */

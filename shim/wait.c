@@ -88,6 +88,7 @@ struct pollcall {
 	nfds_t n;
 	const sigset_t *mask;
 	size_t fdslen;
+	int faults;             /* a governed socket here has injected faults */
 };
 
 static int real_poll(const struct pollcall *p, monotime until, monotime now)
@@ -115,12 +116,17 @@ static int real_poll(const struct pollcall *p, monotime until, monotime now)
  * kernel must not report input: it is held back) or NS_FW_READY (report
  * input now, with *ev of NS_FWE_*). Connections without faults: NONE after
  * one load. */
+static inline int has_faults(struct ns_conn *c)
+{
+	return unlikely(LD(c->expired) & NS_ATTN_FAULT);
+}
+
 static int fault_in(struct ns_conn *c, monotime now, int *ev)
 {
 	monotime until;
 
 	*ev = 0;
-	if (likely(!(LD(c->expired) & NS_ATTN_FAULT)) || (LD(c->flags) & NS_C_CONNECTING))
+	if (!has_faults(c) || (LD(c->flags) & NS_C_CONNECTING))
 		return NS_FW_NONE;
 	return ns_fault_wait(c, now, &until, ev);
 }
@@ -144,19 +150,27 @@ static int poll_governed(const struct pollcall *p)
 
 /* The nearest deadline among the governed sockets (now if one already
  * fired), or 0 when none is pending. */
-static monotime poll_nearest(const struct pollcall *p, monotime now)
+static monotime poll_nearest(struct pollcall *p, monotime now)
 {
 	monotime nearest = 0;
 
+	p->faults = 0;
 	for (nfds_t i = 0; i < p->n; i++) {
 		struct ns_conn *c = ns_conn_of(p->fds[i].fd);
 		monotime d;
+		uint32_t x;
 
 		if (!c)
 			continue;
-		if (ns_exp_kind(c))
+		x = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
+		if (x & NS_EXP_MASK)
 			return now;
-		d = ns_wait_interest(c, p->fds[i].events & P_IN, p->fds[i].events & P_OUT, now);
+		if (unlikely(x & NS_ATTN_FAULT)) {
+			p->faults = 1;
+			d = ns_wait_interest_faults(c, p->fds[i].events & P_IN, p->fds[i].events & P_OUT, now);
+		} else {
+			d = ns_wait_deadline(c, p->fds[i].events & P_IN, p->fds[i].events & P_OUT, now);
+		}
 		if (d && (!nearest || d < nearest))
 			nearest = d;
 	}
@@ -178,7 +192,8 @@ static int poll_mark(const struct pollcall *p, monotime now)
 
 		if (!c)
 			continue;
-		if ((f->events & P_IN) && !ns_exp_kind(c) && fault_in(c, now, &ev) == NS_FW_READY) {
+		if (p->faults && has_faults(c) && (f->events & P_IN) && !ns_exp_kind(c) &&
+		    fault_in(c, now, &ev) == NS_FW_READY) {
 			/* an injected end or answer: input to read now */
 			f->revents |= (short)((f->events & (POLLIN | POLLRDNORM)) | ((ev & NS_FWE_ERR) ? POLLERR : 0) |
 					      ((ev & NS_FWE_HUP) ? POLLHUP : 0) |
@@ -221,7 +236,7 @@ static void poll_unhold(const struct pollcall *p, const struct held *h)
 		p->fds[h->idx[k]].events = h->ev[k];
 }
 
-static int poll_common(const struct pollcall *p, monotime until)
+static int poll_common(struct pollcall *p, monotime until)
 {
 	monotime now = ns_now();
 
@@ -232,11 +247,15 @@ static int poll_common(const struct pollcall *p, monotime until)
 
 		if (!nearest)
 			return real_poll(p, until, now);
-		poll_hold(p, now, &h);
+		h.n = 0;
+		if (unlikely(p->faults))
+			poll_hold(p, now, &h);
 		r = real_poll(p, earliest(until, nearest), now);
-		e = errno;
-		poll_unhold(p, &h);
-		errno = e;
+		if (unlikely(h.n)) {
+			e = errno;
+			poll_unhold(p, &h);
+			errno = e;
+		}
 		if (r < 0)
 			return r;   /* EINTR and the rest pass through */
 		now = ns_now();
@@ -249,7 +268,7 @@ static int poll_common(const struct pollcall *p, monotime until)
 
 int ns_poll(struct pollfd *fds, nfds_t n, int timeout_ms)
 {
-	struct pollcall p = { W_POLL, fds, n, NULL, 0 };
+	struct pollcall p = { W_POLL, fds, n, NULL, 0, 0 };
 
 	if (likely(!poll_governed(&p)))
 		return REAL(poll)(fds, n, timeout_ms);
@@ -258,7 +277,7 @@ int ns_poll(struct pollfd *fds, nfds_t n, int timeout_ms)
 
 int ns_poll_chk(struct pollfd *fds, nfds_t n, int timeout_ms, size_t fdslen)
 {
-	struct pollcall p = { W_POLL_CHK, fds, n, NULL, fdslen };
+	struct pollcall p = { W_POLL_CHK, fds, n, NULL, fdslen, 0 };
 
 	if (likely(fdslen / sizeof(*fds) < n || !poll_governed(&p)))
 		return REAL(poll_chk)(fds, n, timeout_ms, fdslen);
@@ -267,7 +286,7 @@ int ns_poll_chk(struct pollfd *fds, nfds_t n, int timeout_ms, size_t fdslen)
 
 int ns_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
 {
-	struct pollcall p = { W_PPOLL, fds, n, mask, 0 };
+	struct pollcall p = { W_PPOLL, fds, n, mask, 0, 0 };
 
 	if (likely(!ts_valid(ts) || !poll_governed(&p)))
 		return REAL(ppoll)(fds, n, ts, mask);
@@ -276,7 +295,7 @@ int ns_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigs
 
 int ns_ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask, size_t fdslen)
 {
-	struct pollcall p = { W_PPOLL_CHK, fds, n, mask, fdslen };
+	struct pollcall p = { W_PPOLL_CHK, fds, n, mask, fdslen, 0 };
 
 	if (likely(!ts_valid(ts) || fdslen / sizeof(*fds) < n || !poll_governed(&p)))
 		return REAL(ppoll_chk)(fds, n, ts, mask, fdslen);
@@ -309,6 +328,7 @@ struct selcall {
 	fd_set in[3];            /* what it asked for */
 	int pselect;
 	const sigset_t *mask;
+	int faults;              /* a governed socket here has injected faults */
 };
 
 /* Call fn on each governed fd asked for in the read or write set. */
@@ -330,11 +350,15 @@ static monotime sel_nearest(struct selcall *s, monotime now)
 {
 	monotime nearest = 0;
 
+	s->faults = 0;
 	FOR_GOVERNED(s, fd, c) {
 		monotime d;
+		uint32_t x;
 
-		if (ns_exp_kind(c))
+		x = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
+		if (x & NS_EXP_MASK)
 			return now;
+		s->faults |= (x & NS_ATTN_FAULT) != 0;
 		d = ns_wait_interest(c, isset(s->set[0] ? &s->in[0] : NULL, fd),
 				     isset(s->set[1] ? &s->in[1] : NULL, fd), now);
 		if (d && (!nearest || d < nearest))
@@ -354,7 +378,7 @@ static int sel_mark(struct selcall *s, monotime now)
 
 		int ev;
 
-		if (want_in && !ns_exp_kind(c) && fault_in(c, now, &ev) == NS_FW_READY) {
+		if (s->faults && has_faults(c) && want_in && !ns_exp_kind(c) && fault_in(c, now, &ev) == NS_FW_READY) {
 			if (!got_in) {
 				setbit(s->set[0], fd);
 				added++;
@@ -389,12 +413,12 @@ static int real_select(struct selcall *s, monotime until, monotime now)
 	for (int i = 0; i < 3; i++)
 		if (s->set[i])
 			*s->set[i] = s->in[i];
-	if (s->set[0]) {
+	if (s->set[0] && unlikely(s->faults)) {
 		/* input held back by a fault is not asked of the kernel */
 		FOR_GOVERNED(s, fd, c) {
 			int ev;
 
-			if (isset(&s->in[0], fd) && fault_in(c, now, &ev) == NS_FW_GATED)
+			if (has_faults(c) && isset(&s->in[0], fd) && fault_in(c, now, &ev) == NS_FW_GATED)
 				words(s->set[0])[fd / BITS] &= ~(1UL << (fd % BITS));
 		}
 	}
@@ -436,7 +460,7 @@ static int sel_common(struct selcall *s, monotime until)
 
 int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 {
-	struct selcall s = { nfds, { r, w, e }, { { { 0 } } }, 0, NULL };
+	struct selcall s = { nfds, { r, w, e }, { { { 0 } } }, 0, NULL, 0 };
 	monotime start, until;
 	int res;
 
@@ -469,7 +493,7 @@ int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 
 int ns_pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *ts, const sigset_t *mask)
 {
-	struct selcall s = { nfds, { r, w, e }, { { { 0 } } }, 1, mask };
+	struct selcall s = { nfds, { r, w, e }, { { { 0 } } }, 1, mask, 0 };
 
 	if (likely(nfds <= 0 || nfds > FD_SETSIZE || (!r && !w) || !ts_valid(ts)))
 		return REAL(pselect)(nfds, r, w, e, ts, mask);
@@ -684,7 +708,8 @@ struct gate_ops {
 	struct { int fd; struct epoll_event ev; } op[GATE_OPS];
 };
 
-static void ep_gate(struct ep_reg *g, struct ns_conn *c, monotime now, struct gate_ops *ops)
+static __attribute__((noinline, cold)) void ep_gate(struct ep_reg *g, struct ns_conn *c, monotime now,
+						   struct gate_ops *ops)
 {
 	int ev, want;
 
@@ -700,7 +725,16 @@ static void ep_gate(struct ep_reg *g, struct ns_conn *c, monotime now, struct ga
 	ops->n++;
 }
 
-static monotime ep_nearest(int epfd, monotime now)
+static __attribute__((noinline, cold)) void ep_apply_gates(int epfd, struct gate_ops *ops)
+{
+	int e = errno;
+
+	for (int i = 0; i < ops->n; i++)
+		REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, ops->op[i].fd, &ops->op[i].ev);
+	errno = e;
+}
+
+static inline monotime ep_nearest(int epfd, monotime now)
 {
 	monotime nearest = 0;
 	struct ep_set *s;
@@ -714,29 +748,29 @@ static monotime ep_nearest(int epfd, monotime now)
 		HASH_ITER(hh, s->regs, g, tmp) {
 			struct ns_conn *c = reg_conn(g);
 			monotime d;
+			uint32_t x;
 
 			if (!c || g->disabled)
 				continue;
-			if (unlikely(LD(c->expired) & NS_ATTN_FAULT))
+			x = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
+			if (unlikely(x & NS_ATTN_FAULT))
 				ep_gate(g, c, now, &ops);
 			if ((g->events & EPOLLET) && g->et_done)
 				continue;
-			if (ns_exp_kind(c)) {
+			if (x & NS_EXP_MASK) {
 				nearest = now;
 				break;
 			}
-			d = ns_wait_interest(c, g->events & (EPOLLIN | EPOLLPRI), g->events & EPOLLOUT, now);
+			d = unlikely(x & NS_ATTN_FAULT) ?
+				ns_wait_interest_faults(c, g->events & (EPOLLIN | EPOLLPRI), g->events & EPOLLOUT, now) :
+				ns_wait_deadline(c, g->events & (EPOLLIN | EPOLLPRI), g->events & EPOLLOUT, now);
 			if (d && (!nearest || d < nearest))
 				nearest = d;
 		}
 	}
 	pthread_mutex_unlock(&ep_lock);
-	for (int i = 0; i < ops.n; i++) {
-		int e = errno;
-
-		REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, ops.op[i].fd, &ops.op[i].ev);
-		errno = e;
-	}
+	if (unlikely(ops.n))
+		ep_apply_gates(epfd, &ops);
 	return nearest;
 }
 
@@ -778,7 +812,7 @@ static int ep_mark(const struct epcall *p, int r, monotime now)
 			continue;
 		if ((g->events & EPOLLET) && g->et_done)
 			continue;
-		if ((g->events & EPOLLIN) && !ns_exp_kind(c) && fault_in(c, now, &fev) == NS_FW_READY) {
+		if (has_faults(c) && (g->events & EPOLLIN) && !ns_exp_kind(c) && fault_in(c, now, &fev) == NS_FW_READY) {
 			/* an injected end or answer: the program's own event */
 			out = &p->ev[r + added++];
 			out->events = EPOLLIN | ((fev & NS_FWE_ERR) ? EPOLLERR : 0) | ((fev & NS_FWE_HUP) ? EPOLLHUP : 0) |

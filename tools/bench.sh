@@ -64,7 +64,7 @@ if command -v valgrind >/dev/null; then
 	added "read, governed socket" 20000 60 calls read
 	added "read, pipe (not a socket)" 20000 15 calls pipe-read
 	added "write, pipe (not a socket)" 20000 15 calls pipe-write
-	added "socket+connect+close (accept not wrapped)" 1000 - calls connect
+	added "socket+connect+close (+ accept, wrapped)" 1000 - calls connect
 	added "poll, governed socket, read deadline armed" 20000 - poll
 	added "epoll_wait, governed socket" 20000 - epoll
 	t0=$(ir rtt 5000 -- LD_PRELOAD="$LIB"); t1=$(ir rtt 5000 -- LD_PRELOAD="$LIB" NETSHIM_TRACE=1)

@@ -60,6 +60,9 @@ def test_injected_fault_looks_like_the_real_one(shim, server, tmp_path, who, kin
     shim.policy(POLICY + f'[host "127.0.0.1:{healthy.port}"]\nfault = {fault}\n')
     want, t_real = run_client(shim, tmp_path, who, real.host, real.port)
     got, t_inj = run_client(shim, tmp_path, who, healthy.host, healthy.port)
+    # pytest -s shows the matrix as measured (README, closing notes)
+    print(f"\nMATRIX {who:8} {kind:9} real {json.dumps(want, sort_keys=True)} {t_real:.2f}s"
+          f" | injected {json.dumps(got, sort_keys=True)} {t_inj:.2f}s")
     assert got == want, f"{who} / {kind}: real {want}, injected {got}"
     tol = max(0.3, 0.2 * t_real)
     assert abs(t_inj - t_real) <= tol, f"{who} / {kind}: real {t_real:.2f} s, injected {t_inj:.2f} s"
