@@ -31,6 +31,7 @@ struct ns_settings {
 	uint64_t retry_backoff_ms;
 	uint32_t mode;              /* enum ns_mode */
 	uint32_t trace;             /* 1: record the calling code of failures */
+	uint64_t failure_status[8]; /* HTTP codes 100-611 (bit code-100) that fail an exchange */
 	uint64_t fault_seed;        /* [defaults] only: repeatable fault choices; 0 = none */
 	struct ns_faults fault;     /* faults to inject; n = 0: none. Last: see ns_policy_resolve */
 };
@@ -40,7 +41,7 @@ enum ns_key_id {
 	NS_K_FAILURE_THRESHOLD, NS_K_WINDOW, NS_K_CONSECUTIVE_FAILURES,
 	NS_K_FAILURE_RATE, NS_K_MIN_CALLS, NS_K_RECOVERY, NS_K_OPEN_DURATION,
 	NS_K_HALF_OPEN_PROBES, NS_K_CONNECT_RETRIES, NS_K_RETRY_BACKOFF,
-	NS_K_MODE, NS_K_TRACE, NS_K_FAULT, NS_K_FAULT_SEED, NS_K_COUNT
+	NS_K_MODE, NS_K_TRACE, NS_K_FAULT, NS_K_FAULT_SEED, NS_K_FAILURE_STATUS, NS_K_COUNT
 };
 
 /* What a section's pattern matches. */
@@ -111,6 +112,12 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 /* Parse "127.0.0.1:80", "[::1]:80" or "name:80" into a destination. Returns 0
  * or -1 when it is not of that form. */
 int ns_dest_parse(const char *s, struct ns_dest *d);
+
+/* Is HTTP status code an exchange failure under s->failure_status? */
+static inline int ns_status_fails(const struct ns_settings *s, unsigned code)
+{
+	return code >= 100 && code < 612 && (s->failure_status[(code - 100) / 64] >> ((code - 100) % 64) & 1);
+}
 
 /* A duration with its unit ("250ms", "3s", "2m", "1h", or "0") into ms.
  * Returns 0, or -1 with the reason in *why. */

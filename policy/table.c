@@ -272,6 +272,25 @@ void ns_table_add_injected(struct ns_table *t, int idx)
 		ADD(&s->injected, 1);
 }
 
+void ns_table_exchange(struct ns_table *t, int idx)
+{
+	struct ns_slot *s = slot_at(t, idx);
+
+	if (s)
+		ADD(&s->exchanges, 1);
+}
+
+void ns_table_http(struct ns_table *t, int idx, unsigned code, int failed)
+{
+	struct ns_slot *s = slot_at(t, idx);
+
+	if (!s)
+		return;
+	STORE(&s->last_status, (uint32_t)code);
+	if (failed)
+		ADD(&s->http_failures, 1);
+}
+
 void ns_table_add_retry(struct ns_table *t, int idx)
 {
 	struct ns_slot *s = slot_at(t, idx);
@@ -323,6 +342,9 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 	e->last_error = LOAD(&s->last_error);
 	e->monitor = LOAD(&s->monitor) != 0;
 	e->injected = LOAD(&s->injected);
+	e->exchanges = LOAD(&s->exchanges);
+	e->http_failures = LOAD(&s->http_failures);
+	e->last_status = LOAD(&s->last_status);
 	e->opened_wall_ms = LOAD(&s->opened_wall_ms);
 	for (uint32_t b = 0; b < NS_HIST_BUCKETS; b++) {
 		e->connect_hist.count[b] = LOAD(&s->connect_hist.count[b]);

@@ -75,7 +75,11 @@ struct ns_slot {
 	struct ns_hist connect_hist;   /* connect start to connected */
 	struct ns_hist first_byte_hist;/* connect start to the first byte received */
 	uint64_t injected;          /* atomic: connections (lookups) that got an injected fault */
-	uint8_t reserved[56];
+	uint64_t exchanges;         /* atomic: exchanges with an outcome (connect failures not counted) */
+	uint64_t http_failures;     /* atomic: exchanges failed by their HTTP status */
+	uint32_t last_status;       /* the last HTTP status seen, 0 = none */
+	uint32_t pad1;
+	uint8_t reserved[32];
 };
 
 enum ns_event_type {
@@ -149,7 +153,8 @@ struct ns_entry {
 	uint32_t failures_in_window, outcomes_in_window;
 	uint32_t last_error;
 	uint32_t monitor;
-	uint64_t injected;
+	uint64_t injected, exchanges, http_failures;
+	uint32_t last_status;
 	uint64_t opened_wall_ms, half_open_wall_ms;
 	struct ns_hist connect_hist, first_byte_hist;
 };
@@ -247,6 +252,9 @@ int ns_table_fault_read(const struct ns_table *t, uint32_t i, struct ns_fltview 
 int ns_table_fault_expire(struct ns_table *t, uint32_t i);
 void ns_table_fault_applied(struct ns_table *t, uint32_t i);
 void ns_table_add_injected(struct ns_table *t, int idx);
+/* An exchange got its outcome; one got an HTTP status (failed: by it). */
+void ns_table_exchange(struct ns_table *t, int idx);
+void ns_table_http(struct ns_table *t, int idx, unsigned code, int failed);
 uint64_t ns_table_fault_gen(const struct ns_table *t);
 
 /* The bucket width for a window, in ms. */

@@ -310,12 +310,23 @@ static void conn_outcome(struct ns_conn *c, int kind, int err)
 	struct ns_step st;
 	char key[NS_KEY_MAX];
 	uint64_t now_ms;
+	uint32_t was;
 	int saved = errno, trace, slot;
 
-	__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
+	was = __atomic_fetch_and(&c->flags, ~(NS_C_CONNECTING | NS_C_PARSE | NS_C_SENT), __ATOMIC_RELAXED);
 	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
 		return;
+	/* an HTTP answer that began but whose status line never completed:
+	 * its first byte came, and no status said otherwise */
+	if (kind != NS_OUT_SUCCESS && (was & NS_C_PARSE) && ns_exchange_answered(c)) {
+		kind = NS_OUT_SUCCESS;
+		err = 0;
+	}
+	/* decided: the next send starts the next exchange */
+	__atomic_fetch_or(&c->flags, NS_C_XNEXT, __ATOMIC_RELAXED);
 	slot = LD(c->slot);
+	if (!(was & NS_C_CONNECTING) && slot >= 0 && tbl_ok)
+		ns_table_exchange(&tbl, slot);
 	if (kind == NS_OUT_SUCCESS && (slot < 0 || !tbl_ok))
 		goto out;
 	ns_conn_key(c, key);
@@ -353,6 +364,30 @@ struct ns_table *ns_tbl(void)
 	return tbl_on() ? &tbl : NULL;
 }
 
+/* Time to the first byte of the answer: from the request of this exchange,
+ * or from the connect for the first. */
+static void first_byte_latency(struct ns_conn *c)
+{
+	monotime from = LD(c->xstart) ? LD(c->xstart) : LD(c->start);
+
+	if (LD(c->slot) >= 0 && tbl_ok)
+		ns_table_latency(&tbl, LD(c->slot), 1, (uint64_t)(ns_now() - from) / 1000);
+}
+
+void ns_conn_http(struct ns_conn *c, unsigned code, int failed)
+{
+	int slot = LD(c->slot);
+
+	if (LD(c->outcome))
+		return;
+	__atomic_fetch_and(&c->flags, ~NS_C_PARSE, __ATOMIC_RELAXED);   /* the status decides, not the bytes */
+	if (slot >= 0 && tbl_ok)
+		ns_table_http(&tbl, slot, code, failed);
+	if (failed)
+		NS_LOG(NS_LOG_INFO, "exchange failed: HTTP %u", code);
+	conn_outcome(c, failed ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 0);
+}
+
 /* The connect completed: note how long it took, once. */
 static void conn_connected(struct ns_conn *c)
 {
@@ -369,6 +404,22 @@ static void conn_fail_errno(struct ns_conn *c, int e)
 		__atomic_fetch_or(&c->flags, NS_C_FAILED, __ATOMIC_RELAXED);
 	conn_outcome(c, e == ETIMEDOUT ? NS_OUT_TIMEOUT : NS_OUT_FAILURE, e);
 }
+
+/**** the fields the data path notices, with their flags ****/
+
+/* Set a time field and the flag bit that says it is set: the field first,
+ * so a thread that sees the bit finds the value (or a newer one). */
+static void set_flagged(struct ns_conn *c, monotime *field, monotime v, uint32_t bit)
+{
+	__atomic_store_n(field, v, __ATOMIC_RELAXED);
+	if (v)
+		__atomic_fetch_or(&c->flags, bit, __ATOMIC_RELEASE);
+	else
+		__atomic_fetch_and(&c->flags, ~bit, __ATOMIC_RELEASE);
+}
+
+#define set_rd_wait(c, v) set_flagged((c), &(c)->rd_wait_start, (v), NS_C_WAITING)
+#define set_intr(c, v) set_flagged((c), &(c)->intr_deadline, (v), NS_C_INTR)
 
 /**** kernel timeouts ****/
 
@@ -451,7 +502,7 @@ static int deadline_check(int fd, struct ns_conn *c, int d)
 		int64_t rest = LD(c->intr_deadline) - now;
 
 		if (rest <= 0) {
-			ST(c->intr_deadline, 0);
+			set_intr(c, 0);
 			goto out_expired;
 		}
 		if (left == 0 || rest < left) {
@@ -485,11 +536,11 @@ static void note_interrupted(int fd, struct ns_conn *c, int e)
 	if (e == EINTR) {
 		if (!LD(c->intr_deadline) && LD(c->dir[NS_IN].src) >= NS_SRC_SHIM_READ &&
 		    !(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_NONBLOCK))
-			ST(c->intr_deadline, ns_now() + LD(c->dir[NS_IN].kernel_ns));
+			set_intr(c, ns_now() + LD(c->dir[NS_IN].kernel_ns));
 		return;
 	}
 	if (LD(c->intr_deadline)) {
-		ST(c->intr_deadline, 0);
+		set_intr(c, 0);
 		dir_want(c, NS_IN, LD(c->total_deadline) ? LD(c->total_deadline) - ns_now() : 0, &want, &src);
 		dir_sync(fd, c, NS_IN, want, src);
 	}
@@ -501,8 +552,9 @@ static void note_interrupted(int fd, struct ns_conn *c, int e)
  * count the outcome, and turn the kernel's EAGAIN into ETIMEDOUT when the
  * timeout it held was the shim's. Kept out of line so the healthy path in
  * IO() stays a handful of loads. */
-static __attribute__((noinline)) ssize_t after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len,
-						   int flags, uint32_t gen)
+#define after_io ns_after_io
+__attribute__((noinline)) ssize_t ns_after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len,
+					      int flags, uint32_t gen)
 {
 	int e = errno;
 
@@ -515,15 +567,15 @@ static __attribute__((noinline)) ssize_t after_io(int fd, struct ns_conn *c, int
 			/* input: a wait for more starts afresh. Output while an
 			 * event loop waits for input (another thread sent the
 			 * request): the answer is due read_timeout after it. */
-			ST(c->rd_wait_start, d == NS_IN ? 0 : ns_now());
+			set_rd_wait(c, d == NS_IN ? 0 : ns_now());
 		}
 		if (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING)
 			conn_connected(c);
 		if ((LD(c->flags) & NS_C_FAULT) && !(flags & MSG_PEEK))
 			ns_fault_post(c, d, r);
-		if (!LD(c->outcome) && d == NS_IN) {
-			if (LD(c->slot) >= 0 && tbl_ok)
-				ns_table_latency(&tbl, LD(c->slot), 1, (uint64_t)(ns_now() - LD(c->start)) / 1000);
+		if (!LD(c->outcome) && d == NS_IN && !(LD(c->flags) & NS_C_PARSE)) {
+			/* the first byte of the answer: the exchange succeeded */
+			first_byte_latency(c);
 			conn_outcome(c, NS_OUT_SUCCESS, 0);
 		}
 		if (LD(c->intr_deadline) && d == NS_IN)
@@ -534,8 +586,14 @@ static __attribute__((noinline)) ssize_t after_io(int fd, struct ns_conn *c, int
 	if (d == NS_IN && (e == EINTR || LD(c->intr_deadline)))
 		note_interrupted(fd, c, r < 0 ? e : 0);
 	if (r == 0) {
-		if (d == NS_IN && len > 0 && !LD(c->outcome))
-			conn_outcome(c, NS_OUT_SUCCESS, 0);   /* the peer closed cleanly */
+		if (d == NS_IN && len > 0 && !LD(c->outcome)) {
+			/* the peer closed: cleanly if nothing was asked, before the
+			 * answer if a request is out (err 0: no errno says it) */
+			if (LD(c->flags) & NS_C_SENT)
+				conn_outcome(c, NS_OUT_FAILURE, 0);
+			else
+				conn_outcome(c, NS_OUT_SUCCESS, 0);
+		}
 		errno = e;
 		return 0;
 	}
@@ -560,21 +618,25 @@ static __attribute__((noinline)) ssize_t after_io(int fd, struct ns_conn *c, int
 	struct ns_conn *c_ = c; \
 	uint32_t g_ = __atomic_load_n(&c_->gen, __ATOMIC_RELAXED); \
 	ssize_t r_; \
-	if (unlikely(LD(c_->total_deadline) | LD(c_->intr_deadline) | LD(c_->expired))) { \
+	if (unlikely(LD(c_->flags) & NS_C_PRE_DIR(d_))) { \
 		if (deadline_check((fd_), c_, (d_)) < 0) \
 			return -1; \
 		if (LD(c_->expired) & NS_ATTN_FAULT) { \
 			size_t allow_; \
 			r_ = ns_fault_pre((fd_), c_, (d_), (fl_), (buf_), (len_), &allow_); \
 			if (r_ != NS_FAULT_GO) /* counted as if the kernel said it */ \
-				return after_io((fd_), c_, (d_), r_, (len_), (fl_), g_); \
+				return (LD(c_->flags) & (NS_C_XNEXT | NS_C_PARSE)) ? \
+					ns_exchange_io((fd_), c_, (d_), r_, (buf_), (len_), (fl_), g_) : \
+					after_io((fd_), c_, (d_), r_, (len_), (fl_), g_); \
 			cap_; \
+		} \
+		if (LD(c_->flags) & (NS_C_XNEXT | NS_C_PARSE)) { \
+			r_ = call; \
+			return ns_exchange_io((fd_), c_, (d_), r_, (buf_), (len_), (fl_), g_); \
 		} \
 	} \
 	r_ = call; \
-	if (likely(r_ > 0 && ((d_) == NS_OUT || LD(c_->outcome)) && \
-		   !(LD(c_->rd_wait_start) | LD(c_->intr_deadline) | \
-		     (LD(c_->flags) & (NS_C_CONNECTING | NS_C_FAULT))))) \
+	if (likely(r_ > 0 && ((d_) == NS_OUT || LD(c_->outcome)) && !(LD(c_->flags) & NS_C_POST))) \
 		return r_; \
 	return after_io((fd_), c_, (d_), r_, (len_), (fl_), g_); \
 } while (0)
@@ -584,6 +646,10 @@ static __attribute__((noinline)) ssize_t after_io(int fd, struct ns_conn *c, int
 /* The calls with (buf, n): an injected fault may cap n (bandwidth, bytes
  * left before a stall) or answer into buf (status). */
 #define IOB(d_, fd_, buf, n, fl_, call) IOX(d_, fd_, n, fl_, buf, if (allow_ < (n)) (n) = allow_, call)
+
+/* The first buffer of a vector, when it holds the 8 bytes an HTTP method
+ * needs to be told (exchange.c looks at no more). */
+#define FIRST8(iov, cnt) ((iov) && (cnt) > 0 && (iov)[0].iov_len >= 8 ? (iov)[0].iov_base : NULL)
 
 static size_t iov_len(const struct iovec *iov, int cnt)
 {
@@ -638,27 +704,28 @@ ssize_t ns_read_chk(struct ns_conn *c, int fd, void *buf, size_t n, size_t bufle
 
 ssize_t ns_send(struct ns_conn *c, int fd, const void *buf, size_t n, int flags)
 {
-	IO(NS_OUT, fd, n, flags, REAL(send)(fd, buf, n, flags));
+	IOX(NS_OUT, fd, n, flags, (void *)buf, (void)allow_, REAL(send)(fd, buf, n, flags));
 }
 
 ssize_t ns_sendto(struct ns_conn *c, int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len)
 {
-	IO(NS_OUT, fd, n, flags, REAL(sendto)(fd, buf, n, flags, sa, len));
+	IOX(NS_OUT, fd, n, flags, (void *)buf, (void)allow_, REAL(sendto)(fd, buf, n, flags, sa, len));
 }
 
 ssize_t ns_sendmsg(struct ns_conn *c, int fd, const struct msghdr *msg, int flags)
 {
-	IO(NS_OUT, fd, msg ? iov_len(msg->msg_iov, (int)msg->msg_iovlen) : 0, flags, REAL(sendmsg)(fd, msg, flags));
+	IOX(NS_OUT, fd, msg ? iov_len(msg->msg_iov, (int)msg->msg_iovlen) : 0, flags, FIRST8(msg ? msg->msg_iov : NULL,
+	    msg ? (int)msg->msg_iovlen : 0), (void)allow_, REAL(sendmsg)(fd, msg, flags));
 }
 
 ssize_t ns_write(struct ns_conn *c, int fd, const void *buf, size_t n)
 {
-	IO(NS_OUT, fd, n, 0, REAL(write)(fd, buf, n));
+	IOX(NS_OUT, fd, n, 0, (void *)buf, (void)allow_, REAL(write)(fd, buf, n));
 }
 
 ssize_t ns_writev(struct ns_conn *c, int fd, const struct iovec *iov, int cnt)
 {
-	IO(NS_OUT, fd, iov_len(iov, cnt), 0, REAL(writev)(fd, iov, cnt));
+	IOX(NS_OUT, fd, iov_len(iov, cnt), 0, FIRST8(iov, cnt), (void)allow_, REAL(writev)(fd, iov, cnt));
 }
 
 /* The batch calls: a count of messages, not bytes, but the same rules (a
@@ -959,7 +1026,9 @@ static void conn_begin(struct ns_conn *c, const struct ns_settings *set, monotim
 {
 	ST(c->start, now);
 	ST(c->outcome, 0);
-	ST(c->rd_wait_start, 0);
+	ST(c->xstart, 0);
+	set_rd_wait(c, 0);
+	__atomic_fetch_or(&c->flags, NS_C_XNEXT, __ATOMIC_RELAXED);
 	ST(c->connect_deadline, (LD(c->flags) & NS_C_ENFORCE) && set->connect_timeout_ms ?
 		now + (int64_t)set->connect_timeout_ms * 1000000 : 0);
 	__atomic_fetch_and(&c->flags, ~NS_C_FAILED, __ATOMIC_RELAXED);
@@ -1111,8 +1180,10 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	if (enforce) {
 		ST(c->flags, LD(c->flags) | NS_C_ENFORCE);
 		ST(c->read_timeout_ns, (int64_t)set.read_timeout_ms * 1000000);
-		if (set.total_timeout_ms)
+		if (set.total_timeout_ms) {
 			ST(c->total_deadline, now + (int64_t)set.total_timeout_ms * 1000000);
+			ST(c->flags, LD(c->flags) | NS_C_TOTAL);
+		}
 	}
 	conn_begin(c, &set, now);
 	if (unlikely(ns_fault_possible())) {
@@ -1189,7 +1260,7 @@ monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want_out, monotime
 			d = LD(c->connect_deadline);
 	} else if (want_in && LD(c->read_timeout_ns)) {
 		if (!LD(c->rd_wait_start))
-			ST(c->rd_wait_start, now);
+			set_rd_wait(c, now);
 		d = LD(c->rd_wait_start) + LD(c->read_timeout_ns);
 	}
 	if (LD(c->total_deadline) && (want_in || want_out) && (d == 0 || LD(c->total_deadline) < d))
@@ -1234,6 +1305,7 @@ int ns_wait_expire(struct ns_conn *c, int fd, int want_in, int want_out, monotim
 		kind = (f & NS_C_CONNECTING) ? NS_EXP_CONNECT : NS_EXP_READ;
 	none = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE) & ~NS_EXP_MASK;   /* keeps NS_ATTN_* */
 	if (__atomic_compare_exchange_n(&c->expired, &none, none | kind, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		__atomic_fetch_or(&c->flags, NS_C_EXPIRED, __ATOMIC_RELEASE);
 		if (kind == NS_EXP_CONNECT) {
 			__atomic_fetch_or(&c->flags, NS_C_FAILED | NS_C_ERR_PENDING, __ATOMIC_RELAXED);
 			if (fd >= 0 && ns_conn_of(fd) == c)
@@ -1247,7 +1319,7 @@ int ns_wait_expire(struct ns_conn *c, int fd, int want_in, int want_out, monotim
 void ns_wait_ready(struct ns_conn *c, int in, int out, int err)
 {
 	if (in && LD(c->rd_wait_start))
-		ST(c->rd_wait_start, 0);
+		set_rd_wait(c, 0);
 	/* writable without an error: the connect completed. With an error the
 	 * program reads it through SO_ERROR, which counts the failure. */
 	if (out && !err && (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING))

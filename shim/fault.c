@@ -387,10 +387,8 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 			r = NS_FC_FAIL;
 			break;
 		case NS_F_REFUSE:
-			r = target_for(NS_F_REFUSE, sa->sa_family, to, tolen) == 0 ? NS_FC_TARGET : NS_FC_NONE;
-			break;
 		case NS_F_BLACKHOLE:
-			r = target_for(NS_F_BLACKHOLE, sa->sa_family, to, tolen) == 0 ? NS_FC_TARGET : NS_FC_NONE;
+			r = target_for((int)x->kind, sa->sa_family, to, tolen) == 0 ? NS_FC_TARGET : NS_FC_NONE;
 			break;
 		case NS_F_DELAY:
 			if (len > (socklen_t)sizeof(cf->real_sa))

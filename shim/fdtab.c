@@ -145,7 +145,7 @@ void ns_conn_put_cfg(struct ns_conn *c, const struct ns_settings *s, const char 
 
 	memcpy(su.w, s, SET_WORDS * 8);
 	memset(ku.k, 0, sizeof(ku.k));
-	snprintf(ku.k, sizeof(ku.k), "%s", key);
+	memcpy(ku.k, key, strnlen(key, sizeof(ku.k) - 1));
 	/* the fault list is chosen from at connect and not kept */
 	for (size_t i = 0; i < SET_WORDS; i++)
 		ST(c->set_w[i], su.w[i]);

@@ -83,6 +83,23 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
 #define NS_C_ARM_PENDING 0x10u    /* kernel timeouts to set once the socket turns blocking */
 #define NS_C_ERR_PENDING 0x20u    /* the connect deadline fired: report ETIMEDOUT once, as the kernel does */
 #define NS_C_FAULT 0x40u          /* injected faults: every data call takes the slow path */
+/* Mirrors of the other fields the data path must notice, so that its one
+ * check before and one after the real call are a single load each. */
+#define NS_C_WAITING 0x80u        /* rd_wait_start is set */
+#define NS_C_INTR 0x100u          /* intr_deadline is set */
+#define NS_C_TOTAL 0x200u         /* total_deadline is set */
+#define NS_C_EXPIRED 0x400u       /* a deadline fired in a wait (expired has its kind) */
+/* Exchanges (exchange.c): the next send starts one; its answer is being
+ * read for an HTTP status; this exchange had a request; what the first
+ * bytes sent said about the protocol. */
+#define NS_C_XNEXT 0x800u
+#define NS_C_PARSE 0x1000u
+#define NS_C_SENT 0x2000u
+#define NS_C_HTTP 0x4000u
+#define NS_C_NOTHTTP 0x8000u
+#define NS_C_PRE (NS_C_TOTAL | NS_C_INTR | NS_C_EXPIRED | NS_C_FAULT)
+#define NS_C_PRE_DIR(d) (NS_C_PRE | ((d) == NS_OUT ? NS_C_XNEXT : NS_C_PARSE))
+#define NS_C_POST (NS_C_CONNECTING | NS_C_FAULT | NS_C_WAITING | NS_C_INTR)
 
 /* Injected faults of one connection (fault.c): set at connect, read only
  * while NS_ATTN_FAULT is set in the connection's expired word. */
@@ -130,6 +147,11 @@ struct ns_conn {
 	union { struct ns_settings set; uint64_t set_w[sizeof(struct ns_settings) / 8]; };
 	union { char key[NS_KEY_MAX]; uint64_t key_w[NS_KEY_MAX / 8]; };
 	struct ns_cfault fault;
+	/* the exchange in progress (exchange.c; its thread's slow path only) */
+	monotime xstart;          /* when its request went out; 0 = the connect's */
+	uint32_t hstate;          /* HTTP answer: status line, or 1xx headers to skip */
+	uint32_t hlen;            /* bytes of the status line (or of "\r\n\r\n") seen */
+	char hbuf[16];            /* "HTTP/1.1 503" */
 	struct ns_conn *next_free;
 };
 _Static_assert(sizeof(struct ns_settings) % 8 == 0 && NS_KEY_MAX % 8 == 0, "copied in words");
@@ -264,6 +286,20 @@ static inline uint32_t ns_exp_kind(struct ns_conn *c)
 {
 	return __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE) & NS_EXP_MASK;
 }
+
+/**** exchanges (exchange.c) ****/
+
+/* The data path of a call that starts an exchange (a send after a complete
+ * answer, or the first) or reads an answer whose HTTP status is not yet
+ * known, after the real call returned r. buf/len: the bytes sent or
+ * received (NULL when the call has no plain buffer). Returns r, as after_io. */
+NS_HIDDEN ssize_t ns_exchange_io(int fd, struct ns_conn *c, int d, ssize_t r, const void *buf, size_t len,
+				 int flags, uint32_t gen);
+NS_HIDDEN ssize_t ns_after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len, int flags, uint32_t gen);
+/* Did bytes of the answer arrive before its status line was complete? */
+NS_HIDDEN int ns_exchange_answered(const struct ns_conn *c);
+/* An exchange's outcome from its HTTP status (core.c). */
+NS_HIDDEN void ns_conn_http(struct ns_conn *c, unsigned code, int failed);
 
 /**** injected faults (fault.c) ****/
 

@@ -138,8 +138,13 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 		} else {
 			printf("null");
 		}
-		printf(", \"mode\": \"%s\", \"injected\": %llu", e->monitor ? "monitor" : "enforce",
-		       (unsigned long long)e->injected);
+		printf(", \"mode\": \"%s\", \"injected\": %llu, \"exchanges\": %llu, \"http_failures\": %llu, "
+		       "\"last_status\": ", e->monitor ? "monitor" : "enforce", (unsigned long long)e->injected,
+		       (unsigned long long)e->exchanges, (unsigned long long)e->http_failures);
+		if (e->last_status >= 100 && e->last_status <= 999)
+			printf("%u", e->last_status);
+		else
+			printf("null");
 		pct_json("connect_ms_p50", &e->connect_hist, 50);
 		pct_json("connect_ms_p99", &e->connect_hist, 99);
 		pct_json("first_byte_ms_p50", &e->first_byte_hist, 50);

@@ -185,3 +185,31 @@ Test(fault, patterns_for_inject)
 	cr_assert(ns_pattern_match(&sec, &d));
 	cr_assert_not_null(ns_pattern_parse("bad host!", &sec));
 }
+
+Test(policy, failure_status_default_list_and_errors)
+{
+	static const char good[] = "[defaults]\n[host \"a.example\"]\nfailure_status = 404, 502-504\n[host \"b.example\"]\nfailure_status = none\n";
+	static const char bad[] = "[defaults]\nfailure_status = 99\n";
+	struct ns_policy p;
+	struct ns_settings s;
+	struct ns_dest d;
+	char err[512], buf[200];
+
+	for (unsigned c = 100; c < 600; c++)
+		cr_assert_eq(ns_status_fails(&ns_builtin_settings, c), c == 429 || (c >= 500 && c <= 599), "%u", c);
+	ns_setting_format(NS_K_FAILURE_STATUS, &ns_builtin_settings, buf, sizeof(buf));
+	cr_assert_str_eq(buf, "429, 500-599");
+	cr_assert_eq(ns_policy_parse(good, sizeof(good) - 1, "p.conf", &p, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(ns_dest_parse("a.example:80", &d), 0);
+	ns_policy_resolve(&p, &d, &s, NULL);
+	cr_assert(ns_status_fails(&s, 404) && ns_status_fails(&s, 503) && !ns_status_fails(&s, 500));
+	ns_setting_format(NS_K_FAILURE_STATUS, &s, buf, sizeof(buf));
+	cr_assert_str_eq(buf, "404, 502-504");
+	cr_assert_eq(ns_dest_parse("b.example:80", &d), 0);
+	ns_policy_resolve(&p, &d, &s, NULL);
+	ns_setting_format(NS_K_FAILURE_STATUS, &s, buf, sizeof(buf));
+	cr_assert_str_eq(buf, "none");
+	ns_policy_free(&p);
+	cr_assert_eq(ns_policy_parse(bad, sizeof(bad) - 1, "p.conf", &p, err, sizeof(err)), 1);
+	cr_assert(strstr(err, "p.conf:2: failure_status: bad value '99'") == err, "%s", err);
+}

@@ -1,0 +1,173 @@
+"""Exchanges and HTTP status (issue 11, plain TCP): one outcome per
+exchange, the status line read as it passes, failure_status."""
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import PY, py_script
+
+# A keep-alive HTTP/1.1 server: each request gets the next answer of its
+# script (the last repeats). An answer is "CODE", "100+CODE" (an interim
+# 100 first), "silent" (never answers), with ",drip" to send a byte at a
+# time, ",close" to close after it.
+SERVER = r'''
+import socket, sys, threading, time
+script = sys.argv[1].split(";")
+lst = socket.socket(); lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+lst.bind(("127.0.0.1", 0)); lst.listen(16)
+print("PORT", lst.getsockname()[1], flush=True)
+n = [0]
+def serve(c):
+    buf = b""
+    while True:
+        while b"\r\n\r\n" not in buf:
+            d = c.recv(4096)
+            if not d:
+                c.close(); return
+            buf += d
+        _, buf = buf.split(b"\r\n\r\n", 1)
+        step = script[min(n[0], len(script) - 1)].split(","); n[0] += 1
+        if step[0] == "silent":
+            time.sleep(30); c.close(); return
+        out = b""
+        code = step[0]
+        if code.startswith("100+"):
+            out += b"HTTP/1.1 100 Continue\r\n\r\n"; code = code[4:]
+        body = b"x" * 5
+        out += b"HTTP/1.1 %s Whatever\r\nContent-Length: 5\r\n%s\r\n" % (code.encode(),
+               b"Connection: close\r\n" if "close" in step else b"") + body
+        if "drip" in step:
+            for i in range(len(out)):
+                c.sendall(out[i:i + 1]); time.sleep(0.002)
+        else:
+            c.sendall(out)
+        if "close" in step:
+            c.close(); return
+while True:
+    c, _ = lst.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+'''
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    procs = []
+
+    def start(script):
+        p = tmp_path / f"srv{len(procs)}.py"
+        p.write_text(SERVER)
+        proc = subprocess.Popen([sys.executable, str(p), script], stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        port = int(proc.stdout.readline().split()[1])
+        return port
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+SESSION = r'''
+import json, sys, requests
+s = requests.Session()
+out = []
+for i in range(int(sys.argv[2])):
+    try:
+        out.append(s.get(sys.argv[1], timeout=10).status_code)
+    except requests.exceptions.RequestException as e:
+        out.append(type(e).__name__)
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.shim
+def test_every_keep_alive_request_is_an_exchange(shim, http_server, tmp_path):
+    port = http_server("200")
+    shim.policy("[defaults]\nread_timeout = 2s\n")
+    r = shim.run(py_script(tmp_path, SESSION) + [f"http://127.0.0.1:{port}/", 5])
+    assert json.loads(r.out) == [200] * 5, r.err
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert (e["calls"], e["exchanges"], e["successes"], e["failures"], e["last_status"]) == (1, 5, 5, 0, 200), e
+
+
+@pytest.mark.shim
+def test_503s_open_the_breaker(shim, http_server, tmp_path):
+    port = http_server("503,close")
+    shim.policy("[defaults]\nfailure_threshold = 3\n")
+    r = shim.run(py_script(tmp_path, SESSION) + [f"http://127.0.0.1:{port}/", 5])
+    assert json.loads(r.out) == [503, 503, 503, "ConnectionError", "ConnectionError"], r.err
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert (e["state"], e["http_failures"], e["failures"], e["rejected"], e["last_status"]) == \
+        ("open", 3, 3, 2, 503), e
+
+
+@pytest.mark.shim
+def test_a_later_request_on_a_kept_alive_connection_times_out(shim, http_server, tmp_path):
+    port = http_server("200;silent")
+    shim.policy("[defaults]\nread_timeout = 1s\n")
+    r = shim.run(py_script(tmp_path, SESSION) + [f"http://127.0.0.1:{port}/", 2], timeout=30)
+    assert json.loads(r.out)[0] == 200, r.out
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert (e["calls"], e["exchanges"], e["successes"], e["failures"], e["timeouts"]) == (1, 2, 1, 1, 1), e
+
+
+RAW = r'''
+import json, socket, sys
+port, what = int(sys.argv[1]), sys.argv[2]
+s = socket.create_connection(("127.0.0.1", port))
+if what == "pipelined":
+    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 3)
+elif what == "binary":
+    s.sendall(b"\x16\x03\x01\x00\x05hello\r\n\r\n")
+else:
+    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+want = {"pipelined": 3}.get(what, 1)
+data = b""
+while data.count(b"xxxxx") < want:
+    b = s.recv(1)            # one byte per read: the status line arrives in pieces
+    if not b:
+        break
+    data += b
+print(json.dumps({"answers": data.count(b"xxxxx")}))
+'''
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("script,what,want", [
+    ("100+503,drip", "one", (1, 0, 1, 1, 503)),        # interim 100 skipped; 503 read a byte at a time
+    ("200", "pipelined", (1, 1, 0, 0, 200)),           # three requests in one turn: one exchange
+    ("503", "binary", (1, 1, 0, 0, None)),             # not an HTTP request: no status is read
+])
+def test_status_lines_read_as_they_pass(shim, http_server, tmp_path, script, what, want):
+    port = http_server(script)
+    shim.policy("[defaults]\nread_timeout = 2s\n")
+    res = shim.run(py_script(tmp_path, RAW) + [port, what]).last_json()
+    assert res["answers"] == (3 if what == "pipelined" else 1), res
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert (e["exchanges"], e["successes"], e["failures"], e["http_failures"], e["last_status"]) == want, e
+
+
+@pytest.mark.shim
+def test_failure_status_none_and_a_custom_list(shim, http_server, tmp_path):
+    p503 = http_server("503")
+    p404 = http_server("404")
+    shim.policy(f'[defaults]\nread_timeout = 2s\n[host "127.0.0.1:{p503}"]\nfailure_status = none\n'
+                f'[host "127.0.0.1:{p404}"]\nfailure_status = 404, 500-599\n')
+    for port in (p503, p404):
+        r = shim.run(py_script(tmp_path, SESSION) + [f"http://127.0.0.1:{port}/", 1])
+        assert r.rc == 0, r.err
+    a, b = shim.entry(f"127.0.0.1:{p503}"), shim.entry(f"127.0.0.1:{p404}")
+    assert (a["successes"], a["http_failures"], a["last_status"]) == (1, 0, 503), a
+    assert (b["failures"], b["http_failures"], b["last_status"]) == (1, 1, 404), b
+
+
+@pytest.mark.shim
+def test_an_injected_status_fails_like_a_real_one(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy(f'[defaults]\n[host "127.0.0.1:{srv.port}"]\nfault = status 503\n')
+    r = shim.run(py_script(tmp_path, SESSION) + [srv.url, 1])
+    assert json.loads(r.out) == [503], r.err
+    e = shim.entry(srv.dest)
+    assert (e["failures"], e["http_failures"], e["last_status"], e["injected"]) == (1, 1, 503, 1), e
