@@ -43,36 +43,50 @@ static int looks_http(const char *b, size_t n)
 static void feed(struct ns_conn *c, const char *b, size_t n)
 {
 	static const char end[] = "\r\n\r\n";
+	char hb[12];
 
 	for (size_t i = 0; i < n && (LD(c->flags) & NS_C_PARSE); i++) {
-		if (c->hstate == HS_SKIP) {
+		if (LD(c->hstate) == HS_SKIP) {
 			/* the headers of a 1xx answer, up to the blank line */
-			c->hlen = b[i] == end[c->hlen] ? c->hlen + 1 : (b[i] == '\r');
-			if (c->hlen == 4) {
-				c->hstate = HS_STATUS;
-				c->hlen = 0;
+			uint32_t m = LD(c->hlen);
+
+			if (m > 3)
+				m = 0;   /* in bounds, whatever another thread did */
+			ST(c->hlen, b[i] == end[m] ? m + 1 : (uint32_t)(b[i] == '\r'));
+			if (LD(c->hlen) == 4) {
+				ST(c->hstate, (uint32_t)HS_STATUS);
+				ST(c->hlen, 0);
 			}
 			continue;
 		}
-		c->hbuf[c->hlen++] = b[i];
-		if (c->hlen < 12)
-			continue;
+		{
+			uint32_t k = LD(c->hlen);
+
+			if (k >= sizeof(c->hbuf))
+				k = 0;   /* never past the buffer, whatever another thread did */
+			ST(c->hbuf[k], b[i]);
+			ST(c->hlen, k + 1);
+			if (k + 1 < 12)
+				continue;
+		}
+		/* a copy: another thread may write the record (the program's race) */
+		for (int j = 0; j < 12; j++)
+			hb[j] = LD(c->hbuf[j]);
 		/* "HTTP/1.x NNN" */
-		if (memcmp(c->hbuf, "HTTP/1.", 7) != 0 || c->hbuf[8] != ' ' ||
-		    c->hbuf[9] < '1' || c->hbuf[9] > '5' || c->hbuf[10] < '0' || c->hbuf[10] > '9' ||
-		    c->hbuf[11] < '0' || c->hbuf[11] > '9') {
+		if (memcmp(hb, "HTTP/1.", 7) != 0 || hb[8] != ' ' || hb[9] < '1' || hb[9] > '5' ||
+		    hb[10] < '0' || hb[10] > '9' || hb[11] < '0' || hb[11] > '9') {
 			/* not an HTTP answer after all: the first byte decides */
 			__atomic_fetch_and(&c->flags, ~NS_C_PARSE, __ATOMIC_RELAXED);
 			ns_conn_outcome(c, NS_OUT_SUCCESS, 0);
 			return;
 		}
 		{
-			unsigned code = (unsigned)((c->hbuf[9] - '0') * 100 + (c->hbuf[10] - '0') * 10 + (c->hbuf[11] - '0'));
+			unsigned code = (unsigned)((hb[9] - '0') * 100 + (hb[10] - '0') * 10 + (hb[11] - '0'));
 			struct ns_settings set;
 
 			if (code >= 100 && code < 200 && code != 101) {
-				c->hstate = HS_SKIP;   /* interim: the final answer follows */
-				c->hlen = 0;
+				ST(c->hstate, (uint32_t)HS_SKIP);   /* interim: the final answer follows */
+				ST(c->hlen, 0);
 				continue;
 			}
 			ns_conn_settings(c, &set);
@@ -83,7 +97,7 @@ static void feed(struct ns_conn *c, const char *b, size_t n)
 
 int ns_exchange_answered(const struct ns_conn *c)
 {
-	return c->hlen > 0 || c->hstate == HS_SKIP;
+	return LD(c->hlen) > 0 || LD(c->hstate) == HS_SKIP;
 }
 
 ssize_t ns_exchange_io(int fd, struct ns_conn *c, int d, ssize_t r, const void *buf, size_t len, int flags,
@@ -104,15 +118,15 @@ ssize_t ns_exchange_io(int fd, struct ns_conn *c, int d, ssize_t r, const void *
 			/* a new exchange: its outcome is owed from now */
 			ST(c->outcome, 0);
 			ST(c->xstart, ns_now());
-			c->hstate = HS_STATUS;
-			c->hlen = 0;
+			ST(c->hstate, (uint32_t)HS_STATUS);
+			ST(c->hlen, 0);
 			__atomic_fetch_and(&c->flags, ~NS_C_XNEXT, __ATOMIC_RELAXED);
 			__atomic_fetch_or(&c->flags, NS_C_SENT | ((LD(c->flags) & NS_C_HTTP) ? NS_C_PARSE : 0),
 					  __ATOMIC_RELAXED);
 		}
 	} else if ((LD(c->flags) & NS_C_PARSE) && !(flags & MSG_PEEK)) {
 		if (buf && !LD(c->outcome)) {
-			if (c->hlen == 0 && c->hstate == HS_STATUS) {
+			if (LD(c->hlen) == 0 && LD(c->hstate) == HS_STATUS) {
 				monotime from = LD(c->xstart) ? LD(c->xstart) : LD(c->start);
 				struct ns_table *t = LD(c->slot) >= 0 ? ns_tbl() : NULL;
 
