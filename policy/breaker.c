@@ -61,6 +61,9 @@ const char *ns_rule_name(int rule)
 	case NS_RULE_CONSECUTIVE: return "consecutive_failures";
 	case NS_RULE_RATE: return "failure_rate";
 	case NS_RULE_PROBE: return "half_open_probe";
+	case NS_RULE_TIMEOUT_RATE: return "timeout_rate";
+	case NS_RULE_SLOW_RATE: return "slow_call_rate";
+	case NS_RULE_LATENCY_P99: return "latency_p99";
 	default: return "none";
 	}
 }
@@ -78,6 +81,24 @@ static void open_now(struct ns_step *r, uint64_t now_ms, const struct ns_setting
 	r->next.t_ms = add_ms(now_ms, s->open_duration_ms);
 }
 
+/* share/outcomes >= rate, in integers, once min_calls are in the window */
+static int rate_reached(uint32_t share, uint32_t rate_bp, const struct ns_window *w, const struct ns_settings *s)
+{
+	return rate_bp && w && w->outcomes >= s->min_calls && w->outcomes > 0 &&
+	       (uint64_t)share * 10000 >= (uint64_t)rate_bp * w->outcomes;
+}
+
+/* The rules a slow success can trip too: slow calls and latency. */
+static int slow_rule(const struct ns_window *w, const struct ns_settings *s)
+{
+	if (w && s->slow_call_ms && rate_reached(w->slow, s->slow_call_rate_bp, w, s))
+		return NS_RULE_SLOW_RATE;
+	if (w && s->latency_p99_ms && w->outcomes >= s->min_calls && w->p99_us &&
+	    w->p99_us >= s->latency_p99_ms * 1000)
+		return NS_RULE_LATENCY_P99;
+	return NS_RULE_NONE;
+}
+
 /* Which rule, if any, opens a closed breaker after this failure. */
 static int trip_rule(const struct ns_brk *b, const struct ns_window *w, const struct ns_settings *s)
 {
@@ -89,7 +110,9 @@ static int trip_rule(const struct ns_brk *b, const struct ns_window *w, const st
 	if (s->failure_rate_bp && w && w->outcomes >= s->min_calls && w->outcomes > 0 &&
 	    (uint64_t)w->failures * 10000 >= (uint64_t)s->failure_rate_bp * w->outcomes)
 		return NS_RULE_RATE;
-	return NS_RULE_NONE;
+	if (w && rate_reached(w->timeouts, s->timeout_rate_bp, w, s))
+		return NS_RULE_TIMEOUT_RATE;
+	return slow_rule(w, s);
 }
 
 struct ns_step ns_brk_step(const struct ns_brk *cur, int event, const struct ns_window *w,
@@ -135,7 +158,11 @@ struct ns_step ns_brk_step(const struct ns_brk *cur, int event, const struct ns_
 		break;
 	case NS_EV_SUCCESS:
 		r.next.consec = 0;
-		if (cur->state == NS_HALF_OPEN) {
+		if (cur->state == NS_CLOSED && (r.rule = slow_rule(w, s)) != NS_RULE_NONE) {
+			/* answered, but slowly: the slow-call rules open on successes */
+			open_now(&r, now_ms, s);
+			r.transition = NS_TR_OPENED;
+		} else if (cur->state == NS_HALF_OPEN) {
 			r.next.state = NS_CLOSED;
 			r.next.probes = 0;
 			r.next.t_ms = 0;

@@ -29,10 +29,13 @@ enum ns_verdict { NS_ALLOW = 0, NS_ALLOW_PROBE = 1, NS_REJECT = 2 };
 
 enum ns_transition { NS_TR_NONE, NS_TR_OPENED, NS_TR_HALF_OPENED, NS_TR_CLOSED, NS_TR_REOPENED, NS_TR_RESET, NS_TR_FORCED };
 
-enum ns_rule { NS_RULE_NONE, NS_RULE_THRESHOLD, NS_RULE_CONSECUTIVE, NS_RULE_RATE, NS_RULE_PROBE };
+enum ns_rule { NS_RULE_NONE, NS_RULE_THRESHOLD, NS_RULE_CONSECUTIVE, NS_RULE_RATE, NS_RULE_PROBE,
+	NS_RULE_TIMEOUT_RATE, NS_RULE_SLOW_RATE, NS_RULE_LATENCY_P99 };
 
-/* Outcomes in the sliding window, this event's included. */
-struct ns_window { uint32_t failures, outcomes; };
+/* Outcomes in the sliding window, this event's included: failures, all,
+ * slow calls, timeouts, and the p99 of first-byte time (us, the upper bound
+ * of its histogram bucket; 0 = no sample). */
+struct ns_window { uint32_t failures, outcomes, slow, timeouts; uint64_t p99_us; };
 
 struct ns_step {
 	struct ns_brk next;

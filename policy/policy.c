@@ -56,6 +56,7 @@ const char *const ns_key_names[NS_K_COUNT] = {
 	"failure_rate", "min_calls", "recovery", "open_duration",
 	"half_open_probes", "connect_retries", "retry_backoff", "mode", "trace",
 	"fault", "fault_seed", "failure_status",
+	"slow_call", "slow_call_rate", "timeout_rate", "latency_p99",
 };
 
 #define OFF(f) offsetof(struct ns_settings, f)
@@ -81,6 +82,10 @@ static const struct keydef keydefs[NS_K_COUNT] = {
 	[NS_K_FAULT] = { T_FAULT, OFF(fault), 0, 0 },
 	[NS_K_FAULT_SEED] = { T_SEED, OFF(fault_seed), 1, UINT64_MAX },
 	[NS_K_FAILURE_STATUS] = { T_STATUSES, OFF(failure_status), 0, 0 },
+	[NS_K_SLOW_CALL] = { T_DUR, OFF(slow_call_ms), 1, NS_MAX_DURATION_MS },
+	[NS_K_SLOW_CALL_RATE] = { T_PCT, OFF(slow_call_rate_bp), 0, 10000 },
+	[NS_K_TIMEOUT_RATE] = { T_PCT, OFF(timeout_rate_bp), 0, 10000 },
+	[NS_K_LATENCY_P99] = { T_DUR, OFF(latency_p99_ms), 1, NS_MAX_DURATION_MS },
 };
 
 /**** errors ****/

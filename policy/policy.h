@@ -31,6 +31,10 @@ struct ns_settings {
 	uint64_t retry_backoff_ms;
 	uint32_t mode;              /* enum ns_mode */
 	uint32_t trace;             /* 1: record the calling code of failures */
+	uint64_t slow_call_ms;      /* an exchange whose first byte took this long is slow; 0 = off */
+	uint32_t slow_call_rate_bp; /* open when slow calls reach this share of the window */
+	uint32_t timeout_rate_bp;   /* open when timeouts reach this share of the window */
+	uint64_t latency_p99_ms;    /* open when the window's p99 first-byte time reaches this */
 	uint64_t failure_status[8]; /* HTTP codes 100-611 (bit code-100) that fail an exchange */
 	uint64_t fault_seed;        /* [defaults] only: repeatable fault choices; 0 = none */
 	struct ns_faults fault;     /* faults to inject; n = 0: none. Last: see ns_policy_resolve */
@@ -41,7 +45,8 @@ enum ns_key_id {
 	NS_K_FAILURE_THRESHOLD, NS_K_WINDOW, NS_K_CONSECUTIVE_FAILURES,
 	NS_K_FAILURE_RATE, NS_K_MIN_CALLS, NS_K_RECOVERY, NS_K_OPEN_DURATION,
 	NS_K_HALF_OPEN_PROBES, NS_K_CONNECT_RETRIES, NS_K_RETRY_BACKOFF,
-	NS_K_MODE, NS_K_TRACE, NS_K_FAULT, NS_K_FAULT_SEED, NS_K_FAILURE_STATUS, NS_K_COUNT
+	NS_K_MODE, NS_K_TRACE, NS_K_FAULT, NS_K_FAULT_SEED, NS_K_FAILURE_STATUS,
+	NS_K_SLOW_CALL, NS_K_SLOW_CALL_RATE, NS_K_TIMEOUT_RATE, NS_K_LATENCY_P99, NS_K_COUNT
 };
 
 /* What a section's pattern matches. */

@@ -132,10 +132,11 @@ static struct ns_slot *slot_at(const struct ns_table *t, int idx)
 #define B_FAIL(v) ((uint32_t)((v) >> 20) & COUNT_MAX)
 #define B_OUT(v) ((uint32_t)(v) & COUNT_MAX)
 
-static void bucket_add(struct ns_slot *s, uint64_t now_ms, uint64_t width, int failed)
+/* Add a and b to the two counts of the current bucket of arr. */
+static void bucket_add(uint64_t *arr, uint64_t now_ms, uint64_t width, int a, int b_inc)
 {
 	uint32_t epoch = (uint32_t)(now_ms / width) & EPOCH_MASK;
-	uint64_t *b = &s->bucket[epoch % NS_BUCKETS];
+	uint64_t *b = &arr[epoch % NS_BUCKETS];
 	uint64_t old = LOAD(b), nw;
 
 	do {
@@ -149,34 +150,82 @@ static void bucket_add(struct ns_slot *s, uint64_t now_ms, uint64_t width, int f
 			f = 0;
 			o = 0;
 		}
-		if (failed && f < COUNT_MAX)
+		if (a && f < COUNT_MAX)
 			f++;
-		if (o < COUNT_MAX)
+		if (b_inc && o < COUNT_MAX)
 			o++;
 		nw = ((uint64_t)epoch << 40) | ((uint64_t)f << 20) | o;
 	} while (!CAS(b, &old, nw));
 }
 
-static struct ns_window window_count(const struct ns_slot *s, uint64_t now_ms, uint64_t width)
+/* The latency generations: g = now / window; a sample goes to g % 2,
+ * reset when it held an older generation. The p99 is read over g and g - 1,
+ * so it covers between one and two windows of samples. A reset racing an
+ * add may lose that one sample: the figure is the upper bound of a
+ * histogram bucket anyway (within a factor of 2 to 2.5). */
+static void lat_add(struct ns_slot *s, uint64_t now_ms, uint64_t window_ms, uint64_t us)
 {
-	struct ns_window w = { 0, 0 };
+	uint64_t g = now_ms / (window_ms ? window_ms : 1), old;
+	uint32_t i = (uint32_t)(g % 2), b = 0;
+
+	old = LOAD(&s->lat_gen[i]);
+	if (old != g && CAS(&s->lat_gen[i], &old, g))
+		for (uint32_t k = 0; k < NS_HIST_BUCKETS; k++)
+			STORE(&s->lat[i][k], 0);
+	while (b < NS_HIST_BUCKETS - 1 && us > ns_hist_bounds_us[b])
+		b++;
+	ADD(&s->lat[i][b], 1);
+}
+
+static uint64_t lat_p99(const struct ns_slot *s, uint64_t now_ms, uint64_t window_ms)
+{
+	uint64_t g = now_ms / (window_ms ? window_ms : 1);
+	struct ns_hist h;
+	int64_t p;
+
+	memset(&h, 0, sizeof(h));
+	for (uint32_t i = 0; i < 2; i++) {
+		uint64_t held = LOAD(&s->lat_gen[i]);
+
+		if (held != g && held + 1 != g)
+			continue;
+		for (uint32_t k = 0; k < NS_HIST_BUCKETS; k++)
+			h.count[k] += LOAD(&s->lat[i][k]);
+	}
+	p = ns_hist_percentile(&h, 99);
+	return p < 0 ? 0 : (uint64_t)p;
+}
+
+static struct ns_window window_count(const struct ns_slot *s, uint64_t now_ms, uint64_t window_ms)
+{
+	struct ns_window w = { 0, 0, 0, 0, 0 };
+	uint64_t width = ns_bucket_width(window_ms);
 	uint32_t cur = (uint32_t)(now_ms / width) & EPOCH_MASK;
 
 	for (uint32_t i = 0; i < NS_BUCKETS; i++) {
-		uint64_t v = LOAD(&s->bucket[i]);
+		uint64_t v = LOAD(&s->bucket[i]), v2 = LOAD(&s->bucket2[i]);
 
-		if (v == 0 || ((cur - B_EPOCH(v)) & EPOCH_MASK) >= NS_BUCKETS)
-			continue;
-		w.failures += B_FAIL(v);
-		w.outcomes += B_OUT(v);
+		if (v && ((cur - B_EPOCH(v)) & EPOCH_MASK) < NS_BUCKETS) {
+			w.failures += B_FAIL(v);
+			w.outcomes += B_OUT(v);
+		}
+		if (v2 && ((cur - B_EPOCH(v2)) & EPOCH_MASK) < NS_BUCKETS) {
+			w.slow += B_FAIL(v2);
+			w.timeouts += B_OUT(v2);
+		}
 	}
+	w.p99_us = lat_p99(s, now_ms, window_ms);
 	return w;
 }
 
 static void window_clear(struct ns_slot *s)
 {
-	for (uint32_t i = 0; i < NS_BUCKETS; i++)
+	for (uint32_t i = 0; i < NS_BUCKETS; i++) {
 		STORE(&s->bucket[i], 0);
+		STORE(&s->bucket2[i], 0);
+	}
+	STORE(&s->lat_gen[0], 0);
+	STORE(&s->lat_gen[1], 0);
 }
 
 /**** transitions ****/
@@ -233,11 +282,18 @@ int ns_table_attempt(struct ns_table *t, int idx, int enforce, uint64_t now_ms,
 void ns_table_outcome(struct ns_table *t, int idx, int outcome, int err, uint64_t now_ms,
 		      uint64_t wall_ms, const struct ns_settings *set, struct ns_step *out)
 {
+	ns_table_outcome_at(t, idx, outcome, err, 0, now_ms, wall_ms, set, out);
+}
+
+void ns_table_outcome_at(struct ns_table *t, int idx, int outcome, int err, uint64_t latency_us, uint64_t now_ms,
+			 uint64_t wall_ms, const struct ns_settings *set, struct ns_step *out)
+{
 	struct ns_slot *s = slot_at(t, idx);
 	uint64_t width = ns_bucket_width(set->window_ms);
 	struct ns_window w;
 	struct ns_step st;
 	int failed = outcome != NS_OUT_SUCCESS;
+	int slow = !failed && set->slow_call_ms && latency_us >= set->slow_call_ms * 1000;
 
 	if (!s)
 		return;
@@ -250,8 +306,14 @@ void ns_table_outcome(struct ns_table *t, int idx, int outcome, int err, uint64_
 		ADD(&s->successes, 1);
 	}
 	STORE(&s->window_ms, (uint32_t)(set->window_ms > UINT32_MAX ? UINT32_MAX : set->window_ms));
-	bucket_add(s, now_ms, width, failed);
-	w = window_count(s, now_ms, width);
+	bucket_add(s->bucket, now_ms, width, failed, 1);
+	if (slow || outcome == NS_OUT_TIMEOUT)
+		bucket_add(s->bucket2, now_ms, width, slow, outcome == NS_OUT_TIMEOUT);
+	if (slow)
+		ADD(&s->slow_calls, 1);
+	if (!failed && latency_us)
+		lat_add(s, now_ms, set->window_ms, latency_us);
+	w = window_count(s, now_ms, set->window_ms);
 	st = apply(s, failed ? NS_EV_FAILURE : NS_EV_SUCCESS, &w, now_ms, set);
 	if (st.transition == NS_TR_OPENED || st.transition == NS_TR_REOPENED)
 		note_open(s, &st, now_ms, wall_ms);
@@ -356,9 +418,13 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 	window_ms = LOAD(&s->window_ms);
 	if (window_ms == 0)
 		window_ms = ns_builtin_settings.window_ms;
-	w = window_count(s, now_ms, ns_bucket_width(window_ms));
+	w = window_count(s, now_ms, window_ms);
 	e->failures_in_window = w.failures;
 	e->outcomes_in_window = w.outcomes;
+	e->slow_in_window = w.slow;
+	e->timeouts_in_window = w.timeouts;
+	e->p99_in_window_us = w.p99_us;
+	e->slow_calls = LOAD(&s->slow_calls);
 	return 0;
 }
 

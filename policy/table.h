@@ -80,6 +80,12 @@ struct ns_slot {
 	uint32_t last_status;       /* the last HTTP status seen, 0 = none */
 	uint32_t pad1;
 	uint8_t reserved[32];
+	/* the slow-call and latency rules */
+	uint64_t bucket2[NS_BUCKETS];/* atomic: epoch 24 | slow calls 20 | timeouts 20, as bucket */
+	uint64_t slow_calls;        /* atomic */
+	uint64_t lat_gen[2];        /* atomic: the window number each latency generation holds */
+	uint32_t lat[2][NS_HIST_BUCKETS]; /* atomic: first-byte times of the window's exchanges */
+	uint8_t reserved2[584];
 };
 
 enum ns_event_type {
@@ -128,7 +134,7 @@ struct ns_evrec {
 };
 
 _Static_assert(sizeof(struct ns_table_hdr) == 256, "header layout");
-_Static_assert(sizeof(struct ns_slot) == 1024, "slot layout");
+_Static_assert(sizeof(struct ns_slot) == 2048, "slot layout");
 _Static_assert(sizeof(struct ns_evrec) == 1024, "event layout");
 _Static_assert(sizeof(struct ns_fltrec) == 512, "fault record layout");
 
@@ -150,7 +156,8 @@ struct ns_entry {
 	char key[NS_KEY_MAX];
 	struct ns_brk brk;
 	uint64_t calls, successes, failures, timeouts, rejected, retries;
-	uint32_t failures_in_window, outcomes_in_window;
+	uint32_t failures_in_window, outcomes_in_window, slow_in_window, timeouts_in_window;
+	uint64_t p99_in_window_us, slow_calls;
 	uint32_t last_error;
 	uint32_t monitor;
 	uint64_t injected, exchanges, http_failures;
@@ -201,9 +208,13 @@ int ns_table_attempt(struct ns_table *t, int idx, int enforce, uint64_t now_ms,
 
 enum { NS_OUT_SUCCESS = 0, NS_OUT_FAILURE = 1, NS_OUT_TIMEOUT = 2 };
 
-/* The one outcome of a connection. err is the errno behind a failure. */
+/* The outcome of an exchange (or a connect). err is the errno behind a
+ * failure. ns_table_outcome_at also takes the first-byte time of a
+ * success (us; 0 = not known), for the slow-call and latency rules. */
 void ns_table_outcome(struct ns_table *t, int idx, int outcome, int err, uint64_t now_ms,
 		      uint64_t wall_ms, const struct ns_settings *s, struct ns_step *out);
+void ns_table_outcome_at(struct ns_table *t, int idx, int outcome, int err, uint64_t latency_us, uint64_t now_ms,
+			 uint64_t wall_ms, const struct ns_settings *s, struct ns_step *out);
 
 void ns_table_add_retry(struct ns_table *t, int idx);
 

@@ -284,17 +284,17 @@ static void emit(int type, int slot, const char *key, const struct ns_step *st, 
 	errno = saved;
 }
 
-static void log_step(int slot, const char *key, const struct ns_step *st, int err, int trace)
+static void log_step(int slot, const char *key, const struct ns_step *st, int err, int trace, const char *what)
 {
 	switch (st->transition) {
 	case NS_TR_OPENED:
-		NS_LOG(NS_LOG_WARN, "breaker for %s opened by rule %s (%u failures in a row)",
-		       key, ns_rule_name(st->rule), st->next.consec);
-		emit(NS_E_OPENED, slot, key, st, err, NULL, trace);
+		NS_LOG(NS_LOG_WARN, "breaker for %s opened by rule %s (%u failures in a row)%s%s",
+		       key, ns_rule_name(st->rule), st->next.consec, what ? "; the last " : "", what ? what : "");
+		emit(NS_E_OPENED, slot, key, st, err, what, trace);
 		break;
 	case NS_TR_REOPENED:
 		NS_LOG(NS_LOG_WARN, "breaker for %s reopened: half-open probe failed", key);
-		emit(NS_E_REOPENED, slot, key, st, err, NULL, trace);
+		emit(NS_E_REOPENED, slot, key, st, err, what, trace);
 		break;
 	case NS_TR_CLOSED:
 		NS_LOG(NS_LOG_WARN, "breaker for %s closed: probe succeeded", key);
@@ -312,6 +312,7 @@ static void conn_outcome(struct ns_conn *c, int kind, int err)
 	uint64_t now_ms;
 	uint32_t was;
 	int saved = errno, trace, slot;
+	const char *what = NULL;
 
 	was = __atomic_fetch_and(&c->flags, ~(NS_C_CONNECTING | NS_C_PARSE | NS_C_SENT), __ATOMIC_RELAXED);
 	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
@@ -330,17 +331,29 @@ static void conn_outcome(struct ns_conn *c, int kind, int err)
 	if (kind == NS_OUT_SUCCESS && (slot < 0 || !tbl_ok))
 		goto out;
 	ns_conn_key(c, key);
+	/* the bank-transfer lesson: a connect that failed never reached the
+	 * server (safe to retry); a failure after the request went out is an
+	 * unknown outcome (never retry it blindly) */
 	if (kind != NS_OUT_SUCCESS)
-		NS_LOG(NS_LOG_INFO, "%s: %s", key, kind == NS_OUT_TIMEOUT ? "deadline expired" : strerror(err));
+		what = (was & NS_C_CONNECTING) ? "connect failed (nothing sent)" :
+		       !(was & NS_C_SENT) ? NULL : kind == NS_OUT_TIMEOUT ?
+		       "timed out after the request was sent (outcome unknown)" :
+		       "failed after the request was sent (outcome unknown)";
+	if (kind != NS_OUT_SUCCESS)
+		NS_LOG(NS_LOG_INFO, "%s: %s%s%s", key, kind == NS_OUT_TIMEOUT ? "deadline expired" :
+		       err ? strerror(err) : "closed before the answer", what ? ": " : "", what ? what : "");
 	if (slot >= 0 && tbl_ok) {
+		monotime now = ns_now(), from = LD(c->xstart) ? LD(c->xstart) : LD(c->start);
+
 		ns_conn_settings(c, &set);
-		now_ms = (uint64_t)(ns_now() / 1000000);
-		ns_table_outcome(&tbl, slot, kind, err, now_ms, ns_wall_ms(), &set, &st);
+		now_ms = (uint64_t)(now / 1000000);
+		ns_table_outcome_at(&tbl, slot, kind, err, kind == NS_OUT_SUCCESS ? (uint64_t)(now - from) / 1000 : 0,
+				    now_ms, ns_wall_ms(), &set, &st);
 		trace = kind != NS_OUT_SUCCESS && (trace_env || set.trace);
 		if (st.transition != NS_TR_NONE)
-			log_step(slot, key, &st, err, trace);
+			log_step(slot, key, &st, err, trace, what);
 		else if (trace)
-			emit(NS_E_CONNECT_FAILED, slot, key, &st, err, NULL, 1);
+			emit(NS_E_CONNECT_FAILED, slot, key, &st, err, what, 1);
 	}
 out:
 	errno = saved;

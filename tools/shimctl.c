@@ -138,9 +138,17 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 		} else {
 			printf("null");
 		}
-		printf(", \"mode\": \"%s\", \"injected\": %llu, \"exchanges\": %llu, \"http_failures\": %llu, "
-		       "\"last_status\": ", e->monitor ? "monitor" : "enforce", (unsigned long long)e->injected,
-		       (unsigned long long)e->exchanges, (unsigned long long)e->http_failures);
+		printf(", \"mode\": \"%s\", \"injected\": %llu, \"exchanges\": %llu, \"slow_calls\": %llu, "
+		       "\"http_failures\": %llu, \"slow_in_window\": %u, \"timeouts_in_window\": %u, "
+		       "\"first_byte_ms_p99_in_window\": ", e->monitor ? "monitor" : "enforce",
+		       (unsigned long long)e->injected, (unsigned long long)e->exchanges,
+		       (unsigned long long)e->slow_calls, (unsigned long long)e->http_failures, e->slow_in_window,
+		       e->timeouts_in_window);
+		if (e->p99_in_window_us)
+			printf("%.2f", (double)e->p99_in_window_us / 1000);
+		else
+			printf("null");
+		printf(", \"last_status\": ");
 		if (e->last_status >= 100 && e->last_status <= 999)
 			printf("%u", e->last_status);
 		else

@@ -171,3 +171,56 @@ def test_an_injected_status_fails_like_a_real_one(shim, server, tmp_path):
     assert json.loads(r.out) == [503], r.err
     e = shim.entry(srv.dest)
     assert (e["failures"], e["http_failures"], e["last_status"], e["injected"]) == (1, 1, 503, 1), e
+
+
+def opened_events(shim):
+    evs = [json.loads(l) for l in shim.ctl("events", "--json").stdout.splitlines()]
+    return [e for e in evs if e["event"] == "opened"]
+
+
+CURL_N = r'''
+import json, subprocess, sys
+out = [subprocess.run(["curl", "-sS", "-o", "/dev/null", sys.argv[1]]).returncode for _ in range(int(sys.argv[2]))]
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("rule,keys,mode,opts", [
+    ("slow_call_rate", "slow_call = 200ms\nslow_call_rate = 50%\n", "http", {"delay": 300}),
+    ("latency_p99", "latency_p99 = 250ms\n", "http", {"delay": 300}),
+    ("timeout_rate", "timeout_rate = 50%\nread_timeout = 300ms\n", "silent", {}),
+])
+def test_slow_call_latency_and_timeout_rules_open_the_breaker(shim, server, tmp_path, rule, keys, mode, opts):
+    srv = server(mode, **opts)
+    base = "[defaults]\nfailure_threshold = 0\nmin_calls = 4\nread_timeout = 2s\n"
+    # the control: the same traffic without the rule leaves the breaker closed
+    shim.policy(base)
+    if rule == "timeout_rate":
+        shim.policy(base.replace("read_timeout = 2s", "read_timeout = 300ms"))
+    r = shim.run(py_script(tmp_path, CURL_N) + [srv.url, 4], timeout=60)
+    assert shim.entry(srv.dest)["state"] == "closed", shim.entry(srv.dest)
+    assert shim.ctl("reset", srv.dest).returncode == 0
+    shim.policy(base.replace("read_timeout = 2s\n", "") + ("read_timeout = 2s\n" if rule != "timeout_rate" else "") + keys)
+    r = shim.run(py_script(tmp_path, CURL_N) + [srv.url, 5], timeout=60)
+    codes = json.loads(r.out)
+    assert codes[4] == 7, codes          # the fifth: refused at once by the open breaker
+    e = shim.entry(srv.dest)
+    assert e["state"] == "open", e
+    assert [ev["rule"] for ev in opened_events(shim)] == [rule]
+    if rule == "slow_call_rate":
+        assert (e["slow_calls"], e["failures"]) == (4, 0), e
+    if rule == "latency_p99":
+        assert e["first_byte_ms_p99_in_window"] == 500.0, e   # the bucket bound above 300 ms
+
+
+@pytest.mark.shim
+def test_events_say_whether_the_request_went_out(shim, server, tmp_path):
+    silent = server("silent")
+    refused = server("refuse")
+    shim.policy("[defaults]\nfailure_threshold = 1\nread_timeout = 300ms\n")
+    for s in (silent, refused):
+        shim.run(["curl", "-sS", "-o", "/dev/null", s.url], timeout=30)
+    got = {e["destination"]: e["detail"] for e in opened_events(shim)}
+    assert got == {silent.dest: "timed out after the request was sent (outcome unknown)",
+                   refused.dest: "connect failed (nothing sent)"}, got

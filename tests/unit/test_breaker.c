@@ -14,7 +14,7 @@ static struct ns_settings S(void)
 
 static struct ns_step fail(struct ns_brk *b, uint32_t wf, uint32_t wo, uint64_t now, const struct ns_settings *s)
 {
-	struct ns_window w = { wf, wo };
+	struct ns_window w = { wf, wo, 0, 0, 0 };
 	struct ns_step st = ns_brk_step(b, NS_EV_FAILURE, &w, now, s);
 
 	*b = st.next;

@@ -30,7 +30,7 @@ Test(layout, offsets_and_sizes_are_pinned)
 	cr_assert_eq(offsetof(struct ns_table_hdr, ev_size), 60);
 	cr_assert_eq(offsetof(struct ns_table_hdr, ev_off), 64);
 	cr_assert_eq(offsetof(struct ns_table_hdr, ev_seq), 72);
-	cr_assert_eq(sizeof(struct ns_slot), 1024);
+	cr_assert_eq(sizeof(struct ns_slot), 2048);
 	cr_assert_eq(offsetof(struct ns_slot, tag), 0);
 	cr_assert_eq(offsetof(struct ns_slot, word), 8);
 	cr_assert_eq(offsetof(struct ns_slot, calls), 16);
@@ -58,6 +58,10 @@ Test(layout, offsets_and_sizes_are_pinned)
 	cr_assert_eq(NS_TABLE_MAGIC, 0x4c42544d4853534eULL);
 	cr_assert_eq(offsetof(struct ns_slot, monitor), 88);
 	cr_assert_eq(offsetof(struct ns_slot, injected), 960);
+	cr_assert_eq(offsetof(struct ns_slot, exchanges), 968);
+	cr_assert_eq(offsetof(struct ns_slot, last_status), 984);
+	cr_assert_eq(offsetof(struct ns_slot, bucket2), 1024);
+	cr_assert_eq(offsetof(struct ns_slot, lat), 1304);
 	cr_assert_eq(offsetof(struct ns_table_hdr, flt_off), 80);
 	cr_assert_eq(offsetof(struct ns_table_hdr, flt_gen), 96);
 	cr_assert_eq(sizeof(struct ns_fltrec), 512);
