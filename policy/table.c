@@ -196,7 +196,9 @@ static uint64_t lat_p99(const struct ns_slot *s, uint64_t now_ms, uint64_t windo
 	return p < 0 ? 0 : (uint64_t)p;
 }
 
-static struct ns_window window_count(const struct ns_slot *s, uint64_t now_ms, uint64_t window_ms)
+/* with_p99: also the latency p99 (a histogram walk), for latency_p99 and
+ * for display; the other rules need only the counts. */
+static struct ns_window window_count(const struct ns_slot *s, uint64_t now_ms, uint64_t window_ms, int with_p99)
 {
 	struct ns_window w = { 0, 0, 0, 0, 0 };
 	uint64_t width = ns_bucket_width(window_ms);
@@ -214,7 +216,8 @@ static struct ns_window window_count(const struct ns_slot *s, uint64_t now_ms, u
 			w.timeouts += B_OUT(v2);
 		}
 	}
-	w.p99_us = lat_p99(s, now_ms, window_ms);
+	if (with_p99)
+		w.p99_us = lat_p99(s, now_ms, window_ms);
 	return w;
 }
 
@@ -313,7 +316,7 @@ void ns_table_outcome_at(struct ns_table *t, int idx, int outcome, int err, uint
 		ADD(&s->slow_calls, 1);
 	if (!failed && latency_us)
 		lat_add(s, now_ms, set->window_ms, latency_us);
-	w = window_count(s, now_ms, set->window_ms);
+	w = window_count(s, now_ms, set->window_ms, set->latency_p99_ms != 0);
 	st = apply(s, failed ? NS_EV_FAILURE : NS_EV_SUCCESS, &w, now_ms, set);
 	if (st.transition == NS_TR_OPENED || st.transition == NS_TR_REOPENED)
 		note_open(s, &st, now_ms, wall_ms);
@@ -418,7 +421,7 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 	window_ms = LOAD(&s->window_ms);
 	if (window_ms == 0)
 		window_ms = ns_builtin_settings.window_ms;
-	w = window_count(s, now_ms, window_ms);
+	w = window_count(s, now_ms, window_ms, 1);
 	e->failures_in_window = w.failures;
 	e->outcomes_in_window = w.outcomes;
 	e->slow_in_window = w.slow;

@@ -326,11 +326,17 @@ static void conn_outcome(struct ns_conn *c, int kind, int err)
 	/* decided: the next send starts the next exchange */
 	__atomic_fetch_or(&c->flags, NS_C_XNEXT, __ATOMIC_RELAXED);
 	slot = LD(c->slot);
-	if (!(was & NS_C_CONNECTING) && slot >= 0 && tbl_ok)
+	if ((was & NS_C_TLSWIRE) && !(was & NS_C_HSDONE) && !(was & NS_C_CONNECTING))
+		__atomic_fetch_or(&c->flags, NS_C_HSDONE, __ATOMIC_RELAXED);   /* the handshake: no exchange */
+	else if (!(was & NS_C_CONNECTING) && slot >= 0 && tbl_ok)
 		ns_table_exchange(&tbl, slot);
 	if (kind == NS_OUT_SUCCESS && (slot < 0 || !tbl_ok))
 		goto out;
-	ns_conn_key(c, key);
+	/* the key is for the log and events: a success needs it only when it
+	 * moves the breaker (every exchange of a keep-alive loop comes here) */
+	key[0] = '\0';
+	if (kind != NS_OUT_SUCCESS || ns_log_level >= NS_LOG_INFO)
+		ns_conn_key(c, key);
 	/* the bank-transfer lesson: a connect that failed never reached the
 	 * server (safe to retry); a failure after the request went out is an
 	 * unknown outcome (never retry it blindly) */
@@ -350,6 +356,8 @@ static void conn_outcome(struct ns_conn *c, int kind, int err)
 		ns_table_outcome_at(&tbl, slot, kind, err, kind == NS_OUT_SUCCESS ? (uint64_t)(now - from) / 1000 : 0,
 				    now_ms, ns_wall_ms(), &set, &st);
 		trace = kind != NS_OUT_SUCCESS && (trace_env || set.trace);
+		if (st.transition != NS_TR_NONE && !key[0])
+			ns_conn_key(c, key);
 		if (st.transition != NS_TR_NONE)
 			log_step(slot, key, &st, err, trace, what);
 		else if (trace)
@@ -586,7 +594,7 @@ __attribute__((noinline)) ssize_t ns_after_io(int fd, struct ns_conn *c, int d, 
 			conn_connected(c);
 		if ((LD(c->flags) & NS_C_FAULT) && !(flags & MSG_PEEK))
 			ns_fault_post(c, d, r);
-		if (!LD(c->outcome) && d == NS_IN && !(LD(c->flags) & NS_C_PARSE)) {
+		if (!LD(c->outcome) && d == NS_IN && !(LD(c->flags) & (NS_C_PARSE | NS_C_TLS))) {
 			/* the first byte of the answer: the exchange succeeded */
 			first_byte_latency(c);
 			conn_outcome(c, NS_OUT_SUCCESS, 0);

@@ -38,6 +38,22 @@ static int looks_http(const char *b, size_t n)
 	return 0;
 }
 
+/* A final status line's first 12 bytes ("HTTP/1.x NNN"): the exchange's
+ * outcome; anything else is no HTTP answer, and its first byte decides. */
+static void decide(struct ns_conn *c, const char *hb)
+{
+	unsigned code;
+
+	if (memcmp(hb, "HTTP/1.", 7) != 0 || hb[8] != ' ' || hb[9] < '1' || hb[9] > '5' ||
+	    hb[10] < '0' || hb[10] > '9' || hb[11] < '0' || hb[11] > '9') {
+		__atomic_fetch_and(&c->flags, ~NS_C_PARSE, __ATOMIC_RELAXED);
+		ns_conn_outcome(c, NS_OUT_SUCCESS, 0);
+		return;
+	}
+	code = (unsigned)((hb[9] - '0') * 100 + (hb[10] - '0') * 10 + (hb[11] - '0'));
+	ns_conn_http(c, code, ns_conn_status_fails(c, code));
+}
+
 /* Feed bytes of the answer; decides the exchange once the final status
  * line is in, or gives up on a status (plain outcome) if it is not one. */
 static void feed(struct ns_conn *c, const char *b, size_t n)
@@ -45,6 +61,12 @@ static void feed(struct ns_conn *c, const char *b, size_t n)
 	static const char end[] = "\r\n\r\n";
 	char hb[12];
 
+	/* the usual case: the whole status line in this read */
+	if (n >= 12 && LD(c->hlen) == 0 && LD(c->hstate) == HS_STATUS && memcmp(b, "HTTP/1.", 7) == 0 &&
+	    !(b[9] == '1' && !(b[10] == '0' && b[11] == '1'))) {
+		decide(c, b);
+		return;
+	}
 	for (size_t i = 0; i < n && (LD(c->flags) & NS_C_PARSE); i++) {
 		if (LD(c->hstate) == HS_SKIP) {
 			/* the headers of a 1xx answer, up to the blank line */
@@ -72,26 +94,12 @@ static void feed(struct ns_conn *c, const char *b, size_t n)
 		/* a copy: another thread may write the record (the program's race) */
 		for (int j = 0; j < 12; j++)
 			hb[j] = LD(c->hbuf[j]);
-		/* "HTTP/1.x NNN" */
-		if (memcmp(hb, "HTTP/1.", 7) != 0 || hb[8] != ' ' || hb[9] < '1' || hb[9] > '5' ||
-		    hb[10] < '0' || hb[10] > '9' || hb[11] < '0' || hb[11] > '9') {
-			/* not an HTTP answer after all: the first byte decides */
-			__atomic_fetch_and(&c->flags, ~NS_C_PARSE, __ATOMIC_RELAXED);
-			ns_conn_outcome(c, NS_OUT_SUCCESS, 0);
-			return;
+		if (hb[9] == '1' && !(hb[10] == '0' && hb[11] == '1') && memcmp(hb, "HTTP/1.", 7) == 0) {
+			ST(c->hstate, (uint32_t)HS_SKIP);   /* interim: the final answer follows */
+			ST(c->hlen, 0);
+			continue;
 		}
-		{
-			unsigned code = (unsigned)((hb[9] - '0') * 100 + (hb[10] - '0') * 10 + (hb[11] - '0'));
-			struct ns_settings set;
-
-			if (code >= 100 && code < 200 && code != 101) {
-				ST(c->hstate, (uint32_t)HS_SKIP);   /* interim: the final answer follows */
-				ST(c->hlen, 0);
-				continue;
-			}
-			ns_conn_settings(c, &set);
-			ns_conn_http(c, code, ns_status_fails(&set, code));
-		}
+		decide(c, hb);
 	}
 }
 
@@ -100,20 +108,19 @@ int ns_exchange_answered(const struct ns_conn *c)
 	return LD(c->hlen) > 0 || LD(c->hstate) == HS_SKIP;
 }
 
-ssize_t ns_exchange_io(int fd, struct ns_conn *c, int d, ssize_t r, const void *buf, size_t len, int flags,
-		       uint32_t gen)
+/* The turn on bytes the program sent (d = NS_OUT: maybe the start of an
+ * exchange) or received (NS_IN: maybe its status line), whether on a plain
+ * socket or as TLS plaintext (tls.c). For the plain socket the first byte
+ * of an answer is counted by after_io; for TLS, here. */
+static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 {
-	int e = errno;
-
-	if (__atomic_load_n(&c->gen, __ATOMIC_ACQUIRE) != gen || r <= 0)
-		return ns_after_io(fd, c, d, r, len, flags, gen);
 	if (d == NS_OUT) {
 		uint32_t f = LD(c->flags);
 
-		/* buf holds at least min(r, 8) bytes (see FIRST8 in core.c) */
+		/* buf holds at least min(n, 8) bytes (see FIRST8 in core.c) */
 		if (!(f & (NS_C_HTTP | NS_C_NOTHTTP)))
-			__atomic_fetch_or(&c->flags, buf && looks_http(buf, (size_t)r < 8 ? (size_t)r : 8) ?
-					  NS_C_HTTP : NS_C_NOTHTTP, __ATOMIC_RELAXED);
+			__atomic_fetch_or(&c->flags, buf && looks_http(buf, n < 8 ? n : 8) ? NS_C_HTTP : NS_C_NOTHTTP,
+					  __ATOMIC_RELAXED);
 		if (LD(c->flags) & NS_C_XNEXT) {
 			/* a new exchange: its outcome is owed from now */
 			ST(c->outcome, 0);
@@ -124,21 +131,56 @@ ssize_t ns_exchange_io(int fd, struct ns_conn *c, int d, ssize_t r, const void *
 			__atomic_fetch_or(&c->flags, NS_C_SENT | ((LD(c->flags) & NS_C_HTTP) ? NS_C_PARSE : 0),
 					  __ATOMIC_RELAXED);
 		}
-	} else if ((LD(c->flags) & NS_C_PARSE) && !(flags & MSG_PEEK)) {
-		if (buf && !LD(c->outcome)) {
-			if (LD(c->hlen) == 0 && LD(c->hstate) == HS_STATUS) {
-				monotime from = LD(c->xstart) ? LD(c->xstart) : LD(c->start);
-				struct ns_table *t = LD(c->slot) >= 0 ? ns_tbl() : NULL;
-
-				if (t)
-					ns_table_latency(t, LD(c->slot), 1, (uint64_t)(ns_now() - from) / 1000);
-			}
-			feed(c, buf, (size_t)r < len ? (size_t)r : len);
-		} else {
+		return;
+	}
+	if (LD(c->outcome))
+		return;
+	if (LD(c->flags) & NS_C_PARSE) {
+		if (!buf) {
 			/* no plain buffer to read the status from: a plain outcome */
 			__atomic_fetch_and(&c->flags, ~NS_C_PARSE, __ATOMIC_RELAXED);
+			return;
 		}
+		if (LD(c->hlen) == 0 && LD(c->hstate) == HS_STATUS) {
+			monotime from = LD(c->xstart) ? LD(c->xstart) : LD(c->start);
+			struct ns_table *t = LD(c->slot) >= 0 ? ns_tbl() : NULL;
+
+			if (t)
+				ns_table_latency(t, LD(c->slot), 1, (uint64_t)(ns_now() - from) / 1000);
+		}
+		feed(c, buf, n);
+	} else if (tls) {
+		ns_conn_outcome(c, NS_OUT_SUCCESS, 0);   /* the first byte of the answer */
 	}
+}
+
+void ns_exchange_plain(struct ns_conn *c, int d, const void *buf, size_t n)
+{
+	turn(c, d, buf, n, 1);
+}
+
+ssize_t ns_exchange_io(int fd, struct ns_conn *c, int d, ssize_t r, const void *buf, size_t len, int flags,
+		       uint32_t gen)
+{
+	int e = errno;
+	uint32_t f;
+
+	if (__atomic_load_n(&c->gen, __ATOMIC_ACQUIRE) != gen || r <= 0 || (flags & MSG_PEEK))
+		return ns_after_io(fd, c, d, r, len, flags, gen);
+	f = LD(c->flags);
+	if (d == NS_OUT && !(f & (NS_C_HTTP | NS_C_NOTHTTP | NS_C_TLSWIRE)) && buf && r >= 2 &&
+	    ((const unsigned char *)buf)[0] == 0x16 && ((const unsigned char *)buf)[1] == 0x03) {
+		/* a TLS ClientHello: the handshake is the connection's first
+		 * outcome, and what follows is read at the record level (tls.c) */
+		__atomic_fetch_or(&c->flags, NS_C_TLSWIRE | NS_C_NOTHTTP, __ATOMIC_RELAXED);
+		f = LD(c->flags);
+	}
+	if (f & NS_C_TLSWIRE)
+		ns_tls_note_fd(fd);
+	/* a TLS connection's turns are its plaintext's (tls.c), once the
+	 * handshake had its outcome */
+	if (!((f & NS_C_TLS) || (d == NS_OUT && (f & NS_C_TLSWIRE) && (f & NS_C_HSDONE))))
+		turn(c, d, buf, d == NS_OUT ? (size_t)r : (size_t)r < len ? (size_t)r : len, 0);
 	errno = e;
 	return ns_after_io(fd, c, d, r, len, flags, gen);
 }

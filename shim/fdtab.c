@@ -163,6 +163,15 @@ void ns_conn_settings(const struct ns_conn *c, struct ns_settings *out)
 	out->fault.n = 0;
 }
 
+int ns_conn_status_fails(const struct ns_conn *c, unsigned code)
+{
+	size_t w = offsetof(struct ns_settings, failure_status) / 8 + (code - 100) / 64;
+
+	if (code < 100 || code >= 612)
+		return 0;
+	return (int)(LD(c->set_w[w]) >> ((code - 100) % 64) & 1);
+}
+
 void ns_conn_key(const struct ns_conn *c, char out[NS_KEY_MAX])
 {
 	union { char k[NS_KEY_MAX]; uint64_t w[NS_KEY_MAX / 8]; } ku;

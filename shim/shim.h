@@ -97,6 +97,9 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
 #define NS_C_SENT 0x2000u
 #define NS_C_HTTP 0x4000u
 #define NS_C_NOTHTTP 0x8000u
+#define NS_C_TLS 0x10000u         /* its plaintext is seen (tls.c): turns are taken there */
+#define NS_C_TLSWIRE 0x20000u     /* the first bytes sent were a TLS ClientHello */
+#define NS_C_HSDONE 0x40000u      /* the TLS handshake had its outcome (not an exchange) */
 #define NS_C_PRE (NS_C_TOTAL | NS_C_INTR | NS_C_EXPIRED | NS_C_FAULT)
 #define NS_C_PRE_DIR(d) (NS_C_PRE | ((d) == NS_OUT ? NS_C_XNEXT : NS_C_PARSE))
 #define NS_C_POST (NS_C_CONNECTING | NS_C_FAULT | NS_C_WAITING | NS_C_INTR)
@@ -205,6 +208,8 @@ NS_HIDDEN void ns_conn_unref(struct ns_conn *c);
 NS_HIDDEN void ns_conn_put_cfg(struct ns_conn *c, const struct ns_settings *s, const char *key);
 NS_HIDDEN void ns_conn_settings(const struct ns_conn *c, struct ns_settings *out);
 NS_HIDDEN void ns_conn_key(const struct ns_conn *c, char out[NS_KEY_MAX]);
+/* Is HTTP status code a failure under the record's failure_status? */
+NS_HIDDEN int ns_conn_status_fails(const struct ns_conn *c, unsigned code);
 /* Drop the entries of fds first..last (both included), as their closing
  * behind the shim's back (close_range, closefrom, fclose) requires. */
 NS_HIDDEN void ns_fd_forget_range(unsigned first, unsigned last);
@@ -296,6 +301,17 @@ static inline uint32_t ns_exp_kind(struct ns_conn *c)
 NS_HIDDEN ssize_t ns_exchange_io(int fd, struct ns_conn *c, int d, ssize_t r, const void *buf, size_t len,
 				 int flags, uint32_t gen);
 NS_HIDDEN ssize_t ns_after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len, int flags, uint32_t gen);
+/* The same on TLS plaintext (tls.c): bytes the program sent or received. */
+NS_HIDDEN void ns_exchange_plain(struct ns_conn *c, int d, const void *buf, size_t n);
+/* tls.c: the record calls of OpenSSL and GnuTLS (opaque session pointers). */
+NS_HIDDEN int ns_ssl_read(void *ssl, void *buf, int num);
+NS_HIDDEN int ns_ssl_write(void *ssl, const void *buf, int num);
+NS_HIDDEN int ns_ssl_read_ex(void *ssl, void *buf, size_t num, size_t *got);
+NS_HIDDEN int ns_ssl_write_ex(void *ssl, const void *buf, size_t num, size_t *put);
+NS_HIDDEN ssize_t ns_gnutls_record_recv(void *session, void *data, size_t size);
+NS_HIDDEN ssize_t ns_gnutls_record_send(void *session, const void *data, size_t size);
+/* A TLS socket (a ClientHello went out on it) used inside a record call. */
+NS_HIDDEN void ns_tls_note_fd(int fd);
 /* Did bytes of the answer arrive before its status line was complete? */
 NS_HIDDEN int ns_exchange_answered(const struct ns_conn *c);
 /* An exchange's outcome from its HTTP status (core.c). */

@@ -68,6 +68,23 @@ EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n) { NS_PASS(out, se
 EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t n) { NS_PASS(out, sendfile, (out, in, off, n), ns_sendfile(c_, out, in, off, n)); }
 EXPORT ssize_t splice(int in, loff_t *offin, int out, loff_t *offout, size_t n, unsigned flags) { return ns_splice(in, offin, out, offout, n, flags); }
 
+/* TLS record calls (tls.c): the sessions are opaque pointers here, and
+ * the real functions are found at run time; the shim links no TLS library,
+ * so it declares them itself. */
+int SSL_read(void *ssl, void *buf, int num);
+int SSL_write(void *ssl, const void *buf, int num);
+int SSL_read_ex(void *ssl, void *buf, size_t num, size_t *got);
+int SSL_write_ex(void *ssl, const void *buf, size_t num, size_t *put);
+ssize_t gnutls_record_recv(void *session, void *data, size_t size);
+ssize_t gnutls_record_send(void *session, const void *data, size_t size);
+
+EXPORT int SSL_read(void *ssl, void *buf, int num) { return ns_ssl_read(ssl, buf, num); }
+EXPORT int SSL_write(void *ssl, const void *buf, int num) { return ns_ssl_write(ssl, buf, num); }
+EXPORT int SSL_read_ex(void *ssl, void *buf, size_t num, size_t *got) { return ns_ssl_read_ex(ssl, buf, num, got); }
+EXPORT int SSL_write_ex(void *ssl, const void *buf, size_t num, size_t *put) { return ns_ssl_write_ex(ssl, buf, num, put); }
+EXPORT ssize_t gnutls_record_recv(void *session, void *data, size_t size) { return ns_gnutls_record_recv(session, data, size); }
+EXPORT ssize_t gnutls_record_send(void *session, const void *data, size_t size) { return ns_gnutls_record_send(session, data, size); }
+
 /* The variadic ones: every fcntl and ioctl argument is an int or a pointer,
  * both passed in one register, so reading it as a pointer and handing it on
  * is what glibc itself does. */

@@ -2,7 +2,7 @@
 # Install the Debian packages netshim needs to build and test, when missing.
 set -eu
 PKGS="build-essential libunwind-dev uthash-dev libcriterion-dev pkg-config groff-base man-db
-python3 python3-pytest python3-requests curl wget strace valgrind procps"
+python3 python3-pytest python3-requests curl wget strace valgrind procps openssl"
 # make fuzz: clang with libFuzzer
 PKGS="$PKGS clang libclang-rt-14-dev"
 # The proxies make bench compares against: only when asked (BENCH_PEERS=1),

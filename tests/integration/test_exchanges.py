@@ -46,9 +46,19 @@ def serve(c):
             c.sendall(out)
         if "close" in step:
             c.close(); return
+ctx = None
+if len(sys.argv) > 2:                   # HTTPS: certificate and key
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[2], sys.argv[3])
+def start(c):
+    try:
+        serve(ctx.wrap_socket(c, server_side=True) if ctx else c)
+    except (OSError, ValueError):
+        c.close()
 while True:
     c, _ = lst.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
+    threading.Thread(target=start, args=(c,), daemon=True).start()
 '''
 
 
@@ -56,10 +66,16 @@ while True:
 def http_server(tmp_path):
     procs = []
 
-    def start(script):
+    def start(script, tls=False):
         p = tmp_path / f"srv{len(procs)}.py"
         p.write_text(SERVER)
-        proc = subprocess.Popen([sys.executable, str(p), script], stdout=subprocess.PIPE, text=True)
+        extra = []
+        if tls:   # a self-signed certificate, made here
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+                            "-keyout", tmp_path / "key.pem", "-out", tmp_path / "cert.pem", "-days", "2"],
+                           check=True, capture_output=True)
+            extra = [str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")]
+        proc = subprocess.Popen([sys.executable, str(p), script] + extra, stdout=subprocess.PIPE, text=True)
         procs.append(proc)
         port = int(proc.stdout.readline().split()[1])
         return port
@@ -120,7 +136,7 @@ s = socket.create_connection(("127.0.0.1", port))
 if what == "pipelined":
     s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 3)
 elif what == "binary":
-    s.sendall(b"\x16\x03\x01\x00\x05hello\r\n\r\n")
+    s.sendall(b"\x00\x01binary\r\n\r\n")
 else:
     s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 want = {"pipelined": 3}.get(what, 1)
@@ -224,3 +240,54 @@ def test_events_say_whether_the_request_went_out(shim, server, tmp_path):
     got = {e["destination"]: e["detail"] for e in opened_events(shim)}
     assert got == {silent.dest: "timed out after the request was sent (outcome unknown)",
                    refused.dest: "connect failed (nothing sent)"}, got
+
+
+# ---- inside TLS: OpenSSL (python requests, curl) and GnuTLS (wget)
+
+TLS_CLIENTS = {
+    "requests": lambda url, n: [PY, "-c", "import json, sys, requests, urllib3; urllib3.disable_warnings()\n"
+                                "s = requests.Session(); out = []\n"
+                                f"for i in range({n}):\n"
+                                "    try: out.append(s.get(sys.argv[1], verify=False, timeout=10).status_code)\n"
+                                "    except requests.exceptions.RequestException as e: out.append(type(e).__name__)\n"
+                                "print(json.dumps(out))", url],
+    "curl": lambda url, n: ["curl", "-sk", "-o", "/dev/null"] + [url] * n,
+    "wget": lambda url, n: ["wget", "-q", "--no-check-certificate", "-O", "/dev/null"] + [url + f"?{i}" for i in range(n)],
+}
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("who", list(TLS_CLIENTS))
+def test_keep_alive_exchanges_are_exact_inside_tls(shim, http_server, who):
+    port = http_server("200", tls=True)
+    shim.policy("[defaults]\nread_timeout = 5s\n")
+    r = shim.run(TLS_CLIENTS[who](f"https://127.0.0.1:{port}/", 3))
+    assert r.rc == 0, r.err
+    e = shim.entry(f"127.0.0.1:{port}")
+    # one connection; its handshake is the connection's first outcome, each
+    # request an exchange of its own, read from the plaintext
+    assert (e["calls"], e["exchanges"], e["failures"], e["last_status"]) == (1, 3, 0, 200), e
+    assert e["successes"] == 4, e
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("who", list(TLS_CLIENTS))
+def test_503_inside_tls_opens_the_breaker(shim, http_server, who):
+    port = http_server("503,close", tls=True)
+    shim.policy("[defaults]\nfailure_threshold = 3\n")
+    for i in range(5):
+        shim.run(TLS_CLIENTS[who](f"https://127.0.0.1:{port}/", 1))
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert (e["state"], e["http_failures"], e["failures"], e["last_status"]) == ("open", 3, 3, 503), e
+    assert e["rejected"] == 2, e
+
+
+@pytest.mark.shim
+def test_deadlines_hold_at_the_socket_under_tls(shim, http_server):
+    port = http_server("silent", tls=True)
+    shim.policy("[defaults]\nread_timeout = 1s\n")
+    t0 = time.monotonic()
+    r = shim.run(TLS_CLIENTS["curl"](f"https://127.0.0.1:{port}/", 1), timeout=30)
+    assert r.rc == 56 and 0.9 <= time.monotonic() - t0 <= 2.5, (r.rc, r.err)
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert (e["timeouts"], e["exchanges"]) == (1, 1), e

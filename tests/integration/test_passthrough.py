@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from clients import PY_NONBLOCK, PY_REQUESTS, PY_SOCKET
-from conftest import BUILD, client, py_script
+from conftest import PY, BUILD, client, py_script
 
 GENEROUS = """
 [defaults]
@@ -87,6 +87,20 @@ def test_fortified_client_imports_the_chk_symbols():
     assert "__recv_chk" in out and "__read_chk" in out
 
 
+def test_the_library_links_no_tls_library():
+    out = subprocess.run(["ldd", str(BUILD / "libnetshim.so")], capture_output=True, text=True).stdout
+    assert "ssl" not in out and "gnutls" not in out, out
+
+
+def test_a_program_without_tls_does_not_load_it_under_the_shim(shim, server):
+    srv = server("http")
+    r = shim.run([PY, "-c", "import socket, json\n"
+                  f"s = socket.create_connection(('127.0.0.1', {srv.port})); s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n')\n"
+                  "s.recv(100)\n"
+                  "print(json.dumps([l.split()[-1] for l in open('/proc/self/maps') if 'ssl' in l or 'gnutls' in l]))"])
+    assert r.rc == 0 and r.out.strip() == "[]", (r.out, r.err)
+
+
 def test_library_exports_only_the_wrapped_symbols():
     out = subprocess.run(["nm", "-D", "--defined-only", str(BUILD / "libnetshim.so")],
                          capture_output=True, text=True).stdout
@@ -96,4 +110,5 @@ def test_library_exports_only_the_wrapped_symbols():
         socket write writev poll ppoll __poll_chk __ppoll_chk select pselect epoll_ctl epoll_wait
         epoll_pwait epoll_pwait2 getaddrinfo gethostbyname gethostbyname2 gethostbyname_r
         gethostbyname2_r close_range closefrom fclose accept accept4 recvmmsg sendmmsg
-        sendfile sendfile64 splice""".split())
+        sendfile sendfile64 splice SSL_read SSL_write SSL_read_ex SSL_write_ex gnutls_record_recv
+        gnutls_record_send""".split())

@@ -1,0 +1,240 @@
+/* tls.c -- exchanges and HTTP status inside TLS, through the record calls
+ * of OpenSSL 3 (SSL_read, SSL_read_ex, SSL_write, SSL_write_ex) and GnuTLS
+ * (gnutls_record_recv, gnutls_record_send).
+ *
+ * The shim links neither library: a program that calls these calls them
+ * from the shared library it loaded, so the preload sees the call, and the
+ * real function and the session's socket (SSL_get_fd,
+ * gnutls_transport_get_int) are found at run time with dlsym. A program
+ * that has neither never reaches this file. The plaintext is looked at the
+ * way exchange.c looks at a plain socket's bytes (exchange starts, request
+ * line, status line), never held or changed; deadlines stay at the socket.
+ * Programs whose TLS is linked in (node's OpenSSL) are not seen here: their
+ * connections keep the outcomes of their encrypted bytes. */
+#include "shim.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "real.h"
+
+typedef int (*ssl_io_fn)(void *, void *, int);
+typedef int (*ssl_io_ex_fn)(void *, void *, size_t, size_t *);
+typedef int (*ssl_fd_fn)(const void *);
+typedef ssize_t (*gnutls_io_fn)(void *, void *, size_t);
+typedef int (*gnutls_fd_fn)(void *);
+
+/* Bound on first use: the library is loaded by then (the program is
+ * calling into it). dlsym(RTLD_NEXT) finds it when it is in the global
+ * scope; a library dlopen()ed privately (Python's _ssl loads libssl so) is
+ * not, and is found by name with RTLD_NOLOAD, which never loads one. */
+static void *sym(void **slot, const char *name)
+{
+	static const char *const libs[] = { "libssl.so.3", "libssl.so.1.1", "libssl.so", "libgnutls.so.30",
+		"libgnutls.so" };
+	void *p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+
+	if (p)
+		return p;
+	p = dlsym(RTLD_NEXT, name);
+	for (size_t i = 0; !p && i < sizeof(libs) / sizeof(libs[0]); i++) {
+		void *h = dlopen(libs[i], RTLD_LAZY | RTLD_NOLOAD);
+
+		if (h) {
+			p = dlsym(h, name);
+			dlclose(h);   /* drops only the reference NOLOAD took */
+		}
+	}
+	if (!p)
+		ns_log(NS_LOG_ERROR, "cannot find the real %s; the call fails (ENOSYS)", name);
+	__atomic_store_n(slot, p, __ATOMIC_RELEASE);
+	return p;
+}
+
+static void *p_ssl_read, *p_ssl_write, *p_ssl_read_ex, *p_ssl_write_ex, *p_ssl_get_fd;
+static void *p_gnutls_recv, *p_gnutls_send, *p_gnutls_fd;
+
+/* A session whose library cannot name its socket (curl gives OpenSSL a BIO
+ * of its own, so SSL_get_fd says -1) is matched to the socket its record
+ * call used: the socket layer notes a TLS socket it sees during the call
+ * (ns_tls_note_fd), and the pair is remembered here. */
+#define SESS_CACHE 64
+static struct { void *sess; int fd; } sess_fd[SESS_CACHE];
+static __thread void *cur_sess;
+static __thread int cur_fd = -1;
+
+void ns_tls_note_fd(int fd)
+{
+	if (cur_sess)
+		cur_fd = fd;
+}
+
+static int cached_fd(void *sess)
+{
+	for (int i = 0; i < SESS_CACHE; i++)
+		if (__atomic_load_n(&sess_fd[i].sess, __ATOMIC_ACQUIRE) == sess)
+			return __atomic_load_n(&sess_fd[i].fd, __ATOMIC_RELAXED);
+	return -1;
+}
+
+static void remember_fd(void *sess, int fd)
+{
+	unsigned i = (unsigned)(((uintptr_t)sess >> 4) % SESS_CACHE);
+
+	__atomic_store_n(&sess_fd[i].fd, fd, __ATOMIC_RELAXED);
+	__atomic_store_n(&sess_fd[i].sess, sess, __ATOMIC_RELEASE);
+}
+
+/* The governed connection under a TLS session, marked as read at the
+ * record level from now on; NULL for anything else. */
+static struct ns_conn *conn_of_fd(int fd)
+{
+	struct ns_conn *c = fd >= 0 ? ns_conn_of(fd) : NULL;
+
+	/* from now on the plaintext says what the protocol is */
+	if (c && !(LD(c->flags) & NS_C_TLS)) {
+		__atomic_fetch_and(&c->flags, ~(NS_C_HTTP | NS_C_NOTHTTP), __ATOMIC_RELAXED);
+		__atomic_fetch_or(&c->flags, NS_C_TLS, __ATOMIC_RELAXED);
+	}
+	return c;
+}
+
+/* Before the real call: the session's connection if its socket is known
+ * (from the library or from an earlier call), and the note-taking on. */
+static struct ns_conn *begin(void *sess, int fd)
+{
+	if (fd < 0)
+		fd = cached_fd(sess);
+	cur_sess = sess;
+	cur_fd = -1;
+	return conn_of_fd(fd);
+}
+
+static struct ns_conn *ssl_conn(void *ssl)
+{
+	ssl_fd_fn get = (ssl_fd_fn)sym(&p_ssl_get_fd, "SSL_get_fd");
+
+	return begin(ssl, get && ssl ? get(ssl) : -1);
+}
+
+static struct ns_conn *gnutls_conn(void *session)
+{
+	gnutls_fd_fn get = (gnutls_fd_fn)sym(&p_gnutls_fd, "gnutls_transport_get_int");
+
+	return begin(session, get && session ? get(session) : -1);
+}
+
+/* After it: the bytes, and the socket learnt during the call. */
+static void seen(struct ns_conn *c, int d, const void *buf, ssize_t n)
+{
+	int e = errno;
+
+	if (!c && cur_fd >= 0) {
+		remember_fd(cur_sess, cur_fd);
+		c = conn_of_fd(cur_fd);
+	}
+	cur_sess = NULL;
+	if (c && n > 0)
+		ns_exchange_plain(c, d, buf, (size_t)n);
+	errno = e;
+}
+
+int ns_ssl_read(void *ssl, void *buf, int num)
+{
+	ssl_io_fn f = (ssl_io_fn)sym(&p_ssl_read, "SSL_read");
+	struct ns_conn *c;
+	int r;
+
+	if (!f) {
+		errno = ENOSYS;
+		return -1;
+	}
+	c = ssl_conn(ssl);
+	r = f(ssl, buf, num);
+	seen(c, NS_IN, buf, r);
+	return r;
+}
+
+int ns_ssl_write(void *ssl, const void *buf, int num)
+{
+	ssl_io_fn f = (ssl_io_fn)sym(&p_ssl_write, "SSL_write");
+	struct ns_conn *c;
+	int r;
+
+	if (!f) {
+		errno = ENOSYS;
+		return -1;
+	}
+	c = ssl_conn(ssl);
+	r = f(ssl, (void *)buf, num);
+	seen(c, NS_OUT, buf, r);
+	return r;
+}
+
+int ns_ssl_read_ex(void *ssl, void *buf, size_t num, size_t *got)
+{
+	ssl_io_ex_fn f = (ssl_io_ex_fn)sym(&p_ssl_read_ex, "SSL_read_ex");
+	struct ns_conn *c;
+	int r;
+
+	if (!f) {
+		errno = ENOSYS;
+		return 0;
+	}
+	c = ssl_conn(ssl);
+	r = f(ssl, buf, num, got);
+	if (r == 1 && got)
+		seen(c, NS_IN, buf, (ssize_t)*got);
+	return r;
+}
+
+int ns_ssl_write_ex(void *ssl, const void *buf, size_t num, size_t *put)
+{
+	ssl_io_ex_fn f = (ssl_io_ex_fn)sym(&p_ssl_write_ex, "SSL_write_ex");
+	struct ns_conn *c;
+	int r;
+
+	if (!f) {
+		errno = ENOSYS;
+		return 0;
+	}
+	c = ssl_conn(ssl);
+	r = f(ssl, (void *)buf, num, put);
+	if (r == 1 && put)
+		seen(c, NS_OUT, buf, (ssize_t)*put);
+	return r;
+}
+
+ssize_t ns_gnutls_record_recv(void *session, void *data, size_t size)
+{
+	gnutls_io_fn f = (gnutls_io_fn)sym(&p_gnutls_recv, "gnutls_record_recv");
+	struct ns_conn *c;
+	ssize_t r;
+
+	if (!f) {
+		errno = ENOSYS;
+		return -1;
+	}
+	c = gnutls_conn(session);
+	r = f(session, data, size);
+	seen(c, NS_IN, data, r);
+	return r;
+}
+
+ssize_t ns_gnutls_record_send(void *session, const void *data, size_t size)
+{
+	gnutls_io_fn f = (gnutls_io_fn)sym(&p_gnutls_send, "gnutls_record_send");
+	struct ns_conn *c;
+	ssize_t r;
+
+	if (!f) {
+		errno = ENOSYS;
+		return -1;
+	}
+	c = gnutls_conn(session);
+	r = f(session, (void *)data, size);
+	seen(c, NS_OUT, data, r);
+	return r;
+}
