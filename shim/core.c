@@ -317,12 +317,6 @@ static void conn_outcome(struct ns_conn *c, int kind, int err)
 	was = __atomic_fetch_and(&c->flags, ~(NS_C_CONNECTING | NS_C_PARSE | NS_C_SENT), __ATOMIC_RELAXED);
 	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
 		return;
-	/* an HTTP answer that began but whose status line never completed:
-	 * its first byte came, and no status said otherwise */
-	if (kind != NS_OUT_SUCCESS && (was & NS_C_PARSE) && ns_exchange_answered(c)) {
-		kind = NS_OUT_SUCCESS;
-		err = 0;
-	}
 	/* decided: the next send starts the next exchange */
 	__atomic_fetch_or(&c->flags, NS_C_XNEXT, __ATOMIC_RELAXED);
 	slot = LD(c->slot);

@@ -103,11 +103,6 @@ static void feed(struct ns_conn *c, const char *b, size_t n)
 	}
 }
 
-int ns_exchange_answered(const struct ns_conn *c)
-{
-	return LD(c->hlen) > 0 || LD(c->hstate) == HS_SKIP;
-}
-
 /* The turn on bytes the program sent (d = NS_OUT: maybe the start of an
  * exchange) or received (NS_IN: maybe its status line), whether on a plain
  * socket or as TLS plaintext (tls.c). For the plain socket the first byte

@@ -312,8 +312,6 @@ NS_HIDDEN ssize_t ns_gnutls_record_recv(void *session, void *data, size_t size);
 NS_HIDDEN ssize_t ns_gnutls_record_send(void *session, const void *data, size_t size);
 /* A TLS socket (a ClientHello went out on it) used inside a record call. */
 NS_HIDDEN void ns_tls_note_fd(int fd);
-/* Did bytes of the answer arrive before its status line was complete? */
-NS_HIDDEN int ns_exchange_answered(const struct ns_conn *c);
 /* An exchange's outcome from its HTTP status (core.c). */
 NS_HIDDEN void ns_conn_http(struct ns_conn *c, unsigned code, int failed);
 
