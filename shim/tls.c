@@ -141,9 +141,11 @@ static void seen(struct ns_conn *c, int d, const void *buf, ssize_t n)
 	errno = e;
 }
 
-int ns_ssl_read(void *ssl, void *buf, int num)
+/* One record call of each shape: find the real one, learn the socket,
+ * call, and look at what moved (d: NS_IN for reads, NS_OUT for writes). */
+static int ssl_io(void **slot, const char *name, int d, void *ssl, void *buf, int num)
 {
-	ssl_io_fn f = (ssl_io_fn)sym(&p_ssl_read, "SSL_read");
+	ssl_io_fn f = (ssl_io_fn)sym(slot, name);
 	struct ns_conn *c;
 	int r;
 
@@ -153,29 +155,13 @@ int ns_ssl_read(void *ssl, void *buf, int num)
 	}
 	c = ssl_conn(ssl);
 	r = f(ssl, buf, num);
-	seen(c, NS_IN, buf, r);
+	seen(c, d, buf, r);
 	return r;
 }
 
-int ns_ssl_write(void *ssl, const void *buf, int num)
+static int ssl_io_ex(void **slot, const char *name, int d, void *ssl, void *buf, size_t num, size_t *moved)
 {
-	ssl_io_fn f = (ssl_io_fn)sym(&p_ssl_write, "SSL_write");
-	struct ns_conn *c;
-	int r;
-
-	if (!f) {
-		errno = ENOSYS;
-		return -1;
-	}
-	c = ssl_conn(ssl);
-	r = f(ssl, (void *)buf, num);
-	seen(c, NS_OUT, buf, r);
-	return r;
-}
-
-int ns_ssl_read_ex(void *ssl, void *buf, size_t num, size_t *got)
-{
-	ssl_io_ex_fn f = (ssl_io_ex_fn)sym(&p_ssl_read_ex, "SSL_read_ex");
+	ssl_io_ex_fn f = (ssl_io_ex_fn)sym(slot, name);
 	struct ns_conn *c;
 	int r;
 
@@ -184,32 +170,14 @@ int ns_ssl_read_ex(void *ssl, void *buf, size_t num, size_t *got)
 		return 0;
 	}
 	c = ssl_conn(ssl);
-	r = f(ssl, buf, num, got);
-	if (r == 1 && got)
-		seen(c, NS_IN, buf, (ssize_t)*got);
+	r = f(ssl, buf, num, moved);
+	seen(c, d, buf, r == 1 && moved ? (ssize_t)*moved : 0);
 	return r;
 }
 
-int ns_ssl_write_ex(void *ssl, const void *buf, size_t num, size_t *put)
+static ssize_t gnutls_io(void **slot, const char *name, int d, void *session, void *data, size_t size)
 {
-	ssl_io_ex_fn f = (ssl_io_ex_fn)sym(&p_ssl_write_ex, "SSL_write_ex");
-	struct ns_conn *c;
-	int r;
-
-	if (!f) {
-		errno = ENOSYS;
-		return 0;
-	}
-	c = ssl_conn(ssl);
-	r = f(ssl, (void *)buf, num, put);
-	if (r == 1 && put)
-		seen(c, NS_OUT, buf, (ssize_t)*put);
-	return r;
-}
-
-ssize_t ns_gnutls_record_recv(void *session, void *data, size_t size)
-{
-	gnutls_io_fn f = (gnutls_io_fn)sym(&p_gnutls_recv, "gnutls_record_recv");
+	gnutls_io_fn f = (gnutls_io_fn)sym(slot, name);
 	struct ns_conn *c;
 	ssize_t r;
 
@@ -219,22 +187,36 @@ ssize_t ns_gnutls_record_recv(void *session, void *data, size_t size)
 	}
 	c = gnutls_conn(session);
 	r = f(session, data, size);
-	seen(c, NS_IN, data, r);
+	seen(c, d, data, r);
 	return r;
+}
+
+int ns_ssl_read(void *ssl, void *buf, int num)
+{
+	return ssl_io(&p_ssl_read, "SSL_read", NS_IN, ssl, buf, num);
+}
+
+int ns_ssl_write(void *ssl, const void *buf, int num)
+{
+	return ssl_io(&p_ssl_write, "SSL_write", NS_OUT, ssl, (void *)buf, num);
+}
+
+int ns_ssl_read_ex(void *ssl, void *buf, size_t num, size_t *got)
+{
+	return ssl_io_ex(&p_ssl_read_ex, "SSL_read_ex", NS_IN, ssl, buf, num, got);
+}
+
+int ns_ssl_write_ex(void *ssl, const void *buf, size_t num, size_t *put)
+{
+	return ssl_io_ex(&p_ssl_write_ex, "SSL_write_ex", NS_OUT, ssl, (void *)buf, num, put);
+}
+
+ssize_t ns_gnutls_record_recv(void *session, void *data, size_t size)
+{
+	return gnutls_io(&p_gnutls_recv, "gnutls_record_recv", NS_IN, session, data, size);
 }
 
 ssize_t ns_gnutls_record_send(void *session, const void *data, size_t size)
 {
-	gnutls_io_fn f = (gnutls_io_fn)sym(&p_gnutls_send, "gnutls_record_send");
-	struct ns_conn *c;
-	ssize_t r;
-
-	if (!f) {
-		errno = ENOSYS;
-		return -1;
-	}
-	c = gnutls_conn(session);
-	r = f(session, (void *)data, size);
-	seen(c, NS_OUT, data, r);
-	return r;
+	return gnutls_io(&p_gnutls_send, "gnutls_record_send", NS_OUT, session, (void *)data, size);
 }
