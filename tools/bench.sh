@@ -75,6 +75,35 @@ else
 fi
 echo
 
+echo "## 1b. Exchanges: a keep-alive request loop, plain and TLS (python client, one connection)"
+# the interpreter itself, not a wrapper script, so callgrind counts it
+PY=${PYTHON:-/usr/bin/python3}
+if command -v valgrind >/dev/null && command -v openssl >/dev/null; then
+	openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost -keyout "$work/key.pem" -out "$work/cert.pem" \
+		-days 2 >/dev/null 2>&1
+	start_server KAP "$PY" "$TOOLS/kaserver.py" 200
+	start_server KAT "$PY" "$TOOLS/kaserver.py" 200 "$work/cert.pem" "$work/key.pem"
+	for mode in plain tls; do
+		port=$KAP; [ "$mode" = tls ] && port=$KAT
+		cg() { local o; o=$(mktemp); env PYTHONHASHSEED=0 "$@" valgrind --tool=callgrind --callgrind-out-file="$o" \
+			"$PY" "$TOOLS/kaloop.py" "$port" "$mode" "$N" >/dev/null 2>&1; awk '/^summary:/ {print $2}' "$o"; rm -f "$o"; }
+		N=0; b0=$(cg X=1); s0=$(cg LD_PRELOAD="$LIB"); N=1000; b1=$(cg X=1); s1=$(cg LD_PRELOAD="$LIB")
+		bs=""; ss=""
+		for _ in $(seq "$ROUNDS"); do
+			bs="$bs $("$PY" "$TOOLS/kaloop.py" "$port" "$mode" 2000)"
+			ss="$ss $(LD_PRELOAD="$LIB" "$PY" "$TOOLS/kaloop.py" "$port" "$mode" 2000)"
+		done
+		bm=$(echo $bs | tr ' ' '\n' | median); sm=$(echo $ss | tr ' ' '\n' | median)
+		printf "  %-5s instructions added per request %7.1f   us/request bare %s shim %s: %s of bare (bar >= 0.97: %s)\n" \
+			"$mode" "$(awk -v b0="$b0" -v b1="$b1" -v s0="$s0" -v s1="$s1" 'BEGIN { print ((s1 - s0) - (b1 - b0)) / 1000 }')" \
+			"$bm" "$sm" "$(awk -v b="$bm" -v s="$sm" 'BEGIN { printf "%.3f", b / s }')" \
+			"$(bar "$(awk -v b="$bm" -v s="$sm" 'BEGIN { print b / s }')" 0.97 ">=")"
+	done
+else
+	echo "  valgrind or openssl not installed: skipped"
+fi
+echo
+
 echo "## 2. Loopback round trip, 1 byte ($TRIPS trips x $ROUNDS alternating rounds, median)"
 for mode in rtt rttrw; do
 	: >"$work/b"; : >"$work/s"

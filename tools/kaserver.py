@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""kaserver.py -- a keep-alive HTTP/1.1 (or HTTPS) server for the exchange
+tests and the benchmark: each request gets the next answer of its script
+(the last repeats).
+
+  kaserver.py SCRIPT [CERT KEY]
+
+An answer is "CODE", "100+CODE" (an interim 100 first) or "silent" (never
+answers), with ",drip" to send it a byte at a time and ",close" to close
+after it; steps are separated by ";". Prints "PORT n" once listening."""
+import socket, sys, threading, time
+script = sys.argv[1].split(";")
+lst = socket.socket(); lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+lst.bind(("127.0.0.1", 0)); lst.listen(16)
+print("PORT", lst.getsockname()[1], flush=True)
+n = [0]
+def serve(c):
+    buf = b""
+    while True:
+        while b"\r\n\r\n" not in buf:
+            d = c.recv(4096)
+            if not d:
+                c.close(); return
+            buf += d
+        _, buf = buf.split(b"\r\n\r\n", 1)
+        step = script[min(n[0], len(script) - 1)].split(","); n[0] += 1
+        if step[0] == "silent":
+            time.sleep(30); c.close(); return
+        out = b""
+        code = step[0]
+        if code.startswith("100+"):
+            out += b"HTTP/1.1 100 Continue\r\n\r\n"; code = code[4:]
+        body = b"x" * 5
+        out += b"HTTP/1.1 %s Whatever\r\nContent-Length: 5\r\n%s\r\n" % (code.encode(),
+               b"Connection: close\r\n" if "close" in step else b"") + body
+        if "drip" in step:
+            for i in range(len(out)):
+                c.sendall(out[i:i + 1]); time.sleep(0.002)
+        else:
+            c.sendall(out)
+        if "close" in step:
+            c.close(); return
+ctx = None
+if len(sys.argv) > 2:                   # HTTPS: certificate and key
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[2], sys.argv[3])
+def start(c):
+    try:
+        serve(ctx.wrap_socket(c, server_side=True) if ctx else c)
+    except (OSError, ValueError):
+        c.close()
+while True:
+    c, _ = lst.accept()
+    threading.Thread(target=start, args=(c,), daemon=True).start()
