@@ -303,6 +303,13 @@ static void log_step(int slot, const char *key, const struct ns_step *st, int er
 	}
 }
 
+/* When the exchange in progress began: its request, or the connect for
+ * the first. */
+static monotime exchange_start(const struct ns_conn *c)
+{
+	return LD(c->xstart) ? LD(c->xstart) : LD(c->start);
+}
+
 /* Count the connection's one outcome. kind is NS_OUT_*. */
 static void conn_outcome(struct ns_conn *c, int kind, int err)
 {
@@ -343,7 +350,7 @@ static void conn_outcome(struct ns_conn *c, int kind, int err)
 		NS_LOG(NS_LOG_INFO, "%s: %s%s%s", key, kind == NS_OUT_TIMEOUT ? "deadline expired" :
 		       err ? strerror(err) : "closed before the answer", what ? ": " : "", what ? what : "");
 	if (slot >= 0 && tbl_ok) {
-		monotime now = ns_now(), from = LD(c->xstart) ? LD(c->xstart) : LD(c->start);
+		monotime now = ns_now(), from = exchange_start(c);
 
 		ns_conn_settings(c, &set);
 		now_ms = (uint64_t)(now / 1000000);
@@ -379,14 +386,10 @@ struct ns_table *ns_tbl(void)
 	return tbl_on() ? &tbl : NULL;
 }
 
-/* Time to the first byte of the answer: from the request of this exchange,
- * or from the connect for the first. */
-static void first_byte_latency(struct ns_conn *c)
+void ns_first_byte_latency(struct ns_conn *c)
 {
-	monotime from = LD(c->xstart) ? LD(c->xstart) : LD(c->start);
-
 	if (LD(c->slot) >= 0 && tbl_ok)
-		ns_table_latency(&tbl, LD(c->slot), 1, (uint64_t)(ns_now() - from) / 1000);
+		ns_table_latency(&tbl, LD(c->slot), 1, (uint64_t)(ns_now() - exchange_start(c)) / 1000);
 }
 
 void ns_conn_http(struct ns_conn *c, unsigned code, int failed)
@@ -590,7 +593,7 @@ __attribute__((noinline)) ssize_t ns_after_io(int fd, struct ns_conn *c, int d, 
 			ns_fault_post(c, d, r);
 		if (!LD(c->outcome) && d == NS_IN && !(LD(c->flags) & (NS_C_PARSE | NS_C_TLS))) {
 			/* the first byte of the answer: the exchange succeeded */
-			first_byte_latency(c);
+			ns_first_byte_latency(c);
 			conn_outcome(c, NS_OUT_SUCCESS, 0);
 		}
 		if (LD(c->intr_deadline) && d == NS_IN)
@@ -638,7 +641,7 @@ __attribute__((noinline)) ssize_t ns_after_io(int fd, struct ns_conn *c, int d, 
 			return -1; \
 		if (LD(c_->expired) & NS_ATTN_FAULT) { \
 			size_t allow_; \
-			r_ = ns_fault_pre((fd_), c_, (d_), (fl_), (buf_), (len_), &allow_); \
+			r_ = ns_fault_pre(c_, (d_), (fl_), (buf_), (len_), &allow_); \
 			if (r_ != NS_FAULT_GO) /* counted as if the kernel said it */ \
 				return (LD(c_->flags) & (NS_C_XNEXT | NS_C_PARSE)) ? \
 					ns_exchange_io((fd_), c_, (d_), r_, (buf_), (len_), (fl_), g_) : \
@@ -845,6 +848,13 @@ static int64_t prog_timeout(int fd, int opt)
 	return tv_to_ns(&tv);
 }
 
+/* A fired connect deadline is told once (connect() or SO_ERROR), as the
+ * kernel tells its own: 1 for the one caller that takes it. */
+static int take_err_pending(struct ns_conn *c)
+{
+	return (__atomic_fetch_and(&c->flags, ~NS_C_ERR_PENDING, __ATOMIC_RELAXED) & NS_C_ERR_PENDING) != 0;
+}
+
 /* End a connect the shim timed out. AF_UNSPEC drops the half-open attempt,
  * so no SYN is retried and the socket may connect anew; the ECONNRESET the
  * kernel then leaves pending is read away, since the program is told
@@ -950,7 +960,7 @@ static int connect_again(int fd, struct ns_conn *c, const struct sockaddr *sa, s
 		   ns_wait_expire(c, fd, 1, 1, ns_now()) == NS_EXP_CONNECT) {
 		/* a program that asks connect() itself whether it is done
 		 * (lynx, hiredis) meets the connect deadline there */
-		__atomic_fetch_and(&c->flags, ~NS_C_ERR_PENDING, __ATOMIC_RELAXED);
+		take_err_pending(c);
 		e = ETIMEDOUT;
 	}
 	errno = e;
@@ -1157,8 +1167,7 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 
 		c = (struct ns_conn *)v;
 		f = __atomic_load_n(&c->flags, __ATOMIC_RELAXED);
-		if ((f & NS_C_ERR_PENDING) &&
-		    (__atomic_fetch_and(&c->flags, ~NS_C_ERR_PENDING, __ATOMIC_RELAXED) & NS_C_ERR_PENDING)) {
+		if ((f & NS_C_ERR_PENDING) && take_err_pending(c)) {
 			/* the connect deadline fired in a wait: this connect() is
 			 * where the program learns it, once, as from the kernel */
 			errno = ETIMEDOUT;
@@ -1396,22 +1405,21 @@ int ns_fclose(FILE *fp)
 
 /* An accepted socket is the program's server side: never governed, and
  * whatever an unseen close left at its number goes. */
-int ns_accept(int fd, struct sockaddr *sa, socklen_t *len)
+static int accepted(int r)
 {
-	int r = REAL(accept)(fd, sa, len);
-
 	if (r >= 0 && unlikely(ns_fd_get(r)))
 		ns_fd_set(r, 0);
 	return r;
 }
 
+int ns_accept(int fd, struct sockaddr *sa, socklen_t *len)
+{
+	return accepted(REAL(accept)(fd, sa, len));
+}
+
 int ns_accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
 {
-	int r = REAL(accept4)(fd, sa, len, flags);
-
-	if (r >= 0 && unlikely(ns_fd_get(r)))
-		ns_fd_set(r, 0);
-	return r;
+	return accepted(REAL(accept4)(fd, sa, len, flags));
 }
 
 int ns_dup(int fd)
@@ -1548,7 +1556,7 @@ int ns_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 int ns_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
 	struct ns_conn *c = ns_conn_of(fd);
-	int d, r, e;
+	int d, r, e, so_error;
 
 	if (likely(!c))
 		return REAL(getsockopt)(fd, level, name, val, len);
@@ -1565,30 +1573,27 @@ int ns_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 		*len = sizeof(tv);
 		return 0;
 	}
-	if (level == SOL_SOCKET && name == SO_ERROR && val && len && *len >= (socklen_t)sizeof(int) &&
-	    ns_exp_kind(c)) {
+	so_error = level == SOL_SOCKET && name == SO_ERROR && val && len && *len >= (socklen_t)sizeof(int);
+	if (so_error) {
 		uint32_t exp = ns_exp_kind(c);
+		int pending = 0;
 
 		/* a timed-out connect's error is read once, as the kernel's is;
 		 * a read or total deadline stays in force on the connection */
-		if (exp != NS_EXP_CONNECT ||
-		    (__atomic_fetch_and(&c->flags, ~NS_C_ERR_PENDING, __ATOMIC_RELAXED) & NS_C_ERR_PENDING)) {
-			*(int *)val = ETIMEDOUT;
+		if (exp && (exp != NS_EXP_CONNECT || take_err_pending(c)))
+			pending = ETIMEDOUT;
+		/* an injected reset that is due: the pending error, read once */
+		else if (unlikely(LD(c->expired) & NS_ATTN_FAULT) && ns_fault_so_error(c))
+			pending = ECONNRESET;
+		if (pending) {
+			*(int *)val = pending;
 			*len = sizeof(int);
 			return 0;
 		}
 	}
-	if (unlikely(LD(c->expired) & NS_ATTN_FAULT) && level == SOL_SOCKET && name == SO_ERROR && val && len &&
-	    *len >= (socklen_t)sizeof(int) && ns_fault_so_error(c)) {
-		/* an injected reset that is due: the pending error, read once */
-		*(int *)val = ECONNRESET;
-		*len = sizeof(int);
-		return 0;
-	}
 	r = REAL(getsockopt)(fd, level, name, val, len);
 	e = errno;
-	if (r == 0 && level == SOL_SOCKET && name == SO_ERROR && val && len && *len >= (socklen_t)sizeof(int) &&
-	    !LD(c->outcome)) {
+	if (r == 0 && so_error && !LD(c->outcome)) {
 		int err = *(int *)val;
 
 		if (err && is_failure_errno(err))

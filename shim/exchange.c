@@ -136,13 +136,8 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 			__atomic_fetch_and(&c->flags, ~NS_C_PARSE, __ATOMIC_RELAXED);
 			return;
 		}
-		if (LD(c->hlen) == 0 && LD(c->hstate) == HS_STATUS) {
-			monotime from = LD(c->xstart) ? LD(c->xstart) : LD(c->start);
-			struct ns_table *t = LD(c->slot) >= 0 ? ns_tbl() : NULL;
-
-			if (t)
-				ns_table_latency(t, LD(c->slot), 1, (uint64_t)(ns_now() - from) / 1000);
-		}
+		if (LD(c->hlen) == 0 && LD(c->hstate) == HS_STATUS)
+			ns_first_byte_latency(c);   /* the answer's first byte */
 		feed(c, buf, n);
 	} else if (tls) {
 		ns_conn_outcome(c, NS_OUT_SUCCESS, 0);   /* the first byte of the answer */

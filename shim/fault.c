@@ -596,15 +596,14 @@ int ns_fault_wait(struct ns_conn *c, monotime now, monotime *until, int *ev)
 /* A blocking read held back: wait like the kernel would, until the input
  * is let through or a deadline passes (the read deadline counts from this
  * call, as the kernel's would). Returns 0 to go on, or -1 with errno. */
-static int hold(int fd, struct ns_conn *c, monotime until)
+static int hold(struct ns_conn *c, monotime until)
 {
 	monotime start = ns_now(), limit = 0;
 	int64_t prog = LD(c->dir[NS_IN].prog_ns), rt = LD(c->read_timeout_ns);
 	monotime total = LD(c->total_deadline);
 	int which = 0;   /* 1 ours, 2 the program's */
 
-	(void)fd;
-	if (rt && (uint32_t)LD(c->flags) & NS_C_ENFORCE) {
+	if (rt && (LD(c->flags) & NS_C_ENFORCE)) {
 		limit = start + rt;
 		which = 1;
 	}
@@ -643,7 +642,7 @@ static int hold(int fd, struct ns_conn *c, monotime until)
 	}
 }
 
-ssize_t ns_fault_pre(int fd, struct ns_conn *c, int d, int flags, void *buf, size_t n, size_t *allow)
+ssize_t ns_fault_pre(struct ns_conn *c, int d, int flags, void *buf, size_t n, size_t *allow)
 {
 	struct ns_cfault *cf = &c->fault;
 	int nonblock = (LD(c->flags) & NS_C_NONBLOCK) || (flags & MSG_DONTWAIT);
@@ -694,7 +693,7 @@ ssize_t ns_fault_pre(int fd, struct ns_conn *c, int d, int flags, void *buf, siz
 			errno = EAGAIN;
 			return -1;
 		}
-		if (hold(fd, c, until) < 0)
+		if (hold(c, until) < 0)
 			return -1;
 	}
 }

@@ -85,6 +85,23 @@ static int nxdomain(const char *name, const char *service)
 	return unlikely(ns_fault_possible()) && ns_fault_nxdomain(name, service);
 }
 
+/* The not-found answers of the hostent calls, for an injected nxdomain. */
+static struct hostent *not_found(void)
+{
+	h_errno = HOST_NOT_FOUND;
+	return NULL;
+}
+
+/* glibc's not-found for the _r forms: 0, no result, HOST_NOT_FOUND. */
+static int not_found_r(struct hostent **result, int *h_errnop)
+{
+	if (result)
+		*result = NULL;
+	if (h_errnop)
+		*h_errnop = HOST_NOT_FOUND;
+	return 0;
+}
+
 int ns_getaddrinfo(const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res)
 {
 	int r, e;
@@ -111,10 +128,8 @@ struct hostent *ns_gethostbyname(const char *name)
 	struct hostent *h;
 	int e;
 
-	if (nxdomain(name, NULL)) {
-		h_errno = HOST_NOT_FOUND;
-		return NULL;
-	}
+	if (nxdomain(name, NULL))
+		return not_found();
 	h = REAL(gethostbyname)(name);
 	e = errno;
 
@@ -128,10 +143,8 @@ struct hostent *ns_gethostbyname2(const char *name, int af)
 	struct hostent *h;
 	int e;
 
-	if (nxdomain(name, NULL)) {
-		h_errno = HOST_NOT_FOUND;
-		return NULL;
-	}
+	if (nxdomain(name, NULL))
+		return not_found();
 	h = REAL(gethostbyname2)(name, af);
 	e = errno;
 
@@ -145,14 +158,8 @@ int ns_gethostbyname_r(const char *name, struct hostent *ret, char *buf, size_t 
 {
 	int r, e;
 
-	if (nxdomain(name, NULL)) {
-		/* glibc's not-found: 0, no result, HOST_NOT_FOUND */
-		if (result)
-			*result = NULL;
-		if (h_errnop)
-			*h_errnop = HOST_NOT_FOUND;
-		return 0;
-	}
+	if (nxdomain(name, NULL))
+		return not_found_r(result, h_errnop);
 	r = REAL(gethostbyname_r)(name, ret, buf, buflen, result, h_errnop);
 	e = errno;
 
@@ -167,13 +174,8 @@ int ns_gethostbyname2_r(const char *name, int af, struct hostent *ret, char *buf
 {
 	int r, e;
 
-	if (nxdomain(name, NULL)) {
-		if (result)
-			*result = NULL;
-		if (h_errnop)
-			*h_errnop = HOST_NOT_FOUND;
-		return 0;
-	}
+	if (nxdomain(name, NULL))
+		return not_found_r(result, h_errnop);
 	r = REAL(gethostbyname2_r)(name, af, ret, buf, buflen, result, h_errnop);
 	e = errno;
 

@@ -280,9 +280,12 @@ NS_HIDDEN int ns_wait_expire(struct ns_conn *c, int fd, int want_in, int want_ou
 /* The nearest time a wait must wake for c: its deadlines, and the moments
  * injected faults change what it may see (fault.c). */
 NS_HIDDEN monotime ns_wait_interest_faults(struct ns_conn *c, int want_in, int want_out, monotime now);
-#define ns_wait_interest(c, in, out, now) \
-	(likely(!(LD((c)->expired) & NS_ATTN_FAULT)) ? ns_wait_deadline((c), (in), (out), (now)) : \
-	 ns_wait_interest_faults((c), (in), (out), (now)))
+/* ...given x, the connection's expired word as the wait just read it. */
+static inline monotime ns_wait_interest(struct ns_conn *c, uint32_t x, int want_in, int want_out, monotime now)
+{
+	return unlikely(x & NS_ATTN_FAULT) ? ns_wait_interest_faults(c, want_in, want_out, now) :
+					     ns_wait_deadline(c, want_in, want_out, now);
+}
 /* The program saw c ready for input or output: it is no longer waiting. */
 NS_HIDDEN void ns_wait_ready(struct ns_conn *c, int in, int out, int err);
 NS_HIDDEN void ns_wait_forget_fd(int fd);
@@ -312,6 +315,8 @@ NS_HIDDEN ssize_t ns_gnutls_record_recv(void *session, void *data, size_t size);
 NS_HIDDEN ssize_t ns_gnutls_record_send(void *session, const void *data, size_t size);
 /* A TLS socket (a ClientHello went out on it) used inside a record call. */
 NS_HIDDEN void ns_tls_note_fd(int fd);
+/* The answer's first byte came: its time since the exchange began (core.c). */
+NS_HIDDEN void ns_first_byte_latency(struct ns_conn *c);
 /* An exchange's outcome from its HTTP status (core.c). */
 NS_HIDDEN void ns_conn_http(struct ns_conn *c, unsigned code, int failed);
 
@@ -354,7 +359,7 @@ NS_HIDDEN int ns_fault_nxdomain(const char *name, const char *service);
  * (errno set for -1). buf/n: the caller's buffer, for a made-up answer
  * (NULL when the call has no plain buffer). */
 #define NS_FAULT_GO (-2)
-NS_HIDDEN ssize_t ns_fault_pre(int fd, struct ns_conn *c, int d, int flags, void *buf, size_t n, size_t *allow);
+NS_HIDDEN ssize_t ns_fault_pre(struct ns_conn *c, int d, int flags, void *buf, size_t n, size_t *allow);
 /* ...and after it moved r > 0 bytes. */
 NS_HIDDEN void ns_fault_post(struct ns_conn *c, int d, ssize_t r);
 /* For the waits: NS_FW_NONE, NS_FW_GATED (input held until *until; 0 =

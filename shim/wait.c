@@ -165,12 +165,9 @@ static monotime poll_nearest(struct pollcall *p, monotime now)
 		x = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
 		if (x & NS_EXP_MASK)
 			return now;
-		if (unlikely(x & NS_ATTN_FAULT)) {
+		if (unlikely(x & NS_ATTN_FAULT))
 			p->faults = 1;
-			d = ns_wait_interest_faults(c, p->fds[i].events & P_IN, p->fds[i].events & P_OUT, now);
-		} else {
-			d = ns_wait_deadline(c, p->fds[i].events & P_IN, p->fds[i].events & P_OUT, now);
-		}
+		d = ns_wait_interest(c, x, p->fds[i].events & P_IN, p->fds[i].events & P_OUT, now);
 		if (d && (!nearest || d < nearest))
 			nearest = d;
 	}
@@ -359,7 +356,7 @@ static monotime sel_nearest(struct selcall *s, monotime now)
 		if (x & NS_EXP_MASK)
 			return now;
 		s->faults |= (x & NS_ATTN_FAULT) != 0;
-		d = ns_wait_interest(c, isset(s->set[0] ? &s->in[0] : NULL, fd),
+		d = ns_wait_interest(c, x, isset(s->set[0] ? &s->in[0] : NULL, fd),
 				     isset(s->set[1] ? &s->in[1] : NULL, fd), now);
 		if (d && (!nearest || d < nearest))
 			nearest = d;
@@ -761,9 +758,7 @@ static inline monotime ep_nearest(int epfd, monotime now)
 				nearest = now;
 				break;
 			}
-			d = unlikely(x & NS_ATTN_FAULT) ?
-				ns_wait_interest_faults(c, g->events & (EPOLLIN | EPOLLPRI), g->events & EPOLLOUT, now) :
-				ns_wait_deadline(c, g->events & (EPOLLIN | EPOLLPRI), g->events & EPOLLOUT, now);
+			d = ns_wait_interest(c, x, g->events & (EPOLLIN | EPOLLPRI), g->events & EPOLLOUT, now);
 			if (d && (!nearest || d < nearest))
 				nearest = d;
 		}
