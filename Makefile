@@ -30,14 +30,15 @@ FINAL_CFLAGS := $(BASE_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
 FINAL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
 
 POLICY_SRC := policy/policy.c policy/fault.c policy/breaker.c policy/table.c policy/tablefile.c policy/faulttable.c policy/namemap.c
-SHIM_SRC := shim/real.c shim/fdtab.c shim/log.c shim/core.c shim/exchange.c shim/tls.c shim/fault.c shim/wait.c shim/names.c shim/trace.c shim/wrappers.c
+SHIM_SRC := shim/real.c shim/fdtab.c shim/log.c shim/core.c shim/exchange.c shim/tls.c shim/fault.c shim/wait.c shim/names.c shim/trace.c shim/deepbind.c shim/uring.c shim/stdio.c shim/wrappers.c
 POLICY_OBJ := $(POLICY_SRC:%.c=$(BUILD)/%.o)
 SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 
 LIB := $(BUILD)/libnetshim.so
 TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench $(BUILD)/tablebench
-CLIENTS := $(BUILD)/fclient $(BUILD)/tracee $(BUILD)/vforkclose $(BUILD)/mmsg $(BUILD)/hammer
+CLIENTS := $(BUILD)/fclient $(BUILD)/tracee $(BUILD)/vforkclose $(BUILD)/mmsg $(BUILD)/hammer \
+	$(BUILD)/deepbind $(BUILD)/libdeeplib.so $(BUILD)/libdeeplib-now.so $(BUILD)/libdeeplib-addr.so
 
 .PHONY: all test unit integration negative install uninstall bench demo deps clean tsan fuzz
 
@@ -88,6 +89,25 @@ $(BUILD)/fclient: tests/clients/fclient.c
 $(BUILD)/vforkclose $(BUILD)/mmsg $(BUILD)/hammer: $(BUILD)/%: tests/clients/%.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -D_FORTIFY_SOURCE=2 -Wall -o $@ $<
+
+# the RTLD_DEEPBIND test: a loader, and one library built lazy, one built
+# -z now (its GOT read-only after relocation), one holding addresses
+$(BUILD)/deepbind: tests/clients/deepbind.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -D_FORTIFY_SOURCE=2 -Wall -o $@ $< -ldl
+
+DEEPLIB_SRC := tests/clients/deeplib.c tests/clients/deeplib_refs.c
+$(BUILD)/libdeeplib.so: $(DEEPLIB_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -Wall -fPIC -shared -Wl,-z,lazy -Wl,-z,norelro -o $@ $(DEEPLIB_SRC)
+
+$(BUILD)/libdeeplib-now.so: $(DEEPLIB_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -Wall -fPIC -shared -Wl,-z,now -Wl,-z,relro -o $@ $(DEEPLIB_SRC)
+
+$(BUILD)/libdeeplib-addr.so: $(DEEPLIB_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -Wall -fPIC -shared -DDEEP_ADDRS -Wl,-z,now -Wl,-z,relro -o $@ $(DEEPLIB_SRC)
 
 # compiled with -g and unoptimised, so its function names are there to trace
 $(BUILD)/tracee: tests/clients/tracee.c

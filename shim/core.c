@@ -379,6 +379,11 @@ void ns_note_event(int type, int slot, const char *key, const char *detail)
 		emit(type, slot, key, NULL, 0, detail, 0);
 }
 
+int ns_shim_active(void)
+{
+	return cfg_get(ns_now()) != NULL;
+}
+
 struct ns_table *ns_tbl(void)
 {
 	if (!cfg_get(ns_now()))

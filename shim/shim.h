@@ -295,6 +295,13 @@ static inline uint32_t ns_exp_kind(struct ns_conn *c)
 	return __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE) & NS_EXP_MASK;
 }
 
+/* Is the shim governing this process (not NETSHIM_DISABLE=1, a policy
+ * loaded)? Loads the policy on first use. */
+NS_HIDDEN int ns_shim_active(void);
+
+/* uring.c: syscall(), io_uring_setup refused while the shim governs. */
+NS_HIDDEN long ns_syscall(long n, long a, long b, long c, long d, long e, long f);
+
 /**** exchanges (exchange.c) ****/
 
 /* The data path of a call that starts an exchange (a send after a complete

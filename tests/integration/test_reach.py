@@ -1,0 +1,221 @@
+"""Programs that used to escape the shim (issue 12): libraries loaded with
+RTLD_DEEPBIND (PHP's extensions), event loops on io_uring (node with
+UV_USE_IO_URING=1), and sockets read through stdio (busybox wget)."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import BUILD, PY, near
+
+POLICY = "[defaults]\nread_timeout = 1s\nconnect_timeout = 1s\n"
+LIB = BUILD / "libnetshim.so"
+SLOT_TYPES = ("R_X86_64_JUMP_SLOT", "R_X86_64_GLOB_DAT", "R_X86_64_64")
+
+
+def exported():
+    out = subprocess.run(["nm", "-D", "--defined-only", str(LIB)], capture_output=True, text=True, check=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if line.split()[1] in ("T", "t", "W")}
+
+
+def slots(lib):
+    """The library's relocations against named symbols, read by readelf
+    (not by the shim's own code): [(name, offset)]."""
+    out = subprocess.run(["readelf", "-rW", str(lib)], capture_output=True, text=True, check=True).stdout
+    res = []
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) >= 5 and f[2] in SLOT_TYPES:
+            res.append((f[4].split("@")[0], f[0]))
+    return res
+
+
+# ---- RTLD_DEEPBIND
+
+@pytest.mark.shim
+@pytest.mark.parametrize("lib,mode", [("libdeeplib.so", "lazy"), ("libdeeplib-now.so", "now"),
+                                      ("libdeeplib-addr.so", "now")])
+def test_a_deepbind_library_sees_every_wrapped_call(shim, lib, mode):
+    """Every call slot (PLT, GOT, data) the library holds for a name the shim
+    exports points into the shim after a RTLD_DEEPBIND load; lazy and -z now
+    (read-only GOT) alike."""
+    ours = exported()
+    rel = [(n, off) for n, off in slots(BUILD / lib) if n in ours]
+    names = {n for n, _ in rel}
+    assert names == ours, f"the library does not reference {sorted(ours - names)}: add them to deeplib_refs.c"
+    shim.policy(POLICY)
+    r = shim.run([BUILD / "deepbind", BUILD / lib, mode, "slots"] + [f"{n}@{off}" for n, off in rel])
+    assert r.rc == 0, r.err
+    where = dict(line.split(" ", 1) for line in r.out.splitlines())
+    wrong = {n: o for n, o in where.items() if not o.endswith("libnetshim.so")}
+    assert not wrong, f"bound past the shim: {wrong}"
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("how", ["block", "poll"])
+def test_a_deepbind_library_gets_the_read_deadline_and_is_counted(shim, server, how):
+    srv = server("silent")
+    shim.policy(POLICY)
+    r = shim.run([BUILD / "deepbind", BUILD / "libdeeplib-now.so", "now", "fetch", "127.0.0.1", srv.port, how],
+                 timeout=10)
+    res = r.last_json()
+    assert (res["stage"], res["errno"]) == (3, "ETIMEDOUT"), res
+    near(res["ms"], 1000)
+    e = shim.entry(srv.dest)
+    assert (e["calls"], e["timeouts"]) == (1, 1), e
+
+
+@pytest.mark.shim
+def test_a_deepbind_library_fails_fast_on_an_open_breaker(shim, server):
+    srv = server("http")
+    shim.policy(POLICY)
+    assert shim.ctl("open", srv.dest).returncode == 0
+    r = shim.run([BUILD / "deepbind", BUILD / "libdeeplib.so", "lazy", "fetch", "127.0.0.1", srv.port, "block"])
+    res = r.last_json()
+    assert (res["stage"], res["errno"]) == (1, "ECONNREFUSED") and res["ms"] < 50, res
+    assert srv.accepts() == 0
+    assert shim.entry(srv.dest)["rejected"] == 1
+
+
+PHP_CURL = r'''<?php
+$c = curl_init($argv[1]);
+curl_setopt($c, CURLOPT_RETURNTRANSFER, true);
+$t = microtime(true);
+$body = curl_exec($c);
+echo json_encode(["curl_errno" => curl_errno($c), "error" => curl_error($c),
+                  "ms" => (microtime(true) - $t) * 1000, "body" => $body === false ? null : $body]), "\n";
+'''
+
+PHP_FGC = r'''<?php
+$body = @file_get_contents($argv[1]);
+echo json_encode(["body" => $body === false ? null : $body]), "\n";
+'''
+
+php = pytest.mark.skipif(not shutil.which("php"), reason="php-cli not installed")
+
+
+def php_run(sh, tmp_path, script, url, **kw):
+    p = tmp_path / "client.php"
+    p.write_text(script)
+    return sh.run(["php", p, url], **kw).last_json()
+
+
+@php
+@pytest.mark.shim
+def test_php_curl_gets_the_read_deadline_and_is_counted(shim, server, tmp_path):
+    """php-curl is a RTLD_DEEPBIND extension whose libcurl binds libc
+    directly; the shim's rebinding brings its recv under the deadline."""
+    srv = server("silent")
+    shim.policy(POLICY)
+    res = php_run(shim, tmp_path, PHP_CURL, srv.url, timeout=10)
+    assert res["curl_errno"] == 56 and "timed out" in res["error"], res
+    near(res["ms"], 1000)
+    e = shim.entry(srv.dest)
+    assert (e["calls"], e["timeouts"]) == (1, 1), e
+
+
+@php
+@pytest.mark.shim
+def test_php_curl_fails_fast_on_an_open_breaker(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy(POLICY)
+    assert shim.ctl("open", srv.dest).returncode == 0
+    res = php_run(shim, tmp_path, PHP_CURL, srv.url)
+    assert res["curl_errno"] == 7 and res["ms"] < 200, res
+    assert srv.accepts() == 0
+
+
+@php
+@pytest.mark.shim
+def test_php_file_get_contents_keeps_working_and_is_counted(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy(POLICY)
+    bare = php_run(shim, tmp_path, PHP_FGC, srv.url, shim=False)
+    under = php_run(shim, tmp_path, PHP_FGC, srv.url)
+    assert bare["body"] and under == bare
+    e = shim.entry(srv.dest)
+    assert (e["calls"], e["failures"]) == (1, 0), e
+
+
+# ---- io_uring
+
+NODE_GET = r'''
+const http = require('http'); const t = Date.now();
+http.get(process.argv[2], res => { console.log(JSON.stringify({status: res.statusCode})); res.resume(); })
+  .on('error', e => console.log(JSON.stringify({code: e.code, ms: Date.now() - t})));
+'''
+
+
+@pytest.mark.shim
+def test_node_on_io_uring_falls_back_to_epoll_and_gets_the_read_deadline(shim, server, tmp_path):
+    srv = server("silent")
+    shim.policy(POLICY)
+    js = tmp_path / "get.js"
+    js.write_text(NODE_GET)
+    r = shim.run(["node", js, srv.url], timeout=10, env={"UV_USE_IO_URING": "1", "NETSHIM_LOG": "info"})
+    res = r.last_json()
+    assert res["code"] == "ETIMEDOUT", res
+    near(res["ms"], 1000)
+    assert "netshim: io_uring_setup refused (ENOSYS)" in r.err
+    assert shim.entry(srv.dest)["timeouts"] == 1
+
+
+IO_URING_SETUP = r'''
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+params = ctypes.create_string_buffer(120)
+fd = libc.syscall(425, 8, params)   # io_uring_setup
+print(json.dumps({"fd": fd, "errno": ctypes.get_errno() if fd < 0 else 0,
+                  "getpid": libc.syscall(39) == os.getpid()}))
+'''
+
+
+def uring_setup(shim, tmp_path, env=None):
+    p = tmp_path / "uring.py"
+    p.write_text(IO_URING_SETUP)
+    shim.policy(POLICY)
+    res = shim.run([PY, p], env=env).last_json()
+    assert res["getpid"], "every other number passes through"
+    return res
+
+
+@pytest.mark.shim
+def test_io_uring_setup_is_refused_while_the_shim_governs(shim, tmp_path):
+    res = uring_setup(shim, tmp_path)
+    assert (res["fd"], res["errno"]) == (-1, 38), res   # ENOSYS
+
+
+def test_netshim_io_uring_allow_keeps_io_uring(shim, tmp_path):
+    res = uring_setup(shim, tmp_path, env={"NETSHIM_IO_URING": "allow"})
+    assert res["fd"] >= 0, res
+
+
+# ---- stdio
+
+busybox = pytest.mark.skipif(not shutil.which("busybox"), reason="busybox not installed")
+
+
+@busybox
+@pytest.mark.shim
+def test_busybox_wget_reading_through_stdio_reports_and_counts_the_timeout(shim, server):
+    srv = server("silent")
+    shim.policy(POLICY)
+    r = shim.run(["busybox", "wget", "-q", "-O-", srv.url], timeout=10)
+    assert r.rc == 1 and "Connection timed out" in r.err, (r.rc, r.err)
+    near(r.elapsed * 1000, 1000, late=500)
+    e = shim.entry(srv.dest)
+    assert (e["calls"], e["timeouts"]) == (1, 1), e
+
+
+@busybox
+@pytest.mark.shim
+def test_busybox_wget_healthy_is_unchanged_and_counted_as_success(shim, server):
+    srv = server("http")
+    shim.policy(POLICY)
+    bare = shim.run(["busybox", "wget", "-q", "-O-", srv.url], shim=False)
+    under = shim.run(["busybox", "wget", "-q", "-O-", srv.url])
+    assert (under.rc, under.out) == (bare.rc, bare.out) and bare.rc == 0
+    e = shim.entry(srv.dest)
+    assert (e["calls"], e["failures"], e["timeouts"]) == (1, 0, 0), e
