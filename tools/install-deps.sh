@@ -2,9 +2,17 @@
 # Install the Debian packages netshim needs to build and test, when missing.
 set -eu
 PKGS="build-essential libunwind-dev uthash-dev libcriterion-dev pkg-config groff-base man-db
-python3 python3-pytest python3-requests curl wget strace valgrind procps openssl"
+python3 python3-pytest python3-requests curl wget strace valgrind procps openssl
+php-cli php-curl busybox"
 # make fuzz: clang with libFuzzer
 PKGS="$PKGS clang libclang-rt-14-dev"
+# make compat: the clients of the compatibility matrix and their servers,
+# only when asked (COMPAT=1)
+if [ "${COMPAT:-0}" = 1 ]; then
+	PKGS="$PKGS git ruby libwww-perl redis-tools redis-server postgresql postgresql-client openssh-server
+openssh-client aria2 httpie lynx"
+	command -v javac >/dev/null 2>&1 || PKGS="$PKGS default-jdk-headless"
+fi
 # The proxies make bench compares against: only when asked (BENCH_PEERS=1),
 # they are not needed to build or test.
 [ "${BENCH_PEERS:-0}" = 1 ] && PKGS="$PKGS nginx-light libnginx-mod-stream haproxy"

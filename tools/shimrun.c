@@ -1,5 +1,7 @@
 /* shimrun.c -- check the policy, preload the shim, exec the program. */
+#include <elf.h>
 #include <err.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
@@ -14,6 +16,48 @@
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: shimrun [--policy FILE] [--table NAME] [--inject 'DEST=FAULTS']... -- COMMAND [ARG...]\n");
+}
+
+/* Is the program (found as execvp would) an ELF file without an
+ * interpreter, that is statically linked? LD_PRELOAD cannot reach into
+ * such a program, so shimrun says so rather than let it run ungoverned in
+ * silence. Anything unreadable or not ELF (a script) is not. */
+static int statically_linked(const char *prog)
+{
+	char path[PATH_MAX];
+	const char *p = getenv("PATH");
+	Elf64_Ehdr eh;
+	int fd = -1, stat = 0;
+
+	if (strchr(prog, '/')) {
+		fd = open(prog, O_RDONLY | O_CLOEXEC);
+	} else {
+		for (const char *d = p ? p : "/usr/bin:/bin"; fd < 0 && *d;) {
+			size_t n = strcspn(d, ":");
+
+			if ((size_t)snprintf(path, sizeof(path), "%.*s/%s", (int)n, n ? d : ".", prog) < sizeof(path) &&
+			    access(path, X_OK) == 0)
+				fd = open(path, O_RDONLY | O_CLOEXEC);
+			d += n + (d[n] == ':');
+		}
+	}
+	if (fd < 0)
+		return 0;
+	if (pread(fd, &eh, sizeof(eh), 0) == (ssize_t)sizeof(eh) && memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
+	    eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_phentsize == sizeof(Elf64_Phdr) && eh.e_phnum > 0) {
+		stat = 1;
+		for (unsigned i = 0; i < eh.e_phnum && eh.e_phnum < 4096; i++) {
+			Elf64_Phdr ph;
+
+			if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + i * sizeof(ph))) != (ssize_t)sizeof(ph) ||
+			    ph.p_type == PT_INTERP) {
+				stat = 0;
+				break;
+			}
+		}
+	}
+	close(fd);
+	return stat;
 }
 
 /* The library beside this binary (build tree) or in ../lib/netshim
@@ -121,6 +165,9 @@ int main(int argc, char **argv)
 		preload = lib;
 	}
 	setenv("LD_PRELOAD", preload, 1);
+	if (statically_linked(argv[optind]))
+		fprintf(stderr, "shimrun: %s is statically linked: LD_PRELOAD cannot reach into it, "
+			"so netshim will not govern it\n", argv[optind]);
 	execvp(argv[optind], argv + optind);
 	c = errno;
 	warn("%s", argv[optind]);

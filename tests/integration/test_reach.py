@@ -219,3 +219,14 @@ def test_busybox_wget_healthy_is_unchanged_and_counted_as_success(shim, server):
     assert (under.rc, under.out) == (bare.rc, bare.out) and bare.rc == 0
     e = shim.entry(srv.dest)
     assert (e["calls"], e["failures"], e["timeouts"]) == (1, 0, 0), e
+
+
+# ---- what stays out of reach is said, not silent
+
+def test_shimrun_says_when_the_program_is_statically_linked(shim):
+    r = shim.run([BUILD / "fclient-static", "127.0.0.1", "1"])
+    assert "fclient-static is statically linked: LD_PRELOAD cannot reach into it" in r.err, r.err
+    r = shim.run([BUILD / "fclient", "127.0.0.1", "1"])
+    assert "statically linked" not in r.err, r.err
+    r = shim.run(["sh", "-c", "exit 0"])
+    assert r.rc == 0 and "statically linked" not in r.err
