@@ -30,7 +30,7 @@ FINAL_CFLAGS := $(BASE_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
 FINAL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
 
 POLICY_SRC := policy/policy.c policy/fault.c policy/breaker.c policy/table.c policy/tablefile.c policy/faulttable.c policy/namemap.c
-SHIM_SRC := shim/real.c shim/fdtab.c shim/log.c shim/core.c shim/exchange.c shim/tls.c shim/fault.c shim/wait.c shim/names.c shim/trace.c shim/deepbind.c shim/uring.c shim/stdio.c shim/wrappers.c
+SHIM_SRC := shim/real.c shim/fdtab.c shim/log.c shim/core.c shim/exchange.c shim/tls.c shim/fault.c shim/wait.c shim/names.c shim/trace.c shim/destcache.c shim/deepbind.c shim/uring.c shim/stdio.c shim/wrappers.c
 POLICY_OBJ := $(POLICY_SRC:%.c=$(BUILD)/%.o)
 SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)

@@ -7,6 +7,7 @@
 
 /* word layout: state 2 | manual 1 | spare 1 | consec 12 | probes 8 | t_ms 40 */
 #define SH_STATE 0
+_Static_assert(SH_STATE == 0, "ns_brk_word_state (breaker.h) reads the low bits");
 #define SH_MANUAL 2
 #define SH_CONSEC 4
 #define SH_PROBES 16

@@ -49,6 +49,8 @@ struct ns_step ns_brk_step(const struct ns_brk *cur, int event, const struct ns_
 			   uint64_t now_ms, const struct ns_settings *s);
 
 uint64_t ns_brk_pack(const struct ns_brk *b);
+/* The state (enum ns_state) held in a packed word, without unpacking it. */
+static inline uint32_t ns_brk_word_state(uint64_t w) { return (uint32_t)w & 3; }
 void ns_brk_unpack(uint64_t word, struct ns_brk *b);
 
 /* The delay before connect retry number attempt (0 for the first retry):

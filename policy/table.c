@@ -119,6 +119,13 @@ static struct ns_slot *slot_at(const struct ns_table *t, int idx)
 	return &t->slots[idx];
 }
 
+int ns_table_slot_is(const struct ns_table *t, int idx, const char *key, size_t n)
+{
+	const struct ns_slot *s = slot_at(t, idx);
+
+	return s && n > 0 && n < NS_KEY_MAX && TAG_STATE(LOAD(&s->tag)) == TAG_READY && key_equal(s, key, n);
+}
+
 /**** sliding window ****/
 
 /* A bucket is one word: epoch 24 | failures 20 | outcomes 20. Counts stop
@@ -250,6 +257,15 @@ static struct ns_step apply(struct ns_slot *s, int event, const struct ns_window
 	struct ns_step st;
 	struct ns_brk cur;
 
+	if (event == NS_EV_ATTEMPT && ns_brk_word_state(old) == NS_CLOSED) {
+		/* the common case, a connect through a closed breaker, changes
+		 * nothing: no step, no write */
+		ns_brk_unpack(old, &st.next);
+		st.verdict = NS_ALLOW;
+		st.transition = NS_TR_NONE;
+		st.rule = NS_RULE_NONE;
+		return st;
+	}
 	do {
 		ns_brk_unpack(old, &cur);
 		st = ns_brk_step(&cur, event, w, now_ms, set);

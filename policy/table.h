@@ -199,6 +199,9 @@ int ns_table_validate(const void *map, size_t size, char *err, size_t errlen);
 #define NS_SLOT_MISSING (-1)
 #define NS_SLOT_FULL (-2)
 #define NS_SLOT_BUSY (-3)
+/* Does slot idx hold key (n bytes), ready? A remembered slot is checked
+ * so before use: slots can be taken over. */
+int ns_table_slot_is(const struct ns_table *t, int idx, const char *key, size_t n);
 int ns_table_find(struct ns_table *t, const char *key, int create, uint64_t now_ms);
 
 /* A connect attempt. Returns the verdict; counts calls or rejected. In

@@ -802,7 +802,8 @@ int ns_socket(int domain, int type, int protocol)
 
 static int dest_from_sa(const struct sockaddr *sa, socklen_t len, struct ns_dest *d)
 {
-	memset(d, 0, sizeof(*d));
+	d->name[0] = '\0';   /* (all of it would be 280 bytes to clear on every connect) */
+	memset(d->addr, 0, sizeof(d->addr));
 	if (sa->sa_family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in)) {
 		const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
 
@@ -876,13 +877,18 @@ static void drop_attempt(int fd)
 }
 
 /* A blocking connect bounded by the connect deadline, the total budget and
- * the program's own SO_SNDTIMEO (which the kernel applies to connect). */
+ * the program's own SO_SNDTIMEO, which the kernel applies to connect: the
+ * shim's limit goes into SO_SNDTIMEO for the call (two setsockopt calls
+ * around one connect, where a non-blocking connect and a poll loop took
+ * five system calls), and the kernel's EINPROGRESS at its end becomes
+ * ETIMEDOUT with the attempt dropped. ask: the program may have set its own
+ * SO_SNDTIMEO before the shim saw the socket. */
 static int connect_bounded(int fd, struct ns_conn *c, const struct ns_settings *set, const struct sockaddr *sa,
-			   socklen_t len)
+			   socklen_t len, int ask)
 {
-	int64_t prog = prog_timeout(fd, SO_SNDTIMEO), lim = 0;
-	monotime deadline;
-	int fl, r, e = 0, ours;
+	int64_t prog = ask ? prog_timeout(fd, SO_SNDTIMEO) : 0, lim = 0, before, left;
+	struct timeval tv;
+	int r, e;
 
 	if (set->connect_timeout_ms)
 		lim = (int64_t)set->connect_timeout_ms * 1000000;
@@ -890,54 +896,27 @@ static int connect_bounded(int fd, struct ns_conn *c, const struct ns_settings *
 		lim = LD(c->total_deadline) - LD(c->start);
 	if (lim == 0)
 		return REAL(connect)(fd, sa, len);
-	ours = prog == 0 || lim < prog;
-	deadline = LD(c->start) + (ours ? lim : prog);
 	ST(c->connect_deadline, LD(c->start) + lim);
-
-	fl = REAL(fcntl)(fd, F_GETFL);
-	if (fl < 0 || REAL(fcntl)(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+	if (prog && prog <= lim)
+		return REAL(connect)(fd, sa, len);   /* the program's own timeout ends it first */
+	/* what the kernel holds now: the shim's total budget (conn_arm), or the program's */
+	before = LD(c->dir[NS_OUT].src) >= NS_SRC_SHIM_READ ? LD(c->dir[NS_OUT].kernel_ns) : prog;
+	left = LD(c->start) + lim - ns_now();
+	if (left <= 0) {
+		errno = ETIMEDOUT;
+		return -1;
+	}
+	tv = ns_to_tv(left);
+	if (REAL(setsockopt)(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
 		return REAL(connect)(fd, sa, len);
 	r = REAL(connect)(fd, sa, len);
-	if (r == 0 || errno != EINPROGRESS) {
-		e = errno;
-		goto out_restore;
+	e = errno;
+	tv = ns_to_tv(before);
+	REAL(setsockopt)(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (r < 0 && e == EINPROGRESS) {
+		drop_attempt(fd);
+		e = ETIMEDOUT;
 	}
-	for (;;) {
-		struct pollfd p = { .fd = fd, .events = POLLOUT };
-		int64_t left = deadline - ns_now();
-		struct timespec ts;
-
-		if (left <= 0) {
-			if (ours) {
-				drop_attempt(fd);
-				e = ETIMEDOUT;
-			} else {
-				e = EINPROGRESS;   /* what the kernel says when SO_SNDTIMEO ends a connect */
-			}
-			r = -1;
-			break;
-		}
-		ts.tv_sec = left / 1000000000;
-		ts.tv_nsec = left % 1000000000;
-		r = REAL(ppoll)(&p, 1, &ts, NULL);
-		if (r < 0) {
-			e = errno;   /* EINTR: the connect goes on, as a blocking one would */
-			break;
-		}
-		if (r == 0)
-			continue;
-		/* Ask connect() itself, not SO_ERROR: on failure the kernel then
-		 * resets the socket exactly as a blocking connect would, so a new
-		 * connect() on it behaves the same with and without the shim. */
-		r = REAL(connect)(fd, sa, len);
-		e = (r == 0 || errno == EISCONN) ? 0 : errno;
-		if (e == EALREADY || e == EINPROGRESS)
-			continue;   /* woken early: still connecting */
-		r = e ? -1 : 0;
-		break;
-	}
-out_restore:
-	REAL(fcntl)(fd, F_SETFL, fl);
 	errno = e;
 	return r;
 }
@@ -1015,22 +994,26 @@ static void conn_arm(int fd, struct ns_conn *c, monotime now, int ask)
 	}
 }
 
-/* Ask the breaker whether a connect to key may go out. Returns the slot
- * (or -1 when uncounted), or NS_SLOT_REJECTED when it is open. */
-#define NS_SLOT_REJECTED (-100)
+/* Ask the breaker whether a connect to key may go out: 0, or -1 when it is
+ * open. *slot: the key's slot (hint, when it still holds the key), or -1
+ * when uncounted. */
+#define NS_SLOT_UNKNOWN (-101)   /* no slot remembered for the destination */
 static int tbl_full_said;
 
-static int breaker_admit(const char *key, const struct ns_settings *set, int enforce, monotime now)
+static int breaker_admit(const char *key, size_t klen, int hint, int *slotp, const struct ns_settings *set,
+			 int enforce, monotime now)
 {
 	struct ns_step st;
 	int slot;
 
+	*slotp = -1;
 	if (!tbl_on())
-		return -1;
-	slot = ns_table_find(&tbl, key, 1, (uint64_t)(now / 1000000));
+		return 0;
+	slot = hint >= 0 && ns_table_slot_is(&tbl, hint, key, klen) ? hint :
+		ns_table_find(&tbl, key, 1, (uint64_t)(now / 1000000));
 	if (unlikely(ns_table_broken(&tbl))) {
 		tbl_broke();
-		return -1;
+		return 0;
 	}
 	if (slot == NS_SLOT_FULL && !__atomic_exchange_n(&tbl_full_said, 1, __ATOMIC_RELAXED)) {
 		/* once per process: the table says so too, and shimctl shows the count */
@@ -1038,16 +1021,17 @@ static int breaker_admit(const char *key, const struct ns_settings *set, int enf
 		emit(NS_E_TABLE_FULL, -1, key, NULL, 0, "new destinations pass through uncounted", 0);
 	}
 	if (slot < 0)
-		return -1;
+		return 0;
+	*slotp = slot;
 	if (ns_table_attempt(&tbl, slot, enforce, (uint64_t)(now / 1000000), set, &st) == NS_REJECT) {
 		NS_LOG(NS_LOG_DEBUG, "%s: breaker open, connect refused", key);
-		return NS_SLOT_REJECTED;
+		return -1;
 	}
 	if (st.transition == NS_TR_HALF_OPENED) {
 		NS_LOG(NS_LOG_INFO, "breaker for %s half-open: letting a probe through", key);
 		emit(NS_E_HALF_OPEN, slot, key, &st, 0, NULL, 0);
 	}
-	return slot;
+	return 0;
 }
 
 /* A fresh attempt on c: its clock, deadlines and outcome start over (the
@@ -1089,8 +1073,7 @@ static int retry_wait(struct ns_conn *c, const struct ns_settings *set, const ch
 		errno = saved;
 		return 0;   /* a signal cuts the retries short: the program sees the failure */
 	}
-	slot = breaker_admit(key, set, 1, ns_now());
-	if (slot == NS_SLOT_REJECTED) {
+	if (breaker_admit(key, strlen(key), LD(c->slot), &slot, set, 1, ns_now()) < 0) {
 		errno = saved;
 		return 0;
 	}
@@ -1145,7 +1128,7 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	socklen_t tolen = 0;
 	monotime now;
 	uintptr_t v;
-	int slot, r, e, enforce, fr = NS_FC_NONE, saved = errno;
+	int slot, hint, klen, r, e, enforce, fr = NS_FC_NONE, saved = errno;
 
 	if (!sa || len < (socklen_t)sizeof(sa_family_t) || (unsigned)fd >= ns_fdmax)
 		return REAL(connect)(fd, sa, len);
@@ -1188,13 +1171,25 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	if (!(v & NS_TAG_STREAM) || dest_from_sa(sa, len, &d) < 0)
 		return REAL(connect)(fd, sa, len);
 	ns_names_lookup(d.family, d.addr, d.name, sizeof(d.name));
-	ns_policy_resolve(pol, &d, &set, NULL);
-	if (set.mode == NS_MODE_BYPASS || ns_dest_key(&d, key, sizeof(key)) < 0)
+	klen = ns_destcache_get(pol, &d, &set, key, &hint);
+	if (klen < 0) {
+		ns_policy_resolve(pol, &d, &set, NULL);
+		klen = ns_dest_key(&d, key, sizeof(key));
+		if (klen < 0)
+			return REAL(connect)(fd, sa, len);
+		hint = NS_SLOT_UNKNOWN;
+	}
+	if (set.mode == NS_MODE_BYPASS) {
+		if (hint == NS_SLOT_UNKNOWN)
+			ns_destcache_put(pol, &d, &set, key, (size_t)klen, -1);
 		return REAL(connect)(fd, sa, len);
+	}
 	enforce = set.mode == NS_MODE_ENFORCE;
 
-	slot = breaker_admit(key, &set, enforce, now);
-	if (slot == NS_SLOT_REJECTED) {
+	r = breaker_admit(key, (size_t)klen, hint, &slot, &set, enforce, now);
+	if (slot != hint)
+		ns_destcache_put(pol, &d, &set, key, (size_t)klen, slot);
+	if (r < 0) {
 		errno = ECONNREFUSED;
 		return -1;
 	}
@@ -1204,7 +1199,7 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		return REAL(connect)(fd, sa, len);
 	}
 	ST(c->slot, slot);
-	ns_conn_put_cfg(c, &set, key);
+	ns_conn_put_cfg(c, &set, key, (size_t)klen);
 	ST(c->flags, (v & NS_TAG_NONBLOCK) ? NS_C_NONBLOCK : 0);
 	if (enforce) {
 		ST(c->flags, LD(c->flags) | NS_C_ENFORCE);
@@ -1255,7 +1250,7 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		e = errno;
 	} else {
 		for (unsigned attempt = 0;; attempt++) {
-			r = connect_bounded(fd, c, &set, sa, len);
+			r = connect_bounded(fd, c, &set, sa, len, (v & NS_TAG_TIMEO) != 0);
 			e = errno;
 			if (r == 0 || !is_failure_errno(e))
 				break;

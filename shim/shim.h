@@ -205,7 +205,7 @@ NS_HIDDEN struct ns_conn *ns_conn_alloc(void);
 NS_HIDDEN void ns_conn_ref(struct ns_conn *c);
 NS_HIDDEN void ns_conn_unref(struct ns_conn *c);
 /* A record's settings and key: set once at connect, copied out whole. */
-NS_HIDDEN void ns_conn_put_cfg(struct ns_conn *c, const struct ns_settings *s, const char *key);
+NS_HIDDEN void ns_conn_put_cfg(struct ns_conn *c, const struct ns_settings *s, const char *key, size_t klen);
 NS_HIDDEN void ns_conn_settings(const struct ns_conn *c, struct ns_settings *out);
 NS_HIDDEN void ns_conn_key(const struct ns_conn *c, char out[NS_KEY_MAX]);
 /* Is HTTP status code a failure under the record's failure_status? */
@@ -298,6 +298,14 @@ static inline uint32_t ns_exp_kind(struct ns_conn *c)
 /* Is the shim governing this process (not NETSHIM_DISABLE=1, a policy
  * loaded)? Loads the policy on first use. */
 NS_HIDDEN int ns_shim_active(void);
+
+/* destcache.c: what the policy pol and the table said about d, per
+ * process. get: the key's length with set, key (NS_KEY_MAX bytes) and the
+ * slot last found filled in, or -1. put: remember them (not when set has
+ * faults to inject). Lock-free; a racing writer skips. */
+NS_HIDDEN int ns_destcache_get(const void *pol, const struct ns_dest *d, struct ns_settings *set, char *key, int *slot);
+NS_HIDDEN void ns_destcache_put(const void *pol, const struct ns_dest *d, const struct ns_settings *set,
+				const char *key, size_t klen, int slot);
 
 /* uring.c: syscall(), io_uring_setup refused while the shim governs. */
 NS_HIDDEN long ns_syscall(long n, long a, long b, long c, long d, long e, long f);

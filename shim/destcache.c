@@ -1,0 +1,113 @@
+/* destcache.c -- what the policy and the table said about a destination,
+ * remembered per process.
+ *
+ * A scraper connects to the same few destinations over and over; matching
+ * the policy's sections, formatting the key and probing the shared table
+ * each time was most of the connect path. An entry holds the settings, the
+ * key and the table slot for one (address, port, name, policy), the policy
+ * being the one in force: a reload brings a new policy object (old ones are
+ * never freed, so a pointer is never reused), which misses every entry.
+ * The slot is checked against the table at each use (ns_table_slot_is),
+ * since the table's slots can be taken over.
+ *
+ * Entries are read without a lock: a sequence word, odd while an entry is
+ * written, is read before and after the copy, and a copy that raced a
+ * writer is discarded (a seqlock; its plain copies are hidden from
+ * ThreadSanitizer, which cannot know the discarded reads are never used).
+ * A writer that finds an entry being written skips caching. */
+
+#include <string.h>
+
+#include "shim.h"
+
+#define DC_SIZE 128   /* entries, a power of two: ~70 KiB, touched as used */
+
+struct dc_entry {
+	uint32_t seq;           /* atomic: odd while written */
+	uint32_t klen;          /* key length; 0 = empty */
+	uintptr_t pol;          /* the policy this was resolved under */
+	uint64_t addr[2];
+	uint32_t fam_port;      /* family << 16 | port */
+	uint32_t nlen;          /* the name's length (the key's head); 0 = no name */
+	int32_t slot;
+	uint32_t pad;
+	union { char key[NS_KEY_MAX]; uint64_t key_w[NS_KEY_MAX / 8]; };
+	uint64_t set_w[offsetof(struct ns_settings, fault) / 8];
+};
+_Static_assert(offsetof(struct ns_settings, fault) % 8 == 0, "settings copied in words");
+
+static struct dc_entry dc[DC_SIZE];
+
+static uint32_t dc_hash(const struct ns_dest *d, size_t nlen, const uint64_t a[2])
+{
+	uint64_t h = (a[0] * 0x9e3779b97f4a7c15ULL) ^ (a[1] + ((uint64_t)d->family << 32 | d->port));
+
+	for (size_t i = 0; i < nlen; i++)
+		h = (h ^ (unsigned char)d->name[i]) * 0x100000001b3ULL;
+	h ^= h >> 29;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	return (uint32_t)(h >> 32);
+}
+
+static void dest_words(const struct ns_dest *d, uint64_t a[2])
+{
+	memcpy(a, d->addr, 16);
+}
+
+__attribute__((no_sanitize_thread)) int ns_destcache_get(const void *pol, const struct ns_dest *d, struct ns_settings *set, char *key, int *slot)
+{
+	size_t nlen = d->name[0] ? strnlen(d->name, sizeof(d->name)) : 0;
+	uint64_t a[2];
+	struct dc_entry *e;
+	uint32_t s, klen;
+
+	dest_words(d, a);
+	e = &dc[dc_hash(d, nlen, a) & (DC_SIZE - 1)];
+	s = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
+	if (s & 1)
+		return -1;
+	klen = LD(e->klen);
+	if (!klen || klen >= NS_KEY_MAX || LD(e->pol) != (uintptr_t)pol || LD(e->addr[0]) != a[0] ||
+	    LD(e->addr[1]) != a[1] || LD(e->fam_port) != ((uint32_t)d->family << 16 | d->port) || LD(e->nlen) != nlen)
+		return -1;
+	for (size_t i = 0; i < nlen; i++)
+		if (LD(e->key[i]) != d->name[i])
+			return -1;
+	memcpy(key, e->key, klen);
+	memcpy(set, e->set_w, sizeof(e->set_w));
+	set->fault.n = 0;
+	*slot = LD(e->slot);
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	if (__atomic_load_n(&e->seq, __ATOMIC_RELAXED) != s)
+		return -1;
+	key[klen] = '\0';
+	return (int)klen;
+}
+
+__attribute__((no_sanitize_thread)) void ns_destcache_put(const void *pol, const struct ns_dest *d, const struct ns_settings *set, const char *key,
+		      size_t klen, int slot)
+{
+	size_t nlen = d->name[0] ? strnlen(d->name, sizeof(d->name)) : 0;
+	uint64_t a[2];
+	struct dc_entry *e;
+	uint32_t s;
+
+	if (set->fault.n || klen == 0 || klen >= NS_KEY_MAX)
+		return;   /* injected faults are chosen per connection from the full settings */
+	dest_words(d, a);
+	e = &dc[dc_hash(d, nlen, a) & (DC_SIZE - 1)];
+	s = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
+	if ((s & 1) || !__atomic_compare_exchange_n(&e->seq, &s, s + 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+		return;
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	ST(e->klen, (uint32_t)klen);
+	ST(e->pol, (uintptr_t)pol);
+	ST(e->addr[0], a[0]);
+	ST(e->addr[1], a[1]);
+	ST(e->fam_port, (uint32_t)d->family << 16 | d->port);
+	ST(e->nlen, (uint32_t)nlen);
+	ST(e->slot, slot);
+	memcpy(e->key, key, klen);
+	memcpy(e->set_w, set, sizeof(e->set_w));
+	__atomic_store_n(&e->seq, s + 2, __ATOMIC_RELEASE);
+}
