@@ -220,6 +220,8 @@ void ns_fd_set(int fd, uintptr_t v)
 		__atomic_fetch_sub(&((struct ns_conn *)old)->fds, 1, __ATOMIC_RELAXED);
 		ns_conn_unref((struct ns_conn *)old);
 	}
+	if (v && !(v & NS_TAG))
+		ns_wait_note_fd(fd);   /* one load when no epoll set is in use */
 }
 
 void ns_fd_forget_range(unsigned first, unsigned last)

@@ -289,6 +289,9 @@ static inline monotime ns_wait_interest(struct ns_conn *c, uint32_t x, int want_
 /* The program saw c ready for input or output: it is no longer waiting. */
 NS_HIDDEN void ns_wait_ready(struct ns_conn *c, int in, int out, int err);
 NS_HIDDEN void ns_wait_forget_fd(int fd);
+/* fd now stands for another connection (a connect, a dup onto it): an
+ * epoll registration of that number computes its deadline again. */
+NS_HIDDEN void ns_wait_note_fd(int fd);
 
 static inline uint32_t ns_exp_kind(struct ns_conn *c)
 {

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,7 @@
 static int ep_oom;
 #define uthash_nonfatal_oom(obj) (ep_oom = 1)
 #include <uthash.h>
+#include <utlist.h>
 
 #define NEVER INT64_MAX
 
@@ -233,9 +235,8 @@ static void poll_unhold(const struct pollcall *p, const struct held *h)
 		p->fds[h->idx[k]].events = h->ev[k];
 }
 
-static int poll_common(struct pollcall *p, monotime until)
+static int poll_common(struct pollcall *p, monotime until, monotime now)
 {
-	monotime now = ns_now();
 
 	for (;;) {
 		monotime nearest = poll_nearest(p, now);
@@ -255,7 +256,8 @@ static int poll_common(struct pollcall *p, monotime until)
 		}
 		if (r < 0)
 			return r;   /* EINTR and the rest pass through */
-		now = ns_now();
+		if (earliest(until, nearest) > now)
+			now = ns_now();   /* else it returned at once: the clock is where it was */
 		added = poll_mark(p, now);
 		if (r + added > 0 || now >= until)
 			return r + added;
@@ -266,37 +268,45 @@ static int poll_common(struct pollcall *p, monotime until)
 int ns_poll(struct pollfd *fds, nfds_t n, int timeout_ms)
 {
 	struct pollcall p = { W_POLL, fds, n, NULL, 0, 0 };
+	monotime now;
 
 	if (likely(!poll_governed(&p)))
 		return REAL(poll)(fds, n, timeout_ms);
-	return poll_common(&p, end_ms(timeout_ms, ns_now()));
+	now = ns_now();
+	return poll_common(&p, end_ms(timeout_ms, now), now);
 }
 
 int ns_poll_chk(struct pollfd *fds, nfds_t n, int timeout_ms, size_t fdslen)
 {
 	struct pollcall p = { W_POLL_CHK, fds, n, NULL, fdslen, 0 };
+	monotime now;
 
 	if (likely(fdslen / sizeof(*fds) < n || !poll_governed(&p)))
 		return REAL(poll_chk)(fds, n, timeout_ms, fdslen);
-	return poll_common(&p, end_ms(timeout_ms, ns_now()));
+	now = ns_now();
+	return poll_common(&p, end_ms(timeout_ms, now), now);
 }
 
 int ns_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
 {
 	struct pollcall p = { W_PPOLL, fds, n, mask, 0, 0 };
+	monotime now;
 
 	if (likely(!ts_valid(ts) || !poll_governed(&p)))
 		return REAL(ppoll)(fds, n, ts, mask);
-	return poll_common(&p, end_ts(ts, ns_now()));
+	now = ns_now();
+	return poll_common(&p, end_ts(ts, now), now);
 }
 
 int ns_ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask, size_t fdslen)
 {
 	struct pollcall p = { W_PPOLL_CHK, fds, n, mask, fdslen, 0 };
+	monotime now;
 
 	if (likely(!ts_valid(ts) || fdslen / sizeof(*fds) < n || !poll_governed(&p)))
 		return REAL(ppoll_chk)(fds, n, ts, mask, fdslen);
-	return poll_common(&p, end_ts(ts, ns_now()));
+	now = ns_now();
+	return poll_common(&p, end_ts(ts, now), now);
 }
 
 /**** select, pselect ****/
@@ -434,9 +444,8 @@ static int real_select(struct selcall *s, monotime until, monotime now)
 	return REAL(select)(s->nfds, s->set[0], s->set[1], s->set[2], tvp);
 }
 
-static int sel_common(struct selcall *s, monotime until)
+static int sel_common(struct selcall *s, monotime until, monotime now)
 {
-	monotime now = ns_now();
 
 	for (int i = 0; i < 3; i++)
 		if (s->set[i])
@@ -473,7 +482,7 @@ int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 		return REAL(select)(nfds, r, w, e, tv);
 	start = ns_now();
 	until = tv ? start + (int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000 : NEVER;
-	res = sel_common(&s, until);
+	res = sel_common(&s, until, start);
 	if (tv) {
 		/* Linux's select leaves the time not slept in the timeout */
 		int saved = errno;
@@ -491,6 +500,7 @@ int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 int ns_pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *ts, const sigset_t *mask)
 {
 	struct selcall s = { nfds, { r, w, e }, { { { 0 } } }, 1, mask, 0 };
+	monotime now;
 
 	if (likely(nfds <= 0 || nfds > FD_SETSIZE || (!r && !w) || !ts_valid(ts)))
 		return REAL(pselect)(nfds, r, w, e, ts, mask);
@@ -500,13 +510,26 @@ int ns_pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec 
 		s.in[1] = *w;
 	if (likely(!sel_governed(&s)))
 		return REAL(pselect)(nfds, r, w, e, ts, mask);
-	return sel_common(&s, end_ts(ts, ns_now()));
+	now = ns_now();
+	return sel_common(&s, end_ts(ts, now), now);
 }
 
 /**** epoll ****/
 
 /* What the kernel holds for a governed socket in an epoll set: the program's
- * events and data, so a deadline can be reported as the program's own event. */
+ * events and data, so a deadline can be reported as the program's own event.
+ *
+ * A wait must cost the same with ten registrations as with ten thousand.
+ * Each set keeps a min-heap of the registrations that have a pending
+ * deadline, keyed on it, and a list of registrations whose deadline must be
+ * computed again before the next wait: the ones just registered or
+ * modified, the ones the kernel reported last time (the program read them,
+ * which restarts the read clock), the ones whose deadline was reached, and
+ * the ones with injected faults. A wait takes the heap's top as its
+ * nearest deadline: O(1) plus O(log n) for each registration that changed.
+ * A key can be early (the program read a socket without being told it was
+ * ready, so its clock restarted unseen): the wait then wakes at that key,
+ * finds the deadline has moved, and sleeps on; it is never late. */
 struct ep_reg {
 	int fd;
 	struct ns_conn *conn;   /* held: the kernel keeps the registration while any dup is open */
@@ -515,39 +538,178 @@ struct ep_reg {
 	uint32_t disabled;      /* EPOLLONESHOT delivered; re-armed by EPOLL_CTL_MOD */
 	uint32_t et_done;       /* EPOLLET: the deadline's event was delivered once */
 	uint32_t gated;         /* EPOLLIN taken out in the kernel: input held by a fault */
+	uint32_t faulted;       /* its connection has injected faults (counted in the set) */
+	uint32_t connecting;    /* its connection was connecting when last computed (ep_nconnecting) */
+	uint32_t dirty;         /* on the set's list to compute again */
+	int32_t hidx;           /* index in the set's heap, -1 = not in it */
+	monotime key;           /* the deadline it is in the heap for */
 	uint64_t seen;          /* the wait round in which the kernel reported it */
-	UT_hash_handle hh;
+	uint32_t indata;        /* in the set's by-data hash (its data is not its fd) */
+	struct ep_reg *dnext, *dprev;   /* the dirty list */
+	UT_hash_handle hd;      /* by data.u64: the kernel's events name it so */
 };
 
+/* Registrations are found by fd in an array (most programs, libuv and
+ * Python's selectors among them, give the fd as the event's data, so the
+ * kernel's events find theirs there too); the others by a hash on data. */
 struct ep_set {
 	int epfd;
-	struct ep_reg *regs;
-	UT_hash_handle hh;
+	struct ep_reg **byfd;
+	unsigned fdcap, nregs;
+	struct ep_reg *bydata;
+	struct ep_reg **heap;
+	unsigned nheap, cap;
+	struct ep_reg *dirty;
+	unsigned nfault;
+	struct ep_set *next;
 };
 
-/* Guards the registry: held for hash lookups and field updates, never across
- * a system call. A fork while another thread held it would leave it locked
- * in the child, hence the atfork handlers. */
-static pthread_mutex_t ep_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Guards the registry: a spin lock (the work under it is a few loads and
+ * stores, never a system call; a pthread mutex cost more than the work).
+ * A fork while another thread held it would leave it held in the child,
+ * hence the atfork handlers. */
+static int ep_lk;
 static pthread_once_t ep_once = PTHREAD_ONCE_INIT;
-static struct ep_set *ep_sets;
+static struct ep_set *ep_sets;  /* every set, listed */
+static struct ep_set **ep_byfd; /* and by its epoll fd */
+static unsigned ep_bycap;
 static unsigned ep_count;       /* atomic: registrations held; 0 = nothing to do */
+static unsigned ep_nconnecting; /* atomic: registrations whose connect is in progress */
 static uint64_t ep_round;
 
-static void ep_prepare(void) { pthread_mutex_lock(&ep_lock); }
-static void ep_parent(void) { pthread_mutex_unlock(&ep_lock); }
-static void ep_child(void) { pthread_mutex_init(&ep_lock, NULL); }
+static void ep_lock(void)
+{
+	for (unsigned spins = 0; __atomic_exchange_n(&ep_lk, 1, __ATOMIC_ACQUIRE); spins++) {
+		while (__atomic_load_n(&ep_lk, __ATOMIC_RELAXED)) {
+			__builtin_ia32_pause();
+			if (++spins > 1000) {
+				sched_yield();   /* the holder was preempted */
+				spins = 0;
+			}
+		}
+	}
+}
+
+static void ep_unlock(void)
+{
+	__atomic_store_n(&ep_lk, 0, __ATOMIC_RELEASE);
+}
+
+static void ep_prepare(void) { ep_lock(); }
+static void ep_parent(void) { ep_unlock(); }
+static void ep_child(void) { __atomic_store_n(&ep_lk, 0, __ATOMIC_RELAXED); }
 
 static void ep_init(void)
 {
 	pthread_atfork(ep_prepare, ep_parent, ep_child);
 }
 
+/* -- the heap of pending deadlines -- */
+
+static void heap_set(struct ep_set *s, unsigned i, struct ep_reg *g)
+{
+	s->heap[i] = g;
+	g->hidx = (int32_t)i;
+}
+
+static void heap_up(struct ep_set *s, unsigned i)
+{
+	struct ep_reg *g = s->heap[i];
+
+	while (i > 0) {
+		unsigned up = (i - 1) / 2;
+
+		if (s->heap[up]->key <= g->key)
+			break;
+		heap_set(s, i, s->heap[up]);
+		i = up;
+	}
+	heap_set(s, i, g);
+}
+
+static void heap_down(struct ep_set *s, unsigned i)
+{
+	struct ep_reg *g = s->heap[i];
+
+	for (;;) {
+		unsigned l = 2 * i + 1, m = i;
+		monotime km = g->key;
+
+		if (l < s->nheap && s->heap[l]->key < km)
+			m = l, km = s->heap[l]->key;
+		if (l + 1 < s->nheap && s->heap[l + 1]->key < km)
+			m = l + 1;
+		if (m == i)
+			break;
+		heap_set(s, i, s->heap[m]);
+		i = m;
+	}
+	heap_set(s, i, g);
+}
+
+static void heap_remove(struct ep_set *s, struct ep_reg *g)
+{
+	unsigned i = (unsigned)g->hidx;
+	struct ep_reg *last;
+
+	if (g->hidx < 0)
+		return;
+	g->hidx = -1;
+	last = s->heap[--s->nheap];
+	if (i == s->nheap)
+		return;
+	heap_set(s, i, last);
+	heap_up(s, i);
+	heap_down(s, (unsigned)last->hidx);
+}
+
+/* g's deadline is key (0 = none): in the heap at its place, or out of it.
+ * The heap has room for every registration (ep_remember), so this never
+ * allocates. */
+static void heap_key(struct ep_set *s, struct ep_reg *g, monotime key)
+{
+	if (!key) {
+		heap_remove(s, g);
+		return;
+	}
+	if (g->hidx < 0) {
+		if (s->nheap >= s->cap)
+			return;   /* cannot happen: room is made at registration */
+		g->key = key;
+		heap_set(s, s->nheap++, g);
+		heap_up(s, (unsigned)g->hidx);
+		return;
+	}
+	g->key = key;
+	heap_up(s, (unsigned)g->hidx);
+	heap_down(s, (unsigned)g->hidx);
+}
+
+/* -- registrations -- */
+
+static void mark_dirty(struct ep_set *s, struct ep_reg *g)
+{
+	if (!g->dirty) {
+		g->dirty = 1;
+		DL_APPEND2(s->dirty, g, dprev, dnext);
+	}
+}
+
 static void ep_drop(struct ep_set *s, struct ep_reg *g)
 {
 	if (g->conn)
 		ns_conn_unref(g->conn);
-	HASH_DEL(s->regs, g);
+	heap_remove(s, g);
+	if (g->dirty)
+		DL_DELETE2(s->dirty, g, dprev, dnext);
+	if (g->faulted)
+		s->nfault--;
+	if (g->connecting)
+		__atomic_fetch_sub(&ep_nconnecting, 1, __ATOMIC_RELAXED);
+	if (g->indata)
+		HASH_DELETE(hd, s->bydata, g);
+	s->byfd[g->fd] = NULL;
+	s->nregs--;
 	free(g);
 	__atomic_fetch_sub(&ep_count, 1, __ATOMIC_RELAXED);
 }
@@ -568,48 +730,130 @@ static struct ns_conn *reg_conn(struct ep_reg *g)
 	return g->conn;
 }
 
+/* Grow *arr (of *cap pointers) to hold index i. 0, or -1 out of memory. */
+static int grow(void *arr, unsigned *cap, unsigned i)
+{
+	void ***a = arr;
+	unsigned n = *cap ? *cap : 64;
+	void **p;
+
+	while (n <= i)
+		n *= 2;
+	if (n == *cap)
+		return 0;
+	p = realloc(*a, n * sizeof(void *));
+	if (!p)
+		return -1;
+	memset(p + *cap, 0, (n - *cap) * sizeof(void *));
+	*a = p;
+	*cap = n;
+	return 0;
+}
+
+static struct ep_set *set_of(int epfd)
+{
+	return (unsigned)epfd < ep_bycap ? ep_byfd[epfd] : NULL;
+}
+
+static struct ep_reg *reg_of(const struct ep_set *s, int fd)
+{
+	return (unsigned)fd < s->fdcap ? s->byfd[fd] : NULL;
+}
+
+static void set_data(struct ep_set *s, struct ep_reg *g, epoll_data_t data)
+{
+	if (g->indata) {
+		HASH_DELETE(hd, s->bydata, g);
+		g->indata = 0;
+	}
+	g->data = data;
+	if (data.u64 == (uint64_t)(unsigned)g->fd)
+		return;
+	ep_oom = 0;
+	HASH_ADD(hd, s->bydata, data.u64, sizeof(g->data.u64), g);
+	g->indata = !ep_oom;   /* else not findable by data: its deadline still fires from the heap */
+}
+
 static void ep_remember(int epfd, int fd, const struct epoll_event *ev)
 {
 	struct ep_set *s;
 	struct ep_reg *g;
 
+	if (epfd < 0 || fd < 0)
+		return;
 	pthread_once(&ep_once, ep_init);
-	pthread_mutex_lock(&ep_lock);
-	HASH_FIND_INT(ep_sets, &epfd, s);
+	ep_lock();
+	s = set_of(epfd);
 	if (!s) {
-		s = calloc(1, sizeof(*s));
-		if (!s)
+		if (grow(&ep_byfd, &ep_bycap, (unsigned)epfd) < 0 || !(s = calloc(1, sizeof(*s))))
 			goto out_unlock;
 		s->epfd = epfd;
-		ep_oom = 0;
-		HASH_ADD_INT(ep_sets, epfd, s);
-		if (ep_oom) {
-			free(s);
-			goto out_unlock;
-		}
+		s->next = ep_sets;
+		ep_sets = s;
+		ep_byfd[epfd] = s;
 	}
-	HASH_FIND_INT(s->regs, &fd, g);
+	g = reg_of(s, fd);
 	if (!g) {
+		if (grow(&s->byfd, &s->fdcap, (unsigned)fd) < 0)
+			goto out_unlock;
+		if (s->cap <= s->nregs) {
+			unsigned cap = s->cap ? s->cap * 2 : 16;
+			struct ep_reg **h = realloc(s->heap, cap * sizeof(*h));
+
+			if (!h)
+				goto out_unlock;
+			s->heap = h;
+			s->cap = cap;
+		}
 		g = calloc(1, sizeof(*g));
 		if (!g)
 			goto out_unlock;
 		g->fd = fd;
-		ep_oom = 0;
-		HASH_ADD_INT(s->regs, fd, g);
-		if (ep_oom) {
-			free(g);
-			goto out_unlock;
-		}
+		g->hidx = -1;
+		s->byfd[fd] = g;
+		s->nregs++;
 		__atomic_fetch_add(&ep_count, 1, __ATOMIC_RELAXED);
 	}
 	g->events = ev->events;
-	g->data = ev->data;
+	set_data(s, g, ev->data);
 	g->disabled = 0;
 	g->et_done = 0;
 	g->gated = 0;
 	reg_conn(g);
+	mark_dirty(s, g);
 out_unlock:
-	pthread_mutex_unlock(&ep_lock);
+	ep_unlock();
+}
+
+static void set_free(struct ep_set *s)
+{
+	struct ep_set **pp;
+
+	for (unsigned fd = 0; fd < s->fdcap; fd++)
+		if (s->byfd[fd])
+			ep_drop(s, s->byfd[fd]);
+	for (pp = &ep_sets; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	ep_byfd[s->epfd] = NULL;
+	free(s->byfd);
+	free(s->heap);
+	free(s);
+}
+
+void ns_wait_note_fd(int fd)
+{
+	struct ep_reg *g;
+
+	if (!__atomic_load_n(&ep_count, __ATOMIC_RELAXED))
+		return;
+	ep_lock();
+	for (struct ep_set *s = ep_sets; s; s = s->next)
+		if ((g = reg_of(s, fd)) != NULL)
+			mark_dirty(s, g);
+	ep_unlock();
 }
 
 static void ep_forget(int epfd, int fd)
@@ -617,37 +861,29 @@ static void ep_forget(int epfd, int fd)
 	struct ep_set *s;
 	struct ep_reg *g;
 
-	pthread_mutex_lock(&ep_lock);
-	HASH_FIND_INT(ep_sets, &epfd, s);
-	if (s) {
-		HASH_FIND_INT(s->regs, &fd, g);
-		if (g)
-			ep_drop(s, g);
-	}
-	pthread_mutex_unlock(&ep_lock);
+	ep_lock();
+	s = set_of(epfd);
+	if (s && (g = reg_of(s, fd)) != NULL)
+		ep_drop(s, g);
+	ep_unlock();
 }
 
 void ns_wait_forget_fd(int fd)
 {
-	struct ep_set *s, *stmp;
-	struct ep_reg *g, *gtmp;
+	struct ep_set *s, *next;
+	struct ep_reg *g;
 
 	if (!__atomic_load_n(&ep_count, __ATOMIC_RELAXED))
 		return;
-	pthread_mutex_lock(&ep_lock);
-	HASH_ITER(hh, ep_sets, s, stmp) {
-		if (s->epfd == fd) {
-			HASH_ITER(hh, s->regs, g, gtmp)
-				ep_drop(s, g);
-			HASH_DEL(ep_sets, s);
-			free(s);
-			continue;
-		}
-		HASH_FIND_INT(s->regs, &fd, g);
-		if (g)
+	ep_lock();
+	for (s = ep_sets; s; s = next) {
+		next = s->next;
+		if (s->epfd == fd)
+			set_free(s);
+		else if ((g = reg_of(s, fd)) != NULL)
 			ep_drop(s, g);
 	}
-	pthread_mutex_unlock(&ep_lock);
+	ep_unlock();
 }
 
 int ns_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
@@ -731,126 +967,185 @@ static __attribute__((noinline, cold)) void ep_apply_gates(int epfd, struct gate
 	errno = e;
 }
 
+/* Compute g's deadline again and put it in its place. A connection with
+ * injected faults stays on the list: what it may see changes with time. */
+static void ep_refresh(struct ep_set *s, struct ep_reg *g, monotime now, struct gate_ops *ops)
+{
+	struct ns_conn *c = reg_conn(g);
+	monotime d = 0;
+	uint32_t x = 0, f, conn;
+
+	if (c)
+		x = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
+	f = c && (x & NS_ATTN_FAULT);
+	if (f != g->faulted) {
+		g->faulted = f;
+		if (f)
+			s->nfault++;
+		else
+			s->nfault--;
+	}
+	conn = c && (LD(c->flags) & NS_C_CONNECTING);
+	if (conn != g->connecting) {
+		g->connecting = conn;
+		if (conn)
+			__atomic_fetch_add(&ep_nconnecting, 1, __ATOMIC_RELAXED);
+		else
+			__atomic_fetch_sub(&ep_nconnecting, 1, __ATOMIC_RELAXED);
+	}
+	if (c && !g->disabled) {
+		if (unlikely(f))
+			ep_gate(g, c, now, ops);
+		if (!((g->events & EPOLLET) && g->et_done))
+			d = (x & NS_EXP_MASK) ? now :
+				ns_wait_interest(c, x, g->events & (EPOLLIN | EPOLLPRI), g->events & EPOLLOUT, now);
+	}
+	heap_key(s, g, d);
+}
+
 static inline monotime ep_nearest(int epfd, monotime now)
 {
 	monotime nearest = 0;
 	struct ep_set *s;
-	struct ep_reg *g, *tmp;
+	struct ep_reg *g, *keep = NULL;
 	struct gate_ops ops;
 
 	ops.n = 0;
-	pthread_mutex_lock(&ep_lock);
-	HASH_FIND_INT(ep_sets, &epfd, s);
+	ep_lock();
+	s = set_of(epfd);
 	if (s) {
-		HASH_ITER(hh, s->regs, g, tmp) {
-			struct ns_conn *c = reg_conn(g);
-			monotime d;
-			uint32_t x;
-
-			if (!c || g->disabled)
-				continue;
-			x = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
-			if (unlikely(x & NS_ATTN_FAULT))
-				ep_gate(g, c, now, &ops);
-			if ((g->events & EPOLLET) && g->et_done)
-				continue;
-			if (x & NS_EXP_MASK) {
-				nearest = now;
-				break;
-			}
-			d = ns_wait_interest(c, x, g->events & (EPOLLIN | EPOLLPRI), g->events & EPOLLOUT, now);
-			if (d && (!nearest || d < nearest))
-				nearest = d;
+		while ((g = s->dirty) != NULL) {
+			DL_DELETE2(s->dirty, g, dprev, dnext);
+			g->dirty = 0;
+			ep_refresh(s, g, now, &ops);
+			if (g->faulted)
+				DL_APPEND2(keep, g, dprev, dnext);
 		}
+		for (g = keep; g; g = g->dnext)
+			g->dirty = 1;
+		s->dirty = keep;
+		if (s->nheap)
+			nearest = s->heap[0]->key;
 	}
-	pthread_mutex_unlock(&ep_lock);
+	ep_unlock();
 	if (unlikely(ops.n))
 		ep_apply_gates(epfd, &ops);
 	return nearest;
 }
 
-/* After the real wait: the kernel's events first, then one event carrying
- * the program's own data for each registration whose deadline passed,
- * honouring its mask, EPOLLET and EPOLLONESHOT. Returns events added. */
+/* A registration the deadline pass looks at: report it (an injected
+ * answer, or the deadline's event) if it is due. Returns 1 if an event was
+ * added. */
+static int ep_report(const struct epcall *p, struct ep_reg *g, int slot, monotime now)
+{
+	struct ns_conn *c = reg_conn(g);
+	struct epoll_event *out = &p->ev[slot];
+	int fev;
+
+	if (!c || g->disabled || ((g->events & EPOLLET) && g->et_done))
+		return 0;
+	if (has_faults(c) && (g->events & EPOLLIN) && !ns_exp_kind(c) && fault_in(c, now, &fev) == NS_FW_READY) {
+		/* an injected end or answer: the program's own event */
+		out->events = EPOLLIN | ((fev & NS_FWE_ERR) ? EPOLLERR : 0) | ((fev & NS_FWE_HUP) ? EPOLLHUP : 0) |
+			      ((fev & NS_FWE_RDHUP) ? (g->events & EPOLLRDHUP) : 0);
+	} else if (ns_wait_expire(c, g->fd, g->events & (EPOLLIN | EPOLLPRI), g->events & EPOLLOUT, now)) {
+		out->events = (g->events & (EPOLLIN | EPOLLOUT)) | EPOLLERR;
+	} else {
+		return 0;
+	}
+	out->data = g->data;
+	if (g->events & EPOLLET)
+		g->et_done = 1;
+	if (g->events & EPOLLONESHOT)
+		g->disabled = 1;
+	return 1;
+}
+
+/* After the real wait: the kernel's events first (each found by its data,
+ * its read clock to restart), then one event carrying the program's own
+ * data for each registration whose deadline passed, honouring its mask,
+ * EPOLLET and EPOLLONESHOT. Only the heap's due entries and the connections
+ * with faults are looked at. Returns events added. */
 static int ep_mark(const struct epcall *p, int r, monotime now)
 {
 	struct ep_set *s;
-	struct ep_reg *g, *tmp;
+	struct ep_reg *g;
 	uint64_t round;
 	int added = 0;
 
-	pthread_mutex_lock(&ep_lock);
+	ep_lock();
 	round = ++ep_round;
-	HASH_FIND_INT(ep_sets, &p->epfd, s);
+	s = set_of(p->epfd);
 	if (!s)
 		goto out_unlock;
 	for (int i = 0; i < r; i++) {
-		HASH_ITER(hh, s->regs, g, tmp) {
-			struct ns_conn *c;
-			uint32_t rv = p->ev[i].events;
+		uint32_t rv = p->ev[i].events;
+		uint64_t key = p->ev[i].data.u64;
+		struct ns_conn *c;
 
-			if (g->data.u64 != p->ev[i].data.u64)
-				continue;
-			g->seen = round;
-			c = reg_conn(g);
-			if (c)
-				ns_wait_ready(c, rv & (EPOLLIN | EPOLLHUP | EPOLLRDHUP), rv & EPOLLOUT,
-					      rv & (EPOLLERR | EPOLLHUP));
-		}
+		g = key < s->fdcap ? s->byfd[key] : NULL;
+		if (!g || g->data.u64 != key)
+			HASH_FIND(hd, s->bydata, &key, sizeof(key), g);
+		if (!g)
+			continue;
+		g->seen = round;
+		c = reg_conn(g);
+		if (c)
+			ns_wait_ready(c, rv & (EPOLLIN | EPOLLHUP | EPOLLRDHUP), rv & EPOLLOUT, rv & (EPOLLERR | EPOLLHUP));
+		if (rv & (EPOLLIN | EPOLLPRI | EPOLLHUP | EPOLLRDHUP | EPOLLERR))
+			mark_dirty(s, g);   /* its read clock restarts: computed again before the next wait */
 	}
-	HASH_ITER(hh, s->regs, g, tmp) {
-		struct ns_conn *c = reg_conn(g);
-		struct epoll_event *out;
-		int fev;
-
-		if (!c || g->seen == round || g->disabled || r + added >= p->max)
-			continue;
-		if ((g->events & EPOLLET) && g->et_done)
-			continue;
-		if (has_faults(c) && (g->events & EPOLLIN) && !ns_exp_kind(c) && fault_in(c, now, &fev) == NS_FW_READY) {
-			/* an injected end or answer: the program's own event */
-			out = &p->ev[r + added++];
-			out->events = EPOLLIN | ((fev & NS_FWE_ERR) ? EPOLLERR : 0) | ((fev & NS_FWE_HUP) ? EPOLLHUP : 0) |
-				      ((fev & NS_FWE_RDHUP) ? (g->events & EPOLLRDHUP) : 0);
-			out->data = g->data;
-			if (g->events & EPOLLET)
-				g->et_done = 1;
-			if (g->events & EPOLLONESHOT)
-				g->disabled = 1;
-			continue;
+	/* due deadlines: taken off the heap to look at, computed again next wait */
+	while (s->nheap && s->heap[0]->key <= now) {
+		g = s->heap[0];
+		heap_remove(s, g);
+		mark_dirty(s, g);
+		if (g->seen != round && r + added < p->max)
+			added += ep_report(p, g, r + added, now);
+	}
+	if (unlikely(s->nfault)) {
+		for (unsigned fd = 0; fd < s->fdcap; fd++) {
+			g = s->byfd[fd];
+			if (g && g->faulted && g->seen != round && g->hidx >= 0 && r + added < p->max &&
+			    has_faults(g->conn) && (g->events & EPOLLIN) && !ns_exp_kind(g->conn))
+				added += ep_report(p, g, r + added, now);
 		}
-		if (!ns_wait_expire(c, g->fd, g->events & (EPOLLIN | EPOLLPRI), g->events & EPOLLOUT, now))
-			continue;
-		out = &p->ev[r + added++];
-		out->events = (g->events & (EPOLLIN | EPOLLOUT)) | EPOLLERR;
-		out->data = g->data;
-		if (g->events & EPOLLET)
-			g->et_done = 1;
-		if (g->events & EPOLLONESHOT)
-			g->disabled = 1;
 	}
 out_unlock:
-	pthread_mutex_unlock(&ep_lock);
+	ep_unlock();
 	return added;
 }
 
-static int ep_common(const struct epcall *p, monotime until)
+/* Did any of the kernel's events tell input (or an end): the reports that
+ * restart a read clock, and so must reach the registry? */
+static int ep_any_input(const struct epcall *p, int r)
 {
-	monotime now = ns_now();
+	for (int i = 0; i < r; i++)
+		if (p->ev[i].events & (EPOLLIN | EPOLLPRI | EPOLLHUP | EPOLLRDHUP | EPOLLERR))
+			return 1;
+	return 0;
+}
 
+static int ep_common(const struct epcall *p, monotime until, monotime now)
+{
 	for (;;) {
-		monotime nearest = ep_nearest(p->epfd, now);
+		monotime nearest = ep_nearest(p->epfd, now), limit;
 		int r, added;
 
 		if (!nearest)
 			return real_epoll(p, until, now);
-		r = real_epoll(p, earliest(until, nearest), now);
+		limit = earliest(until, nearest);
+		r = real_epoll(p, limit, now);
 		if (r < 0)
 			return r;
-		now = ns_now();
-		/* Ready events before any deadline: the program will read, and a
-		 * read resets the wait clock; no need to take the lock again. */
-		if (r > 0 && now < nearest)
+		/* a wait that could not sleep returned at once: the clock is
+		 * where it was (within the system call); otherwise read it */
+		if (limit > now)
+			now = ns_now();
+		/* ready before any deadline, and nothing the registry must
+		 * see: no input (whose read restarts a clock), no connect in
+		 * progress (whose completion the wait reports) */
+		if (r > 0 && now < nearest && !ep_any_input(p, r) && !__atomic_load_n(&ep_nconnecting, __ATOMIC_RELAXED))
 			return r;
 		added = ep_mark(p, r, now);
 		if (r + added > 0 || now >= until)
@@ -866,24 +1161,29 @@ static int ep_tracked(int epfd, int max)
 int ns_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms)
 {
 	struct epcall p = { W_EPOLL_WAIT, epfd, ev, max, NULL };
+	monotime now;
 
 	if (likely(!ep_tracked(epfd, max)))
 		return REAL(epoll_wait)(epfd, ev, max, timeout_ms);
-	return ep_common(&p, end_ms(timeout_ms, ns_now()));
+	now = ns_now();
+	return ep_common(&p, end_ms(timeout_ms, now), now);
 }
 
 int ns_epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout_ms, const sigset_t *mask)
 {
 	struct epcall p = { W_EPOLL_PWAIT, epfd, ev, max, mask };
+	monotime now;
 
 	if (likely(!ep_tracked(epfd, max)))
 		return REAL(epoll_pwait)(epfd, ev, max, timeout_ms, mask);
-	return ep_common(&p, end_ms(timeout_ms, ns_now()));
+	now = ns_now();
+	return ep_common(&p, end_ms(timeout_ms, now), now);
 }
 
 int ns_epoll_pwait2(int epfd, struct epoll_event *ev, int max, const struct timespec *ts, const sigset_t *mask)
 {
 	struct epcall p = { W_EPOLL_PWAIT2, epfd, ev, max, mask };
+	monotime now;
 
 	if (!REAL(epoll_pwait2)) {
 		errno = ENOSYS;
@@ -891,5 +1191,6 @@ int ns_epoll_pwait2(int epfd, struct epoll_event *ev, int max, const struct time
 	}
 	if (likely(!ep_tracked(epfd, max) || !ts_valid(ts)))
 		return REAL(epoll_pwait2)(epfd, ev, max, ts, mask);
-	return ep_common(&p, end_ts(ts, ns_now()));
+	now = ns_now();
+	return ep_common(&p, end_ts(ts, now), now);
 }

@@ -14,6 +14,14 @@
  *   bench poll N | bench epoll N
  *                        N zero-timeout waits for input or output on a
  *                        connected loopback socket (for callgrind)
+ *   bench epoll-scale K N
+ *                        K idle governed sockets and one with input pending
+ *                        in one epoll set (peers in a child process); N
+ *                        zero-timeout waits; prints ns per wait and the
+ *                        resident memory after the K connects
+ *   bench first ADDR PORT
+ *                        the first connect() of the process (the shim maps
+ *                        its table there) and the median of the next 20, in us
  *   bench failfast ADDR|NAME PORT N
  *                        N connects to a destination whose breaker is open
  *                        (a NAME is resolved once with getaddrinfo first);
@@ -26,6 +34,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,6 +323,118 @@ static int waits(int use_epoll, long n)
 	return 0;
 }
 
+/* K+1 connections to a child that holds the other ends (so that 10,000
+ * fit this process's descriptor limit), the first with a byte to read. */
+static int epoll_scale(long k, long n)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t l = sizeof(a);
+	struct rlimit rl;
+	int lfd, ctl[2], ep, *fds, ready = 0;
+	struct epoll_event ev, out[64];
+	struct timespec t0, t1;
+	pid_t child;
+	char b = 'x';
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+		if ((rlim_t)k + 64 > rl.rlim_cur) {
+			fprintf(stderr, "bench: %ld sockets need a descriptor limit above %ld\n", k, k + 64);
+			return 1;
+		}
+	}
+	lfd = socket(AF_INET, SOCK_STREAM, 0);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 4096) < 0 ||
+	    getsockname(lfd, (struct sockaddr *)&a, &l) < 0 || pipe(ctl) < 0)
+		return 1;
+	child = fork();
+	if (child == 0) {
+		int first = 1;
+
+		close(ctl[1]);
+		for (long i = 0; i <= k; i++) {
+			int c = accept(lfd, NULL, NULL);
+
+			if (c < 0)
+				_exit(1);
+			if (first && write(c, &b, 1) != 1)
+				_exit(1);
+			first = 0;
+		}
+		(void)!read(ctl[0], &b, 1);   /* until the parent is done */
+		_exit(0);
+	}
+	close(lfd);
+	close(ctl[0]);
+	fds = calloc((size_t)k + 1, sizeof(*fds));
+	ep = epoll_create1(0);
+	if (!fds || ep < 0)
+		return 1;
+	for (long i = 0; i <= k; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+		if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&a, sizeof(a)) < 0) {
+			perror("bench: connect");
+			return 1;
+		}
+		ev.events = EPOLLIN;
+		ev.data.fd = fds[i];
+		epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev);
+	}
+	printf("rss_kib %ld\n", status_kib("VmRSS:"));
+	while (epoll_wait(ep, out, 64, 1000) < 1)
+		;   /* the first socket's byte arrived */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (long i = 0; i < n; i++)
+		ready += epoll_wait(ep, out, 64, 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (n)
+		printf("epoll_scale %ld sockets: %.0f ns per wait, %d ready\n", k,
+		       ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / n, ready);
+	close(ctl[1]);
+	waitpid(child, NULL, 0);
+	return 0;
+}
+
+static double us_since(const struct timespec *t0)
+{
+	struct timespec t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (t1.tv_sec - t0->tv_sec) * 1e6 + (t1.tv_nsec - t0->tv_nsec) / 1e3;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+	double a = *(const double *)x, b = *(const double *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+/* The process's first connect, then 20 more: what the first one costs on
+ * top (the shim maps its table there). */
+static int first(const char *addr, int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((unsigned short)port) };
+	double t[21];
+
+	if (inet_pton(AF_INET, addr, &a.sin_addr) != 1)
+		return 2;
+	for (int i = 0; i < 21; i++) {
+		struct timespec t0;
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+			return 1;
+		t[i] = us_since(&t0);
+		close(fd);
+	}
+	qsort(t + 1, 20, sizeof(double), cmp_double);
+	printf("first_connect_us %.1f\nnext_connect_median_us %.1f\n", t[0], t[11]);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "rtt") == 0)
@@ -329,6 +451,10 @@ int main(int argc, char **argv)
 		return waits(0, atol(argv[2]));
 	if (argc == 3 && strcmp(argv[1], "epoll") == 0)
 		return waits(1, atol(argv[2]));
+	if (argc == 4 && strcmp(argv[1], "epoll-scale") == 0)
+		return epoll_scale(atol(argv[2]), atol(argv[3]));
+	if (argc == 4 && strcmp(argv[1], "first") == 0)
+		return first(argv[2], atoi(argv[3]));
 	if (argc == 5 && strcmp(argv[1], "failfast") == 0)
 		return failfast(argv[2], atoi(argv[3]), atol(argv[4]));
 	fprintf(stderr, "usage: bench rtt N | bench poll N | bench epoll N | bench failfast ADDR PORT N\n");
