@@ -634,6 +634,19 @@ __attribute__((noinline)) ssize_t ns_after_io(int fd, struct ns_conn *c, int d, 
 	return r;
 }
 
+struct io_ctx {
+	int fd;
+	int d;
+	int flags;
+	uint32_t gen;
+	size_t len;
+};
+
+static __attribute__((noinline)) ssize_t after_io_ctx(struct ns_conn *c, ssize_t r, const struct io_ctx *x)
+{
+	return ns_after_io(x->fd, c, x->d, r, x->len, x->flags, x->gen);
+}
+
 /* The data path on a governed connection (the wrappers have already sent
  * every other descriptor straight to libc): a settled, healthy connection
  * costs a few loads of its record. */
@@ -670,6 +683,39 @@ __attribute__((noinline)) ssize_t ns_after_io(int fd, struct ns_conn *c, int d, 
  * left before a stall) or answer into buf (status). */
 #define IOB(d_, fd_, buf, n, fl_, call) IOX(d_, fd_, n, fl_, buf, if (allow_ < (n)) (n) = allow_, call)
 
+/* A data call as two functions: the healthy path, whose frame keeps what
+ * after_io needs in memory rather than in six saved registers (so its
+ * return restores one), and, out of line, everything a flag asks for
+ * before the call (deadlines, faults, exchanges), the IOX above. ret name
+ * params is the worker; args passes its parameters on; the rest is IOX's.
+ * len only matters after the call for input (end of stream), so output
+ * calls never compute it on the healthy path. */
+/* A governed connection was made through the bound table: no check. */
+#define BOUND(fn) (ns_real.fn)
+#define NS_IOFN(ret, name, params, args, d_, fd_, len_, fl_, buf_, cap_, call) \
+static __attribute__((noinline, cold)) ret name##_flagged params \
+{ \
+	IOX(d_, fd_, len_, fl_, buf_, cap_, call); \
+} \
+ret name params \
+{ \
+	struct io_ctx x_; \
+	ssize_t r_; \
+	if (unlikely(LD(c->flags) & NS_C_PRE_DIR(d_))) \
+		return name##_flagged args; \
+	x_.fd = (fd_); \
+	x_.d = (d_); \
+	x_.flags = (fl_); \
+	x_.gen = __atomic_load_n(&c->gen, __ATOMIC_RELAXED); \
+	x_.len = (d_) == NS_IN ? (size_t)(len_) : 0; \
+	r_ = call; \
+	if (likely(r_ > 0 && ((d_) == NS_OUT || LD(c->outcome)) && !(LD(c->flags) & NS_C_POST))) \
+		return r_; \
+	return after_io_ctx(c, r_, &x_); \
+}
+#define NS_IOFN_B(ret, name, params, args, d_, fd_, buf, n, fl_, call) \
+	NS_IOFN(ret, name, params, args, d_, fd_, n, fl_, buf, if (allow_ < (n)) (n) = allow_, call)
+
 /* The first buffer of a vector, when it holds the 8 bytes an HTTP method
  * needs to be told (exchange.c looks at no more). */
 #define FIRST8(iov, cnt) ((iov) && (cnt) > 0 && (iov)[0].iov_len >= 8 ? (iov)[0].iov_base : NULL)
@@ -683,91 +729,43 @@ static size_t iov_len(const struct iovec *iov, int cnt)
 	return n;
 }
 
-ssize_t ns_recv(struct ns_conn *c, int fd, void *buf, size_t n, int flags)
-{
-	IOB(NS_IN, fd, buf, n, flags, REAL(recv)(fd, buf, n, flags));
-}
+NS_IOFN_B(ssize_t, ns_recv, (int fd, void *buf, size_t n, int flags, struct ns_conn *c), (fd, buf, n, flags, c), NS_IN, fd, buf, n, flags, BOUND(recv)(fd, buf, n, flags))
 
-ssize_t ns_recvfrom(struct ns_conn *c, int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *len)
-{
-	IOB(NS_IN, fd, buf, n, flags, REAL(recvfrom)(fd, buf, n, flags, sa, len));
-}
+NS_IOFN_B(ssize_t, ns_recvfrom, (int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *len, struct ns_conn *c), (fd, buf, n, flags, sa, len, c), NS_IN, fd, buf, n, flags, BOUND(recvfrom)(fd, buf, n, flags, sa, len))
 
-ssize_t ns_recvmsg(struct ns_conn *c, int fd, struct msghdr *msg, int flags)
-{
-	IOX(NS_IN, fd, msg && msg->msg_iovlen ? msg->msg_iov[0].iov_len : 0, flags,
-	    msg && msg->msg_iovlen ? msg->msg_iov[0].iov_base : NULL, (void)allow_, REAL(recvmsg)(fd, msg, flags));
-}
+NS_IOFN(ssize_t, ns_recvmsg, (int fd, struct msghdr *msg, int flags, struct ns_conn *c), (fd, msg, flags, c), NS_IN, fd, msg && msg->msg_iovlen ? msg->msg_iov[0].iov_len : 0, flags,
+	    msg && msg->msg_iovlen ? msg->msg_iov[0].iov_base : NULL, (void)allow_, BOUND(recvmsg)(fd, msg, flags))
 
-ssize_t ns_read(struct ns_conn *c, int fd, void *buf, size_t n)
-{
-	IOB(NS_IN, fd, buf, n, 0, REAL(read)(fd, buf, n));
-}
+NS_IOFN_B(ssize_t, ns_read, (int fd, void *buf, size_t n, struct ns_conn *c), (fd, buf, n, c), NS_IN, fd, buf, n, 0, BOUND(read)(fd, buf, n))
 
-ssize_t ns_readv(struct ns_conn *c, int fd, const struct iovec *iov, int cnt)
-{
-	IOX(NS_IN, fd, iov && cnt > 0 ? iov[0].iov_len : 0, 0, iov && cnt > 0 ? iov[0].iov_base : NULL,
-	    (void)allow_, REAL(readv)(fd, iov, cnt));
-}
+NS_IOFN(ssize_t, ns_readv, (int fd, const struct iovec *iov, int cnt, struct ns_conn *c), (fd, iov, cnt, c), NS_IN, fd, iov && cnt > 0 ? iov[0].iov_len : 0, 0, iov && cnt > 0 ? iov[0].iov_base : NULL,
+	    (void)allow_, BOUND(readv)(fd, iov, cnt))
 
-ssize_t ns_recv_chk(struct ns_conn *c, int fd, void *buf, size_t n, size_t buflen, int flags)
-{
-	IOB(NS_IN, fd, buf, n, flags, REAL(recv_chk)(fd, buf, n, buflen, flags));
-}
+NS_IOFN_B(ssize_t, ns_recv_chk, (int fd, void *buf, size_t n, size_t buflen, int flags, struct ns_conn *c), (fd, buf, n, buflen, flags, c), NS_IN, fd, buf, n, flags, BOUND(recv_chk)(fd, buf, n, buflen, flags))
 
-ssize_t ns_recvfrom_chk(struct ns_conn *c, int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *sa, socklen_t *len)
-{
-	IOB(NS_IN, fd, buf, n, flags, REAL(recvfrom_chk)(fd, buf, n, buflen, flags, sa, len));
-}
+NS_IOFN_B(ssize_t, ns_recvfrom_chk, (int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *sa, socklen_t *len, struct ns_conn *c), (fd, buf, n, buflen, flags, sa, len, c), NS_IN, fd, buf, n, flags, BOUND(recvfrom_chk)(fd, buf, n, buflen, flags, sa, len))
 
-ssize_t ns_read_chk(struct ns_conn *c, int fd, void *buf, size_t n, size_t buflen)
-{
-	IOB(NS_IN, fd, buf, n, 0, REAL(read_chk)(fd, buf, n, buflen));
-}
+NS_IOFN_B(ssize_t, ns_read_chk, (int fd, void *buf, size_t n, size_t buflen, struct ns_conn *c), (fd, buf, n, buflen, c), NS_IN, fd, buf, n, 0, BOUND(read_chk)(fd, buf, n, buflen))
 
-ssize_t ns_send(struct ns_conn *c, int fd, const void *buf, size_t n, int flags)
-{
-	IOX(NS_OUT, fd, n, flags, (void *)buf, (void)allow_, REAL(send)(fd, buf, n, flags));
-}
+NS_IOFN(ssize_t, ns_send, (int fd, const void *buf, size_t n, int flags, struct ns_conn *c), (fd, buf, n, flags, c), NS_OUT, fd, n, flags, (void *)buf, (void)allow_, BOUND(send)(fd, buf, n, flags))
 
-ssize_t ns_sendto(struct ns_conn *c, int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len)
-{
-	IOX(NS_OUT, fd, n, flags, (void *)buf, (void)allow_, REAL(sendto)(fd, buf, n, flags, sa, len));
-}
+NS_IOFN(ssize_t, ns_sendto, (int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len, struct ns_conn *c), (fd, buf, n, flags, sa, len, c), NS_OUT, fd, n, flags, (void *)buf, (void)allow_, BOUND(sendto)(fd, buf, n, flags, sa, len))
 
-ssize_t ns_sendmsg(struct ns_conn *c, int fd, const struct msghdr *msg, int flags)
-{
-	IOX(NS_OUT, fd, msg ? iov_len(msg->msg_iov, (int)msg->msg_iovlen) : 0, flags, FIRST8(msg ? msg->msg_iov : NULL,
-	    msg ? (int)msg->msg_iovlen : 0), (void)allow_, REAL(sendmsg)(fd, msg, flags));
-}
+NS_IOFN(ssize_t, ns_sendmsg, (int fd, const struct msghdr *msg, int flags, struct ns_conn *c), (fd, msg, flags, c), NS_OUT, fd, msg ? iov_len(msg->msg_iov, (int)msg->msg_iovlen) : 0, flags, FIRST8(msg ? msg->msg_iov : NULL,
+	    msg ? (int)msg->msg_iovlen : 0), (void)allow_, BOUND(sendmsg)(fd, msg, flags))
 
-ssize_t ns_write(struct ns_conn *c, int fd, const void *buf, size_t n)
-{
-	IOX(NS_OUT, fd, n, 0, (void *)buf, (void)allow_, REAL(write)(fd, buf, n));
-}
+NS_IOFN(ssize_t, ns_write, (int fd, const void *buf, size_t n, struct ns_conn *c), (fd, buf, n, c), NS_OUT, fd, n, 0, (void *)buf, (void)allow_, BOUND(write)(fd, buf, n))
 
-ssize_t ns_writev(struct ns_conn *c, int fd, const struct iovec *iov, int cnt)
-{
-	IOX(NS_OUT, fd, iov_len(iov, cnt), 0, FIRST8(iov, cnt), (void)allow_, REAL(writev)(fd, iov, cnt));
-}
+NS_IOFN(ssize_t, ns_writev, (int fd, const struct iovec *iov, int cnt, struct ns_conn *c), (fd, iov, cnt, c), NS_OUT, fd, iov_len(iov, cnt), 0, FIRST8(iov, cnt), (void)allow_, BOUND(writev)(fd, iov, cnt))
 
 /* The batch calls: a count of messages, not bytes, but the same rules (a
  * positive count is data moved). recvmmsg's own timeout is checked by the
  * kernel only between messages, so the read deadline is what bounds it. */
-int ns_recvmmsg(struct ns_conn *c, int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *ts)
-{
-	IO(NS_IN, fd, n, flags, REAL(recvmmsg)(fd, v, n, flags, ts));
-}
+NS_IOFN(int, ns_recvmmsg, (int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *ts, struct ns_conn *c), (fd, v, n, flags, ts, c), NS_IN, fd, n, flags, NULL, (void)allow_, BOUND(recvmmsg)(fd, v, n, flags, ts))
 
-int ns_sendmmsg(struct ns_conn *c, int fd, struct mmsghdr *v, unsigned n, int flags)
-{
-	IO(NS_OUT, fd, n, flags, REAL(sendmmsg)(fd, v, n, flags));
-}
+NS_IOFN(int, ns_sendmmsg, (int fd, struct mmsghdr *v, unsigned n, int flags, struct ns_conn *c), (fd, v, n, flags, c), NS_OUT, fd, n, flags, NULL, (void)allow_, BOUND(sendmmsg)(fd, v, n, flags))
 
-ssize_t ns_sendfile(struct ns_conn *c, int out, int in, off_t *off, size_t n)
-{
-	IO(NS_OUT, out, n, 0, REAL(sendfile)(out, in, off, n));
-}
+NS_IOFN(ssize_t, ns_sendfile, (int out, int in, off_t *off, size_t n, struct ns_conn *c), (out, in, off, n, c), NS_OUT, out, n, 0, NULL, (void)allow_, BOUND(sendfile)(out, in, off, n))
 
 /* splice moves data between a pipe and a socket; the socket side decides
  * the direction. SPLICE_F_NONBLOCK is the call's MSG_DONTWAIT. */

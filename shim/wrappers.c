@@ -26,19 +26,19 @@
 
 EXPORT int socket(int domain, int type, int protocol) { return ns_socket(domain, type, protocol); }
 EXPORT int connect(int fd, const struct sockaddr *sa, socklen_t len) { return ns_connect(fd, sa, len); }
-EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags) { NS_PASS(fd, send, (fd, buf, n, flags), ns_send(c_, fd, buf, n, flags)); }
-EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len) { NS_PASS(fd, sendto, (fd, buf, n, flags, sa, len), ns_sendto(c_, fd, buf, n, flags, sa, len)); }
-EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags) { NS_PASS(fd, sendmsg, (fd, msg, flags), ns_sendmsg(c_, fd, msg, flags)); }
-EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags) { NS_PASS(fd, recv, (fd, buf, n, flags), ns_recv(c_, fd, buf, n, flags)); }
-EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *len) { NS_PASS(fd, recvfrom, (fd, buf, n, flags, sa, len), ns_recvfrom(c_, fd, buf, n, flags, sa, len)); }
-EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags) { NS_PASS(fd, recvmsg, (fd, msg, flags), ns_recvmsg(c_, fd, msg, flags)); }
-EXPORT ssize_t read(int fd, void *buf, size_t n) { NS_PASS(fd, read, (fd, buf, n), ns_read(c_, fd, buf, n)); }
-EXPORT ssize_t write(int fd, const void *buf, size_t n) { NS_PASS(fd, write, (fd, buf, n), ns_write(c_, fd, buf, n)); }
-EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt) { NS_PASS(fd, readv, (fd, iov, cnt), ns_readv(c_, fd, iov, cnt)); }
-EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt) { NS_PASS(fd, writev, (fd, iov, cnt), ns_writev(c_, fd, iov, cnt)); }
-EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags) { NS_PASS(fd, recv_chk, (fd, buf, n, buflen, flags), ns_recv_chk(c_, fd, buf, n, buflen, flags)); }
-EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *sa, socklen_t *len) { NS_PASS(fd, recvfrom_chk, (fd, buf, n, buflen, flags, sa, len), ns_recvfrom_chk(c_, fd, buf, n, buflen, flags, sa, len)); }
-EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen) { NS_PASS(fd, read_chk, (fd, buf, n, buflen), ns_read_chk(c_, fd, buf, n, buflen)); }
+EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags) { NS_PASS(fd, send, (fd, buf, n, flags), ns_send(fd, buf, n, flags, c_)); }
+EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len) { NS_PASS(fd, sendto, (fd, buf, n, flags, sa, len), ns_sendto(fd, buf, n, flags, sa, len, c_)); }
+EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags) { NS_PASS(fd, sendmsg, (fd, msg, flags), ns_sendmsg(fd, msg, flags, c_)); }
+EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags) { NS_PASS(fd, recv, (fd, buf, n, flags), ns_recv(fd, buf, n, flags, c_)); }
+EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *sa, socklen_t *len) { NS_PASS(fd, recvfrom, (fd, buf, n, flags, sa, len), ns_recvfrom(fd, buf, n, flags, sa, len, c_)); }
+EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags) { NS_PASS(fd, recvmsg, (fd, msg, flags), ns_recvmsg(fd, msg, flags, c_)); }
+EXPORT ssize_t read(int fd, void *buf, size_t n) { NS_PASS(fd, read, (fd, buf, n), ns_read(fd, buf, n, c_)); }
+EXPORT ssize_t write(int fd, const void *buf, size_t n) { NS_PASS(fd, write, (fd, buf, n), ns_write(fd, buf, n, c_)); }
+EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt) { NS_PASS(fd, readv, (fd, iov, cnt), ns_readv(fd, iov, cnt, c_)); }
+EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt) { NS_PASS(fd, writev, (fd, iov, cnt), ns_writev(fd, iov, cnt, c_)); }
+EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags) { NS_PASS(fd, recv_chk, (fd, buf, n, buflen, flags), ns_recv_chk(fd, buf, n, buflen, flags, c_)); }
+EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags, struct sockaddr *sa, socklen_t *len) { NS_PASS(fd, recvfrom_chk, (fd, buf, n, buflen, flags, sa, len), ns_recvfrom_chk(fd, buf, n, buflen, flags, sa, len, c_)); }
+EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen) { NS_PASS(fd, read_chk, (fd, buf, n, buflen), ns_read_chk(fd, buf, n, buflen, c_)); }
 EXPORT int close(int fd) { return ns_close(fd); }
 EXPORT int dup(int fd) { return ns_dup(fd); }
 EXPORT int dup2(int fd, int fd2) { return ns_dup2(fd, fd2); }
@@ -65,10 +65,10 @@ EXPORT void closefrom(int lowfd) { ns_closefrom(lowfd); }
 EXPORT int fclose(FILE *fp) { return ns_fclose(fp); }
 EXPORT int accept(int fd, struct sockaddr *sa, socklen_t *len) { return ns_accept(fd, sa, len); }
 EXPORT int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags) { return ns_accept4(fd, sa, len, flags); }
-EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *ts) { NS_PASS(fd, recvmmsg, (fd, v, n, flags, ts), ns_recvmmsg(c_, fd, v, n, flags, ts)); }
-EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags) { NS_PASS(fd, sendmmsg, (fd, v, n, flags), ns_sendmmsg(c_, fd, v, n, flags)); }
-EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n) { NS_PASS(out, sendfile, (out, in, off, n), ns_sendfile(c_, out, in, off, n)); }
-EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t n) { NS_PASS(out, sendfile, (out, in, off, n), ns_sendfile(c_, out, in, off, n)); }
+EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *ts) { NS_PASS(fd, recvmmsg, (fd, v, n, flags, ts), ns_recvmmsg(fd, v, n, flags, ts, c_)); }
+EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags) { NS_PASS(fd, sendmmsg, (fd, v, n, flags), ns_sendmmsg(fd, v, n, flags, c_)); }
+EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n) { NS_PASS(out, sendfile, (out, in, off, n), ns_sendfile(out, in, off, n, c_)); }
+EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t n) { NS_PASS(out, sendfile, (out, in, off, n), ns_sendfile(out, in, off, n, c_)); }
 EXPORT ssize_t splice(int in, loff_t *offin, int out, loff_t *offout, size_t n, unsigned flags) { return ns_splice(in, offin, out, offout, n, flags); }
 
 /* syscall() (uring.c): the raw call event loops make for io_uring. Six
