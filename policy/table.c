@@ -259,8 +259,9 @@ static struct ns_step apply(struct ns_slot *s, int event, const struct ns_window
 
 	if (event == NS_EV_ATTEMPT && ns_brk_word_state(old) == NS_CLOSED) {
 		/* the common case, a connect through a closed breaker, changes
-		 * nothing: no step, no write */
-		ns_brk_unpack(old, &st.next);
+		 * nothing: no step, no write (and no transition for the caller
+		 * to read the next state of) */
+		memset(&st.next, 0, sizeof(st.next));
 		st.verdict = NS_ALLOW;
 		st.transition = NS_TR_NONE;
 		st.rule = NS_RULE_NONE;

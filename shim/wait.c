@@ -214,6 +214,18 @@ static int poll_mark(const struct pollcall *p, monotime now)
 	return added;
 }
 
+static void poll_connected(const struct pollcall *p)
+{
+	for (nfds_t i = 0; i < p->n; i++) {
+		short rv = p->fds[i].revents;
+		struct ns_conn *c;
+
+		if ((rv & P_OUT) && (c = ns_conn_of(p->fds[i].fd)) != NULL &&
+		    (LD(c->flags) & NS_C_CONNECTING))
+			ns_wait_ready(c, 0, 1, rv & (POLLERR | POLLHUP));
+	}
+}
+
 static void poll_hold(const struct pollcall *p, monotime now, struct held *h)
 {
 	h->n = 0;
@@ -258,6 +270,13 @@ static int poll_common(struct pollcall *p, monotime until, monotime now)
 			return r;   /* EINTR and the rest pass through */
 		if (earliest(until, nearest) > now)
 			now = ns_now();   /* else it returned at once: the clock is where it was */
+		if (r > 0 && now < nearest && !p->faults) {
+			/* ready before any deadline: nothing can have expired, and
+			 * the program's read restarts the read clocks itself; only
+			 * a connect the wait saw complete is noted */
+			poll_connected(p);
+			return r;
+		}
 		added = poll_mark(p, now);
 		if (r + added > 0 || now >= until)
 			return r + added;

@@ -14,10 +14,11 @@
  *   bench poll N | bench epoll N
  *                        N zero-timeout waits for input or output on a
  *                        connected loopback socket (for callgrind)
- *   bench epoll-scale K N
- *                        K idle governed sockets and one with input pending
- *                        in one epoll set (peers in a child process); N
- *                        zero-timeout waits; prints ns per wait and the
+ *   bench hold           accept and hold connections (prints PORT n)
+ *   bench epoll-scale K N PORT
+ *                        K idle governed sockets (to a `bench hold` at
+ *                        PORT) and one with input pending in one epoll set;
+ *                        N zero-timeout waits; prints ns per wait and the
  *                        resident memory after the K connects
  *   bench first ADDR PORT
  *                        the first connect() of the process (the shim maps
@@ -35,7 +36,6 @@
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,10 +115,10 @@ static int rtt(long n, int rw)
 static int failfast(const char *addr, int port, long n)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	long long *t = calloc((size_t)n, sizeof(*t));
+	long long *t = calloc((size_t)n + 1, sizeof(*t));
 	long refused = 0;
 
-	if (!t || n <= 0) {
+	if (!t || n < 0) {
 		fprintf(stderr, "bench: bad arguments\n");
 		return 2;
 	}
@@ -144,6 +144,8 @@ static int failfast(const char *addr, int port, long n)
 			refused++;
 		close(fd);
 	}
+	if (n == 0)
+		return 0;   /* the start-up alone, for callgrind */
 	qsort(t, (size_t)n, sizeof(*t), cmp_ll);
 	printf("failfast_connects %ld\nfailfast_refused %ld\nfailfast_median_ns %lld\nfailfast_p99_ns %lld\n",
 	       n, refused, t[n / 2], t[(n * 99) / 100]);
@@ -323,67 +325,93 @@ static int waits(int use_epoll, long n)
 	return 0;
 }
 
-/* K+1 connections to a child that holds the other ends (so that 10,000
- * fit this process's descriptor limit), the first with a byte to read. */
-static int epoll_scale(long k, long n)
+static void raise_nofile(void)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t l = sizeof(a);
 	struct rlimit rl;
-	int lfd, ctl[2], ep, *fds, ready = 0;
-	struct epoll_event ev, out[64];
-	struct timespec t0, t1;
-	pid_t child;
-	char b = 'x';
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
-		if ((rlim_t)k + 64 > rl.rlim_cur) {
-			fprintf(stderr, "bench: %ld sockets need a descriptor limit above %ld\n", k, k + 64);
-			return 1;
-		}
 	}
-	lfd = socket(AF_INET, SOCK_STREAM, 0);
-	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 4096) < 0 ||
-	    getsockname(lfd, (struct sockaddr *)&a, &l) < 0 || pipe(ctl) < 0)
+}
+
+/* A server that accepts and holds every connection, never writing, and
+ * closes each when its client does: the other ends of epoll-scale's idle
+ * sockets, in a process of its own so that 10,000 of them fit each
+ * process's descriptor limit. */
+static int hold(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t l = sizeof(a);
+	int lfd = socket(AF_INET, SOCK_STREAM, 0), ep = epoll_create1(0);
+	struct epoll_event ev = { .events = EPOLLIN }, out[256];
+	char buf[512];
+
+	raise_nofile();
+	if (lfd < 0 || ep < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 4096) < 0 ||
+	    getsockname(lfd, (struct sockaddr *)&a, &l) < 0)
 		return 1;
-	child = fork();
-	if (child == 0) {
-		int first = 1;
+	ev.data.fd = lfd;
+	epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+	printf("PORT %d\n", ntohs(a.sin_port));
+	fflush(stdout);
+	for (;;) {
+		int n = epoll_wait(ep, out, 256, -1);
 
-		close(ctl[1]);
-		for (long i = 0; i <= k; i++) {
-			int c = accept(lfd, NULL, NULL);
+		for (int i = 0; i < n; i++) {
+			int fd = out[i].data.fd;
 
-			if (c < 0)
-				_exit(1);
-			if (first && write(c, &b, 1) != 1)
-				_exit(1);
-			first = 0;
+			if (fd == lfd) {
+				int c = accept(lfd, NULL, NULL);
+
+				if (c >= 0) {
+					ev.data.fd = c;
+					epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev);
+				}
+			} else if (read(fd, buf, sizeof(buf)) <= 0) {
+				close(fd);
+			}
 		}
-		(void)!read(ctl[0], &b, 1);   /* until the parent is done */
-		_exit(0);
 	}
-	close(lfd);
-	close(ctl[0]);
-	fds = calloc((size_t)k + 1, sizeof(*fds));
+}
+
+/* K idle sockets connected to the holder at PORT and one connected pair
+ * with a byte pending, all in one epoll set; N zero-timeout waits. */
+static int epoll_scale(long k, long n, int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				 .sin_port = htons((uint16_t)port) };
+	struct epoll_event ev, out[64];
+	struct timespec t0, t1;
+	struct rlimit rl;
+	int ep, peer, active, ready = 0;
+	char b = 'x';
+
+	raise_nofile();
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && (rlim_t)k + 64 > rl.rlim_cur) {
+		fprintf(stderr, "bench: %ld sockets need a descriptor limit above %ld\n", k, k + 64);
+		return 1;
+	}
 	ep = epoll_create1(0);
-	if (!fds || ep < 0)
+	active = connected(&peer);
+	if (ep < 0 || active < 0 || send(peer, &b, 1, 0) != 1)
 		return 1;
-	for (long i = 0; i <= k; i++) {
-		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-		if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&a, sizeof(a)) < 0) {
+	ev.events = EPOLLIN;
+	ev.data.fd = active;
+	epoll_ctl(ep, EPOLL_CTL_ADD, active, &ev);
+	for (long i = 0; i < k; i++) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+		if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
 			perror("bench: connect");
 			return 1;
 		}
-		ev.events = EPOLLIN;
-		ev.data.fd = fds[i];
-		epoll_ctl(ep, EPOLL_CTL_ADD, fds[i], &ev);
+		ev.data.fd = fd;
+		epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
 	}
 	printf("rss_kib %ld\n", status_kib("VmRSS:"));
 	while (epoll_wait(ep, out, 64, 1000) < 1)
-		;   /* the first socket's byte arrived */
+		;   /* the active socket's byte arrived */
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (long i = 0; i < n; i++)
 		ready += epoll_wait(ep, out, 64, 0);
@@ -391,8 +419,6 @@ static int epoll_scale(long k, long n)
 	if (n)
 		printf("epoll_scale %ld sockets: %.0f ns per wait, %d ready\n", k,
 		       ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / n, ready);
-	close(ctl[1]);
-	waitpid(child, NULL, 0);
 	return 0;
 }
 
@@ -451,8 +477,10 @@ int main(int argc, char **argv)
 		return waits(0, atol(argv[2]));
 	if (argc == 3 && strcmp(argv[1], "epoll") == 0)
 		return waits(1, atol(argv[2]));
-	if (argc == 4 && strcmp(argv[1], "epoll-scale") == 0)
-		return epoll_scale(atol(argv[2]), atol(argv[3]));
+	if (argc == 5 && strcmp(argv[1], "epoll-scale") == 0)
+		return epoll_scale(atol(argv[2]), atol(argv[3]), atoi(argv[4]));
+	if (argc == 2 && strcmp(argv[1], "hold") == 0)
+		return hold();
 	if (argc == 4 && strcmp(argv[1], "first") == 0)
 		return first(argv[2], atoi(argv[3]));
 	if (argc == 5 && strcmp(argv[1], "failfast") == 0)

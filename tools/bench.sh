@@ -18,6 +18,7 @@ cleanup() {
 }
 trap cleanup EXIT
 export NETSHIM_TABLE=$table
+PY=${PYTHON:-/usr/bin/python3}
 unset NETSHIM_POLICY NETSHIM_DISABLE LD_PRELOAD NETSHIM_TRACE
 exec > >(tee "$BUILD/bench.txt") 2>&1
 
@@ -48,25 +49,37 @@ if command -v valgrind >/dev/null; then
 		env "$@" valgrind --tool=callgrind --callgrind-out-file="$out" "$BUILD/bench" "${args[@]}" >/dev/null 2>&1
 		awk '/^summary:/ {print $2}' "$out"; rm -f "$out"
 	}
-	added() {   # added LABEL N BAR ARGS-BEFORE-N...
+	withn() {   # withn N ARGS...: ARGS with @N replaced by N (or N appended)
+		local n=$1 a out=() put=0; shift
+		for a in "$@"; do if [ "$a" = @N ]; then out+=("$n"); put=1; else out+=("$a"); fi; done
+		[ $put = 1 ] || out+=("$n")
+		printf '%s\n' "${out[@]}"
+	}
+	added() {   # added LABEL N BAR ARGS... (N after ARGS, or where @N stands)
 		local label=$1 n=$2 lim=$3; shift 3
-		local b0 b1 s0 s1 v
-		b0=$(ir "$@" 0 -- X=1); s0=$(ir "$@" 0 -- LD_PRELOAD="$LIB")
-		b1=$(ir "$@" "$n" -- X=1); s1=$(ir "$@" "$n" -- LD_PRELOAD="$LIB")
+		local b0 b1 s0 s1 v a0 a1
+		mapfile -t a0 < <(withn 0 "$@"); mapfile -t a1 < <(withn "$n" "$@")
+		b0=$(ir "${a0[@]}" -- X=1); s0=$(ir "${a0[@]}" -- LD_PRELOAD="$LIB")
+		b1=$(ir "${a1[@]}" -- X=1); s1=$(ir "${a1[@]}" -- LD_PRELOAD="$LIB")
 		v=$(awk -v b0="$b0" -v b1="$b1" -v s0="$s0" -v s1="$s1" -v n="$n" 'BEGIN { printf "%.1f", ((s1 - s0) - (b1 - b0)) / n }')
 		printf "  %-46s %8s" "$label" "$v"
 		if [ "$lim" != "-" ]; then printf "   (bar <= %s: %s)" "$lim" "$(bar "$v" "$lim" "<=")"; fi
 		echo
 	}
-	added "send, governed socket" 20000 60 calls send
-	added "recv, governed socket" 20000 60 calls recv
-	added "write, governed socket" 20000 60 calls write
-	added "read, governed socket" 20000 60 calls read
-	added "read, pipe (not a socket)" 20000 15 calls pipe-read
-	added "write, pipe (not a socket)" 20000 15 calls pipe-write
-	added "socket+connect+close (+ accept, wrapped)" 1000 - calls connect
-	added "poll, governed socket, read deadline armed" 20000 - poll
-	added "epoll_wait, governed socket" 20000 - epoll
+	added "send, governed socket" 20000 40 calls send
+	added "recv, governed socket" 20000 40 calls recv
+	added "write, governed socket" 20000 40 calls write
+	added "read, governed socket" 20000 40 calls read
+	added "read, pipe (not a socket)" 20000 14 calls pipe-read
+	added "write, pipe (not a socket)" 20000 14 calls pipe-write
+	added "socket+connect+close (+ accept), by address" 1000 800 calls connect
+	added "poll, governed socket, read deadline armed" 20000 120 poll
+	added "epoll_wait, governed socket" 20000 150 epoll
+	"$BUILD/shimctl" open 127.0.0.1:9 >/dev/null
+	"$BUILD/shimctl" open localhost:9 >/dev/null
+	echo "  fail-fast connect to an open breaker (vs a bare connect the kernel refuses):"
+	added "  by address" 2000 300 failfast 127.0.0.1 9
+	added "  by name (localhost, resolved once)" 2000 300 failfast localhost 9
 	t0=$(ir rtt 5000 -- LD_PRELOAD="$LIB"); t1=$(ir rtt 5000 -- LD_PRELOAD="$LIB" NETSHIM_TRACE=1)
 	echo "  send/recv loop, tracing off vs NETSHIM_TRACE=1: $t0 vs $t1 instructions" \
 		"(bar: equal within 1 %: $(bar "$(awk -v a="$t0" -v b="$t1" 'BEGIN {d = (b - a) / a; print d < 0 ? -d : d}')" 0.01 "<="))"
@@ -77,7 +90,7 @@ echo
 
 echo "## 1b. Exchanges: a keep-alive request loop, plain and TLS (python client, one connection)"
 # the interpreter itself, not a wrapper script, so callgrind counts it
-PY=${PYTHON:-/usr/bin/python3}
+PY=${PY:-/usr/bin/python3}
 if command -v valgrind >/dev/null && command -v openssl >/dev/null; then
 	openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost -keyout "$work/key.pem" -out "$work/cert.pem" \
 		-days 2 >/dev/null 2>&1
@@ -229,9 +242,51 @@ echo "  (this machine has $(nproc) cores: throughput cannot grow past $(nproc) p
 echo
 
 echo "## 6. Memory"
+start_server holdport "$BUILD/bench" hold
+b=$("$BUILD/bench" epoll-scale 10000 0 "$holdport" | field rss_kib)
+s=$(LD_PRELOAD=$LIB "$BUILD/bench" epoll-scale 10000 0 "$holdport" | field rss_kib)
+if [ -n "$b" ] && [ -n "$s" ]; then
+	echo "  10,000 governed connections in one process, each in one epoll set: bare $b KiB, under the shim $s KiB:" \
+		"$(( (s - b) * 1024 / 10000 )) bytes per connection"
+fi
 b=$("$BUILD/bench" rss | field rss_kib); s=$(LD_PRELOAD=$LIB "$BUILD/bench" rss | field rss_kib)
 echo "  resident memory of a small process after one connection: bare $b KiB, under the shim $s KiB (+$((s - b)) KiB)"
 echo "  table: 1024 bytes per destination, 1024 bytes per event record; the default table"
 echo "  (4096 destinations, 1024 events) is $(( (256 + 4096 * 1024 + 1024 * 1024) / 1024 )) KiB of /dev/shm, touched pages only"
+echo
+echo "## 7. Event loops at scale"
+echo "one epoll set: K idle governed sockets and one with input pending; zero-timeout waits"
+printf '[defaults]\nread_timeout = 0\n' >"$work/noread.conf"
+printf '[defaults]\nread_timeout = 30s\n' >"$work/read30.conf"
+for k in 10 1000 10000; do
+	if command -v valgrind >/dev/null; then
+		idle=$(NETSHIM_POLICY=$work/noread.conf added "x" 20000 - epoll-scale "$k" @N "$holdport" | awk '{print $2}')
+		pend=$(NETSHIM_POLICY=$work/read30.conf added "x" 20000 - epoll-scale "$k" @N "$holdport" | awk '{print $2}')
+	fi
+	wb=$("$BUILD/bench" epoll-scale "$k" 200000 "$holdport" | awk '/^epoll_scale/ {print $4}')
+	ws=$(NETSHIM_POLICY=$work/read30.conf LD_PRELOAD=$LIB "$BUILD/bench" epoll-scale "$k" 200000 "$holdport" | awk '/^epoll_scale/ {print $4}')
+	printf "  K = %5d: instructions added per wait: %s with no deadline pending, %s with every read deadline pending; wall %s ns bare, %s ns under the shim\n" \
+		"$k" "${idle:-?}" "${pend:-?}" "$wb" "$ws"
+done
+printf '[defaults]\nread_timeout = 2s\n' >"$work/read2.conf"
+r=$(NETSHIM_POLICY=$work/read2.conf LD_PRELOAD=$LIB "$PY" "$TOOLS/manyconns.py" 10000 2>/dev/null)
+echo "  python asyncio, 10,000 connections to a server that never answers, read_timeout 2s:"
+echo "    $r"
+echo
+
+echo "## 8. Start-up"
+start_server hport "$BUILD/faultsrv" --mode http
+f=$(LD_PRELOAD=$LIB "$BUILD/bench" first 127.0.0.1 "$hport")
+echo "  a process's first connect (maps the table) vs the next ones, under the shim:" \
+	"$(field first_connect_us <<<"$f") us vs $(field next_connect_median_us <<<"$f") us;" \
+	"bare: $("$BUILD/bench" first 127.0.0.1 "$hport" | field first_connect_us) us"
+startup() {   # startup LABEL CMD...: 40 alternating runs (tools/startup.py)
+	local label=$1 r; shift
+	r=$("$PY" "$TOOLS/startup.py" "$LIB" 40 "$@")
+	echo "  $label: $r (bar: ratio >= 0.97: $(bar "$(sed 's/.*"ratio": \([0-9.]*\).*/\1/' <<<"$r")" 0.97 ">="))"
+}
+startup "python3 -c pass" "$PY" -c pass
+startup "curl --version" curl --version
+command -v node >/dev/null && startup "node -e 0" node -e 0
 echo
 echo "report written to $BUILD/bench.txt"
