@@ -42,8 +42,22 @@ static uint32_t dc_hash(const struct ns_dest *d, size_t nlen, const uint64_t a[2
 {
 	uint64_t h = (a[0] * 0x9e3779b97f4a7c15ULL) ^ (a[1] + ((uint64_t)d->family << 32 | d->port));
 
-	for (size_t i = 0; i < nlen; i++)
-		h = (h ^ (unsigned char)d->name[i]) * 0x100000001b3ULL;
+	/* the name eight bytes at a time, the last word's bytes past the
+	 * name masked off (d->name holds NS_HOST_MAX + 1 bytes) */
+	for (size_t i = 0; i < nlen; i += 8) {
+		uint64_t w = 0;
+
+		if (i + 8 <= sizeof(d->name)) {
+			memcpy(&w, d->name + i, 8);   /* inside the buffer; masked below */
+			if (nlen - i < 8)
+				w &= ((uint64_t)1 << (8 * (nlen - i))) - 1;
+		} else {
+			for (size_t j = i; j < nlen; j++)
+				w |= (uint64_t)(unsigned char)d->name[j] << (8 * (j - i));
+		}
+		h = (h ^ w) * 0x100000001b3ULL;
+		h ^= h >> 31;
+	}
 	h ^= h >> 29;
 	h *= 0xbf58476d1ce4e5b9ULL;
 	return (uint32_t)(h >> 32);
@@ -70,9 +84,8 @@ __attribute__((no_sanitize_thread)) int ns_destcache_get(const void *pol, const 
 	if (!klen || klen >= NS_KEY_MAX || LD(e->pol) != (uintptr_t)pol || LD(e->addr[0]) != a[0] ||
 	    LD(e->addr[1]) != a[1] || LD(e->fam_port) != ((uint32_t)d->family << 16 | d->port) || LD(e->nlen) != nlen)
 		return -1;
-	for (size_t i = 0; i < nlen; i++)
-		if (LD(e->key[i]) != d->name[i])
-			return -1;
+	if (nlen && memcmp(e->key, d->name, nlen) != 0)
+		return -1;
 	memcpy(key, e->key, klen);
 	memcpy(set, e->set_w, sizeof(e->set_w));
 	set->fault.n = 0;

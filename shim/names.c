@@ -22,6 +22,21 @@ static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t names_once = PTHREAD_ONCE_INIT;
 static struct ns_namemap *names;
 static unsigned names_used;   /* atomic: 0 until a name is remembered */
+static uint64_t names_gen;    /* atomic: bumped each time a name is remembered */
+
+/* Each thread's last lookup, answered again without the lock while the map
+ * has not changed, for a second at most (so an entry's ten-minute expiry is
+ * kept to within a second). A scraper connects to the same address over
+ * and over; this is what keeps that from costing a lock and a hash. */
+struct names_last {
+	uint64_t gen;          /* names_gen it was read under; 0 = none */
+	uint64_t until_ms;
+	int family;
+	int found;
+	uint8_t addr[16];
+	char name[NS_HOST_MAX + 1];
+};
+static __thread struct names_last last __attribute__((tls_model("initial-exec")));
 
 static void names_prepare(void) { pthread_mutex_lock(&names_lock); }
 static void names_parent(void) { pthread_mutex_unlock(&names_lock); }
@@ -52,6 +67,7 @@ static void remember(const char *name, int family, const void *addr)
 	pthread_mutex_lock(&names_lock);
 	if (ns_namemap_put(names, family, addr, name, now) == 0)
 		__atomic_store_n(&names_used, 1, __ATOMIC_RELEASE);
+	__atomic_fetch_add(&names_gen, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&names_lock);
 }
 
@@ -65,13 +81,32 @@ static void remember_hostent(const char *name, const struct hostent *h)
 
 int ns_names_lookup(int family, const void *addr, char *out, size_t len)
 {
+	size_t alen = family == AF_INET6 ? 16 : 4;
+	uint64_t now, gen;
 	int r;
 
 	if (!__atomic_load_n(&names_used, __ATOMIC_ACQUIRE))
 		return -1;
+	now = (uint64_t)(ns_now() / 1000000);
+	gen = __atomic_load_n(&names_gen, __ATOMIC_ACQUIRE);
+	if (last.gen == gen && now < last.until_ms && last.family == family && memcmp(last.addr, addr, alen) == 0) {
+		if (!last.found)
+			return -1;
+		if (strlen(last.name) >= len)
+			return -1;
+		strcpy(out, last.name);
+		return 0;
+	}
 	pthread_mutex_lock(&names_lock);
-	r = ns_namemap_get(names, family, addr, out, len, (uint64_t)(ns_now() / 1000000));
+	r = ns_namemap_get(names, family, addr, out, len, now);
 	pthread_mutex_unlock(&names_lock);
+	last.gen = gen;
+	last.until_ms = now + 1000;
+	last.family = family;
+	last.found = r == 0 && strlen(out) < sizeof(last.name);
+	memcpy(last.addr, addr, alen);
+	if (last.found)
+		strcpy(last.name, out);
 	return r;
 }
 
