@@ -1,12 +1,13 @@
 """Deadlines inside poll, select and epoll: curl, wget, node, Python with a
 timeout, and a fortified C client using poll, against the fault server."""
 import shutil
+import subprocess
 import time
 
 import pytest
 
 from clients import NODE_GET, PY_REQUESTS
-from conftest import LATE_MS, client, near, py_script
+from conftest import BUILD, LATE_MS, client, near, py_script
 
 POLICY = """
 [defaults]
@@ -260,3 +261,126 @@ def test_epoll_registration_survives_close_of_a_dup(shim, server, tmp_path):
     res = waits(shim, tmp_path, srv, "epoll_dup_close")
     assert res["first"] == [[True, True]] and res["errno"] == "ETIMEDOUT", res
     near(res["ms"], 1000)
+
+
+# ---- the epoll registry (a heap of pending deadlines per set, issue 13)
+
+EPOLL_BEFORE_CONNECT = r'''
+import errno, json, select, socket, sys, time
+port = int(sys.argv[1])
+s = socket.socket()
+s.setblocking(False)
+ep = select.epoll()
+ep.register(s.fileno(), select.EPOLLOUT)   # registered before the connect,
+ep.poll(0)                                 # and waited on then
+try:
+    s.connect(("127.0.0.1", port))
+except BlockingIOError:
+    pass
+t0 = time.monotonic()
+ev = ep.poll(5)
+print(json.dumps({"ms": (time.monotonic() - t0) * 1000, "events": [e for _, e in ev],
+                  "so_error": errno.errorcode.get(s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR), "0")}))
+'''
+
+
+@pytest.mark.shim
+def test_epoll_registration_made_before_connect_gets_the_connect_deadline(shim, server, tmp_path):
+    srv = server("blackhole")
+    shim.policy(POLICY)
+    res = shim.run(py_script(tmp_path, EPOLL_BEFORE_CONNECT) + [srv.port], timeout=15).last_json()
+    assert res["events"] and res["so_error"] == "ETIMEDOUT", res
+    near(res["ms"], 1000)
+
+
+# epoll_event is packed on x86-64: events (4 bytes), data (8)
+EPOLL_POINTER_DATA = r'''
+import ctypes, errno, json, socket, sys, time
+class Ev(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("events", ctypes.c_uint32), ("data", ctypes.c_uint64)]
+libc = ctypes.CDLL(None, use_errno=True)
+port = int(sys.argv[1])
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+s.setblocking(False)
+ep = libc.epoll_create1(0)
+ev = Ev(0x001, 0x7f00dead0000beef)   # EPOLLIN, data like a pointer: not the fd
+assert libc.epoll_ctl(ep, 1, s.fileno(), ctypes.byref(ev)) == 0
+out = (Ev * 4)()
+t0 = time.monotonic()
+n = libc.epoll_wait(ep, out, 4, 5000)
+ms = (time.monotonic() - t0) * 1000
+try:
+    s.recv(10)
+    got = "OK"
+except OSError as e:
+    got = errno.errorcode[e.errno]
+print(json.dumps({"n": n, "data": hex(out[0].data) if n > 0 else None, "events": out[0].events if n > 0 else 0,
+                  "ms": ms, "recv": got}))
+'''
+
+
+@pytest.mark.shim
+def test_epoll_deadline_reports_the_programs_own_data_when_it_is_not_the_fd(shim, server, tmp_path):
+    srv = server("silent")
+    shim.policy(POLICY)
+    res = shim.run(py_script(tmp_path, EPOLL_POINTER_DATA) + [srv.port], timeout=15).last_json()
+    assert res["n"] == 1 and res["data"] == "0x7f00dead0000beef" and res["events"] & 0x8, res   # EPOLLERR
+    assert res["recv"] == "ETIMEDOUT", res
+    near(res["ms"], 1000)
+
+
+EPOLL_MANY = r'''
+import json, select, socket, sys, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+ep = select.epoll()
+socks, sent = {}, {}
+for i in range(n):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    s.setblocking(False)
+    ep.register(s.fileno(), select.EPOLLIN)
+    socks[s.fileno()] = s
+    if i % 50 == 49:
+        # a wait starts the read clocks of the batch just registered;
+        # the next batch's fall 50 ms later
+        t = time.monotonic()
+        assert not ep.poll(0)
+        for fd in socks:
+            sent.setdefault(fd, t)
+        time.sleep(0.05)
+late = []
+while socks:
+    for fd, e in ep.poll(10):
+        s = socks.pop(fd, None)
+        if s is None:
+            continue
+        ep.unregister(fd)
+        late.append((time.monotonic() - sent[fd]) * 1000 - 1000)
+        s.close()
+late.sort()
+print(json.dumps({"fired": len(late), "min_late_ms": late[0], "max_late_ms": late[-1]}))
+'''
+
+
+@pytest.fixture
+def holder():
+    """bench hold: accepts and holds any number of connections, never answers."""
+    p = subprocess.Popen([str(BUILD / "bench"), "hold"], stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    assert line.startswith("PORT "), line
+    yield int(line.split()[1])
+    p.kill()
+    p.wait()
+
+
+@pytest.mark.shim
+def test_epoll_many_read_deadlines_each_fire_on_time(shim, holder, tmp_path):
+    """500 sockets whose read clocks start in ten batches over half a
+    second (at the first wait after their registration): each deadline
+    fires at its own time, none early, none late."""
+    shim.policy(POLICY)
+    res = shim.run(py_script(tmp_path, EPOLL_MANY) + [holder, 500], timeout=30).last_json()
+    assert res["fired"] == 500, res
+    assert res["min_late_ms"] >= -5 and res["max_late_ms"] <= LATE_MS, res
