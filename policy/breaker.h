@@ -49,8 +49,10 @@ struct ns_step ns_brk_step(const struct ns_brk *cur, int event, const struct ns_
 			   uint64_t now_ms, const struct ns_settings *s);
 
 uint64_t ns_brk_pack(const struct ns_brk *b);
-/* The state (enum ns_state) held in a packed word, without unpacking it. */
-static inline uint32_t ns_brk_word_state(uint64_t w) { return (uint32_t)w & 3; }
+/* An attempt that changes nothing, read off a packed word without a step:
+ * NS_ALLOW (closed), NS_REJECT (open, held by hand or not yet due), or -1
+ * when ns_brk_step must decide (a transition may follow). */
+int ns_brk_attempt_quick(uint64_t w, uint64_t now_ms);
 void ns_brk_unpack(uint64_t word, struct ns_brk *b);
 
 /* The delay before connect retry number attempt (0 for the first retry):

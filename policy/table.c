@@ -257,12 +257,11 @@ static struct ns_step apply(struct ns_slot *s, int event, const struct ns_window
 	struct ns_step st;
 	struct ns_brk cur;
 
-	if (event == NS_EV_ATTEMPT && ns_brk_word_state(old) == NS_CLOSED) {
-		/* the common case, a connect through a closed breaker, changes
-		 * nothing: no step, no write (and no transition for the caller
-		 * to read the next state of) */
+	if (event == NS_EV_ATTEMPT && (st.verdict = ns_brk_attempt_quick(old, now_ms)) >= 0) {
+		/* the common cases, a connect through a closed breaker and one
+		 * refused by an open one, change nothing: no step, no write (and
+		 * no transition for the caller to read the next state of) */
 		memset(&st.next, 0, sizeof(st.next));
-		st.verdict = NS_ALLOW;
 		st.transition = NS_TR_NONE;
 		st.rule = NS_RULE_NONE;
 		return st;

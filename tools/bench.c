@@ -5,7 +5,7 @@
  *                        connection to an echo thread; prints ns per trip
  *   bench rttrw N        the same round trip with write/read
  *   bench calls KIND N   N calls of one kind on a connected loopback socket
- *                        (send recv write read connect) or a pipe
+ *                        (send recv write read connect socket) or a pipe
  *                        (pipe-read pipe-write), for callgrind
  *   bench http ADDR PORT N
  *                        N sequential HTTP/1.0 requests, a new connection
@@ -195,6 +195,13 @@ static int calls(const char *kind, long n)
 				if (write(p[1], &b, 1) != 1)
 					return 1;
 		}
+		return 0;
+	}
+	if (strcmp(kind, "socket") == 0) {
+		/* socket() and close() alone: what the fail-fast figure carries
+		 * besides its connect() */
+		for (long i = 0; i < n; i++)
+			close(socket(AF_INET, SOCK_STREAM, 0));
 		return 0;
 	}
 	if (strcmp(kind, "connect") == 0) {

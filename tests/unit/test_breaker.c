@@ -223,3 +223,37 @@ Test(retry, same_seed_same_sequence)
 	for (int i = 0; i < 100; i++)
 		cr_assert_eq(ns_retry_delay_ms(1000, 1, &a), ns_retry_delay_ms(1000, 1, &b));
 }
+
+/* The quick read of an attempt (table.c's fast path) must agree with the
+ * step wherever it answers, and answer only where the step changes nothing. */
+Test(breaker, quick_attempt_agrees_with_the_step)
+{
+	struct ns_settings s = ns_builtin_settings;
+	const uint64_t now = 1000000;
+	struct ns_brk cases[] = {
+		{ NS_CLOSED, 0, 0, 0, 0 },
+		{ NS_CLOSED, 0, 3, 0, now - 5 },
+		{ NS_OPEN, 0, 5, 0, now + 1 },      /* not yet due */
+		{ NS_OPEN, 0, 5, 0, now },          /* due: half-opens */
+		{ NS_OPEN, 0, 5, 0, now - 1000 },
+		{ NS_OPEN, 1, 0, 0, 0 },            /* open, held by hand */
+		{ NS_FORCED_OPEN, 1, 0, 0, now - 5 },   /* shimctl open */
+		{ NS_HALF_OPEN, 0, 0, 1, now - 10 },
+		{ NS_HALF_OPEN, 0, 0, 0, now - 10 },
+	};
+	int answered = 0;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint64_t w = ns_brk_pack(&cases[i]);
+		int q = ns_brk_attempt_quick(w, now);
+		struct ns_step st = ns_brk_step(&cases[i], NS_EV_ATTEMPT, NULL, now, &s);
+
+		if (q < 0)
+			continue;
+		answered++;
+		cr_assert_eq(q, st.verdict, "case %zu: quick %d, step %d", i, q, st.verdict);
+		cr_assert_eq(ns_brk_pack(&st.next), w, "case %zu: the step changed the state the quick read kept", i);
+		cr_assert_eq(st.transition, NS_TR_NONE, "case %zu", i);
+	}
+	cr_assert_eq(answered, 5, "closed twice, open not yet due, held, forced open: %d", answered);
+}
