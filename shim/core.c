@@ -1270,24 +1270,9 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 
 /**** deadlines inside waits (used by wait.c) ****/
 
-monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want_out, monotime now)
+void ns_wait_start_clock(struct ns_conn *c, monotime now)
 {
-	uint32_t f = __atomic_load_n(&c->flags, __ATOMIC_RELAXED);
-	monotime d = 0;
-
-	if (!(f & NS_C_ENFORCE))
-		return 0;
-	if (f & NS_C_CONNECTING) {
-		if (want_in || want_out)
-			d = LD(c->connect_deadline);
-	} else if (want_in && LD(c->read_timeout_ns)) {
-		if (!LD(c->rd_wait_start))
-			set_rd_wait(c, now);
-		d = LD(c->rd_wait_start) + LD(c->read_timeout_ns);
-	}
-	if (LD(c->total_deadline) && (want_in || want_out) && (d == 0 || LD(c->total_deadline) < d))
-		d = LD(c->total_deadline);
-	return d;
+	set_rd_wait(c, now);
 }
 
 monotime ns_wait_interest_faults(struct ns_conn *c, int want_in, int want_out, monotime now)

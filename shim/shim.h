@@ -275,7 +275,26 @@ NS_HIDDEN int ns_getsockopt(int fd, int level, int name, void *val, socklen_t *l
 /* For the wait wrappers (wait.c): the nearest deadline a wait for these
  * events must honour on c (0 = none; arms the read-wait clock), and firing
  * it. ns_wait_expire returns the NS_EXP_* kind now in force, or 0. */
-NS_HIDDEN monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want_out, monotime now);
+NS_HIDDEN void ns_wait_start_clock(struct ns_conn *c, monotime now);
+static inline monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want_out, monotime now)
+{
+	uint32_t f = __atomic_load_n(&c->flags, __ATOMIC_RELAXED);
+	monotime d = 0;
+
+	if (!(f & NS_C_ENFORCE))
+		return 0;
+	if (f & NS_C_CONNECTING) {
+		if (want_in || want_out)
+			d = LD(c->connect_deadline);
+	} else if (want_in && LD(c->read_timeout_ns)) {
+		if (unlikely(!(f & NS_C_WAITING)))
+			ns_wait_start_clock(c, now);   /* the read clock starts with this wait */
+		d = LD(c->rd_wait_start) + LD(c->read_timeout_ns);
+	}
+	if ((f & NS_C_TOTAL) && (want_in || want_out) && (d == 0 || LD(c->total_deadline) < d))
+		d = LD(c->total_deadline);
+	return d;
+}
 NS_HIDDEN int ns_wait_expire(struct ns_conn *c, int fd, int want_in, int want_out, monotime now);
 /* The nearest time a wait must wake for c: its deadlines, and the moments
  * injected faults change what it may see (fault.c). */

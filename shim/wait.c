@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,7 +94,7 @@ struct pollcall {
 	int faults;             /* a governed socket here has injected faults */
 };
 
-static int real_poll(const struct pollcall *p, monotime until, monotime now)
+static inline int real_poll(const struct pollcall *p, monotime until, monotime now)
 {
 	struct timespec ts, *tsp;
 
@@ -284,7 +285,52 @@ static int poll_common(struct pollcall *p, monotime until, monotime now)
 	}
 }
 
-int ns_poll(struct pollfd *fds, nfds_t n, int timeout_ms)
+/* poll on one governed socket, the way most clients wait (curl, Python's
+ * sockets, the fortified C client): the general path's passes over the set
+ * reduced to straight-line code. Anything out of the ordinary (a deadline
+ * already fired, injected faults, a wait that ended without an answer)
+ * goes on in poll_common. kind: W_POLL or W_POLL_CHK. */
+static __attribute__((noinline, cold)) int poll_one_more(int kind, struct pollfd *f, size_t fdslen, int r,
+							   monotime until, monotime now)
+{
+	struct pollcall p = { kind, f, 1, NULL, fdslen, 0 };
+	int added;
+
+	if (r < 0)
+		return poll_common(&p, until, now);   /* not waited yet */
+	added = poll_mark(&p, now);
+	if (r + added > 0 || now >= until)
+		return r + added;
+	return poll_common(&p, until, now);   /* woke for a deadline that did not fire: sleep on */
+}
+
+static inline __attribute__((always_inline)) int poll_one(int kind, struct pollfd *f, struct ns_conn *c, int timeout_ms,
+							    size_t fdslen)
+{
+	monotime now = ns_now(), until = end_ms(timeout_ms, now), nearest, limit;
+	uint32_t x = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
+	int r, ms;
+
+	if (unlikely(x & (NS_EXP_MASK | NS_ATTN_FAULT)))
+		return poll_one_more(kind, f, fdslen, -1, until, now);
+	nearest = ns_wait_deadline(c, f->events & P_IN, f->events & P_OUT, now);
+	limit = nearest ? earliest(until, nearest) : until;
+	ms = nearest ? ms_until(limit, now) : timeout_ms;
+	/* a governed socket was connected through the bound table */
+	r = kind == W_POLL ? ns_real.poll(f, 1, ms) : REAL(poll_chk)(f, 1, ms, fdslen);
+	if (r < 0 || !nearest)
+		return r;
+	if (limit > now)
+		now = ns_now();
+	if (likely(r > 0 && now < nearest)) {
+		if ((f->revents & P_OUT) && (LD(c->flags) & NS_C_CONNECTING))
+			ns_wait_ready(c, 0, 1, f->revents & (POLLERR | POLLHUP));
+		return r;
+	}
+	return poll_one_more(kind, f, fdslen, r, until, now);
+}
+
+static __attribute__((noinline)) int poll_many(struct pollfd *fds, nfds_t n, int timeout_ms)
 {
 	struct pollcall p = { W_POLL, fds, n, NULL, 0, 0 };
 	monotime now;
@@ -295,6 +341,18 @@ int ns_poll(struct pollfd *fds, nfds_t n, int timeout_ms)
 	return poll_common(&p, end_ms(timeout_ms, now), now);
 }
 
+int ns_poll(struct pollfd *fds, nfds_t n, int timeout_ms)
+{
+	struct ns_conn *c;
+
+	if (n != 1)
+		return poll_many(fds, n, timeout_ms);
+	c = ns_conn_of(fds[0].fd);
+	if (likely(!c))
+		return REAL(poll)(fds, n, timeout_ms);
+	return poll_one(W_POLL, fds, c, timeout_ms, 0);
+}
+
 int ns_poll_chk(struct pollfd *fds, nfds_t n, int timeout_ms, size_t fdslen)
 {
 	struct pollcall p = { W_POLL_CHK, fds, n, NULL, fdslen, 0 };
@@ -302,6 +360,8 @@ int ns_poll_chk(struct pollfd *fds, nfds_t n, int timeout_ms, size_t fdslen)
 
 	if (likely(fdslen / sizeof(*fds) < n || !poll_governed(&p)))
 		return REAL(poll_chk)(fds, n, timeout_ms, fdslen);
+	if (n == 1)
+		return poll_one(W_POLL_CHK, fds, ns_conn_of(fds[0].fd), timeout_ms, fdslen);
 	now = ns_now();
 	return poll_common(&p, end_ms(timeout_ms, now), now);
 }
@@ -580,6 +640,8 @@ struct ep_set {
 	unsigned nheap, cap;
 	struct ep_reg *dirty;
 	unsigned nfault;
+	monotime top;           /* atomic: the heap's top key (0 = none), for waits that need no lock */
+	unsigned dirty_any;     /* atomic: the dirty list is not empty */
 	struct ep_set *next;
 };
 
@@ -590,7 +652,10 @@ struct ep_set {
 static int ep_lk;
 static pthread_once_t ep_once = PTHREAD_ONCE_INIT;
 static struct ep_set *ep_sets;  /* every set, listed */
-static struct ep_set **ep_byfd; /* and by its epoll fd */
+/* and by its epoll fd: reserved once at the fd table's size and never
+ * moved, and a set once made is kept (emptied when its fd closes) so that
+ * a wait may read its nearest deadline without the lock */
+static struct ep_set **ep_byfd;
 static unsigned ep_bycap;
 static unsigned ep_count;       /* atomic: registrations held; 0 = nothing to do */
 static unsigned ep_nconnecting; /* atomic: registrations whose connect is in progress */
@@ -682,6 +747,11 @@ static void heap_remove(struct ep_set *s, struct ep_reg *g)
 	heap_down(s, (unsigned)last->hidx);
 }
 
+static void top_sync(struct ep_set *s)
+{
+	__atomic_store_n(&s->top, s->nheap ? s->heap[0]->key : 0, __ATOMIC_RELEASE);
+}
+
 /* g's deadline is key (0 = none): in the heap at its place, or out of it.
  * The heap has room for every registration (ep_remember), so this never
  * allocates. */
@@ -689,19 +759,18 @@ static void heap_key(struct ep_set *s, struct ep_reg *g, monotime key)
 {
 	if (!key) {
 		heap_remove(s, g);
-		return;
-	}
-	if (g->hidx < 0) {
+	} else if (g->hidx < 0) {
 		if (s->nheap >= s->cap)
 			return;   /* cannot happen: room is made at registration */
 		g->key = key;
 		heap_set(s, s->nheap++, g);
 		heap_up(s, (unsigned)g->hidx);
-		return;
+	} else {
+		g->key = key;
+		heap_up(s, (unsigned)g->hidx);
+		heap_down(s, (unsigned)g->hidx);
 	}
-	g->key = key;
-	heap_up(s, (unsigned)g->hidx);
-	heap_down(s, (unsigned)g->hidx);
+	top_sync(s);
 }
 
 /* -- registrations -- */
@@ -711,6 +780,7 @@ static void mark_dirty(struct ep_set *s, struct ep_reg *g)
 	if (!g->dirty) {
 		g->dirty = 1;
 		DL_APPEND2(s->dirty, g, dprev, dnext);
+		__atomic_store_n(&s->dirty_any, 1, __ATOMIC_RELEASE);
 	}
 }
 
@@ -719,6 +789,7 @@ static void ep_drop(struct ep_set *s, struct ep_reg *g)
 	if (g->conn)
 		ns_conn_unref(g->conn);
 	heap_remove(s, g);
+	top_sync(s);
 	if (g->dirty)
 		DL_DELETE2(s->dirty, g, dprev, dnext);
 	if (g->faulted)
@@ -771,7 +842,8 @@ static int grow(void *arr, unsigned *cap, unsigned i)
 
 static struct ep_set *set_of(int epfd)
 {
-	return (unsigned)epfd < ep_bycap ? ep_byfd[epfd] : NULL;
+	return (unsigned)epfd < __atomic_load_n(&ep_bycap, __ATOMIC_ACQUIRE) ?
+		__atomic_load_n(&ep_byfd[epfd], __ATOMIC_ACQUIRE) : NULL;
 }
 
 static struct ep_reg *reg_of(const struct ep_set *s, int fd)
@@ -802,14 +874,23 @@ static void ep_remember(int epfd, int fd, const struct epoll_event *ev)
 		return;
 	pthread_once(&ep_once, ep_init);
 	ep_lock();
+	if (!ep_byfd) {
+		void *m = mmap(NULL, (size_t)ns_fdmax * sizeof(*ep_byfd), PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+		if (m == MAP_FAILED)
+			goto out_unlock;
+		ep_byfd = m;
+		__atomic_store_n(&ep_bycap, ns_fdmax, __ATOMIC_RELEASE);
+	}
 	s = set_of(epfd);
 	if (!s) {
-		if (grow(&ep_byfd, &ep_bycap, (unsigned)epfd) < 0 || !(s = calloc(1, sizeof(*s))))
+		if ((unsigned)epfd >= ep_bycap || !(s = calloc(1, sizeof(*s))))
 			goto out_unlock;
 		s->epfd = epfd;
 		s->next = ep_sets;
 		ep_sets = s;
-		ep_byfd[epfd] = s;
+		__atomic_store_n(&ep_byfd[epfd], s, __ATOMIC_RELEASE);
 	}
 	g = reg_of(s, fd);
 	if (!g) {
@@ -844,22 +925,16 @@ out_unlock:
 	ep_unlock();
 }
 
+/* The epoll fd closed: its registrations go; the set itself stays, empty,
+ * for the next epoll fd of that number (a wait may be reading it). */
 static void set_free(struct ep_set *s)
 {
-	struct ep_set **pp;
-
 	for (unsigned fd = 0; fd < s->fdcap; fd++)
 		if (s->byfd[fd])
 			ep_drop(s, s->byfd[fd]);
-	for (pp = &ep_sets; *pp; pp = &(*pp)->next)
-		if (*pp == s) {
-			*pp = s->next;
-			break;
-		}
-	ep_byfd[s->epfd] = NULL;
-	free(s->byfd);
-	free(s->heap);
-	free(s);
+	s->dirty = NULL;
+	__atomic_store_n(&s->dirty_any, 0, __ATOMIC_RELAXED);
+	top_sync(s);
 }
 
 void ns_wait_note_fd(int fd)
@@ -935,7 +1010,7 @@ struct epcall {
 	const sigset_t *mask;
 };
 
-static int real_epoll(const struct epcall *p, monotime until, monotime now)
+static inline int real_epoll(const struct epcall *p, monotime until, monotime now)
 {
 	struct timespec ts;
 
@@ -1022,34 +1097,44 @@ static void ep_refresh(struct ep_set *s, struct ep_reg *g, monotime now, struct 
 	heap_key(s, g, d);
 }
 
-static inline monotime ep_nearest(int epfd, monotime now)
+static __attribute__((noinline)) monotime ep_nearest_dirty(struct ep_set *s, int epfd, monotime now)
 {
 	monotime nearest = 0;
-	struct ep_set *s;
 	struct ep_reg *g, *keep = NULL;
 	struct gate_ops ops;
 
 	ops.n = 0;
 	ep_lock();
-	s = set_of(epfd);
-	if (s) {
-		while ((g = s->dirty) != NULL) {
-			DL_DELETE2(s->dirty, g, dprev, dnext);
-			g->dirty = 0;
-			ep_refresh(s, g, now, &ops);
-			if (g->faulted)
-				DL_APPEND2(keep, g, dprev, dnext);
-		}
-		for (g = keep; g; g = g->dnext)
-			g->dirty = 1;
-		s->dirty = keep;
-		if (s->nheap)
-			nearest = s->heap[0]->key;
+	while ((g = s->dirty) != NULL) {
+		DL_DELETE2(s->dirty, g, dprev, dnext);
+		g->dirty = 0;
+		ep_refresh(s, g, now, &ops);
+		if (g->faulted)
+			DL_APPEND2(keep, g, dprev, dnext);
 	}
+	for (g = keep; g; g = g->dnext)
+		g->dirty = 1;
+	s->dirty = keep;
+	__atomic_store_n(&s->dirty_any, keep != NULL, __ATOMIC_RELEASE);
+	if (s->nheap)
+		nearest = s->heap[0]->key;
 	ep_unlock();
 	if (unlikely(ops.n))
 		ep_apply_gates(epfd, &ops);
 	return nearest;
+}
+
+/* The nearest deadline of the set's registrations (0 = none): the heap's
+ * top, read without the lock when no registration changed since. */
+static inline monotime ep_nearest(int epfd, monotime now)
+{
+	struct ep_set *s = set_of(epfd);
+
+	if (!s)
+		return 0;
+	if (likely(!__atomic_load_n(&s->dirty_any, __ATOMIC_ACQUIRE)))
+		return __atomic_load_n(&s->top, __ATOMIC_ACQUIRE);
+	return ep_nearest_dirty(s, epfd, now);
 }
 
 /* A registration the deadline pass looks at: report it (an injected
@@ -1122,6 +1207,7 @@ static int ep_mark(const struct epcall *p, int r, monotime now)
 		if (g->seen != round && r + added < p->max)
 			added += ep_report(p, g, r + added, now);
 	}
+	top_sync(s);
 	if (unlikely(s->nfault)) {
 		for (unsigned fd = 0; fd < s->fdcap; fd++) {
 			g = s->byfd[fd];
