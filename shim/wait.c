@@ -45,7 +45,9 @@ static int ts_valid(const struct timespec *ts)
 
 static monotime end_ts(const struct timespec *ts, monotime now)
 {
-	if (!ts || ts->tv_sec > (NEVER - now) / 1000000000 - 1)
+	/* past 2^62 ns (146 years) from now: never (the monotonic clock
+	 * counts from boot, far below 2^62, so the sum cannot overflow) */
+	if (!ts || ts->tv_sec >= (time_t)(((int64_t)1 << 62) / 1000000000))
 		return NEVER;
 	return now + (int64_t)ts->tv_sec * 1000000000 + ts->tv_nsec;
 }
@@ -72,7 +74,7 @@ static struct timespec *ts_until(monotime until, monotime now, struct timespec *
 		return NULL;
 	left = until > now ? until - now : 0;
 	buf->tv_sec = left / 1000000000;
-	buf->tv_nsec = left % 1000000000;
+	buf->tv_nsec = left - (int64_t)buf->tv_sec * 1000000000;
 	return buf;
 }
 
@@ -94,13 +96,13 @@ struct pollcall {
 	int faults;             /* a governed socket here has injected faults */
 };
 
-static inline int real_poll(const struct pollcall *p, monotime until, monotime now)
+static inline __attribute__((always_inline)) int real_poll(const struct pollcall *p, monotime until, monotime now)
 {
 	struct timespec ts, *tsp;
 
 	switch (p->kind) {
 	case W_POLL:
-		return REAL(poll)(p->fds, p->n, ms_until(until, now));
+		return ns_real.poll(p->fds, p->n, ms_until(until, now));   /* bound: a governed socket connected */
 	case W_POLL_CHK:
 		return REAL(poll_chk)(p->fds, p->n, ms_until(until, now), p->fdslen);
 	case W_PPOLL:
@@ -285,15 +287,16 @@ static int poll_common(struct pollcall *p, monotime until, monotime now)
 	}
 }
 
-/* poll on one governed socket, the way most clients wait (curl, Python's
- * sockets, the fortified C client): the general path's passes over the set
- * reduced to straight-line code. Anything out of the ordinary (a deadline
- * already fired, injected faults, a wait that ended without an answer)
- * goes on in poll_common. kind: W_POLL or W_POLL_CHK. */
-static __attribute__((noinline, cold)) int poll_one_more(int kind, struct pollfd *f, size_t fdslen, int r,
-							   monotime until, monotime now)
+/* poll or ppoll on one governed socket, the way most clients wait (curl,
+ * Python's sockets, the fortified C client): the general path's passes over
+ * the set reduced to straight-line code, the call described by scalars (a
+ * constant kind) so that nothing is built in memory. Anything out of the
+ * ordinary (a deadline already fired, injected faults, a wait that ended
+ * without an answer) goes on in poll_common. */
+static __attribute__((noinline, cold)) int poll_one_more(int kind, struct pollfd *f, const sigset_t *mask,
+							   size_t fdslen, int r, monotime until, monotime now)
 {
-	struct pollcall p = { kind, f, 1, NULL, fdslen, 0 };
+	struct pollcall p = { kind, f, 1, mask, fdslen, 0 };
 	int added;
 
 	if (r < 0)
@@ -304,20 +307,35 @@ static __attribute__((noinline, cold)) int poll_one_more(int kind, struct pollfd
 	return poll_common(&p, until, now);   /* woke for a deadline that did not fire: sleep on */
 }
 
-static inline __attribute__((always_inline)) int poll_one(int kind, struct pollfd *f, struct ns_conn *c, int timeout_ms,
-							    size_t fdslen)
+static inline __attribute__((always_inline)) int poll_one(int kind, struct pollfd *f, const sigset_t *mask,
+							    size_t fdslen, struct ns_conn *c, monotime until,
+							    monotime now, int ms0, const struct timespec *ts0)
 {
-	monotime now = ns_now(), until = end_ms(timeout_ms, now), nearest, limit;
 	uint32_t x = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
-	int r, ms;
+	monotime nearest, limit;
+	struct timespec ts;
+	int r;
 
 	if (unlikely(x & (NS_EXP_MASK | NS_ATTN_FAULT)))
-		return poll_one_more(kind, f, fdslen, -1, until, now);
+		return poll_one_more(kind, f, mask, fdslen, -1, until, now);
 	nearest = ns_wait_deadline(c, f->events & P_IN, f->events & P_OUT, now);
 	limit = nearest ? earliest(until, nearest) : until;
-	ms = nearest ? ms_until(limit, now) : timeout_ms;
-	/* a governed socket was connected through the bound table */
-	r = kind == W_POLL ? ns_real.poll(f, 1, ms) : REAL(poll_chk)(f, 1, ms, fdslen);
+	/* the real calls through the bound table: a governed socket connected */
+	/* the program's own timeout when no deadline comes first */
+	switch (kind) {
+	case W_POLL:
+		r = ns_real.poll(f, 1, limit == until ? ms0 : ms_until(limit, now));
+		break;
+	case W_POLL_CHK:
+		r = ns_real.poll_chk(f, 1, limit == until ? ms0 : ms_until(limit, now), fdslen);
+		break;
+	case W_PPOLL:
+		r = ns_real.ppoll(f, 1, limit == until ? ts0 : ts_until(limit, now, &ts), mask);
+		break;
+	default:
+		r = ns_real.ppoll_chk(f, 1, limit == until ? ts0 : ts_until(limit, now, &ts), mask, fdslen);
+		break;
+	}
 	if (r < 0 || !nearest)
 		return r;
 	if (limit > now)
@@ -327,7 +345,7 @@ static inline __attribute__((always_inline)) int poll_one(int kind, struct pollf
 			ns_wait_ready(c, 0, 1, f->revents & (POLLERR | POLLHUP));
 		return r;
 	}
-	return poll_one_more(kind, f, fdslen, r, until, now);
+	return poll_one_more(kind, f, mask, fdslen, r, until, now);
 }
 
 static __attribute__((noinline)) int poll_many(struct pollfd *fds, nfds_t n, int timeout_ms)
@@ -350,7 +368,11 @@ int ns_poll(struct pollfd *fds, nfds_t n, int timeout_ms)
 	c = ns_conn_of(fds[0].fd);
 	if (likely(!c))
 		return REAL(poll)(fds, n, timeout_ms);
-	return poll_one(W_POLL, fds, c, timeout_ms, 0);
+	{
+		monotime now = ns_now();
+
+		return poll_one(W_POLL, fds, NULL, 0, c, end_ms(timeout_ms, now), now, timeout_ms, NULL);
+	}
 }
 
 int ns_poll_chk(struct pollfd *fds, nfds_t n, int timeout_ms, size_t fdslen)
@@ -360,21 +382,39 @@ int ns_poll_chk(struct pollfd *fds, nfds_t n, int timeout_ms, size_t fdslen)
 
 	if (likely(fdslen / sizeof(*fds) < n || !poll_governed(&p)))
 		return REAL(poll_chk)(fds, n, timeout_ms, fdslen);
-	if (n == 1)
-		return poll_one(W_POLL_CHK, fds, ns_conn_of(fds[0].fd), timeout_ms, fdslen);
 	now = ns_now();
+	if (n == 1)
+		return poll_one(W_POLL_CHK, fds, NULL, fdslen, ns_conn_of(fds[0].fd), end_ms(timeout_ms, now), now,
+				timeout_ms, NULL);
 	return poll_common(&p, end_ms(timeout_ms, now), now);
 }
 
-int ns_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
+static __attribute__((noinline)) int ppoll_many(struct pollfd *fds, nfds_t n, const struct timespec *ts,
+						  const sigset_t *mask)
 {
 	struct pollcall p = { W_PPOLL, fds, n, mask, 0, 0 };
 	monotime now;
 
-	if (likely(!ts_valid(ts) || !poll_governed(&p)))
+	if (likely(!poll_governed(&p)))
 		return REAL(ppoll)(fds, n, ts, mask);
 	now = ns_now();
 	return poll_common(&p, end_ts(ts, now), now);
+}
+
+int ns_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask)
+{
+	struct ns_conn *c;
+	monotime now;
+
+	if (unlikely(!ts_valid(ts)))
+		return REAL(ppoll)(fds, n, ts, mask);
+	if (n != 1)
+		return ppoll_many(fds, n, ts, mask);
+	c = ns_conn_of(fds[0].fd);
+	if (likely(!c))
+		return REAL(ppoll)(fds, n, ts, mask);
+	now = ns_now();
+	return poll_one(W_PPOLL, fds, mask, 0, c, end_ts(ts, now), now, 0, ts);
 }
 
 int ns_ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts, const sigset_t *mask, size_t fdslen)
@@ -398,14 +438,14 @@ static unsigned long *words(fd_set *s)
 	return (unsigned long *)(void *)s;
 }
 
-static int isset(const fd_set *s, int fd)
+static inline int isset(const fd_set *s, int fd)
 {
-	return s && ((const unsigned long *)(const void *)s)[fd / BITS] & (1UL << (fd % BITS));
+	return s && (((const unsigned long *)(const void *)s)[(unsigned)fd / BITS] >> ((unsigned)fd % BITS) & 1);
 }
 
 static void setbit(fd_set *s, int fd)
 {
-	words(s)[fd / BITS] |= 1UL << (fd % BITS);
+	words(s)[(unsigned)fd / BITS] |= 1UL << ((unsigned)fd % BITS);
 }
 
 struct selcall {
@@ -425,11 +465,37 @@ struct selcall {
 		     b_ && ((fd = w_ * (int)BITS + __builtin_ctzl(b_)), 1); b_ &= b_ - 1) \
 			for (struct ns_conn *c = fd < (s)->nfds ? ns_conn_of(fd) : NULL; c; c = NULL)
 
-static int sel_governed(struct selcall *s)
+/* Words of a set that hold fds below nfds: all a call copies or scans. */
+static int sel_words(int nfds)
 {
-	FOR_GOVERNED(s, fd, c)
-		return 1;
+	return (int)((nfds + (int)BITS - 1) / (int)BITS);
+}
+
+/* Is a governed socket asked for in the program's read or write set? */
+static int sel_governed(int nfds, fd_set *r, fd_set *w)
+{
+	for (int i = 0, nw = sel_words(nfds); i < nw; i++) {
+		unsigned long b = (r ? words(r)[i] : 0) | (w ? words(w)[i] : 0);
+
+		for (; b; b &= b - 1) {
+			int fd = i * (int)BITS + __builtin_ctzl(b);
+
+			if (fd < nfds && ns_conn_of(fd))
+				return 1;
+		}
+	}
 	return 0;
+}
+
+/* Copy the first words of each given set into s->in (what was asked). */
+static void sel_save(struct selcall *s)
+{
+	int nw = sel_words(s->nfds);
+
+	for (int i = 0; i < 3; i++)
+		if (s->set[i])
+			for (int k = 0; k < nw; k++)
+				words(&s->in[i])[k] = words(s->set[i])[k];
 }
 
 static monotime sel_nearest(struct selcall *s, monotime now)
@@ -496,9 +562,10 @@ static int real_select(struct selcall *s, monotime until, monotime now)
 	struct timespec ts, *tsp = ts_until(until, now, &ts);
 	struct timeval tv, *tvp = NULL;
 
-	for (int i = 0; i < 3; i++)
+	for (int i = 0, nw = sel_words(s->nfds); i < 3; i++)
 		if (s->set[i])
-			*s->set[i] = s->in[i];
+			for (int k = 0; k < nw; k++)
+				words(s->set[i])[k] = words(&s->in[i])[k];
 	if (s->set[0] && unlikely(s->faults)) {
 		/* input held back by a fault is not asked of the kernel */
 		FOR_GOVERNED(s, fd, c) {
@@ -523,74 +590,171 @@ static int real_select(struct selcall *s, monotime until, monotime now)
 	return REAL(select)(s->nfds, s->set[0], s->set[1], s->set[2], tvp);
 }
 
-static int sel_common(struct selcall *s, monotime until, monotime now)
+/* *nowp: the clock when it returns (0 when it was not read after the wait). */
+static int sel_common(struct selcall *s, monotime until, monotime now, monotime *nowp)
 {
-
-	for (int i = 0; i < 3; i++)
-		if (s->set[i])
-			s->in[i] = *s->set[i];
+	*nowp = 0;
+	sel_save(s);
 	for (;;) {
-		monotime nearest = sel_nearest(s, now);
+		monotime nearest = sel_nearest(s, now), limit = nearest ? earliest(until, nearest) : until;
 		int r, added;
 
-		r = real_select(s, nearest ? earliest(until, nearest) : until, now);
+		r = real_select(s, limit, now);
 		if (r < 0 || !nearest)
 			return r;
-		now = ns_now();
+		if (limit > now)
+			now = ns_now();   /* else it returned at once: the clock is where it was */
+		*nowp = now;
 		added = sel_mark(s, now);
 		if (r + added > 0 || now >= until)
 			return r + added;
 	}
 }
 
-int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
+/* The one fd asked for in any of the sets, -1 when none, -2 when more. */
+static int sel_single(int nfds, fd_set *r, fd_set *w, fd_set *e)
 {
-	struct selcall s = { nfds, { r, w, e }, { { { 0 } } }, 0, NULL, 0 };
-	monotime start, until;
+	int found = -1;
+
+	for (int i = 0, nw = sel_words(nfds); i < nw; i++) {
+		unsigned long b = (r ? words(r)[i] : 0) | (w ? words(w)[i] : 0) | (e ? words(e)[i] : 0);
+
+		if (!b)
+			continue;
+		if (found >= 0 || (b & (b - 1)))
+			return -2;
+		found = i * (int)BITS + __builtin_ctzl(b);
+	}
+	return found < nfds ? found : -2;
+}
+
+static void tv_left(struct timeval *tv, monotime until, monotime now)
+{
+	monotime left = until - now;
+
+	if (left < 0)
+		left = 0;
+	tv->tv_sec = left / 1000000000;
+	tv->tv_usec = (left % 1000000000) / 1000;
+}
+
+/* The general select: any number of sockets asked for. */
+static __attribute__((noinline)) int sel_many(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv,
+					      monotime start, monotime until)
+{
+	struct selcall s;
+	monotime end;
 	int res;
 
-	/* sets larger than FD_SETSIZE, or a bad timeout: the kernel's business */
-	if (likely(nfds <= 0 || nfds > FD_SETSIZE || (!r && !w) ||
-		   (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000))))
-		return REAL(select)(nfds, r, w, e, tv);
-	if (r)
-		s.in[0] = *r;
-	if (w)
-		s.in[1] = *w;
-	if (likely(!sel_governed(&s)))
-		return REAL(select)(nfds, r, w, e, tv);
-	start = ns_now();
-	until = tv ? start + (int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000 : NEVER;
-	res = sel_common(&s, until, start);
+	s.nfds = nfds;
+	s.set[0] = r;
+	s.set[1] = w;
+	s.set[2] = e;
+	s.pselect = 0;
+	s.mask = NULL;
+	s.faults = 0;
+	res = sel_common(&s, until, start, &end);
 	if (tv) {
 		/* Linux's select leaves the time not slept in the timeout */
 		int saved = errno;
-		monotime left = until - ns_now();
 
-		if (left < 0)
-			left = 0;
-		tv->tv_sec = left / 1000000000;
-		tv->tv_usec = (left % 1000000000) / 1000;
+		tv_left(tv, until, end ? end : ns_now());
 		errno = saved;
 	}
 	return res;
 }
 
+int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
+{
+	int fd, want_in, want_out, in_e, res;
+	monotime now, until, nearest, limit;
+	struct timeval mine;
+	struct ns_conn *c;
+	uint32_t x;
+
+	/* sets larger than FD_SETSIZE, or a bad timeout: the kernel's business */
+	if (likely(nfds <= 0 || nfds > FD_SETSIZE || (!r && !w) ||
+		   (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000))))
+		return REAL(select)(nfds, r, w, e, tv);
+	fd = sel_single(nfds, r, w, e);
+	if (fd == -2) {
+		if (likely(!sel_governed(nfds, r, w)))
+			return REAL(select)(nfds, r, w, e, tv);
+		now = ns_now();
+		until = tv ? now + (int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000 : NEVER;
+		return sel_many(nfds, r, w, e, tv, now, until);
+	}
+	/* one fd asked for (most select clients): straight-line code */
+	c = fd >= 0 ? ns_conn_of(fd) : NULL;
+	want_in = c && isset(r, fd);
+	want_out = c && isset(w, fd);
+	if (likely(!want_in && !want_out))
+		return REAL(select)(nfds, r, w, e, tv);
+	in_e = isset(e, fd);
+	now = ns_now();
+	until = tv ? now + (int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000 : NEVER;
+	x = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
+	if (unlikely(x & (NS_EXP_MASK | NS_ATTN_FAULT)))
+		return sel_many(nfds, r, w, e, tv, now, until);
+	nearest = ns_wait_deadline(c, want_in, want_out, now);
+	limit = nearest ? earliest(until, nearest) : until;
+	if (limit == until) {
+		res = ns_real.select(nfds, r, w, e, tv);   /* the program's own timeout, kept up to date by the kernel */
+	} else {
+		struct timespec ts;
+
+		ts_until(limit, now, &ts);
+		mine.tv_sec = ts.tv_sec;
+		mine.tv_usec = (ts.tv_nsec + 999) / 1000;   /* round up: never end before the deadline */
+		if (mine.tv_usec == 1000000) {
+			mine.tv_sec++;
+			mine.tv_usec = 0;
+		}
+		res = ns_real.select(nfds, r, w, e, &mine);
+	}
+	if (res < 0 || !nearest)
+		return res;
+	if (limit > now)
+		now = ns_now();
+	if (likely(res > 0 && now < nearest)) {
+		/* input restarts the read clock; select cannot say whether a
+		 * writable connect failed, so output is left to SO_ERROR */
+		if (want_in && (LD(c->flags) & NS_C_WAITING) && isset(r, fd))
+			ns_wait_ready(c, 1, 0, 1);
+		if (tv && limit != until)
+			tv_left(tv, until, now);
+		return res;
+	}
+	/* no answer before the deadline: the sets as asked, and the general path decides */
+	if (want_in)
+		setbit(r, fd);
+	if (want_out)
+		setbit(w, fd);
+	if (in_e)
+		setbit(e, fd);
+	if (tv && limit == until)
+		tv_left(tv, until, now);   /* the kernel counted the program's own down */
+	return sel_many(nfds, r, w, e, tv, now, until);
+}
+
 int ns_pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *ts, const sigset_t *mask)
 {
-	struct selcall s = { nfds, { r, w, e }, { { { 0 } } }, 1, mask, 0 };
-	monotime now;
+	struct selcall s;
+	monotime now, end;
 
 	if (likely(nfds <= 0 || nfds > FD_SETSIZE || (!r && !w) || !ts_valid(ts)))
 		return REAL(pselect)(nfds, r, w, e, ts, mask);
-	if (r)
-		s.in[0] = *r;
-	if (w)
-		s.in[1] = *w;
-	if (likely(!sel_governed(&s)))
+	if (likely(!sel_governed(nfds, r, w)))
 		return REAL(pselect)(nfds, r, w, e, ts, mask);
+	s.nfds = nfds;
+	s.set[0] = r;
+	s.set[1] = w;
+	s.set[2] = e;
+	s.pselect = 1;
+	s.mask = mask;
+	s.faults = 0;
 	now = ns_now();
-	return sel_common(&s, end_ts(ts, now), now);
+	return sel_common(&s, end_ts(ts, now), now, &end);
 }
 
 /**** epoll ****/

@@ -11,7 +11,7 @@
  *                        N sequential HTTP/1.0 requests, a new connection
  *                        each; prints requests per second and median latency
  *   bench rss            resident memory after one connection, in KiB
- *   bench poll N | bench epoll N
+ *   bench poll N | bench ppoll N | bench select N | bench epoll N
  *                        N zero-timeout waits for input or output on a
  *                        connected loopback socket (for callgrind)
  *   bench hold           accept and hold connections (prints PORT n)
@@ -35,6 +35,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/epoll.h>
+#include <sys/select.h>
 #include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -302,31 +303,51 @@ static int rss(void)
 	return 0;
 }
 
-static int waits(int use_epoll, long n)
+enum { W_POLL, W_EPOLL, W_PPOLL, W_SELECT };
+static const char *const wait_names[] = { "poll", "epoll", "ppoll", "select" };
+
+/* N zero-timeout waits for input or output on one connected socket. */
+static int waits(int kind, long n)
 {
 	int peer, fd = connected(&peer), ep = -1, ready = 0;
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT }, out[4];
+	struct timespec zero = { 0, 0 };
 
 	if (fd < 0) {
 		perror("bench: connect");
 		return 1;
 	}
-	if (use_epoll) {
+	if (kind == W_EPOLL) {
 		ep = epoll_create1(0);
 		ev.data.fd = fd;
 		epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
 	}
 	for (long i = 0; i < n; i++) {
-		if (use_epoll) {
-			ready += epoll_wait(ep, out, 4, 0);
-		} else {
-			struct pollfd p = { .fd = fd, .events = POLLIN | POLLOUT };
+		struct pollfd p = { .fd = fd, .events = POLLIN | POLLOUT };
+		struct timeval tv = { 0, 0 };
+		fd_set r, w;
 
+		switch (kind) {
+		case W_EPOLL:
+			ready += epoll_wait(ep, out, 4, 0);
+			break;
+		case W_PPOLL:
+			ready += ppoll(&p, 1, &zero, NULL);
+			break;
+		case W_SELECT:
+			FD_ZERO(&r);
+			FD_ZERO(&w);
+			FD_SET(fd, &r);
+			FD_SET(fd, &w);
+			ready += select(fd + 1, &r, &w, NULL, &tv);
+			break;
+		default:
 			ready += poll(&p, 1, 0);
+			break;
 		}
 	}
 	if (n)
-		printf("%s_ready %d of %ld\n", use_epoll ? "epoll" : "poll", ready, n);
+		printf("%s_ready %d of %ld\n", wait_names[kind], ready, n);
 	close(fd);
 	close(peer);
 	return 0;
@@ -480,10 +501,9 @@ int main(int argc, char **argv)
 		return http(argv[2], atoi(argv[3]), atol(argv[4]));
 	if (argc == 2 && strcmp(argv[1], "rss") == 0)
 		return rss();
-	if (argc == 3 && strcmp(argv[1], "poll") == 0)
-		return waits(0, atol(argv[2]));
-	if (argc == 3 && strcmp(argv[1], "epoll") == 0)
-		return waits(1, atol(argv[2]));
+	for (int k = 0; k < 4; k++)
+		if (argc == 3 && strcmp(argv[1], wait_names[k]) == 0)
+			return waits(k, atol(argv[2]));
 	if (argc == 5 && strcmp(argv[1], "epoll-scale") == 0)
 		return epoll_scale(atol(argv[2]), atol(argv[3]), atoi(argv[4]));
 	if (argc == 2 && strcmp(argv[1], "hold") == 0)

@@ -74,6 +74,8 @@ if command -v valgrind >/dev/null; then
 	added "write, pipe (not a socket)" 20000 14 calls pipe-write
 	added "socket+connect+close (+ accept), by address" 1000 800 calls connect
 	added "poll, governed socket, read deadline armed" 20000 120 poll
+	added "ppoll, governed socket, read deadline armed" 20000 120 ppoll
+	added "select, governed socket, read deadline armed" 20000 120 select
 	added "epoll_wait, governed socket" 20000 150 epoll
 	"$BUILD/shimctl" open 127.0.0.1:9 >/dev/null
 	"$BUILD/shimctl" open localhost:9 >/dev/null
