@@ -611,19 +611,22 @@ static int sel_common(struct selcall *s, monotime until, monotime now, monotime 
 	}
 }
 
-/* The one fd asked for in any of the sets, -1 when none, -2 when more. */
-static int sel_single(int nfds, fd_set *r, fd_set *w, fd_set *e)
+/* The one fd asked for in any of the sets, -1 when none, -2 when more;
+ * *in: which sets ask for it (1 read, 2 write, 4 except). */
+static inline int sel_single(int nfds, fd_set *r, fd_set *w, fd_set *e, unsigned *in)
 {
 	int found = -1;
 
 	for (int i = 0, nw = sel_words(nfds); i < nw; i++) {
-		unsigned long b = (r ? words(r)[i] : 0) | (w ? words(w)[i] : 0) | (e ? words(e)[i] : 0);
+		unsigned long br = r ? words(r)[i] : 0, bw = w ? words(w)[i] : 0, be = e ? words(e)[i] : 0;
+		unsigned long b = br | bw | be;
 
 		if (!b)
 			continue;
 		if (found >= 0 || (b & (b - 1)))
 			return -2;
 		found = i * (int)BITS + __builtin_ctzl(b);
+		*in = (br ? 1u : 0) | (bw ? 2u : 0) | (be ? 4u : 0);
 	}
 	return found < nfds ? found : -2;
 }
@@ -664,42 +667,52 @@ static __attribute__((noinline)) int sel_many(int nfds, fd_set *r, fd_set *w, fd
 	return res;
 }
 
-int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
+/* No answer before the deadline: the sets as asked, and the general path
+ * decides (kernel_tv: the kernel counted the program's own timeout down). */
+static __attribute__((noinline, cold)) int sel_one_more(int nfds, fd_set *r, fd_set *w, fd_set *e,
+							  struct timeval *tv, int fd, unsigned in, int kernel_tv,
+							  monotime until, monotime now)
 {
-	int fd, want_in, want_out, in_e, res;
-	monotime now, until, nearest, limit;
-	struct timeval mine;
-	struct ns_conn *c;
-	uint32_t x;
+	if (in & 1)
+		setbit(r, fd);
+	if (in & 2)
+		setbit(w, fd);
+	if (in & 4)
+		setbit(e, fd);
+	if (tv && kernel_tv)
+		tv_left(tv, until, now);
+	return sel_many(nfds, r, w, e, tv, now, until);
+}
 
-	/* sets larger than FD_SETSIZE, or a bad timeout: the kernel's business */
-	if (likely(nfds <= 0 || nfds > FD_SETSIZE || (!r && !w) ||
-		   (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000))))
+/* Several fds asked for: governed ones go the general way. */
+static __attribute__((noinline)) int sel_multi(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
+{
+	monotime now;
+
+	if (likely(!sel_governed(nfds, r, w)))
 		return REAL(select)(nfds, r, w, e, tv);
-	fd = sel_single(nfds, r, w, e);
-	if (fd == -2) {
-		if (likely(!sel_governed(nfds, r, w)))
-			return REAL(select)(nfds, r, w, e, tv);
-		now = ns_now();
-		until = tv ? now + (int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000 : NEVER;
-		return sel_many(nfds, r, w, e, tv, now, until);
-	}
-	/* one fd asked for (most select clients): straight-line code */
-	c = fd >= 0 ? ns_conn_of(fd) : NULL;
-	want_in = c && isset(r, fd);
-	want_out = c && isset(w, fd);
-	if (likely(!want_in && !want_out))
-		return REAL(select)(nfds, r, w, e, tv);
-	in_e = isset(e, fd);
 	now = ns_now();
-	until = tv ? now + (int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000 : NEVER;
-	x = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
+	return sel_many(nfds, r, w, e, tv, now, tv ? now + (int64_t)tv->tv_sec * 1000000000 +
+				 (int64_t)tv->tv_usec * 1000 : NEVER);
+}
+
+/* select of one governed fd c (asked for in the sets `in`): straight-line
+ * code; anything out of the ordinary goes on in sel_many. */
+static int sel_one(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv, int fd, struct ns_conn *c,
+		   unsigned in)
+{
+	monotime now = ns_now(), nearest, limit;
+	monotime until = tv ? now + (int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000 : NEVER;
+	uint32_t x = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
+	struct timeval mine;
+	int res;
+
 	if (unlikely(x & (NS_EXP_MASK | NS_ATTN_FAULT)))
 		return sel_many(nfds, r, w, e, tv, now, until);
-	nearest = ns_wait_deadline(c, want_in, want_out, now);
+	nearest = ns_wait_deadline(c, in & 1, in & 2, now);
 	limit = nearest ? earliest(until, nearest) : until;
 	if (limit == until) {
-		res = ns_real.select(nfds, r, w, e, tv);   /* the program's own timeout, kept up to date by the kernel */
+		res = ns_real.select(nfds, r, w, e, tv);   /* the program's own timeout, counted down by the kernel */
 	} else {
 		struct timespec ts;
 
@@ -719,22 +732,33 @@ int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 	if (likely(res > 0 && now < nearest)) {
 		/* input restarts the read clock; select cannot say whether a
 		 * writable connect failed, so output is left to SO_ERROR */
-		if (want_in && (LD(c->flags) & NS_C_WAITING) && isset(r, fd))
+		if ((in & 1) && (LD(c->flags) & NS_C_WAITING) && isset(r, fd))
 			ns_wait_ready(c, 1, 0, 1);
 		if (tv && limit != until)
 			tv_left(tv, until, now);
 		return res;
 	}
-	/* no answer before the deadline: the sets as asked, and the general path decides */
-	if (want_in)
-		setbit(r, fd);
-	if (want_out)
-		setbit(w, fd);
-	if (in_e)
-		setbit(e, fd);
-	if (tv && limit == until)
-		tv_left(tv, until, now);   /* the kernel counted the program's own down */
-	return sel_many(nfds, r, w, e, tv, now, until);
+	return sel_one_more(nfds, r, w, e, tv, fd, in, limit == until, until, now);
+}
+
+int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
+{
+	struct ns_conn *c;
+	unsigned in = 0;
+	int fd;
+
+	/* sets larger than FD_SETSIZE, or a bad timeout: the kernel's business */
+	if (likely(nfds <= 0 || nfds > FD_SETSIZE || (!r && !w) ||
+		   (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000))))
+		return REAL(select)(nfds, r, w, e, tv);
+	fd = sel_single(nfds, r, w, e, &in);
+	if (fd == -2)
+		return sel_multi(nfds, r, w, e, tv);
+	/* one fd asked for (most select clients) */
+	c = fd >= 0 ? ns_conn_of(fd) : NULL;
+	if (likely(!c || !(in & 3)))
+		return REAL(select)(nfds, r, w, e, tv);
+	return sel_one(nfds, r, w, e, tv, fd, c, in);
 }
 
 int ns_pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *ts, const sigset_t *mask)
