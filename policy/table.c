@@ -119,11 +119,22 @@ static struct ns_slot *slot_at(const struct ns_table *t, int idx)
 	return &t->slots[idx];
 }
 
-int ns_table_slot_is(const struct ns_table *t, int idx, const char *key, size_t n)
+int ns_table_attempt_quick(struct ns_table *t, int idx, int enforce, uint64_t now_ms)
 {
-	const struct ns_slot *s = slot_at(t, idx);
+	struct ns_slot *s = slot_at(t, idx);
+	int v;
 
-	return s && n > 0 && n < NS_KEY_MAX && TAG_STATE(LOAD(&s->tag)) == TAG_READY && key_equal(s, key, n);
+	if (!s || (v = ns_brk_attempt_quick(LOAD(&s->word), now_ms)) < 0)
+		return -1;
+	if (LOAD(&s->monitor) != (uint64_t)!enforce)
+		STORE(&s->monitor, (uint64_t)!enforce);
+	if (!enforce && v == NS_REJECT)
+		v = NS_ALLOW;
+	if (v == NS_REJECT)
+		ADD(&s->rejected, 1);
+	else
+		ADD(&s->calls, 1);
+	return v;
 }
 
 /**** sliding window ****/

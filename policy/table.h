@@ -201,7 +201,11 @@ int ns_table_validate(const void *map, size_t size, char *err, size_t errlen);
 #define NS_SLOT_BUSY (-3)
 /* Does slot idx hold key (n bytes), ready? A remembered slot is checked
  * so before use: slots can be taken over. */
-int ns_table_slot_is(const struct ns_table *t, int idx, const char *key, size_t n);
+/* An attempt on slot idx that changes no state (closed: NS_ALLOW; open
+ * and not due, or forced open: NS_REJECT, or NS_ALLOW when not enforcing),
+ * counted as ns_table_attempt counts it. -1: the breaker must step
+ * (ns_table_attempt), nothing done. */
+int ns_table_attempt_quick(struct ns_table *t, int idx, int enforce, uint64_t now_ms);
 int ns_table_find(struct ns_table *t, const char *key, int create, uint64_t now_ms);
 
 /* A connect attempt. Returns the verdict; counts calls or rejected. In

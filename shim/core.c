@@ -909,7 +909,12 @@ static int connect_bounded(int fd, struct ns_conn *c, const struct ns_settings *
 		return REAL(connect)(fd, sa, len);
 	r = REAL(connect)(fd, sa, len);
 	e = errno;
-	tv = ns_to_tv(before);
+	if (before) {
+		tv = ns_to_tv(before);
+	} else {
+		tv.tv_sec = 0;
+		tv.tv_usec = 0;
+	}
 	REAL(setsockopt)(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	if (r < 0 && e == EINPROGRESS) {
 		drop_attempt(fd);
@@ -980,6 +985,21 @@ static void conn_arm(int fd, struct ns_conn *c, monotime now, int ask)
 	int64_t want;
 	uint32_t src;
 
+	if (!ask && !LD(c->total_deadline)) {
+		/* the common case: the program set no timeout of its own, no
+		 * total budget; the read timeout goes in as it is */
+		struct timeval tv = ns_to_tv(LD(c->read_timeout_ns));
+
+		ST(c->dir[NS_IN].prog_ns, 0);
+		if (REAL(setsockopt)(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0) {
+			ST(c->dir[NS_IN].kernel_ns, LD(c->read_timeout_ns));
+			ST(c->dir[NS_IN].src, NS_SRC_SHIM_READ);
+		} else {
+			ST(c->dir[NS_IN].kernel_ns, 0);
+			ST(c->dir[NS_IN].src, NS_SRC_NONE);
+		}
+		return;
+	}
 	ST(c->dir[NS_IN].prog_ns, ask ? prog_timeout(fd, SO_RCVTIMEO) : 0);
 	ST(c->dir[NS_IN].kernel_ns, LD(c->dir[NS_IN].prog_ns));
 	dir_want(c, NS_IN, LD(c->total_deadline) ? LD(c->total_deadline) - now : 0, &want, &src);
@@ -998,7 +1018,7 @@ static void conn_arm(int fd, struct ns_conn *c, monotime now, int ask)
 #define NS_SLOT_UNKNOWN (-101)   /* no slot remembered for the destination */
 static int tbl_full_said;
 
-static int breaker_admit(const char *key, size_t klen, int hint, int *slotp, const struct ns_settings *set,
+static int breaker_admit(const char *key, int hint, int *slotp, const struct ns_settings *set,
 			 int enforce, monotime now)
 {
 	struct ns_step st;
@@ -1007,8 +1027,8 @@ static int breaker_admit(const char *key, size_t klen, int hint, int *slotp, con
 	*slotp = -1;
 	if (!tbl_on())
 		return 0;
-	slot = hint >= 0 && ns_table_slot_is(&tbl, hint, key, klen) ? hint :
-		ns_table_find(&tbl, key, 1, (uint64_t)(now / 1000000));
+	/* a slot keeps its key for the table's life: a remembered one is used as it is */
+	slot = hint >= 0 ? hint : ns_table_find(&tbl, key, 1, (uint64_t)(now / 1000000));
 	if (unlikely(ns_table_broken(&tbl))) {
 		tbl_broke();
 		return 0;
@@ -1071,7 +1091,7 @@ static int retry_wait(struct ns_conn *c, const struct ns_settings *set, const ch
 		errno = saved;
 		return 0;   /* a signal cuts the retries short: the program sees the failure */
 	}
-	if (breaker_admit(key, strlen(key), LD(c->slot), &slot, set, 1, ns_now()) < 0) {
+	if (breaker_admit(key, LD(c->slot), &slot, set, 1, ns_now()) < 0) {
 		errno = saved;
 		return 0;
 	}
@@ -1126,7 +1146,8 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	socklen_t tolen = 0;
 	monotime now;
 	uintptr_t v;
-	int slot, hint, klen, r, e, enforce, fr = NS_FC_NONE, saved = errno;
+	int slot, hint, klen = 0, r, e, enforce, fr = NS_FC_NONE, saved = errno, admitted = -1;
+	struct ns_dcref ref;
 
 	if (!sa || len < (socklen_t)sizeof(sa_family_t) || (unsigned)fd >= ns_fdmax)
 		return REAL(connect)(fd, sa, len);
@@ -1169,13 +1190,36 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	if (!(v & NS_TAG_STREAM) || dest_from_sa(sa, len, &d) < 0)
 		return REAL(connect)(fd, sa, len);
 	ns_names_lookup(d.family, d.addr, d.name, sizeof(d.name));
-	klen = ns_destcache_get(pol, &d, &set, key, &hint);
+	hint = NS_SLOT_UNKNOWN;
+	if (ns_destcache_find(pol, &d, &ref) == 0) {
+		/* a remembered destination whose breaker needs no step (closed,
+		 * or refusing as it stands) is admitted or refused straight off
+		 * its slot: the fail-fast connect copies nothing */
+		if (ref.slot >= 0 && ref.mode != NS_MODE_BYPASS && tbl_on())
+			admitted = ns_table_attempt_quick(&tbl, ref.slot, ref.mode == NS_MODE_ENFORCE,
+							  (uint64_t)(now / 1000000));
+		if (admitted == NS_REJECT) {
+			if (unlikely(ns_log_level >= NS_LOG_DEBUG) && ns_destcache_copy(&ref, &set, key) == 0)
+				ns_log(NS_LOG_DEBUG, "%s: breaker open, connect refused", key);
+			errno = ECONNREFUSED;
+			return -1;
+		}
+		hint = ref.slot;
+		if (ns_destcache_copy(&ref, &set, key) == 0)
+			klen = (int)ref.klen;
+		else
+			klen = -1;   /* the entry changed under us: the settings are resolved anew
+				      * (the slot stays: a slot keeps its key) */
+	} else {
+		klen = -1;
+	}
 	if (klen < 0) {
 		ns_policy_resolve(pol, &d, &set, NULL);
 		klen = ns_dest_key(&d, key, sizeof(key));
 		if (klen < 0)
 			return REAL(connect)(fd, sa, len);
-		hint = NS_SLOT_UNKNOWN;
+		if (admitted != NS_ALLOW)
+			hint = NS_SLOT_UNKNOWN;   /* find (and remember) the slot below */
 	}
 	if (set.mode == NS_MODE_BYPASS) {
 		if (hint == NS_SLOT_UNKNOWN)
@@ -1184,7 +1228,12 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	}
 	enforce = set.mode == NS_MODE_ENFORCE;
 
-	r = breaker_admit(key, (size_t)klen, hint, &slot, &set, enforce, now);
+	if (admitted == NS_ALLOW && hint >= 0) {
+		slot = hint;   /* admitted above */
+		r = 0;
+	} else {
+		r = breaker_admit(key, hint, &slot, &set, enforce, now);
+	}
 	if (slot != hint)
 		ns_destcache_put(pol, &d, &set, key, (size_t)klen, slot);
 	if (r < 0) {

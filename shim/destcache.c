@@ -7,8 +7,11 @@
  * key and the table slot for one (address, port, name, policy), the policy
  * being the one in force: a reload brings a new policy object (old ones are
  * never freed, so a pointer is never reused), which misses every entry.
- * The slot is checked against the table at each use (ns_table_slot_is),
- * since the table's slots can be taken over.
+ * A slot, once the table gave it a key, keeps that key for the table's
+ * life (only a claim that never finished is taken over), so the slot
+ * remembered is used without looking at the key again. A connect that
+ * its breaker refuses needs no more than the slot (ns_destcache_find); the
+ * settings and key are copied only for a connection that goes out.
  *
  * Entries are read without a lock: a sequence word, odd while an entry is
  * written, is read before and after the copy, and a copy that raced a
@@ -29,8 +32,8 @@ struct dc_entry {
 	uint64_t addr[2];
 	uint32_t fam_port;      /* family << 16 | port */
 	uint32_t nlen;          /* the name's length (the key's head); 0 = no name */
-	int32_t slot;
-	uint32_t pad;
+	int32_t slot;           /* the table slot found for the key (it keeps it for good), or -1 */
+	uint32_t mode;          /* the settings' mode, read before they are copied */
 	union { char key[NS_KEY_MAX]; uint64_t key_w[NS_KEY_MAX / 8]; };
 	uint64_t set_w[offsetof(struct ns_settings, fault) / 8];
 };
@@ -38,7 +41,7 @@ _Static_assert(offsetof(struct ns_settings, fault) % 8 == 0, "settings copied in
 
 static struct dc_entry dc[DC_SIZE];
 
-static uint32_t dc_hash(const struct ns_dest *d, size_t nlen, const uint64_t a[2])
+static inline uint32_t dc_hash(const struct ns_dest *d, size_t nlen, const uint64_t a[2])
 {
 	uint64_t h = (a[0] * 0x9e3779b97f4a7c15ULL) ^ (a[1] + ((uint64_t)d->family << 32 | d->port));
 
@@ -68,12 +71,14 @@ static void dest_words(const struct ns_dest *d, uint64_t a[2])
 	memcpy(a, d->addr, 16);
 }
 
-__attribute__((no_sanitize_thread)) int ns_destcache_get(const void *pol, const struct ns_dest *d, struct ns_settings *set, char *key, int *slot)
+__attribute__((no_sanitize_thread)) int ns_destcache_find(const void *pol, const struct ns_dest *d,
+							   struct ns_dcref *ref)
 {
 	size_t nlen = d->name[0] ? strnlen(d->name, sizeof(d->name)) : 0;
 	uint64_t a[2];
 	struct dc_entry *e;
 	uint32_t s, klen;
+	int slot;
 
 	dest_words(d, a);
 	e = &dc[dc_hash(d, nlen, a) & (DC_SIZE - 1)];
@@ -86,15 +91,31 @@ __attribute__((no_sanitize_thread)) int ns_destcache_get(const void *pol, const 
 		return -1;
 	if (nlen && memcmp(e->key, d->name, nlen) != 0)
 		return -1;
-	memcpy(key, e->key, klen);
-	memcpy(set, e->set_w, sizeof(e->set_w));
-	set->fault.n = 0;
-	*slot = LD(e->slot);
+	slot = LD(e->slot);
+	ref->mode = LD(e->mode);
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	if (__atomic_load_n(&e->seq, __ATOMIC_RELAXED) != s)
 		return -1;
-	key[klen] = '\0';
-	return (int)klen;
+	ref->e = e;
+	ref->seq = s;
+	ref->klen = klen;
+	ref->slot = slot;
+	return 0;
+}
+
+__attribute__((no_sanitize_thread)) int ns_destcache_copy(const struct ns_dcref *ref, struct ns_settings *set,
+							  char *key)
+{
+	const struct dc_entry *e = ref->e;
+
+	memcpy(key, e->key, ref->klen);
+	memcpy(set, e->set_w, sizeof(e->set_w));
+	set->fault.n = 0;
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	if (__atomic_load_n(&e->seq, __ATOMIC_RELAXED) != ref->seq)
+		return -1;
+	key[ref->klen] = '\0';
+	return 0;
 }
 
 __attribute__((no_sanitize_thread)) void ns_destcache_put(const void *pol, const struct ns_dest *d, const struct ns_settings *set, const char *key,
@@ -120,6 +141,7 @@ __attribute__((no_sanitize_thread)) void ns_destcache_put(const void *pol, const
 	ST(e->fam_port, (uint32_t)d->family << 16 | d->port);
 	ST(e->nlen, (uint32_t)nlen);
 	ST(e->slot, slot);
+	ST(e->mode, set->mode);
 	memcpy(e->key, key, klen);
 	memcpy(e->set_w, set, sizeof(e->set_w));
 	__atomic_store_n(&e->seq, s + 2, __ATOMIC_RELEASE);

@@ -21,7 +21,8 @@
 static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t names_once = PTHREAD_ONCE_INIT;
 static struct ns_namemap *names;
-static unsigned names_used;   /* atomic: 0 until a name is remembered */
+unsigned ns_names_used;       /* atomic: 0 until a name is remembered (see ns_names_lookup) */
+#define names_used ns_names_used
 static uint64_t names_gen;    /* atomic: bumped each time a name is remembered */
 
 /* Each thread's last lookup, answered again without the lock while the map
@@ -79,14 +80,12 @@ static void remember_hostent(const char *name, const struct hostent *h)
 		remember(name, h->h_addrtype, *a);
 }
 
-int ns_names_lookup(int family, const void *addr, char *out, size_t len)
+int ns_names_lookup_map(int family, const void *addr, char *out, size_t len)
 {
 	size_t alen = family == AF_INET6 ? 16 : 4;
 	uint64_t now, gen;
 	int r;
 
-	if (!__atomic_load_n(&names_used, __ATOMIC_ACQUIRE))
-		return -1;
 	now = (uint64_t)(ns_now() / 1000000);
 	gen = __atomic_load_n(&names_gen, __ATOMIC_ACQUIRE);
 	if (last.gen == gen && now < last.until_ms && last.family == family && memcmp(last.addr, addr, alen) == 0) {

@@ -322,10 +322,18 @@ static inline uint32_t ns_exp_kind(struct ns_conn *c)
 NS_HIDDEN int ns_shim_active(void);
 
 /* destcache.c: what the policy pol and the table said about d, per
- * process. get: the key's length with set, key (NS_KEY_MAX bytes) and the
- * slot last found filled in, or -1. put: remember them (not when set has
- * faults to inject). Lock-free; a racing writer skips. */
-NS_HIDDEN int ns_destcache_get(const void *pol, const struct ns_dest *d, struct ns_settings *set, char *key, int *slot);
+ * process. find: 0 and *ref (the table slot, the mode) when d is
+ * remembered, else -1; copy: the settings and the key (NS_KEY_MAX bytes)
+ * of a found entry, 0, or -1 when the entry changed meanwhile. put:
+ * remember them (not when set has faults to inject). Lock-free; a racing
+ * writer skips. */
+struct ns_dcref {
+	const void *e;
+	uint32_t seq, klen, mode;
+	int slot;
+};
+NS_HIDDEN int ns_destcache_find(const void *pol, const struct ns_dest *d, struct ns_dcref *ref);
+NS_HIDDEN int ns_destcache_copy(const struct ns_dcref *ref, struct ns_settings *set, char *key);
 NS_HIDDEN void ns_destcache_put(const void *pol, const struct ns_dest *d, const struct ns_settings *set,
 				const char *key, size_t klen, int slot);
 
@@ -415,7 +423,16 @@ NS_HIDDEN int ns_fault_so_error(struct ns_conn *c);
 NS_HIDDEN unsigned ns_trace_frames(char frames[][150], unsigned max);
 
 /* names.c */
-NS_HIDDEN int ns_names_lookup(int family, const void *addr, char *out, size_t len);
+/* The name the program resolved addr from, into out: 0, or -1 (none). A
+ * process that never resolved a name pays one load. */
+extern unsigned ns_names_used NS_HIDDEN;
+NS_HIDDEN int ns_names_lookup_map(int family, const void *addr, char *out, size_t len);
+static inline int ns_names_lookup(int family, const void *addr, char *out, size_t len)
+{
+	if (!__atomic_load_n(&ns_names_used, __ATOMIC_ACQUIRE))
+		return -1;
+	return ns_names_lookup_map(family, addr, out, len);
+}
 NS_HIDDEN int ns_getaddrinfo(const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res);
 NS_HIDDEN struct hostent *ns_gethostbyname(const char *name);
 NS_HIDDEN struct hostent *ns_gethostbyname2(const char *name, int af);
