@@ -5,12 +5,12 @@
  * leave half-written. */
 #include "breaker.h"
 
-/* word layout: state 2 | manual 1 | spare 1 | consec 12 | probes 8 | t_ms 40 */
-#define SH_STATE 0
-#define SH_MANUAL 2
+/* word layout (breaker.h): state 2 | manual 1 | spare 1 | consec 12 | probes 8 | t_ms 40 */
+#define SH_STATE NS_BRK_SH_STATE
+#define SH_MANUAL NS_BRK_SH_MANUAL
 #define SH_CONSEC 4
 #define SH_PROBES 16
-#define SH_TIME 24
+#define SH_TIME NS_BRK_SH_TIME
 
 uint64_t ns_brk_pack(const struct ns_brk *b)
 {
@@ -29,17 +29,6 @@ void ns_brk_unpack(uint64_t w, struct ns_brk *b)
 	b->consec = (uint32_t)(w >> SH_CONSEC) & NS_BRK_CONSEC_MAX;
 	b->probes = (uint32_t)(w >> SH_PROBES) & NS_BRK_PROBES_MAX;
 	b->t_ms = w >> SH_TIME;
-}
-
-int ns_brk_attempt_quick(uint64_t w, uint64_t now_ms)
-{
-	uint32_t state = (uint32_t)(w >> SH_STATE) & 3;
-
-	if (state == NS_CLOSED)
-		return NS_ALLOW;
-	if (state == NS_FORCED_OPEN || (state == NS_OPEN && (((w >> SH_MANUAL) & 1) || now_ms < (w >> SH_TIME))))
-		return NS_REJECT;
-	return -1;
 }
 
 uint64_t ns_retry_delay_ms(uint64_t base_ms, unsigned attempt, uint64_t *rng)

@@ -49,10 +49,25 @@ struct ns_step ns_brk_step(const struct ns_brk *cur, int event, const struct ns_
 			   uint64_t now_ms, const struct ns_settings *s);
 
 uint64_t ns_brk_pack(const struct ns_brk *b);
+/* The packed word's fields read without unpacking (breaker.c packs). */
+#define NS_BRK_SH_STATE 0
+#define NS_BRK_SH_MANUAL 2
+#define NS_BRK_SH_TIME 24
+
 /* An attempt that changes nothing, read off a packed word without a step:
  * NS_ALLOW (closed), NS_REJECT (open, held by hand or not yet due), or -1
  * when ns_brk_step must decide (a transition may follow). */
-int ns_brk_attempt_quick(uint64_t w, uint64_t now_ms);
+static inline int ns_brk_attempt_quick(uint64_t w, uint64_t now_ms)
+{
+	uint32_t state = (uint32_t)(w >> NS_BRK_SH_STATE) & 3;
+
+	if (state == NS_CLOSED)
+		return NS_ALLOW;
+	if (state == NS_FORCED_OPEN ||
+	    (state == NS_OPEN && (((w >> NS_BRK_SH_MANUAL) & 1) || now_ms < (w >> NS_BRK_SH_TIME))))
+		return NS_REJECT;
+	return -1;
+}
 void ns_brk_unpack(uint64_t word, struct ns_brk *b);
 
 /* The delay before connect retry number attempt (0 for the first retry):

@@ -50,6 +50,7 @@ static int cfg_disabled;
 static char cfg_path[1024];            /* "" = built-in defaults, nothing to reload */
 static struct { int64_t sec, nsec, size, ino; } cfg_stamp;
 static int64_t cfg_checked_s;          /* atomic: the second of the last look at the file */
+static monotime cfg_next_ns;           /* atomic: no look before then (the next second) */
 static int cfg_reloading;              /* atomic: one thread reloads, the others go on */
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
 
@@ -149,7 +150,12 @@ static void cfg_maybe_reload(monotime now)
 	char err[NS_ERRBUF];
 	int nerr, busy = 0;
 
-	if (!cfg_path[0] || sec == seen ||
+	if (!cfg_path[0]) {
+		__atomic_store_n(&cfg_next_ns, INT64_MAX, __ATOMIC_RELAXED);   /* built-in: nothing to reload */
+		return;
+	}
+	__atomic_store_n(&cfg_next_ns, (sec + 1) * 1000000000, __ATOMIC_RELAXED);
+	if (sec == seen ||
 	    !__atomic_compare_exchange_n(&cfg_checked_s, &seen, sec, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		return;
 	if (!__atomic_compare_exchange_n(&cfg_reloading, &busy, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
@@ -177,7 +183,8 @@ static struct ns_policy *cfg_get(monotime now)
 	pthread_once(&cfg_once, cfg_load);
 	if (cfg_disabled)
 		return NULL;
-	cfg_maybe_reload(now);
+	if (unlikely(now >= __atomic_load_n(&cfg_next_ns, __ATOMIC_RELAXED)))
+		cfg_maybe_reload(now);   /* once a second at most: one comparison otherwise */
 	return __atomic_load_n(&cfg_cur, __ATOMIC_ACQUIRE);
 }
 

@@ -30,8 +30,7 @@ struct dc_entry {
 	uint32_t klen;          /* key length; 0 = empty */
 	uintptr_t pol;          /* the policy this was resolved under */
 	uint64_t addr[2];
-	uint32_t fam_port;      /* family << 16 | port */
-	uint32_t nlen;          /* the name's length (the key's head); 0 = no name */
+	uint64_t meta;          /* family << 48 | port << 32 | the name's length (the key's head; 0 = none) */
 	int32_t slot;           /* the table slot found for the key (it keeps it for good), or -1 */
 	uint32_t mode;          /* the settings' mode, read before they are copied */
 	union { char key[NS_KEY_MAX]; uint64_t key_w[NS_KEY_MAX / 8]; };
@@ -66,6 +65,11 @@ static inline uint32_t dc_hash(const struct ns_dest *d, size_t nlen, const uint6
 	return (uint32_t)(h >> 32);
 }
 
+static inline uint64_t dc_meta(const struct ns_dest *d, size_t nlen)
+{
+	return (uint64_t)(uint16_t)d->family << 48 | (uint64_t)d->port << 32 | (uint32_t)nlen;
+}
+
 static void dest_words(const struct ns_dest *d, uint64_t a[2])
 {
 	memcpy(a, d->addr, 16);
@@ -85,10 +89,10 @@ __attribute__((no_sanitize_thread)) int ns_destcache_find(const void *pol, const
 	s = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
 	if (s & 1)
 		return -1;
-	klen = LD(e->klen);
-	if (!klen || klen >= NS_KEY_MAX || LD(e->pol) != (uintptr_t)pol || LD(e->addr[0]) != a[0] ||
-	    LD(e->addr[1]) != a[1] || LD(e->fam_port) != ((uint32_t)d->family << 16 | d->port) || LD(e->nlen) != nlen)
+	if (LD(e->pol) != (uintptr_t)pol || LD(e->addr[0]) != a[0] || LD(e->addr[1]) != a[1] ||
+	    LD(e->meta) != dc_meta(d, nlen))
 		return -1;
+	klen = LD(e->klen);
 	if (nlen && memcmp(e->key, d->name, nlen) != 0)
 		return -1;
 	slot = LD(e->slot);
@@ -108,6 +112,8 @@ __attribute__((no_sanitize_thread)) int ns_destcache_copy(const struct ns_dcref 
 {
 	const struct dc_entry *e = ref->e;
 
+	if (!ref->klen || ref->klen >= NS_KEY_MAX)
+		return -1;   /* read while the entry was being written: the seq check would fail too */
 	memcpy(key, e->key, ref->klen);
 	memcpy(set, e->set_w, sizeof(e->set_w));
 	set->fault.n = 0;
@@ -138,8 +144,7 @@ __attribute__((no_sanitize_thread)) void ns_destcache_put(const void *pol, const
 	ST(e->pol, (uintptr_t)pol);
 	ST(e->addr[0], a[0]);
 	ST(e->addr[1], a[1]);
-	ST(e->fam_port, (uint32_t)d->family << 16 | d->port);
-	ST(e->nlen, (uint32_t)nlen);
+	ST(e->meta, dc_meta(d, nlen));
 	ST(e->slot, slot);
 	ST(e->mode, set->mode);
 	memcpy(e->key, key, klen);
