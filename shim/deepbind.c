@@ -208,6 +208,24 @@ static void relro_of(const struct obj *o, uintptr_t *start, size_t *len)
 	}
 }
 
+/* Is addr in a writable segment of the object, or in its RELRO range
+ * (which the rewrite makes writable for the write)? Slots anywhere else (an
+ * object with text relocations) are left alone. */
+static int in_data(const struct obj *o, uintptr_t addr, uintptr_t ro, size_t rolen)
+{
+	if (rolen && addr >= ro && addr + sizeof(ElfW(Addr)) <= ro + rolen)
+		return 1;
+	for (ElfW(Half) i = 0; i < o->phnum; i++) {
+		const ElfW(Phdr) *ph = &o->phdr[i];
+		uintptr_t s = o->base + ph->p_vaddr;
+
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_W) && addr >= s &&
+		    addr + sizeof(ElfW(Addr)) <= s + ph->p_memsz)
+			return 1;
+	}
+	return 0;
+}
+
 /* Walk the object's relocations against symbols the shim exports. With
  * write 0: count the slots that differ (and how many lie in RELRO); with
  * write 1: store the wrappers' addresses. */
@@ -234,6 +252,8 @@ static unsigned walk(const struct obj *o, const struct relocs *rs, size_t nrs, c
 			if (type == R_X86_64_64)
 				to += (ElfW(Addr))r->r_addend;
 			slot = (ElfW(Addr) *)(o->base + r->r_offset);
+			if (!in_data(o, (uintptr_t)slot, ro, rolen))
+				continue;   /* a text relocation: its page is not ours to write */
 			if (__atomic_load_n(slot, __ATOMIC_RELAXED) == to)
 				continue;
 			n++;
@@ -290,7 +310,7 @@ static void rewrite(const struct obj *o, struct pass *p)
 		p->failed += n;
 		return;
 	}
-	walk(o, rs, 2, symtab, strtab, strsz, 1, 0, 0, NULL);
+	walk(o, rs, 2, symtab, strtab, strsz, 1, ro, rolen, NULL);
 	if (in_ro)
 		mprotect((void *)ro, rolen, PROT_READ);
 	p->objects++;
