@@ -384,3 +384,37 @@ def test_epoll_many_read_deadlines_each_fire_on_time(shim, holder, tmp_path):
     res = shim.run(py_script(tmp_path, EPOLL_MANY) + [holder, 500], timeout=30).last_json()
     assert res["fired"] == 500, res
     assert res["min_late_ms"] >= -5 and res["max_late_ms"] <= LATE_MS, res
+
+
+SELECT_ONE = r'''
+import ctypes, errno, json, socket, sys, time
+class Timeval(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("usec", ctypes.c_long)]
+libc = ctypes.CDLL(None, use_errno=True)
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+fd = s.fileno()
+rset = (ctypes.c_ulong * 16)()
+rset[fd // 64] |= 1 << (fd % 64)
+tv = Timeval(5, 0)
+t0 = time.monotonic()
+n = libc.select(fd + 1, ctypes.byref(rset), None, None, ctypes.byref(tv))
+ms = (time.monotonic() - t0) * 1000
+try:
+    s.recv(10)
+    got = "OK"
+except OSError as e:
+    got = errno.errorcode[e.errno]
+print(json.dumps({"n": n, "readable": bool(rset[fd // 64] >> (fd % 64) & 1), "ms": ms,
+                  "left_ms": tv.sec * 1000 + tv.usec / 1000, "recv": got}))
+'''
+
+
+@pytest.mark.shim
+def test_select_of_one_socket_meets_the_read_deadline_and_leaves_the_time_not_slept(shim, server, tmp_path):
+    srv = server("silent")
+    shim.policy(POLICY)
+    res = shim.run(py_script(tmp_path, SELECT_ONE) + [srv.port], timeout=15).last_json()
+    assert res["n"] == 1 and res["readable"] and res["recv"] == "ETIMEDOUT", res
+    near(res["ms"], 1000)
+    assert 5000 - res["ms"] - 50 <= res["left_ms"] <= 5000 - res["ms"] + 50, res
