@@ -29,9 +29,6 @@ unsigned ns_fdhi;
  * getpid() differs while it shares every byte of our memory. */
 static pid_t own_pid;
 
-/* Guards only the free list: held for a few loads and stores, never across a
- * system call. A fork while another thread holds it would leave it locked in
- * the child, hence the atfork handlers. */
 /* The free records: a lock-free stack whose head word carries a 16-bit
  * count above the 48-bit pointer, so a head popped and pushed back between
  * another thread's read and its exchange is told apart (ABA). Records are
