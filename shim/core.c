@@ -1020,7 +1020,7 @@ static void conn_arm(int fd, struct ns_conn *c, monotime now, int ask)
 }
 
 /* Ask the breaker whether a connect to key may go out: 0, or -1 when it is
- * open. *slot: the key's slot (hint, when it still holds the key), or -1
+ * open. *slot: the key's slot (hint, a slot remembered for it, or the one found), or -1
  * when uncounted. */
 #define NS_SLOT_UNKNOWN (-101)   /* no slot remembered for the destination */
 static int tbl_full_said;
