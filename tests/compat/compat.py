@@ -83,10 +83,18 @@ class Proc:
             raise RuntimeError(f"{cmd[0]} did not start: {err}")
 
     def stop(self):
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        """SIGTERM first, so that a server cleans up after itself (postgres
+        removes its shared-memory segments), then SIGKILL."""
+        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, None)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
         self.proc.wait()
 
 
@@ -151,7 +159,9 @@ class Servers:
         if not bins:
             raise RuntimeError("no postgres server (initdb) installed")
         bindir = bins[-1].parent
-        d = pathlib.Path(tempfile.mkdtemp(prefix="compat-pg."))
+        d = self.tmp / "pg"
+        d.mkdir()
+        os.chmod(self.tmp, 0o755)
         user = "postgres" if os.geteuid() == 0 else None
         if user:
             shutil.chown(d, user)
