@@ -119,6 +119,22 @@ static struct ns_slot *slot_at(const struct ns_table *t, int idx)
 	return &t->slots[idx];
 }
 
+/* An attempt's verdict, counted: the slot's mode noted, a refusal that
+ * is not enforced let through, then a call or a rejection. Returns the
+ * verdict the caller acts on. */
+static inline int count_attempt(struct ns_slot *s, int enforce, int verdict)
+{
+	if (LOAD(&s->monitor) != (uint64_t)!enforce)
+		STORE(&s->monitor, (uint64_t)!enforce);
+	if (!enforce && verdict == NS_REJECT)
+		verdict = NS_ALLOW;
+	if (verdict == NS_REJECT)
+		ADD(&s->rejected, 1);
+	else
+		ADD(&s->calls, 1);
+	return verdict;
+}
+
 int ns_table_attempt_quick(struct ns_table *t, int idx, int enforce, uint64_t now_ms)
 {
 	struct ns_slot *s = slot_at(t, idx);
@@ -126,15 +142,7 @@ int ns_table_attempt_quick(struct ns_table *t, int idx, int enforce, uint64_t no
 
 	if (!s || (v = ns_brk_attempt_quick(LOAD(&s->word), now_ms)) < 0)
 		return -1;
-	if (LOAD(&s->monitor) != (uint64_t)!enforce)
-		STORE(&s->monitor, (uint64_t)!enforce);
-	if (!enforce && v == NS_REJECT)
-		v = NS_ALLOW;
-	if (v == NS_REJECT)
-		ADD(&s->rejected, 1);
-	else
-		ADD(&s->calls, 1);
-	return v;
+	return count_attempt(s, enforce, v);
 }
 
 /**** sliding window ****/
@@ -296,14 +304,7 @@ int ns_table_attempt(struct ns_table *t, int idx, int enforce, uint64_t now_ms,
 	if (!s)
 		return NS_ALLOW;
 	st = apply(s, NS_EV_ATTEMPT, NULL, now_ms, set);
-	if (LOAD(&s->monitor) != (uint64_t)!enforce)
-		STORE(&s->monitor, (uint64_t)!enforce);
-	if (!enforce && st.verdict == NS_REJECT)
-		st.verdict = NS_ALLOW;
-	if (st.verdict == NS_REJECT)
-		ADD(&s->rejected, 1);
-	else
-		ADD(&s->calls, 1);
+	st.verdict = count_attempt(s, enforce, st.verdict);
 	if (out)
 		*out = st;
 	return st.verdict;

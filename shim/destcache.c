@@ -70,22 +70,24 @@ static inline uint64_t dc_meta(const struct ns_dest *d, size_t nlen)
 	return (uint64_t)(uint16_t)d->family << 48 | (uint64_t)d->port << 32 | (uint32_t)nlen;
 }
 
-static void dest_words(const struct ns_dest *d, uint64_t a[2])
+/* d's entry (where it is, or would be, remembered), its name's length and
+ * its address as two words. */
+static inline struct dc_entry *dc_entry_of(const struct ns_dest *d, size_t *nlen, uint64_t a[2])
 {
+	*nlen = d->name[0] ? strnlen(d->name, sizeof(d->name)) : 0;
 	memcpy(a, d->addr, 16);
+	return &dc[dc_hash(d, *nlen, a) & (DC_SIZE - 1)];
 }
 
 __attribute__((no_sanitize_thread)) int ns_destcache_find(const void *pol, const struct ns_dest *d,
 							   struct ns_dcref *ref)
 {
-	size_t nlen = d->name[0] ? strnlen(d->name, sizeof(d->name)) : 0;
+	size_t nlen;
 	uint64_t a[2];
-	struct dc_entry *e;
+	struct dc_entry *e = dc_entry_of(d, &nlen, a);
 	uint32_t s, klen;
 	int slot;
 
-	dest_words(d, a);
-	e = &dc[dc_hash(d, nlen, a) & (DC_SIZE - 1)];
 	s = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
 	if (s & 1)
 		return -1;
@@ -127,15 +129,14 @@ __attribute__((no_sanitize_thread)) int ns_destcache_copy(const struct ns_dcref 
 __attribute__((no_sanitize_thread)) void ns_destcache_put(const void *pol, const struct ns_dest *d, const struct ns_settings *set, const char *key,
 		      size_t klen, int slot)
 {
-	size_t nlen = d->name[0] ? strnlen(d->name, sizeof(d->name)) : 0;
+	size_t nlen;
 	uint64_t a[2];
 	struct dc_entry *e;
 	uint32_t s;
 
 	if (set->fault.n || klen == 0 || klen >= NS_KEY_MAX)
 		return;   /* injected faults are chosen per connection from the full settings */
-	dest_words(d, a);
-	e = &dc[dc_hash(d, nlen, a) & (DC_SIZE - 1)];
+	e = dc_entry_of(d, &nlen, a);
 	s = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
 	if ((s & 1) || !__atomic_compare_exchange_n(&e->seq, &s, s + 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
 		return;

@@ -457,6 +457,20 @@ struct selcall {
 	int faults;              /* a governed socket here has injected faults */
 };
 
+/* Describe a select or pselect call; s->in is filled by sel_common (only
+ * the words below nfds, so it is not cleared here). */
+static void sel_init(struct selcall *s, int nfds, fd_set *r, fd_set *w, fd_set *e, int pselect,
+		     const sigset_t *mask)
+{
+	s->nfds = nfds;
+	s->set[0] = r;
+	s->set[1] = w;
+	s->set[2] = e;
+	s->pselect = pselect;
+	s->mask = mask;
+	s->faults = 0;
+}
+
 /* Call fn on each governed fd asked for in the read or write set. */
 #define FOR_GOVERNED(s, fd, c) \
 	for (int w_ = 0, fd = 0; w_ < (int)NWORDS && w_ * (int)BITS < (s)->nfds; w_++) \
@@ -649,13 +663,7 @@ static __attribute__((noinline)) int sel_many(int nfds, fd_set *r, fd_set *w, fd
 	monotime end;
 	int res;
 
-	s.nfds = nfds;
-	s.set[0] = r;
-	s.set[1] = w;
-	s.set[2] = e;
-	s.pselect = 0;
-	s.mask = NULL;
-	s.faults = 0;
+	sel_init(&s, nfds, r, w, e, 0, NULL);
 	res = sel_common(&s, until, start, &end);
 	if (tv) {
 		/* Linux's select leaves the time not slept in the timeout */
@@ -770,13 +778,7 @@ int ns_pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec 
 		return REAL(pselect)(nfds, r, w, e, ts, mask);
 	if (likely(!sel_governed(nfds, r, w)))
 		return REAL(pselect)(nfds, r, w, e, ts, mask);
-	s.nfds = nfds;
-	s.set[0] = r;
-	s.set[1] = w;
-	s.set[2] = e;
-	s.pselect = 1;
-	s.mask = mask;
-	s.faults = 0;
+	sel_init(&s, nfds, r, w, e, 1, mask);
 	now = ns_now();
 	return sel_common(&s, end_ts(ts, now), now, &end);
 }

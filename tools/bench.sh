@@ -79,13 +79,16 @@ if command -v valgrind >/dev/null; then
 	added "epoll_wait, governed socket" 20000 150 epoll
 	"$BUILD/shimctl" open 127.0.0.1:9 >/dev/null
 	"$BUILD/shimctl" open localhost:9 >/dev/null
-	added "socket+close alone (no connect)" 20000 - calls socket
+	shown() {   # shown LABEL ARGS...: print the line of `added` (no bar), keep its figure in $fig
+		local line
+		line=$(added "$@")
+		echo "$line"
+		fig=$(awk '{print $NF}' <<<"$line")
+	}
+	shown "socket+close alone (no connect)" 20000 - calls socket; sc=$fig
 	echo "  fail-fast socket+connect+close to an open breaker (vs the same where the kernel refuses):"
-	added "  by address" 20000 - failfast 127.0.0.1 9
-	added "  by name (localhost, resolved once)" 20000 - failfast localhost 9
-	sc=$(added x 20000 - calls socket | awk '{print $2}')
-	fa=$(added x 20000 - failfast 127.0.0.1 9 | awk '{print $2}')
-	fn=$(added x 20000 - failfast localhost 9 | awk '{print $2}')
+	shown "  by address" 20000 - failfast 127.0.0.1 9; fa=$fig
+	shown "  by name (localhost, resolved once)" 20000 - failfast localhost 9; fn=$fig
 	for v in "by address:$fa" "by name:$fn"; do
 		c=$(awk -v a="${v#*:}" -v s="$sc" 'BEGIN { printf "%.1f", a - s }')
 		echo "  the fail-fast connect() alone, ${v%%:*}: $c (bar <= 300: $(bar "$c" 300 "<="))"

@@ -14,7 +14,6 @@ import errno
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import time

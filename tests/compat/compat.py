@@ -381,15 +381,24 @@ def case_healthy(c, servers, tmp, policy):
     return "ok", f"rc {bare.rc}, same output, x{ratio:.2f} ({tb:.3f}/{tu:.3f} s)"
 
 
-def case_deadline(c, mode, servers, tmp, policy):
+def against(c, servers, tmp, policy, mode, force_open=False):
+    """Run c once under the shim against a fresh faultsrv in mode, in a table
+    of its own (its breaker forced open first when asked). Returns the run,
+    how many connections reached the server, and the destination's entry."""
     srv = Server(mode, tmp)
     table = new_table()
     try:
+        if force_open:
+            ctl(table, "open", srv.dest)
         r = run(c, srv.port, tmp, table, policy, extra=getattr(servers, "ssh_key", None))
-        e = entry(table, srv.dest)
+        return r, srv.accepts(), entry(table, srv.dest)
     finally:
         srv.stop()
         drop(table)
+
+
+def case_deadline(c, mode, servers, tmp, policy):
+    r, _, e = against(c, servers, tmp, policy, mode)
     if r.rc is None:
         return "FAIL", f"escaped: still running after {HARD:.0f} s"
     if r.rc == 0:
@@ -405,17 +414,8 @@ def case_deadline(c, mode, servers, tmp, policy):
 
 
 def case_open(c, servers, tmp, policy):
-    srv = Server("http", tmp)
-    table = new_table()
-    try:
-        ctl(table, "open", srv.dest)
-        # the healthy server's own kind does not matter: nothing may reach it
-        r = run(c, srv.port, tmp, table, policy, extra=getattr(servers, "ssh_key", None))
-        accepts = srv.accepts()
-        e = entry(table, srv.dest)
-    finally:
-        srv.stop()
-        drop(table)
+    # the healthy server's own kind does not matter: nothing may reach it
+    r, accepts, e = against(c, servers, tmp, policy, "http", force_open=True)
     if r.rc is None:
         return "FAIL", f"escaped: still running after {HARD:.0f} s"
     if accepts:

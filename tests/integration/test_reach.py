@@ -1,8 +1,6 @@
 """Programs that used to escape the shim (issue 12): libraries loaded with
 RTLD_DEEPBIND (PHP's extensions), event loops on io_uring (node with
 UV_USE_IO_URING=1), and sockets read through stdio (busybox wget)."""
-import json
-import os
 import shutil
 import subprocess
 
