@@ -36,7 +36,8 @@ SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 
 LIB := $(BUILD)/libnetshim.so
-TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench $(BUILD)/tablebench
+TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench $(BUILD)/tablebench \
+	$(BUILD)/netshim-agent $(BUILD)/fleetbench
 CLIENTS := $(BUILD)/fclient $(BUILD)/tracee $(BUILD)/vforkclose $(BUILD)/mmsg $(BUILD)/hammer \
 	$(BUILD)/fclient-static $(BUILD)/deepbind $(BUILD)/libdeeplib.so $(BUILD)/libdeeplib-now.so $(BUILD)/libdeeplib-addr.so
 
@@ -44,7 +45,7 @@ CLIENTS := $(BUILD)/fclient $(BUILD)/tracee $(BUILD)/vforkclose $(BUILD)/mmsg $(
 
 all: $(LIB) $(TOOLS) $(CLIENTS)
 
-$(BUILD)/%.o: %.c $(wildcard policy/*.h shim/*.h tools/*.h)
+$(BUILD)/%.o: %.c $(wildcard policy/*.h shim/*.h tools/*.h tools/agent/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(FINAL_CFLAGS) -c -o $@ $<
 
@@ -66,6 +67,15 @@ CTL_OBJ := $(BUILD)/tools/shimctl.o $(BUILD)/tools/ctl_common.o $(BUILD)/tools/c
 
 $(BUILD)/shimctl: $(CTL_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
+
+# the fleet agent: the only program that talks to Redis (hiredis)
+AGENT_OBJ := $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/hooks.o $(BUILD)/tools/ctl_common.o
+
+$(BUILD)/netshim-agent: $(BUILD)/tools/agent/agent.o $(AGENT_OBJ) $(POLICY_OBJ)
+	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis
+
+$(BUILD)/fleetbench: $(BUILD)/tools/agent/fleetbench.o $(BUILD)/tools/agent/model.o $(POLICY_OBJ)
+	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis
 
 $(BUILD)/shimrun: $(BUILD)/tools/shimrun.o $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS)

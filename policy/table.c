@@ -135,12 +135,23 @@ static inline int count_attempt(struct ns_slot *s, int enforce, int verdict)
 	return verdict;
 }
 
+/* ns_brk_attempt_quick on the slot, and a closed breaker the fleet holds
+ * open refuses as an open one does. Half-open probing stays local. */
+static inline int slot_attempt_quick(const struct ns_slot *s, uint64_t w, uint64_t now_ms)
+{
+	int v = ns_brk_attempt_quick(w, now_ms);
+
+	if (v == NS_ALLOW && LOAD(&s->fleet_until_ms) > now_ms)
+		return NS_REJECT;
+	return v;
+}
+
 int ns_table_attempt_quick(struct ns_table *t, int idx, int enforce, uint64_t now_ms)
 {
 	struct ns_slot *s = slot_at(t, idx);
 	int v;
 
-	if (!s || (v = ns_brk_attempt_quick(LOAD(&s->word), now_ms)) < 0)
+	if (!s || (v = slot_attempt_quick(s, LOAD(&s->word), now_ms)) < 0)
 		return -1;
 	return count_attempt(s, enforce, v);
 }
@@ -276,7 +287,7 @@ static struct ns_step apply(struct ns_slot *s, int event, const struct ns_window
 	struct ns_step st;
 	struct ns_brk cur;
 
-	if (event == NS_EV_ATTEMPT && (st.verdict = ns_brk_attempt_quick(old, now_ms)) >= 0) {
+	if (event == NS_EV_ATTEMPT && (st.verdict = slot_attempt_quick(s, old, now_ms)) >= 0) {
 		/* the common cases, a connect through a closed breaker and one
 		 * refused by an open one, change nothing: no step, no write (and
 		 * no transition for the caller to read the next state of) */
@@ -399,6 +410,7 @@ void ns_table_reset(struct ns_table *t, int idx)
 	if (!s)
 		return;
 	apply(s, NS_EV_RESET, NULL, 0, &ns_builtin_settings);
+	STORE(&s->fleet_until_ms, 0);
 	window_clear(s);
 	STORE(&s->opened_wall_ms, 0);
 	STORE(&s->half_open_wall_ms, 0);
@@ -413,6 +425,73 @@ void ns_table_force_open(struct ns_table *t, int idx, uint64_t now_ms, uint64_t 
 		return;
 	st = apply(s, NS_EV_FORCE_OPEN, NULL, now_ms, &ns_builtin_settings);
 	note_open(s, &st, now_ms, wall_ms);
+}
+
+void ns_table_fleet_set(struct ns_table *t, int idx, uint64_t until_ms, const char *nodes, uint32_t count)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	uint64_t odd;
+
+	if (!s)
+		return;
+	if (!until_ms) {
+		STORE(&s->fleet_until_ms, 0);
+		return;
+	}
+	/* one writer (the agent); readers copy between two equal even values
+	 * (a writer killed half-way leaves it odd until the next write) */
+	odd = LOAD(&s->fleet_seq) | 1;
+	STORE(&s->fleet_seq, odd);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	if (nodes)
+		strncpy(s->fleet_nodes, nodes, sizeof(s->fleet_nodes) - 1);
+	s->fleet_nodes[sizeof(s->fleet_nodes) - 1] = '\0';
+	STORE(&s->fleet_count, count);
+	STORE(&s->fleet_seq, odd + 1);
+	STORE(&s->fleet_until_ms, until_ms);
+}
+
+int ns_table_state(const struct ns_table *t, int idx, char *key, size_t keylen, struct ns_brk *b,
+		   uint64_t *fleet_until_ms)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	size_t n;
+
+	if (!s || TAG_STATE(LOAD(&s->tag)) != TAG_READY || keylen == 0)
+		return -1;
+	n = strnlen(s->key, sizeof(s->key) - 1);
+	if (n >= keylen)
+		n = keylen - 1;
+	memcpy(key, s->key, n);
+	key[n] = '\0';
+	ns_brk_unpack(LOAD(&s->word), b);
+	*fleet_until_ms = LOAD(&s->fleet_until_ms);
+	return 0;
+}
+
+/* The fleet fields of s for display; the nodes "" when they could not be
+ * read whole (a writer kept changing them). */
+static void fleet_read(const struct ns_slot *s, uint64_t now_ms, struct ns_entry *e)
+{
+	e->fleet_open = LOAD(&s->fleet_until_ms) > now_ms;
+	e->fleet_nodes[0] = '\0';
+	e->fleet_count = 0;
+	if (!e->fleet_open)
+		return;
+	for (int tries = 0; tries < 8; tries++) {
+		uint64_t q = LOAD(&s->fleet_seq);
+
+		if (q & 1)
+			continue;
+		memcpy(e->fleet_nodes, s->fleet_nodes, sizeof(e->fleet_nodes));
+		e->fleet_count = LOAD(&s->fleet_count);
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (LOAD(&s->fleet_seq) == q) {
+			e->fleet_nodes[sizeof(e->fleet_nodes) - 1] = '\0';
+			return;
+		}
+	}
+	e->fleet_nodes[0] = '\0';
 }
 
 int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_entry *e)
@@ -456,6 +535,7 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 	e->timeouts_in_window = w.timeouts;
 	e->p99_in_window_us = w.p99_us;
 	e->slow_calls = LOAD(&s->slow_calls);
+	fleet_read(s, now_ms, e);
 	return 0;
 }
 
@@ -571,6 +651,8 @@ const char *ns_event_name(uint32_t type)
 	case NS_E_CONNECT_FAILED: return "connect_failed";
 	case NS_E_FAULT_SET: return "fault_set";
 	case NS_E_FAULT_CLEARED: return "fault_cleared";
+	case NS_E_FLEET_OPEN: return "fleet_open";
+	case NS_E_FLEET_CLOSED: return "fleet_closed";
 	default: return "unknown";
 	}
 }

@@ -45,8 +45,23 @@ struct ns_table_hdr {
 	uint32_t flt_cap;           /* how many */
 	uint32_t flt_size;          /* bytes per record */
 	uint64_t flt_gen;           /* atomic: bumped by every change of a fault record; 0 = none ever */
-	uint8_t reserved[152];
+	/* the fleet agent's area (netshim-agent; zero = no agent ever ran): one
+	 * writer, the agent; readers bound every field */
+	uint64_t agent_cursor;      /* atomic: 1 + the next event the agent's hooks take; 0 = unset */
+	uint64_t agent_beat_ms;     /* atomic: wall ms of the agent's last pass */
+	uint32_t agent_pid;         /* atomic: the running agent, 0 = none */
+	uint32_t agent_flags;       /* atomic: NS_AGENT_* */
+	uint32_t agent_open;        /* atomic: destinations open here at the last pass */
+	uint32_t agent_dests;       /* atomic: destinations in the table at the last pass */
+	uint64_t agent_polls;       /* atomic: Redis polls made */
+	uint64_t agent_cpu_ns;      /* atomic: the agent's CPU time in those polls */
+	char agent_node[64];        /* the agent's node name (written before agent_pid) */
+	uint8_t reserved[40];
 };
+
+#define NS_AGENT_CONNECTED 1u   /* Redis answers */
+#define NS_AGENT_SUSPECT 2u     /* too many destinations open here: votes withheld */
+#define NS_FLEET_NODES_LEN 256u
 
 /* A latency histogram: fixed buckets (upper bounds in ns_hist_bounds_us),
  * atomic counts, the last bucket unbounded. */
@@ -85,13 +100,21 @@ struct ns_slot {
 	uint64_t slow_calls;        /* atomic */
 	uint64_t lat_gen[2];        /* atomic: the window number each latency generation holds */
 	uint32_t lat[2][NS_HIST_BUCKETS]; /* atomic: first-byte times of the window's exchanges */
-	uint8_t reserved2[584];
+	/* the fleet (netshim-agent): while fleet_until_ms is ahead of the
+	 * clock a connect through a closed breaker fails fast as if open.
+	 * The agent renews it every pass, so a dead agent's hold lapses. */
+	uint64_t fleet_until_ms;    /* atomic: CLOCK_MONOTONIC ms; 0 = not held open by the fleet */
+	uint64_t fleet_seq;         /* atomic: sequence lock of fleet_nodes, odd while written */
+	uint32_t fleet_count;       /* nodes that report it open */
+	uint32_t pad2;
+	char fleet_nodes[NS_FLEET_NODES_LEN]; /* their names, comma-separated */
+	uint8_t reserved2[304];
 };
 
 enum ns_event_type {
 	NS_E_OPENED = 1, NS_E_HALF_OPEN, NS_E_CLOSED, NS_E_REOPENED, NS_E_RESET, NS_E_FORCED_OPEN,
 	NS_E_TABLE_FULL, NS_E_POLICY_RELOADED, NS_E_POLICY_REJECTED, NS_E_CONNECT_FAILED,
-	NS_E_FAULT_SET, NS_E_FAULT_CLEARED,
+	NS_E_FAULT_SET, NS_E_FAULT_CLEARED, NS_E_FLEET_OPEN, NS_E_FLEET_CLOSED,
 };
 
 /* A runtime fault (shimctl inject), in the table for every process to
@@ -164,6 +187,9 @@ struct ns_entry {
 	uint32_t last_status;
 	uint64_t opened_wall_ms, half_open_wall_ms;
 	struct ns_hist connect_hist, first_byte_hist;
+	int fleet_open;             /* the fleet holds it open now */
+	uint32_t fleet_count;
+	char fleet_nodes[NS_FLEET_NODES_LEN];
 };
 
 enum { NS_TBL_OK = 0, NS_TBL_MISSING = 1, NS_TBL_BAD = 2 };
@@ -225,7 +251,16 @@ void ns_table_outcome_at(struct ns_table *t, int idx, int outcome, int err, uint
 
 void ns_table_add_retry(struct ns_table *t, int idx);
 
-/* Operator actions. */
+/* The fleet (netshim-agent): hold slot idx open until until_ms
+ * (CLOCK_MONOTONIC) for the nodes named, or release it (until_ms 0). */
+void ns_table_fleet_set(struct ns_table *t, int idx, uint64_t until_ms, const char *nodes, uint32_t count);
+
+/* The key, breaker and fleet hold of slot idx, cheaply (no window count):
+ * 0, or -1 when the slot is not ready. For the agent's pass over the table. */
+int ns_table_state(const struct ns_table *t, int idx, char *key, size_t keylen, struct ns_brk *b,
+		   uint64_t *fleet_until_ms);
+
+/* Operator actions. A reset also releases a fleet hold. */
 void ns_table_reset(struct ns_table *t, int idx);
 void ns_table_force_open(struct ns_table *t, int idx, uint64_t now_ms, uint64_t wall_ms);
 

@@ -124,3 +124,42 @@ void ctl_note_action(struct ns_table *t, int type, const char *key, const char *
 	ns_table_event(t, &ev, ctl_wall_ms());
 }
 
+
+void ctl_event_json(FILE *f, const struct ns_evrec *ev, const char *node)
+{
+	char ts[40];
+	const char *en = ctl_errname(ev->err);
+
+	ctl_rfc3339(ev->wall_ms, ts, sizeof(ts));
+	fprintf(f, "{\"seq\": %llu, \"time\": \"%s\", \"event\": \"%s\", \"destination\": ",
+		(unsigned long long)ev->seq, ts, ns_event_name(ev->type));
+	if (ev->dest[0])
+		ctl_json_string(f, ev->dest);
+	else
+		fprintf(f, "null");
+	fprintf(f, ", \"rule\": ");
+	if (ev->type == NS_E_OPENED || ev->type == NS_E_REOPENED)
+		fprintf(f, "\"%s\"", ns_rule_name((int)ev->rule));
+	else
+		fprintf(f, "null");
+	fprintf(f, ", \"failures_in_window\": %u, \"consecutive_failures\": %u, \"error\": ",
+		ev->failures_in_window, ev->consecutive);
+	if (en)
+		fprintf(f, "\"%s\"", en);
+	else
+		fprintf(f, "null");
+	fprintf(f, ", \"pid\": %u, \"program\": ", ev->pid);
+	ctl_json_string(f, ev->program);
+	fprintf(f, ", \"detail\": ");
+	ctl_json_string(f, ev->detail);
+	if (node) {
+		fprintf(f, ", \"node\": ");
+		ctl_json_string(f, node);
+	}
+	fprintf(f, ", \"frames\": [");
+	for (uint32_t i = 0; i < ev->nframes; i++) {
+		fprintf(f, "%s", i ? ", " : "");
+		ctl_json_string(f, ev->frames[i]);
+	}
+	fprintf(f, "]}\n");
+}

@@ -98,15 +98,76 @@ static int shows_half_open(const struct ns_entry *e)
 	return e->brk.state == NS_OPEN || e->brk.state == NS_HALF_OPEN;
 }
 
+/* The nodes that report e open (the fleet), comma-separated in the
+ * slot, as JSON strings. */
+static void print_fleet_nodes(const struct ns_entry *e)
+{
+	char one[NS_FLEET_NODES_LEN];
+	const char *p = e->fleet_nodes;
+	int first = 1;
+
+	while (e->fleet_open && *p) {
+		size_t n = strcspn(p, ",");
+
+		snprintf(one, sizeof(one), "%.*s", (int)n, p);
+		printf("%s", first ? "" : ", ");
+		ctl_json_string(stdout, one);
+		first = 0;
+		p += n + (p[n] == ',');
+	}
+}
+
+/* The agent beside this table (netshim-agent), if one runs. */
+struct agent_view {
+	int present;
+	uint32_t pid, flags, open, dests;
+	uint64_t beat_ms, polls, cpu_ns;
+	char node[64];
+};
+
+static void agent_read(const struct ns_table *t, struct agent_view *a)
+{
+	const struct ns_table_hdr *h = t->hdr;
+
+	memset(a, 0, sizeof(*a));
+	a->pid = __atomic_load_n(&h->agent_pid, __ATOMIC_ACQUIRE);
+	if (!a->pid)
+		return;
+	a->present = 1;
+	a->flags = __atomic_load_n(&h->agent_flags, __ATOMIC_RELAXED);
+	a->open = __atomic_load_n(&h->agent_open, __ATOMIC_RELAXED);
+	a->dests = __atomic_load_n(&h->agent_dests, __ATOMIC_RELAXED);
+	a->beat_ms = __atomic_load_n(&h->agent_beat_ms, __ATOMIC_RELAXED);
+	a->polls = __atomic_load_n(&h->agent_polls, __ATOMIC_RELAXED);
+	a->cpu_ns = __atomic_load_n(&h->agent_cpu_ns, __ATOMIC_RELAXED);
+	memcpy(a->node, h->agent_node, sizeof(a->node));
+	a->node[sizeof(a->node) - 1] = '\0';
+}
+
 static void print_json(const char *name, const struct ns_table *t, struct row *rows, int n)
 {
+	struct agent_view a;
 	char ts[40];
 
 	printf("{\"table\": ");
 	ctl_json_string(stdout, name);
-	printf(", \"capacity\": %u, \"used\": %llu, \"turned_away\": %llu, \"entries\": [",
+	printf(", \"capacity\": %u, \"used\": %llu, \"turned_away\": %llu, \"agent\": ",
 	       t->nslots, (unsigned long long)__atomic_load_n(&t->hdr->used, __ATOMIC_RELAXED),
 	       (unsigned long long)__atomic_load_n(&t->hdr->full_count, __ATOMIC_RELAXED));
+	agent_read(t, &a);
+	if (a.present) {
+		ctl_rfc3339(a.beat_ms, ts, sizeof(ts));
+		printf("{\"node\": ");
+		ctl_json_string(stdout, a.node);
+		printf(", \"pid\": %u, \"redis_connected\": %s, \"suspect\": %s, \"open\": %u, "
+		       "\"destinations\": %u, \"last_pass\": \"%s\", \"polls\": %llu}",
+		       a.pid, a.flags & NS_AGENT_CONNECTED ? "true" : "false",
+		       a.flags & NS_AGENT_SUSPECT ? "true" : "false", a.open, a.dests, ts,
+		       (unsigned long long)a.polls);
+	} else {
+		printf("null");
+	}
+	printf(", \"entries\": [");
 	for (int i = 0; i < n; i++) {
 		const struct ns_entry *e = &rows[i].e;
 		const char *en = ctl_errname(e->last_error);
@@ -157,7 +218,9 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 		pct_json("connect_ms_p99", &e->connect_hist, 99);
 		pct_json("first_byte_ms_p50", &e->first_byte_hist, 50);
 		pct_json("first_byte_ms_p99", &e->first_byte_hist, 99);
-		printf("}");
+		printf(", \"fleet_open_nodes\": [");
+		print_fleet_nodes(e);
+		printf("]}");
 	}
 	printf("%s]}\n", n ? "\n" : "");
 }
@@ -176,8 +239,9 @@ static void print_text(const struct ns_table *t, struct row *rows, int n, int co
 {
 	static const char *const hdr[] = { "DESTINATION", "STATE", "WIN_FAIL", "CONSEC", "CALLS", "OK",
 		"FAIL", "TIMEOUT", "REJECTED", "RETRIES", "CONN_P50", "CONN_P99", "FB_P50", "FB_P99",
-		"LAST_ERROR", "OPENED_AT", "HALF_OPEN_AT" };
-	enum { NC = 17 };
+		"LAST_ERROR", "OPENED_AT", "HALF_OPEN_AT", "FLEET" };
+	enum { NC = 18 };
+	struct agent_view a;
 	char (*cells)[NC][NS_KEY_MAX * 4] = calloc((size_t)n + 1, sizeof(*cells));
 	int w[NC] = { 0 };
 	uint64_t full = __atomic_load_n(&t->hdr->full_count, __ATOMIC_RELAXED);
@@ -216,6 +280,11 @@ static void print_text(const struct ns_table *t, struct row *rows, int n, int co
 			ctl_rfc3339(e->half_open_wall_ms, r[16], sizeof(r[16]));
 		else
 			snprintf(r[16], sizeof(r[16]), "-");
+		/* the nodes reporting it open, as the agent last wrote them */
+		if (e->fleet_open)
+			ctl_escape_text(e->fleet_nodes[0] ? e->fleet_nodes : "?", r[17], sizeof(r[17]));
+		else
+			snprintf(r[17], sizeof(r[17]), "-");
 	}
 	for (int i = 0; i <= n; i++)
 		for (int c = 0; c < NC; c++) {
@@ -227,7 +296,8 @@ static void print_text(const struct ns_table *t, struct row *rows, int n, int co
 	for (int i = 0; i <= n; i++) {
 		for (int c = 0; c < NC; c++) {
 			if (c == 1 && color && i > 0)
-				printf("%s%-*s\033[0m", state_color(rows[i - 1].e.brk.state), w[c], cells[i][c]);
+				printf("%s%-*s\033[0m", rows[i - 1].e.fleet_open && rows[i - 1].e.brk.state == NS_CLOSED ?
+				       "\033[1;31m" : state_color(rows[i - 1].e.brk.state), w[c], cells[i][c]);
 			else if (c == 0 || c == 1 || c >= 14)
 				printf("%-*s", c == NC - 1 ? 0 : w[c], cells[i][c]);
 			else
@@ -243,6 +313,17 @@ static void print_text(const struct ns_table *t, struct row *rows, int n, int co
 	if (full)
 		printf("table full: %llu connects to new destinations passed through uncounted (capacity %u)\n",
 		       (unsigned long long)full, t->nslots);
+	agent_read(t, &a);
+	if (a.present) {
+		char node[64 * 4];
+
+		ctl_escape_text(a.node, node, sizeof(node));
+		printf("fleet: node %s, agent pid %u, redis %s\n", node, a.pid,
+		       a.flags & NS_AGENT_CONNECTED ? "connected" : "unreachable (local breakers only)");
+		if (a.flags & NS_AGENT_SUSPECT)
+			printf("fleet: this node is suspect (%u of %u destinations open at once): its votes are withheld\n",
+			       a.open, a.dests);
+	}
 	free(cells);
 }
 
@@ -252,7 +333,7 @@ static int rank(const struct row *r)
 	case NS_FORCED_OPEN: return 0;
 	case NS_OPEN: return 1;
 	case NS_HALF_OPEN: return 2;
-	default: return 3;
+	default: return r->e.fleet_open ? 3 : 4;
 	}
 }
 
@@ -278,7 +359,9 @@ static struct row *load_rows(const struct ns_table *t, int only, int *n)
 		if (only >= 0 && (int)i != only)
 			continue;
 		if (ns_table_read(t, (int)i, now, &rows[*n].e) == 0) {
-			rows[*n].state = ns_state_name(rows[*n].e.brk.state);
+			/* closed here, held open by the fleet: fleet_open */
+			rows[*n].state = rows[*n].e.brk.state == NS_CLOSED && rows[*n].e.fleet_open ? "fleet_open" :
+				ns_state_name(rows[*n].e.brk.state);
 			(*n)++;
 		}
 	}
@@ -388,33 +471,7 @@ static void print_event(const struct ns_evrec *ev, int json)
 
 	ctl_rfc3339(ev->wall_ms, ts, sizeof(ts));
 	if (json) {
-		printf("{\"seq\": %llu, \"time\": \"%s\", \"event\": \"%s\", \"destination\": ",
-		       (unsigned long long)ev->seq, ts, ns_event_name(ev->type));
-		if (ev->dest[0])
-			ctl_json_string(stdout, ev->dest);
-		else
-			printf("null");
-		printf(", \"rule\": ");
-		if (ev->type == NS_E_OPENED || ev->type == NS_E_REOPENED)
-			printf("\"%s\"", ns_rule_name((int)ev->rule));
-		else
-			printf("null");
-		printf(", \"failures_in_window\": %u, \"consecutive_failures\": %u, \"error\": ",
-		       ev->failures_in_window, ev->consecutive);
-		if (en)
-			printf("\"%s\"", en);
-		else
-			printf("null");
-		printf(", \"pid\": %u, \"program\": ", ev->pid);
-		ctl_json_string(stdout, ev->program);
-		printf(", \"detail\": ");
-		ctl_json_string(stdout, ev->detail);
-		printf(", \"frames\": [");
-		for (uint32_t i = 0; i < ev->nframes; i++) {
-			printf("%s", i ? ", " : "");
-			ctl_json_string(stdout, ev->frames[i]);
-		}
-		printf("]}\n");
+		ctl_event_json(stdout, ev, NULL);
 	} else {
 		ctl_escape_text(ev->dest[0] ? ev->dest : "-", esc, sizeof(esc));
 		printf("%-6llu %s  %-16s %-24s", (unsigned long long)ev->seq, ts, ns_event_name(ev->type), esc);
@@ -596,12 +653,13 @@ static int cmd_metrics(const char *name)
 	prom_counter("netshim_rejected_total", "Connects refused at once by an open breaker.", "counter", rows, n, OFFE(rejected), 0);
 	prom_counter("netshim_retries_total", "Connect retries made by the policy.", "counter", rows, n, OFFE(retries), 0);
 	prom_counter("netshim_failures_in_window", "Failures in the sliding window.", "gauge", rows, n, OFFE(failures_in_window), 1);
-	printf("# HELP netshim_breaker_state Breaker state: 0 closed, 1 open, 2 half_open, 3 forced_open.\n"
+	printf("# HELP netshim_breaker_state Breaker state: 0 closed, 1 open, 2 half_open, 3 forced_open, 4 fleet_open.\n"
 	       "# TYPE netshim_breaker_state gauge\n");
 	for (int i = 0; i < n; i++) {
 		char v[8];
 
-		snprintf(v, sizeof(v), "%u", rows[i].e.brk.state);
+		snprintf(v, sizeof(v), "%u", rows[i].e.brk.state == NS_CLOSED && rows[i].e.fleet_open ? 4u :
+			 rows[i].e.brk.state);
 		prom_series("netshim_breaker_state", rows[i].e.key, NULL, v);
 	}
 	prom_hist("netshim_connect_seconds", "Time from connect() to connected.", rows, n, 0);

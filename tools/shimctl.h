@@ -27,6 +27,10 @@ void ctl_close_table(struct ns_table *t);
 /* Write an operator's action (reset, forced open, fault set...) to the ring. */
 void ctl_note_action(struct ns_table *t, int type, const char *key, const char *detail);
 
+/* One event as a JSON object on one line (shimctl events --json, the
+ * agent's hooks); node: the node's name, NULL to leave the field out. */
+void ctl_event_json(FILE *f, const struct ns_evrec *ev, const char *node);
+
 /* ctl_faults.c */
 int ctl_cmd_inject(const char *name, int argc, char **argv, const char *for_text, int clear, int all);
 int ctl_cmd_faults(const char *name, const char *policy, int json);

@@ -1,0 +1,705 @@
+/* agent.c -- netshim-agent: one per machine, beside the breaker table.
+ *
+ * Each pass (every --poll-ms) it reads the table (which destinations are
+ * open here, from their own failures), publishes this node's votes, polls
+ * the fleet's changes, and writes the fleet's verdict into the table: a
+ * destination that at least --quorum nodes report open is held open here
+ * (fleet_open) until fewer do. Operator resets and forced opens read from
+ * the event ring are published as fleet commands and applied on every node.
+ * Programs never wait on any of it: the library only reads the table.
+ * Redis unreachable: every fleet hold is released (local breakers alone,
+ * as without the agent) and the agent reconnects with backoff; the next
+ * pass after it is back republishes this node's state. */
+#include <err.h>
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <uthash.h>
+
+#include "../shimctl.h"
+#include "agent.h"
+
+#define CONNECT_TIMEOUT_MS 1000     /* no wait on Redis is longer */
+#define BACKOFF_MIN_MS 200
+#define BACKOFF_MAX_MS 5000
+#define TICK_MS 50                  /* events and hooks are looked at this often */
+#define MAX_OPS 4096                /* operator commands waiting for Redis */
+
+struct dst {
+	char key[NS_KEY_MAX];
+	struct fl_vote *votes;      /* as Redis last said, plus our own writes */
+	int nvotes;
+	uint64_t cmd_seq;           /* the last operator command seen */
+	int slot;                   /* in the table, -1 = none yet */
+	int dirty;                  /* votes changed: count them again */
+	uint64_t next_exp;          /* the earliest live vote's expiry (Redis ms), 0 = none */
+	int held;                   /* the fleet holds it open here */
+	uint64_t want_t;            /* this pass: the local open's due time (0 = not open here) */
+	int tripped;                /* this pass: open or half-open here by its own failures */
+	uint64_t my_t;              /* the local open our vote in Redis stands for */
+	char rule[AG_RULE_MAX];     /* the rule of the last local open */
+	UT_hash_handle hh;
+};
+
+struct op {
+	int op;
+	char key[NS_KEY_MAX];
+};
+
+static struct {
+	/* options */
+	struct fl_url url;
+	const char *url_text;
+	char node[AG_NAME_MAX];
+	char fleet[AG_NAME_MAX];
+	int quorum;
+	int share;                  /* percent */
+	int suspect_min;
+	int poll_ms;
+	const char *on_event;
+	int hook_timeout_ms;
+	/* state */
+	struct ns_table t;
+	struct fl_conn c;
+	int connected;
+	int synced;                 /* a poll has succeeded since the agent started */
+	uint64_t since;             /* poll for changes after this seq */
+	uint64_t high;              /* the last change this agent has seen */
+	uint64_t redis_now;
+	uint64_t backoff_ms, next_try;
+	struct dst *dests;
+	struct op ops[MAX_OPS];
+	int nops;
+	uint64_t pub_next;          /* the next event to look at for operator actions */
+	int suspect;
+	uint32_t n_open, n_total;
+	struct hooks *hooks;
+	uint64_t rng;
+} A;
+
+static volatile sig_atomic_t stopping;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stopping = 1;
+}
+
+void ag_log(const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "netshim-agent: %s\n", buf);
+}
+
+static uint64_t clock_ms(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+uint64_t ag_mono_ms(void)
+{
+	return clock_ms(CLOCK_MONOTONIC);
+}
+
+uint64_t ag_wall_ms(void)
+{
+	return clock_ms(CLOCK_REALTIME);
+}
+
+static uint64_t cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/**** the local table ****/
+
+static struct dst *dst_get(const char *key, int create)
+{
+	struct dst *d;
+
+	HASH_FIND_STR(A.dests, key, d);
+	if (d || !create)
+		return d;
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		ag_log("out of memory; %s is not followed", key);
+		return NULL;
+	}
+	snprintf(d->key, sizeof(d->key), "%s", key);
+	d->slot = -1;
+	HASH_ADD_STR(A.dests, key, d);
+	return d;
+}
+
+static int dst_slot(struct dst *d, int create)
+{
+	if (d->slot < 0)
+		d->slot = ns_table_find(&A.t, d->key, create, ag_mono_ms());
+	return d->slot;
+}
+
+/* An event the agent writes (the fleet's doing), for the ring, the hooks
+ * and shimctl events. */
+static void note(int type, const char *key, const char *detail)
+{
+	struct ns_evrec ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = (uint32_t)type;
+	ev.pid = (uint32_t)getpid();
+	snprintf(ev.dest, sizeof(ev.dest), "%s", key);
+	snprintf(ev.program, sizeof(ev.program), "netshim-agent");
+	snprintf(ev.detail, sizeof(ev.detail), "%s", detail);
+	ns_table_event(&A.t, &ev, ag_wall_ms());
+}
+
+static void queue_op(int op, const char *key)
+{
+	if (A.nops == MAX_OPS) {
+		ag_log("%d operator commands wait for Redis; %s for %s is dropped", MAX_OPS, fl_op_name(op), key);
+		return;
+	}
+	A.ops[A.nops].op = op;
+	snprintf(A.ops[A.nops].key, sizeof(A.ops[A.nops].key), "%s", key);
+	A.nops++;
+}
+
+/* New events: an operator's reset or forced open (not the agent's own
+ * applying of the fleet's) becomes a fleet command; an open notes its rule. */
+static void read_events(void)
+{
+	uint64_t head = ns_table_event_head(&A.t);
+	struct ns_evrec ev;
+
+	if (head > A.t.ev_cap && A.pub_next < head - A.t.ev_cap)
+		A.pub_next = head - A.t.ev_cap;
+	for (; A.pub_next < head; A.pub_next++) {
+		if (ns_table_event_read(&A.t, A.pub_next, &ev) < 0) {
+			if (A.pub_next + 1 == head)
+				break;   /* being written: next tick */
+			continue;
+		}
+		if (ev.pid == (uint32_t)getpid())
+			continue;
+		if (ev.type == NS_E_RESET || ev.type == NS_E_FORCED_OPEN) {
+			queue_op(ev.type == NS_E_RESET ? FL_RESET : FL_FORCE, ev.dest);
+		} else if (ev.type == NS_E_OPENED || ev.type == NS_E_REOPENED) {
+			struct dst *d = dst_get(ev.dest, 1);
+
+			if (d)
+				snprintf(d->rule, sizeof(d->rule), "%s", ns_rule_name((int)ev.rule));
+		}
+	}
+}
+
+/* What is open here by its own failures: a vote wanted for each
+ * destination open and not yet due for a probe; and whether so much is open
+ * that this node's network is the likelier culprit. */
+static void scan_table(uint64_t now)
+{
+	char key[NS_KEY_MAX];
+	struct dst *d, *tmp;
+	uint32_t open = 0, total = 0;
+	int suspect;
+
+	HASH_ITER(hh, A.dests, d, tmp) {
+		d->want_t = 0;
+		d->tripped = 0;
+	}
+	for (uint32_t i = 0; i < A.t.nslots; i++) {
+		struct ns_brk b;
+		uint64_t until;
+
+		if (ns_table_state(&A.t, (int)i, key, sizeof(key), &b, &until) < 0)
+			continue;
+		total++;
+		if ((b.state == NS_OPEN || b.state == NS_HALF_OPEN) && !b.manual) {
+			open++;
+			HASH_FIND_STR(A.dests, key, d);
+			if (b.state == NS_OPEN && b.t_ms > now && !d)
+				d = dst_get(key, 1);
+			if (d) {
+				d->slot = (int)i;
+				d->tripped = 1;
+				d->want_t = b.state == NS_OPEN && b.t_ms > now ? b.t_ms : 0;
+			}
+		}
+	}
+	suspect = open >= (uint32_t)A.suspect_min && (uint64_t)open * 100 >= (uint64_t)A.share * total;
+	if (suspect != A.suspect)
+		ag_log(suspect ? "node %s is suspect: %u of %u destinations open at once (its own network is the likelier "
+			 "fault); its votes are withheld" : "node %s is no longer suspect (%u of %u destinations open); "
+			 "its votes count again", A.node, open, total);
+	A.suspect = suspect;
+	A.n_open = open;
+	A.n_total = total;
+}
+
+/**** the fleet ****/
+
+static int has_vote(const struct dst *d, const char *node)
+{
+	for (int i = 0; i < d->nvotes; i++)
+		if (strcmp(d->votes[i].node, node) == 0)
+			return i;
+	return -1;
+}
+
+static void set_votes(struct dst *d, const struct fl_vote *v, int n)
+{
+	struct fl_vote *nv = n ? malloc((size_t)n * sizeof(*nv)) : NULL;
+
+	if (n && !nv) {
+		ag_log("out of memory; the votes for %s are not kept", d->key);
+		n = 0;
+	}
+	if (n)
+		memcpy(nv, v, (size_t)n * sizeof(*nv));
+	free(d->votes);
+	d->votes = nv;
+	d->nvotes = n;
+	d->dirty = 1;
+}
+
+/* Our own vote, as the script wrote it (near enough until the next poll
+ * reads it back). */
+static void own_vote(struct dst *d, uint64_t exp, int present)
+{
+	int i = has_vote(d, A.node);
+	struct fl_vote *nv;
+
+	if (!present) {
+		if (i >= 0)
+			d->votes[i] = d->votes[--d->nvotes];
+		d->dirty = 1;
+		return;
+	}
+	if (i < 0) {
+		nv = realloc(d->votes, (size_t)(d->nvotes + 1) * sizeof(*nv));
+		if (!nv)
+			return;
+		d->votes = nv;
+		i = d->nvotes++;
+	}
+	snprintf(d->votes[i].node, sizeof(d->votes[i].node), "%s", A.node);
+	snprintf(d->votes[i].rule, sizeof(d->votes[i].rule), "%s", d->rule);
+	d->votes[i].exp_ms = exp;
+	d->dirty = 1;
+}
+
+static void apply_command(struct dst *d, int op, const char *by)
+{
+	char detail[96];
+	int slot;
+
+	snprintf(detail, sizeof(detail), "fleet: %s on node %s", op == FL_RESET ? "reset" : "forced open", by);
+	if (op == FL_RESET) {
+		slot = dst_slot(d, 0);
+		if (slot >= 0)
+			ns_table_reset(&A.t, slot);
+		d->held = 0;
+		d->my_t = 0;
+		note(NS_E_RESET, d->key, detail);
+		ag_log("%s: reset by an operator on node %s: closed here", d->key, by);
+	} else {
+		slot = dst_slot(d, 1);
+		if (slot < 0) {
+			ag_log("%s: forced open on node %s, but the table has no room for it here", d->key, by);
+			return;
+		}
+		ns_table_force_open(&A.t, slot, ag_mono_ms(), ag_wall_ms());
+		note(NS_E_FORCED_OPEN, d->key, detail);
+		ag_log("%s: forced open by an operator on node %s: forced open here", d->key, by);
+	}
+}
+
+/* A destination whose votes or command changed, from a poll. */
+static void on_dest(void *arg, const struct fl_dest *in)
+{
+	uint64_t high_before = *(uint64_t *)arg;
+	struct dst *d = dst_get(in->dest, 1);
+
+	if (!d)
+		return;
+	set_votes(d, in->votes, in->nvotes);
+	if (in->cmd_seq && in->cmd_seq > d->cmd_seq) {
+		d->cmd_seq = in->cmd_seq;
+		if (strcmp(in->cmd_node, A.node) == 0)
+			return;   /* made here: the operator already did it to this table */
+		if (A.synced && in->cmd_seq > high_before) {
+			apply_command(d, in->cmd_op, in->cmd_node);
+		} else if (!A.synced && in->cmd_op == FL_FORCE) {
+			/* joining: a forced open stands until a reset, so it holds here too */
+			struct ns_brk b;
+			char key[NS_KEY_MAX];
+			uint64_t until;
+			int slot = dst_slot(d, 1);
+
+			if (slot >= 0 && ns_table_state(&A.t, slot, key, sizeof(key), &b, &until) == 0 &&
+			    b.state != NS_FORCED_OPEN)
+				apply_command(d, FL_FORCE, in->cmd_node);
+		}
+	}
+}
+
+static void release(struct dst *d, const char *why)
+{
+	int slot = dst_slot(d, 0);
+	char detail[96];
+
+	if (slot >= 0)
+		ns_table_fleet_set(&A.t, slot, 0, NULL, 0);
+	d->held = 0;
+	snprintf(detail, sizeof(detail), "%s", why);
+	note(NS_E_FLEET_CLOSED, d->key, detail);
+	ag_log("%s: fleet hold released (%s)", d->key, why);
+}
+
+/* Count the live votes of every destination that changed or whose
+ * earliest vote ran out, and hold open here what a quorum reports open. */
+static void apply_fleet(uint64_t now)
+{
+	uint64_t lease = 3 * (uint64_t)A.poll_ms + 1000;
+	struct dst *d, *tmp;
+
+	HASH_ITER(hh, A.dests, d, tmp) {
+		char nodes[NS_FLEET_NODES_LEN];
+		size_t o = 0;
+		uint32_t live = 0;
+		int slot;
+
+		if (!d->dirty && !d->held && !(d->next_exp && d->next_exp <= A.redis_now))
+			continue;
+		d->next_exp = 0;
+		nodes[0] = '\0';
+		for (int i = 0; i < d->nvotes; i++) {
+			if (d->votes[i].exp_ms <= A.redis_now)
+				continue;
+			live++;
+			if (!d->next_exp || d->votes[i].exp_ms < d->next_exp)
+				d->next_exp = d->votes[i].exp_ms;
+			if (o + strlen(d->votes[i].node) + 2 < sizeof(nodes))
+				o += (size_t)snprintf(nodes + o, sizeof(nodes) - o, "%s%s", o ? "," : "",
+						      d->votes[i].node);
+		}
+		d->dirty = 0;
+		if (live >= (uint32_t)A.quorum) {
+			if ((slot = dst_slot(d, 1)) < 0) {
+				ag_log("%s: the fleet reports it open, but the table has no room for it here", d->key);
+				continue;
+			}
+			ns_table_fleet_set(&A.t, slot, now + lease, nodes, live);
+			if (!d->held) {
+				char detail[96];
+
+				snprintf(detail, sizeof(detail), "%u nodes: %s", live, nodes);
+				note(NS_E_FLEET_OPEN, d->key, detail);
+				ag_log("%s: fleet open (%u nodes report it open: %s; quorum %d)", d->key, live, nodes,
+				       A.quorum);
+			}
+			d->held = 1;
+		} else if (d->held) {
+			char why[96];
+
+			snprintf(why, sizeof(why), "%u node%s it open, quorum %d", live, live == 1 ? " reports" : "s report",
+				 A.quorum);
+			release(d, why);
+		}
+	}
+}
+
+static void release_all(const char *why)
+{
+	struct dst *d, *tmp;
+
+	HASH_ITER(hh, A.dests, d, tmp)
+		if (d->held)
+			release(d, why);
+}
+
+/* Publish what changed here: our votes (a new open, a renewal after a
+ * failed probe, a withdrawal when it closed or while suspect). A vote whose
+ * open period ran out while the breaker waits for its probe is left to
+ * expire in Redis by itself: no command for it. */
+static int reconcile(uint64_t now, char *err, size_t len)
+{
+	struct dst *d, *tmp;
+	int rc;
+
+	HASH_ITER(hh, A.dests, d, tmp) {
+		int want = !A.suspect && d->want_t > now, mine = has_vote(d, A.node) >= 0;
+
+		if (want && (!mine || d->my_t != d->want_t)) {
+			uint64_t ttl = d->want_t - now;
+
+			if ((rc = fl_change(&A.c, FL_VOTE, d->key, A.node, ttl, d->rule, err, len)) != FL_OK)
+				return rc;
+			if (!d->my_t)
+				ag_log("%s: open here%s%s; vote published (expires in %llu ms)", d->key,
+				       d->rule[0] ? ", rule " : "", d->rule, (unsigned long long)ttl);
+			d->my_t = d->want_t;
+			own_vote(d, A.redis_now + ttl, 1);
+		} else if (!want && mine && (A.suspect || !d->tripped)) {
+			if ((rc = fl_change(&A.c, FL_UNVOTE, d->key, A.node, 0, NULL, err, len)) != FL_OK)
+				return rc;
+			ag_log("%s: vote withdrawn (%s)", d->key, A.suspect ? "node suspect" : "no longer open here");
+			d->my_t = 0;
+			own_vote(d, 0, 0);
+		}
+	}
+	return FL_OK;
+}
+
+static int publish_ops(char *err, size_t len)
+{
+	while (A.nops) {
+		struct op *o = &A.ops[0];
+		int rc = fl_change(&A.c, o->op, o->key, A.node, 0, NULL, err, len);
+
+		if (rc == FL_DOWN)
+			return rc;
+		if (rc == FL_OK)
+			ag_log("%s: %s here by an operator: sent to the fleet", o->key,
+			       o->op == FL_RESET ? "reset" : "forced open");
+		else
+			ag_log("%s: %s not accepted by Redis: %s", o->key, fl_op_name(o->op), err);
+		memmove(&A.ops[0], &A.ops[1], (size_t)(--A.nops) * sizeof(A.ops[0]));
+	}
+	return FL_OK;
+}
+
+static void lost(const char *why)
+{
+	struct dst *d, *tmp;
+
+	ag_log("redis %s:%d lost (%s): local breakers only; retrying", A.url.host, A.url.port, why);
+	fl_close(&A.c);
+	A.connected = 0;
+	release_all("redis unreachable");
+	/* what Redis holds is unknown until the next full poll */
+	HASH_ITER(hh, A.dests, d, tmp) {
+		set_votes(d, NULL, 0);
+		d->my_t = 0;
+	}
+	A.backoff_ms = BACKOFF_MIN_MS;
+	A.next_try = ag_mono_ms() + A.backoff_ms;
+}
+
+static int try_connect(char *err, size_t len)
+{
+	uint64_t seq = 0;
+	int rc = fl_connect(&A.c, &A.url, A.fleet, CONNECT_TIMEOUT_MS, err, len);
+
+	if (rc == FL_OK && (rc = fl_seq(&A.c, &seq, err, len)) != FL_OK)
+		fl_close(&A.c);
+	if (rc != FL_OK)
+		return rc;
+	if (seq < A.high)
+		A.high = 0;   /* Redis lost the fleet's data: all it holds now is new */
+	A.since = 0;
+	A.connected = 1;
+	return FL_OK;
+}
+
+static void pass(uint64_t now)
+{
+	char err[256];
+	uint64_t c0 = cpu_ns(), high_before = A.high, high;
+	int rc = FL_OK;
+
+	scan_table(now);
+	if (!A.connected && now >= A.next_try) {
+		if (try_connect(err, sizeof(err)) == FL_OK) {
+			ag_log("redis %s:%d connected again: republishing this node's state", A.url.host, A.url.port);
+		} else {
+			uint64_t jitter;
+
+			A.backoff_ms = A.backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : A.backoff_ms * 2;
+			A.rng ^= A.rng << 13;
+			A.rng ^= A.rng >> 7;
+			A.rng ^= A.rng << 17;
+			jitter = A.rng % (A.backoff_ms / 2 + 1);
+			A.next_try = now + A.backoff_ms / 2 + jitter;
+		}
+	}
+	if (A.connected) {
+		if ((rc = publish_ops(err, sizeof(err))) == FL_OK &&
+		    (rc = fl_poll(&A.c, A.since, on_dest, &high_before, &A.redis_now, &high, err, sizeof(err))) == FL_OK) {
+			A.since = high;
+			if (high > A.high)
+				A.high = high;
+			A.synced = 1;
+			rc = reconcile(now, err, sizeof(err));
+		}
+		if (rc == FL_OK)
+			apply_fleet(now);
+		else
+			lost(err);
+		__atomic_fetch_add(&A.t.hdr->agent_polls, 1, __ATOMIC_RELAXED);
+	}
+	__atomic_store_n(&A.t.hdr->agent_open, A.n_open, __ATOMIC_RELAXED);
+	__atomic_store_n(&A.t.hdr->agent_dests, A.n_total, __ATOMIC_RELAXED);
+	__atomic_store_n(&A.t.hdr->agent_flags, (A.connected ? NS_AGENT_CONNECTED : 0) |
+			 (A.suspect ? NS_AGENT_SUSPECT : 0), __ATOMIC_RELAXED);
+	__atomic_store_n(&A.t.hdr->agent_beat_ms, ag_wall_ms(), __ATOMIC_RELAXED);
+	__atomic_fetch_add(&A.t.hdr->agent_cpu_ns, cpu_ns() - c0, __ATOMIC_RELAXED);
+}
+
+/**** the program ****/
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: netshim-agent --redis redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] [--node NAME] [--fleet NAME]\n"
+		"                     [--quorum N] [--suspect-share PERCENT] [--suspect-min N] [--on-event CMD]\n"
+		"                     [--table NAME] [--poll-ms MS] [--hook-timeout-ms MS]\n");
+}
+
+static int int_arg(const char *opt, const char *v, long lo, long hi)
+{
+	char *e;
+	long n;
+
+	errno = 0;
+	n = strtol(v, &e, 10);
+	if (e == v || (*e && strcmp(e, "%") != 0) || errno || n < lo || n > hi) {
+		warnx("%s: %s is not a number from %ld to %ld", opt, v, lo, hi);
+		usage(stderr);
+		exit(2);
+	}
+	return (int)n;
+}
+
+static void parse_args(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "redis", required_argument, 0, 'r' }, { "node", required_argument, 0, 'n' },
+		{ "fleet", required_argument, 0, 'f' }, { "quorum", required_argument, 0, 'q' },
+		{ "suspect-share", required_argument, 0, 's' }, { "suspect-min", required_argument, 0, 'm' },
+		{ "on-event", required_argument, 0, 'e' }, { "table", required_argument, 0, 't' },
+		{ "poll-ms", required_argument, 0, 'p' }, { "hook-timeout-ms", required_argument, 0, 'h' },
+		{ "help", no_argument, 0, 'H' }, { 0, 0, 0, 0 },
+	};
+	const char *table = NULL;
+	char tbuf[64], uerr[128];
+	int o;
+
+	A.quorum = 2;
+	A.share = 50;
+	A.suspect_min = 4;
+	A.poll_ms = 500;
+	A.hook_timeout_ms = 10000;
+	snprintf(A.fleet, sizeof(A.fleet), "default");
+	if (gethostname(A.node, sizeof(A.node)) < 0 || !fl_name_ok(A.node))
+		snprintf(A.node, sizeof(A.node), "node-%ld", gethostid());
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case 'r': A.url_text = optarg; break;
+		case 'n': snprintf(A.node, sizeof(A.node), "%s", optarg);
+			if (!fl_name_ok(optarg))
+				errx(2, "--node %s: 1 to 63 of letters, digits, '.', '_' and '-'", optarg);
+			break;
+		case 'f': snprintf(A.fleet, sizeof(A.fleet), "%s", optarg);
+			if (!fl_name_ok(optarg))
+				errx(2, "--fleet %s: 1 to 63 of letters, digits, '.', '_' and '-'", optarg);
+			break;
+		case 'q': A.quorum = int_arg("--quorum", optarg, 1, 100000); break;
+		case 's': A.share = int_arg("--suspect-share", optarg, 1, 100); break;
+		case 'm': A.suspect_min = int_arg("--suspect-min", optarg, 1, 1000000); break;
+		case 'e': A.on_event = optarg; break;
+		case 't': table = optarg; break;
+		case 'p': A.poll_ms = int_arg("--poll-ms", optarg, 10, 60000); break;
+		case 'h': A.hook_timeout_ms = int_arg("--hook-timeout-ms", optarg, 10, 3600000); break;
+		case 'H': usage(stdout); exit(0);
+		default: usage(stderr); exit(2);
+		}
+	}
+	if (optind != argc || !A.url_text) {
+		if (!A.url_text)
+			warnx("--redis URL is required");
+		usage(stderr);
+		exit(2);
+	}
+	if (fl_url_parse(A.url_text, &A.url, uerr, sizeof(uerr)) < 0)
+		errx(2, "--redis %s: %s (expected redis://[[USER]:PASSWORD@]HOST[:PORT][/DB])", A.url_text, uerr);
+	table = ctl_table_name(table, tbuf, sizeof(tbuf));
+	if (ctl_open_table(table, 1, &A.t) < 0)
+		exit(1);
+}
+
+int main(int argc, char **argv)
+{
+	struct sigaction sa;
+	char err[256];
+	uint32_t other;
+	int rc;
+
+	setvbuf(stderr, NULL, _IOLBF, 0);
+	parse_args(argc, argv);
+	other = __atomic_load_n(&A.t.hdr->agent_pid, __ATOMIC_ACQUIRE);
+	if (other && (pid_t)other != getpid() && kill((pid_t)other, 0) == 0)
+		errx(1, "%s: another agent (pid %u) serves this table", A.t.path, other);
+	rc = try_connect(err, sizeof(err));
+	if (rc != FL_OK)
+		errx(2, "redis %s:%d: %s%s", A.url.host, A.url.port, err,
+		     rc == FL_REFUSED ? " (check the password in --redis)" : "");
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	A.rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull | 1;
+	memset(A.t.hdr->agent_node, 0, sizeof(A.t.hdr->agent_node));
+	memcpy(A.t.hdr->agent_node, A.node, strlen(A.node));
+	__atomic_store_n(&A.t.hdr->agent_pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
+	A.pub_next = ns_table_event_head(&A.t);
+	if (A.on_event && !(A.hooks = hooks_new(&A.t, A.on_event, A.node, A.hook_timeout_ms, 4)))
+		errx(1, "out of memory");
+	ag_log("node %s, fleet %s, quorum %d, table %s, redis %s:%d, poll every %d ms", A.node, A.fleet, A.quorum,
+	       A.t.path, A.url.host, A.url.port, A.poll_ms);
+	for (uint64_t next_pass = 0; !stopping;) {
+		uint64_t now = ag_mono_ms();
+		struct timespec tick = { 0, TICK_MS * 1000000L };
+
+		if (ns_table_broken(&A.t)) {
+			ag_log("%s was truncated under the agent: stopping", A.t.path);
+			break;
+		}
+		read_events();
+		if (now >= next_pass || (A.nops && A.connected)) {
+			pass(now);
+			next_pass = now + (uint64_t)A.poll_ms;
+		}
+		if (A.hooks)
+			hooks_pass(A.hooks, ag_mono_ms());
+		nanosleep(&tick, NULL);
+	}
+	/* nobody renews the holds from now on: local breakers alone */
+	release_all("agent stopped");
+	__atomic_store_n(&A.t.hdr->agent_flags, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&A.t.hdr->agent_pid, 0, __ATOMIC_RELEASE);
+	if (A.hooks && hooks_running(A.hooks))
+		ag_log("%d hook run%s left running", hooks_running(A.hooks), hooks_running(A.hooks) == 1 ? "" : "s");
+	hooks_free(A.hooks);
+	fl_close(&A.c);
+	ns_table_close(&A.t);
+	ag_log("stopped");
+	return 0;
+}

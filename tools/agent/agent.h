@@ -1,0 +1,110 @@
+/* agent.h -- netshim-agent: the fleet's breaker state through Redis.
+ *
+ * model.c is the Redis data model (the only code that talks to Redis; the
+ * benchmark drives it for simulated nodes too), hooks.c runs --on-event
+ * commands off the table's event ring, agent.c is the program: options,
+ * the loop, and applying the fleet's state to the local table. */
+#ifndef NS_AGENT_H
+#define NS_AGENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../policy/table.h"
+
+#define AG_NAME_MAX 64          /* node and fleet names, NUL included */
+#define AG_RULE_MAX 24
+
+/**** model.c ****/
+
+struct fl_url {
+	char host[256];
+	int port;
+	int db;
+	char user[128];
+	char pass[256];
+};
+
+/* Parse redis://[[USER]:PASS@]HOST[:PORT][/DB]. 0, or -1 with the reason. */
+int fl_url_parse(const char *url, struct fl_url *u, char *err, size_t len);
+/* A node or fleet name: 1 to 63 of [A-Za-z0-9._-]. */
+int fl_name_ok(const char *s);
+
+struct fl_conn {
+	void *ctx;                  /* redisContext */
+	char prefix[AG_NAME_MAX + 16];   /* "netshim:{FLEET}:" */
+	char sha[48];               /* the change script, loaded */
+	uint64_t commands;          /* sent on this connection, for the figures */
+};
+
+enum { FL_OK = 0, FL_DOWN = -1, FL_REFUSED = -2 };
+
+/* Connect (every wait bounded by timeout_ms), authenticate, select the
+ * database, load the script. FL_OK; FL_DOWN (unreachable, lost: try again
+ * later) or FL_REFUSED (auth or the server said no: a configuration error),
+ * with the reason in err. */
+int fl_connect(struct fl_conn *c, const struct fl_url *u, const char *fleet, int timeout_ms, char *err, size_t len);
+void fl_close(struct fl_conn *c);
+/* The fleet's change counter now (0 when there is none: an empty Redis). */
+int fl_seq(struct fl_conn *c, uint64_t *seq, char *err, size_t len);
+
+/* One change: a node's vote that dest is open (for ttl_ms, the breaker's
+ * open duration left, with the rule that opened it), its withdrawal, or an
+ * operator's reset or forced open for the whole fleet. */
+enum fl_op { FL_VOTE, FL_UNVOTE, FL_RESET, FL_FORCE };
+const char *fl_op_name(int op);
+
+/* Queue one change on the connection (pipelining); fl_collect reads the
+ * replies of n queued commands. 0, or FL_DOWN. */
+int fl_append_change(struct fl_conn *c, int op, const char *dest, const char *node, uint64_t ttl_ms,
+		     const char *rule);
+int fl_collect(struct fl_conn *c, int n, char *err, size_t len);
+/* fl_append_change and fl_collect of one. */
+int fl_change(struct fl_conn *c, int op, const char *dest, const char *node, uint64_t ttl_ms, const char *rule,
+	      char *err, size_t len);
+
+struct fl_vote {
+	char node[AG_NAME_MAX];
+	uint64_t exp_ms;            /* Redis time */
+	char rule[AG_RULE_MAX];
+};
+
+/* What a poll found for one destination that changed. */
+struct fl_dest {
+	const char *dest;
+	struct fl_vote *votes;
+	int nvotes;
+	uint64_t cmd_seq;           /* 0 = no operator command */
+	int cmd_op;                 /* FL_RESET or FL_FORCE */
+	char cmd_node[AG_NAME_MAX];
+	uint64_t seq;               /* its last change */
+};
+
+typedef void (*fl_dest_fn)(void *arg, const struct fl_dest *d);
+
+/* A poll: the Redis time and every destination changed after since,
+ * handed to fn in the order of their changes. Two commands when nothing
+ * changed, two more per changed destination. *high: the last change seen
+ * (since when none). 0, or FL_DOWN. */
+int fl_poll(struct fl_conn *c, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
+	    uint64_t *high, char *err, size_t len);
+/* The poll's first two commands, queued, and their replies read: for
+ * simulated nodes polling together in one round trip. */
+int fl_append_poll(struct fl_conn *c, uint64_t since);
+
+/**** hooks.c ****/
+
+struct hooks;
+/* --on-event CMD: start at the table's stored cursor (first run: its head). */
+struct hooks *hooks_new(struct ns_table *t, const char *cmd, const char *node, int timeout_ms, int max_running);
+/* Reap finished runs, stop late ones, start runs for new events. */
+void hooks_pass(struct hooks *h, uint64_t now_ms);
+int hooks_running(const struct hooks *h);
+void hooks_free(struct hooks *h);
+
+/* agent.c */
+void ag_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+uint64_t ag_mono_ms(void);
+uint64_t ag_wall_ms(void);
+
+#endif

@@ -1,0 +1,455 @@
+/* model.c -- the fleet's data model in Redis, and the only code that talks
+ * to Redis.
+ *
+ * Every key of a fleet carries the hash tag {FLEET}, so a fleet lives in
+ * one slot of a Redis Cluster and one script may touch all its keys:
+ *
+ *   netshim:{F}:seq          counter, one step per change
+ *   netshim:{F}:changes      sorted set: destination -> seq of its last change
+ *   netshim:{F}:votes:DEST   hash: node -> "EXPIRY_MS RULE" (Redis time); the
+ *                            key expires a minute after its latest vote
+ *   netshim:{F}:cmd:DEST     hash: seq, op (reset | forced_open), node, at:
+ *                            the last operator command for DEST
+ *   netshim:{F}:hint         pub/sub channel: the seq of each change (a hint
+ *                            only; nothing here subscribes yet)
+ *
+ * A change is one script (atomic): it writes the vote or command, takes the
+ * next seq and files the destination under it in changes. A poll is TIME
+ * and ZRANGEBYSCORE changes (since +inf: nothing when nothing changed, so
+ * its cost follows the changes, not the fleet's size), then HGETALL of the
+ * votes and command of each destination that changed. Votes are never
+ * trusted to be deleted: a reader counts only those whose expiry is ahead
+ * of Redis's own clock, so the nodes' clocks never matter. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "agent.h"
+
+static const char change_script[] =
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	"local op = ARGV[1]\n"
+	"if op == 'vote' then\n"
+	"  local ttl = tonumber(ARGV[4])\n"
+	"  redis.call('HSET', KEYS[3], ARGV[3], string.format('%d %s', now + ttl, ARGV[5]))\n"
+	"  if redis.call('PTTL', KEYS[3]) < ttl + 60000 then redis.call('PEXPIRE', KEYS[3], ttl + 60000) end\n"
+	"elseif op == 'unvote' then\n"
+	"  if redis.call('HDEL', KEYS[3], ARGV[3]) == 0 then return 0 end\n"
+	"elseif op == 'reset' then\n"
+	"  redis.call('DEL', KEYS[3])\n"
+	"end\n"
+	"local s = redis.call('INCR', KEYS[1])\n"
+	"if op == 'reset' or op == 'forced_open' then\n"
+	"  redis.call('HSET', KEYS[4], 'seq', s, 'op', op, 'node', ARGV[3], 'at', now)\n"
+	"end\n"
+	"redis.call('ZADD', KEYS[2], s, ARGV[2])\n"
+	"redis.call('PUBLISH', ARGV[6], s)\n"
+	"return s\n";
+
+static const char *const op_names[] = { "vote", "unvote", "reset", "forced_open" };
+
+const char *fl_op_name(int op)
+{
+	return op >= 0 && op <= FL_FORCE ? op_names[op] : "?";
+}
+
+int fl_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n >= AG_NAME_MAX)
+		return 0;
+	for (; *s; s++)
+		if (!isalnum((unsigned char)*s) && *s != '.' && *s != '_' && *s != '-')
+			return 0;
+	return 1;
+}
+
+int fl_url_parse(const char *url, struct fl_url *u, char *err, size_t len)
+{
+	const char *p, *at, *end, *colon;
+	char *e;
+	long v;
+
+	memset(u, 0, sizeof(*u));
+	u->port = 6379;
+	if (strncmp(url, "redis://", 8) != 0) {
+		snprintf(err, len, "not a redis:// URL");
+		return -1;
+	}
+	p = url + 8;
+	end = p + strcspn(p, "/");
+	at = memchr(p, '@', (size_t)(end - p));
+	if (at) {
+		colon = memchr(p, ':', (size_t)(at - p));
+		if (!colon) {
+			snprintf(err, len, "credentials must be [USER]:PASSWORD@");
+			return -1;
+		}
+		if ((size_t)(colon - p) >= sizeof(u->user) || (size_t)(at - colon - 1) >= sizeof(u->pass)) {
+			snprintf(err, len, "user or password too long");
+			return -1;
+		}
+		memcpy(u->user, p, (size_t)(colon - p));
+		memcpy(u->pass, colon + 1, (size_t)(at - colon - 1));
+		p = at + 1;
+	}
+	colon = memchr(p, ':', (size_t)(end - p));
+	if (*p == '[') {
+		snprintf(err, len, "IPv6 literals are not supported; use a host name");
+		return -1;
+	}
+	if ((colon ? colon : end) == p) {
+		snprintf(err, len, "no host");
+		return -1;
+	}
+	if ((size_t)((colon ? colon : end) - p) >= sizeof(u->host)) {
+		snprintf(err, len, "host name too long");
+		return -1;
+	}
+	memcpy(u->host, p, (size_t)((colon ? colon : end) - p));
+	if (colon) {
+		errno = 0;
+		v = strtol(colon + 1, &e, 10);
+		if (e == colon + 1 || e != end || v < 1 || v > 65535 || errno) {
+			snprintf(err, len, "bad port");
+			return -1;
+		}
+		u->port = (int)v;
+	}
+	if (*end == '/' && end[1]) {
+		errno = 0;
+		v = strtol(end + 1, &e, 10);
+		if (e == end + 1 || *e || v < 0 || v > 1000000 || errno) {
+			snprintf(err, len, "bad database number");
+			return -1;
+		}
+		u->db = (int)v;
+	}
+	return 0;
+}
+
+static uint64_t num(const char *s)
+{
+	return s ? strtoull(s, NULL, 10) : 0;
+}
+
+static redisContext *ctx(struct fl_conn *c)
+{
+	return c->ctx;
+}
+
+void fl_close(struct fl_conn *c)
+{
+	if (c->ctx)
+		redisFree(ctx(c));
+	c->ctx = NULL;
+}
+
+/* A command, its reply checked: 0 and the reply (freed by the caller), or
+ * FL_DOWN (no answer) / FL_REFUSED (an error reply) with the reason. */
+static int command(struct fl_conn *c, redisReply **out, char *err, size_t len, int argc, const char **argv)
+{
+	redisReply *r = redisCommandArgv(ctx(c), argc, argv, NULL);
+
+	c->commands++;
+	*out = NULL;
+	if (!r) {
+		snprintf(err, len, "%s", ctx(c)->errstr[0] ? ctx(c)->errstr : "no reply");
+		return FL_DOWN;
+	}
+	if (r->type == REDIS_REPLY_ERROR) {
+		snprintf(err, len, "%s: %s", argv[0], r->str);
+		freeReplyObject(r);
+		return FL_REFUSED;
+	}
+	*out = r;
+	return FL_OK;
+}
+
+int fl_connect(struct fl_conn *c, const struct fl_url *u, const char *fleet, int timeout_ms, char *err, size_t len)
+{
+	struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
+	char db[16];
+	redisReply *r;
+	int rc;
+
+	fl_close(c);
+	snprintf(c->prefix, sizeof(c->prefix), "netshim:{%s}:", fleet);
+	c->ctx = redisConnectWithTimeout(u->host, u->port, tv);
+	if (!c->ctx) {
+		snprintf(err, len, "out of memory");
+		return FL_DOWN;
+	}
+	if (ctx(c)->err) {
+		snprintf(err, len, "%s:%d: %s", u->host, u->port, ctx(c)->errstr);
+		fl_close(c);
+		return FL_DOWN;
+	}
+	/* every later wait on this connection is bounded the same way */
+	redisSetTimeout(ctx(c), tv);
+	redisEnableKeepAlive(ctx(c));
+	if (u->pass[0]) {
+		const char *a3[] = { "AUTH", u->user, u->pass };
+		const char *a2[] = { "AUTH", u->pass };
+
+		rc = u->user[0] ? command(c, &r, err, len, 3, a3) : command(c, &r, err, len, 2, a2);
+		if (rc != FL_OK)
+			goto fail;
+		freeReplyObject(r);
+	}
+	{
+		const char *ping[] = { "PING" };
+
+		if ((rc = command(c, &r, err, len, 1, ping)) != FL_OK)
+			goto fail;
+		freeReplyObject(r);
+	}
+	if (u->db) {
+		const char *sel[] = { "SELECT", db };
+
+		snprintf(db, sizeof(db), "%d", u->db);
+		if ((rc = command(c, &r, err, len, 2, sel)) != FL_OK)
+			goto fail;
+		freeReplyObject(r);
+	}
+	{
+		const char *load[] = { "SCRIPT", "LOAD", change_script };
+
+		if ((rc = command(c, &r, err, len, 3, load)) != FL_OK)
+			goto fail;
+		if (r->type != REDIS_REPLY_STRING || r->len >= (int)sizeof(c->sha)) {
+			snprintf(err, len, "SCRIPT LOAD: unexpected reply");
+			freeReplyObject(r);
+			rc = FL_REFUSED;
+			goto fail;
+		}
+		memcpy(c->sha, r->str, (size_t)r->len);
+		c->sha[r->len] = '\0';
+		freeReplyObject(r);
+	}
+	return FL_OK;
+fail:
+	fl_close(c);
+	return rc;
+}
+
+int fl_seq(struct fl_conn *c, uint64_t *seq, char *err, size_t len)
+{
+	char key[AG_NAME_MAX + 32];
+	const char *argv[] = { "GET", key };
+	redisReply *r;
+	int rc;
+
+	snprintf(key, sizeof(key), "%sseq", c->prefix);
+	if ((rc = command(c, &r, err, len, 2, argv)) != FL_OK)
+		return rc;
+	*seq = r->type == REDIS_REPLY_STRING ? num(r->str) : 0;
+	freeReplyObject(r);
+	return FL_OK;
+}
+
+int fl_append_change(struct fl_conn *c, int op, const char *dest, const char *node, uint64_t ttl_ms,
+		     const char *rule)
+{
+	char k[4][AG_NAME_MAX + 16 + NS_KEY_MAX + 8], ttl[24], chan[AG_NAME_MAX + 24];
+	const char *argv[13];
+
+	snprintf(k[0], sizeof(k[0]), "%sseq", c->prefix);
+	snprintf(k[1], sizeof(k[1]), "%schanges", c->prefix);
+	snprintf(k[2], sizeof(k[2]), "%svotes:%s", c->prefix, dest);
+	snprintf(k[3], sizeof(k[3]), "%scmd:%s", c->prefix, dest);
+	snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)ttl_ms);
+	snprintf(chan, sizeof(chan), "%shint", c->prefix);
+	argv[0] = "EVALSHA";
+	argv[1] = c->sha;
+	argv[2] = "4";
+	for (int i = 0; i < 4; i++)
+		argv[3 + i] = k[i];
+	argv[7] = fl_op_name(op);
+	argv[8] = dest;
+	argv[9] = node;
+	argv[10] = ttl;
+	argv[11] = rule && *rule ? rule : "-";
+	argv[12] = chan;
+	c->commands++;
+	return redisAppendCommandArgv(ctx(c), 13, argv, NULL) == REDIS_OK ? FL_OK : FL_DOWN;
+}
+
+int fl_collect(struct fl_conn *c, int n, char *err, size_t len)
+{
+	int rc = FL_OK;
+
+	for (int i = 0; i < n; i++) {
+		void *v = NULL;
+		redisReply *r;
+
+		if (redisGetReply(ctx(c), &v) != REDIS_OK || !v) {
+			snprintf(err, len, "%s", ctx(c)->errstr[0] ? ctx(c)->errstr : "no reply");
+			return FL_DOWN;
+		}
+		r = v;
+		if (r->type == REDIS_REPLY_ERROR && rc == FL_OK) {
+			snprintf(err, len, "%s", r->str);
+			rc = FL_REFUSED;
+		}
+		freeReplyObject(r);
+	}
+	return rc;
+}
+
+int fl_change(struct fl_conn *c, int op, const char *dest, const char *node, uint64_t ttl_ms, const char *rule,
+	      char *err, size_t len)
+{
+	if (fl_append_change(c, op, dest, node, ttl_ms, rule) != FL_OK) {
+		snprintf(err, len, "cannot queue a command");
+		return FL_DOWN;
+	}
+	return fl_collect(c, 1, err, len);
+}
+
+int fl_append_poll(struct fl_conn *c, uint64_t since)
+{
+	char key[AG_NAME_MAX + 32], min[32];
+	const char *time_argv[] = { "TIME" };
+	const char *z[] = { "ZRANGEBYSCORE", key, min, "+inf", "WITHSCORES" };
+
+	snprintf(key, sizeof(key), "%schanges", c->prefix);
+	snprintf(min, sizeof(min), "(%llu", (unsigned long long)since);
+	c->commands += 2;
+	if (redisAppendCommandArgv(ctx(c), 1, time_argv, NULL) != REDIS_OK ||
+	    redisAppendCommandArgv(ctx(c), 5, z, NULL) != REDIS_OK)
+		return FL_DOWN;
+	return FL_OK;
+}
+
+static int get_reply(struct fl_conn *c, redisReply **r, int type, char *err, size_t len)
+{
+	void *v = NULL;
+
+	if (redisGetReply(ctx(c), &v) != REDIS_OK || !v) {
+		snprintf(err, len, "%s", ctx(c)->errstr[0] ? ctx(c)->errstr : "no reply");
+		return FL_DOWN;
+	}
+	*r = v;
+	if ((*r)->type != type) {
+		snprintf(err, len, "unexpected reply%s%s", (*r)->type == REDIS_REPLY_ERROR ? ": " : "",
+			 (*r)->type == REDIS_REPLY_ERROR ? (*r)->str : "");
+		freeReplyObject(*r);
+		*r = NULL;
+		return FL_DOWN;
+	}
+	return FL_OK;
+}
+
+/* One destination's votes and command, from its two HGETALL replies. */
+static void parse_dest(struct fl_dest *d, const redisReply *votes, const redisReply *cmd)
+{
+	d->nvotes = 0;
+	for (size_t i = 0; i + 1 < votes->elements; i += 2) {
+		const redisReply *k = votes->element[i], *v = votes->element[i + 1];
+		struct fl_vote *w = &d->votes[d->nvotes];
+		char *sp;
+
+		if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING || !fl_name_ok(k->str))
+			continue;
+		snprintf(w->node, sizeof(w->node), "%s", k->str);
+		w->exp_ms = strtoull(v->str, &sp, 10);
+		snprintf(w->rule, sizeof(w->rule), "%s", *sp == ' ' ? sp + 1 : "");
+		d->nvotes++;
+	}
+	d->cmd_seq = 0;
+	d->cmd_op = -1;
+	d->cmd_node[0] = '\0';
+	for (size_t i = 0; i + 1 < cmd->elements; i += 2) {
+		const char *k = cmd->element[i]->str, *v = cmd->element[i + 1]->str;
+
+		if (!k || !v)
+			continue;
+		if (strcmp(k, "seq") == 0)
+			d->cmd_seq = num(v);
+		else if (strcmp(k, "op") == 0)
+			d->cmd_op = strcmp(v, "reset") == 0 ? FL_RESET : strcmp(v, "forced_open") == 0 ? FL_FORCE : -1;
+		else if (strcmp(k, "node") == 0 && fl_name_ok(v))
+			snprintf(d->cmd_node, sizeof(d->cmd_node), "%s", v);
+	}
+	if (d->cmd_op < 0)
+		d->cmd_seq = 0;
+}
+
+int fl_poll(struct fl_conn *c, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
+	    uint64_t *high, char *err, size_t len)
+{
+	redisReply *t = NULL, *z = NULL;
+	struct fl_vote *votes = NULL;
+	size_t nd;
+	int rc;
+
+	*high = since;
+	if (fl_append_poll(c, since) != FL_OK) {
+		snprintf(err, len, "cannot queue a command");
+		return FL_DOWN;
+	}
+	if ((rc = get_reply(c, &t, REDIS_REPLY_ARRAY, err, len)) != FL_OK)
+		return rc;
+	if ((rc = get_reply(c, &z, REDIS_REPLY_ARRAY, err, len)) != FL_OK) {
+		freeReplyObject(t);
+		return rc;
+	}
+	*redis_now_ms = t->elements == 2 ? num(t->element[0]->str) * 1000 + num(t->element[1]->str) / 1000 : 0;
+	freeReplyObject(t);
+	nd = z->elements / 2;
+	for (size_t i = 0; i < nd; i++) {
+		char key[AG_NAME_MAX + 32 + NS_KEY_MAX];
+		const char *dest = z->element[2 * i]->str;
+		const char *hv[] = { "HGETALL", key };
+
+		if (!dest)
+			continue;
+		snprintf(key, sizeof(key), "%svotes:%s", c->prefix, dest);
+		redisAppendCommandArgv(ctx(c), 2, hv, NULL);
+		snprintf(key, sizeof(key), "%scmd:%s", c->prefix, dest);
+		redisAppendCommandArgv(ctx(c), 2, hv, NULL);
+		c->commands += 2;
+	}
+	for (size_t i = 0; i < nd && rc == FL_OK; i++) {
+		redisReply *v = NULL, *m = NULL;
+		struct fl_dest d;
+
+		if (!z->element[2 * i]->str)
+			continue;
+		if ((rc = get_reply(c, &v, REDIS_REPLY_ARRAY, err, len)) != FL_OK)
+			break;
+		if ((rc = get_reply(c, &m, REDIS_REPLY_ARRAY, err, len)) != FL_OK) {
+			freeReplyObject(v);
+			break;
+		}
+		free(votes);
+		votes = calloc(v->elements / 2 + 1, sizeof(*votes));
+		if (!votes) {
+			snprintf(err, len, "out of memory");
+			rc = FL_DOWN;
+		} else {
+			memset(&d, 0, sizeof(d));
+			d.dest = z->element[2 * i]->str;
+			d.votes = votes;
+			d.seq = num(z->element[2 * i + 1]->str);
+			parse_dest(&d, v, m);
+			if (strlen(d.dest) < NS_KEY_MAX)
+				fn(arg, &d);
+			if (d.seq > *high)
+				*high = d.seq;
+		}
+		freeReplyObject(v);
+		freeReplyObject(m);
+	}
+	free(votes);
+	freeReplyObject(z);
+	return rc;
+}
