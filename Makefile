@@ -75,7 +75,7 @@ $(BUILD)/netshim-agent: $(BUILD)/tools/agent/agent.o $(AGENT_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis
 
 $(BUILD)/fleetbench: $(BUILD)/tools/agent/fleetbench.o $(BUILD)/tools/agent/model.o $(POLICY_OBJ)
-	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis
+	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis -lpthread
 
 $(BUILD)/shimrun: $(BUILD)/tools/shimrun.o $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS)

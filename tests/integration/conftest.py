@@ -23,6 +23,7 @@ NEGATIVE = os.environ.get("NETSHIM_NEGATIVE_CONTROL") == "1"
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "shim: exercises behaviour the preload library provides")
+    config.addinivalue_line("markers", "agent: exercises behaviour netshim-agent provides (test_fleet.py)")
 
 
 # A deadline fires within this much after it (the bar is 150 ms; the rest is

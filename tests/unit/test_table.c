@@ -196,6 +196,48 @@ Test(table, probe_success_closes_and_clears_window)
 	cr_assert_eq(e.failures_in_window, 0);
 }
 
+Test(table, fleet_hold_refuses_a_closed_breaker_until_it_lapses_or_a_reset)
+{
+	struct ns_settings s = ns_builtin_settings;
+	struct ns_table t;
+	struct ns_entry e;
+	int i;
+
+	s.failure_threshold = 1;
+	s.open_duration_ms = 100;
+	mem_table(&t, 4);
+	i = ns_table_find(&t, "d:1", 1, 0);
+	cr_assert_eq(ns_table_attempt_quick(&t, i, 1, 10), NS_ALLOW);
+	ns_table_fleet_set(&t, i, 500, "n1,n2", 2);
+	cr_assert_eq(ns_table_attempt_quick(&t, i, 1, 20), NS_REJECT);
+	cr_assert_eq(ns_table_attempt(&t, i, 1, 21, &s, NULL), NS_REJECT, "the stepping path agrees");
+	cr_assert_eq(ns_table_attempt_quick(&t, i, 0, 22), NS_ALLOW, "monitor mode never rejects");
+	ns_table_read(&t, i, 30, &e);
+	cr_assert(e.fleet_open);
+	cr_assert_str_eq(e.fleet_nodes, "n1,n2");
+	cr_assert_eq(e.fleet_count, 2);
+	cr_assert_eq(e.brk.state, NS_CLOSED, "the fleet's hold is not the local breaker");
+	cr_assert_eq(e.rejected, 2);
+	/* the hold lapses when the agent stops renewing it */
+	cr_assert_eq(ns_table_attempt_quick(&t, i, 1, 500), NS_ALLOW);
+	ns_table_read(&t, i, 500, &e);
+	cr_assert(!e.fleet_open);
+	cr_assert_str_eq(e.fleet_nodes, "");
+	/* a reset releases it at once */
+	ns_table_fleet_set(&t, i, 5000, "n1,n2", 2);
+	ns_table_reset(&t, i);
+	cr_assert_eq(ns_table_attempt_quick(&t, i, 1, 600), NS_ALLOW);
+	/* half-open probing stays local: a tripped node probes through a hold */
+	ns_table_outcome(&t, i, NS_OUT_FAILURE, 111, 1000, 1, &s, NULL);
+	ns_table_fleet_set(&t, i, 5000, "n1,n2", 2);
+	cr_assert_eq(ns_table_attempt(&t, i, 1, 1050, &s, NULL), NS_REJECT);
+	cr_assert_eq(ns_table_attempt(&t, i, 1, 1100, &s, NULL), NS_ALLOW_PROBE);
+	/* and a release (until 0) ends it */
+	ns_table_fleet_set(&t, i, 0, NULL, 0);
+	ns_table_read(&t, i, 1101, &e);
+	cr_assert(!e.fleet_open);
+}
+
 #define PROCS 8
 #define PER 2000
 
