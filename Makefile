@@ -2,6 +2,8 @@
 
 PREFIX ?= /usr/local
 DESTDIR ?=
+# systemd reads units from $(PREFIX)/lib/systemd/system for /usr and /usr/local
+SYSTEMD_DIR ?= $(PREFIX)/lib/systemd/system
 CC ?= cc
 SANITIZER ?=
 BUILD ?= build$(if $(SANITIZER),-$(SANITIZER))
@@ -41,7 +43,7 @@ TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench $(BU
 CLIENTS := $(BUILD)/fclient $(BUILD)/tracee $(BUILD)/vforkclose $(BUILD)/mmsg $(BUILD)/hammer \
 	$(BUILD)/fclient-static $(BUILD)/deepbind $(BUILD)/libdeeplib.so $(BUILD)/libdeeplib-now.so $(BUILD)/libdeeplib-addr.so
 
-.PHONY: all test unit integration negative install uninstall bench demo deps clean tsan fuzz compat
+.PHONY: all test unit integration negative install uninstall bench bench-fleet demo deps clean tsan fuzz compat
 
 all: $(LIB) $(TOOLS) $(CLIENTS)
 
@@ -189,6 +191,10 @@ bench: all
 	-BENCH_PEERS=1 tools/install-deps.sh
 	tools/bench.sh $(BUILD)
 
+# the fleet's propagation delay and cost at 10, 100 and 1,000 nodes
+bench-fleet: all
+	tools/bench-fleet.sh $(BUILD)
+
 demo: all
 	tools/demo.sh $(BUILD)
 
@@ -196,16 +202,22 @@ deps:
 	tools/install-deps.sh
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/lib/netshim $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man7
+	install -d $(DESTDIR)$(PREFIX)/lib/netshim $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+		$(DESTDIR)$(PREFIX)/share/man/man7 $(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(SYSTEMD_DIR)
 	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/netshim/libnetshim.so
-	install -m 0755 $(BUILD)/shimctl $(BUILD)/shimrun $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/netshim-agent $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 man/shimctl.1 man/shimrun.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 man/netshim.7 $(DESTDIR)$(PREFIX)/share/man/man7/
+	install -m 0644 man/netshim-agent.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	sed 's|@PREFIX@|$(PREFIX)|g' tools/agent/netshim-agent.service > $(DESTDIR)$(SYSTEMD_DIR)/netshim-agent.service
+	chmod 0644 $(DESTDIR)$(SYSTEMD_DIR)/netshim-agent.service
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/lib/netshim/libnetshim.so $(DESTDIR)$(PREFIX)/bin/shimctl \
 		$(DESTDIR)$(PREFIX)/bin/shimrun $(DESTDIR)$(PREFIX)/share/man/man1/shimctl.1 \
-		$(DESTDIR)$(PREFIX)/share/man/man1/shimrun.1 $(DESTDIR)$(PREFIX)/share/man/man7/netshim.7
+		$(DESTDIR)$(PREFIX)/share/man/man1/shimrun.1 $(DESTDIR)$(PREFIX)/share/man/man7/netshim.7 \
+		$(DESTDIR)$(PREFIX)/bin/netshim-agent $(DESTDIR)$(PREFIX)/share/man/man8/netshim-agent.8 \
+		$(DESTDIR)$(SYSTEMD_DIR)/netshim-agent.service
 	-rmdir $(DESTDIR)$(PREFIX)/lib/netshim
 
 clean:

@@ -17,4 +17,16 @@ if [ "$passed" -ne 0 ] || [ "$failed" -eq 0 ]; then
 	exit 1
 fi
 echo "negative control: all $failed shim tests fail with the shim disabled, as they must"
+# The fleet: every test marked `agent` must fail when no agent runs.
+NETSHIM_FLEET_NO_AGENT=1 NETSHIM_BUILD=$(cd "$BUILD" && pwd) \
+	"$PYTHON" -m pytest -q -m agent -p no:cacheprovider -rA tests/integration >"$out" 2>&1
+passed=$(grep -c '^PASSED ' "$out")
+failed=$(grep -c '^FAILED ' "$out")
+if [ "$passed" -ne 0 ] || [ "$failed" -eq 0 ]; then
+	grep -E '^(PASSED|FAILED) ' "$out"
+	echo "negative control: $passed agent tests passed without the agent (must be 0), $failed failed"
+	rm -f "$out"
+	exit 1
+fi
+echo "negative control: all $failed agent tests fail without netshim-agent, as they must"
 rm -f "$out"

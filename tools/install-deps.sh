@@ -3,13 +3,13 @@
 set -eu
 PKGS="build-essential libunwind-dev uthash-dev libcriterion-dev pkg-config groff-base man-db
 python3 python3-pytest python3-requests curl wget strace valgrind procps openssl
-php-cli php-curl busybox"
+php-cli php-curl busybox libhiredis-dev redis-server redis-tools"
 # make fuzz: clang with libFuzzer
 PKGS="$PKGS clang libclang-rt-14-dev"
 # make compat: the clients of the compatibility matrix and their servers,
 # only when asked (COMPAT=1)
 if [ "${COMPAT:-0}" = 1 ]; then
-	PKGS="$PKGS git ruby libwww-perl redis-tools redis-server postgresql postgresql-client openssh-server
+	PKGS="$PKGS git ruby libwww-perl postgresql postgresql-client openssh-server
 openssh-client aria2 httpie lynx"
 	command -v javac >/dev/null 2>&1 || PKGS="$PKGS default-jdk-headless"
 fi
