@@ -2,7 +2,8 @@
 # make bench-fleet: netshim-agent's propagation delay and cost for simulated
 # fleets of 10, 100 and 1,000 nodes over 1,000 destinations, against a
 # redis-server started here on a free loopback port (tools/agent/fleetbench.c
-# says what each figure is).
+# says what each figure is). Each size runs twice: the agent woken by the
+# hint channel, and polling alone (--no-hint: the bound when hints are lost).
 set -eu
 BUILD=${1:-build}
 POLL_MS=${POLL_MS:-500}
@@ -17,11 +18,15 @@ trap 'kill $rpid 2>/dev/null; wait $rpid 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 echo "## fleet: poll every $POLL_MS ms, $DESTS destinations with one vote each, $TRIALS trips per size"
 echo
-echo "| nodes | steady: commands/node/s | steady: agent CPU/poll | trip -> fleet_open p50 / p99 / max | while changing: commands/node/s (changes/s) | while changing: agent CPU/poll |"
-echo "| --- | --- | --- | --- | --- | --- |"
+echo "| nodes | agent | trip -> fleet_open p50 / p99 / max | steady: commands/node/s | steady: agent CPU/poll | while changing: commands/node/s (changes/s) | while changing: agent CPU/poll |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
 for n in 10 100 1000; do
-	out=$("$BUILD/fleetbench" --redis "redis://127.0.0.1:$port" --agent "$BUILD/netshim-agent" \
-		--nodes "$n" --dests "$DESTS" --poll-ms "$POLL_MS" --trials "$TRIALS")
-	v() { echo "$out" | awk -v k="$1" '$1 == k { print $2 }'; }
-	echo "| $n | $(v steady_commands_per_node_per_s) | $(v steady_agent_cpu_us_per_poll) us | $(v propagation_ms_p50) / $(v propagation_ms_p99) / $(v propagation_ms_max) ms | $(v changing_commands_per_node_per_s) ($(v changes_per_s)) | $(v changing_agent_cpu_us_per_poll) us |"
+	for mode in hint --no-hint; do
+		flag=""
+		[ "$mode" = hint ] || flag=--no-hint
+		out=$("$BUILD/fleetbench" --redis "redis://127.0.0.1:$port" --agent "$BUILD/netshim-agent" \
+			--nodes "$n" --dests "$DESTS" --poll-ms "$POLL_MS" --trials "$TRIALS" $flag)
+		v() { echo "$out" | awk -v k="$1" '$1 == k { print $2 }'; }
+		echo "| $n | ${flag:-hint} | $(v propagation_ms_p50) / $(v propagation_ms_p99) / $(v propagation_ms_max) ms | $(v steady_commands_per_node_per_s) | $(v steady_agent_cpu_us_per_poll) us | $(v changing_commands_per_node_per_s) ($(v changes_per_s)) | $(v changing_agent_cpu_us_per_poll) us |"
+	done
 done

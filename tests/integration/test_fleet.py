@@ -104,12 +104,12 @@ class Node:
         self.redis_url = redis_url
         self.agent = None
 
-    def start_agent(self, *extra, quorum=2):
+    def start_agent(self, *extra, quorum=2, poll_ms=POLL_MS):
         if NO_AGENT:
             return
         self.agent = subprocess.Popen(
             [str(BUILD / "netshim-agent"), "--redis", self.redis_url, "--node", self.name, "--table", self.shim.table,
-             "--poll-ms", str(POLL_MS), "--quorum", str(quorum), *extra],
+             "--poll-ms", str(poll_ms), "--quorum", str(quorum), *extra],
             stdout=subprocess.DEVNULL, stderr=open(self.log_path, "w"))
         # it is serving once its table names it
         deadline = time.monotonic() + 5
@@ -149,12 +149,12 @@ class Node:
 def fleet(tmp_path, redis):
     nodes = []
 
-    def make(n=3, quorum=2, extra=(), open_duration="30s"):
+    def make(n=3, quorum=2, extra=(), open_duration="30s", poll_ms=POLL_MS):
         for i in range(n):
             node = Node(f"n{i + 1}", tmp_path, redis.url, open_duration)
             nodes.append(node)
         for node in nodes:
-            node.start_agent(*extra, quorum=quorum)
+            node.start_agent(*extra, quorum=quorum, poll_ms=poll_ms)
         return nodes
 
     yield make
@@ -203,6 +203,19 @@ def test_below_quorum_leaves_others_closed_at_quorum_they_fail_fast(fleet, serve
     assert (e["rejected"], e["calls"]) == (1, 0)
     text = n3.shim.ctl("status").stdout
     assert "fleet_open" in text and "n1,n2" in text.replace("n2,n1", "n1,n2")
+
+
+@pytest.mark.shim
+@pytest.mark.agent
+def test_the_hint_channel_spreads_a_trip_long_before_the_next_poll(fleet, server):
+    n1, n2, n3 = fleet(poll_ms=5000)
+    srv = server("reset")
+    trip(n1, srv)
+    time.sleep(0.5)
+    trip(n2, srv)
+    took = wait_for(lambda: n3.state(srv.dest) == "fleet_open", 6)
+    assert took is not None, n3.log()
+    assert took < 1.0, f"fleet_open after {took:.2f} s with a 5 s poll interval"
 
 
 @pytest.mark.shim

@@ -13,6 +13,7 @@
 #include <err.h>
 #include <errno.h>
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,6 +31,8 @@
 #define BACKOFF_MIN_MS 200
 #define BACKOFF_MAX_MS 5000
 #define TICK_MS 50                  /* events and hooks are looked at this often */
+#define HINT_GAP_MS 20              /* passes a hint may start, at most one per */
+#define SUB_RETRY_MS 5000           /* the hint channel, when lost, is tried again after */
 #define MAX_OPS 4096                /* operator commands waiting for Redis */
 
 struct dst {
@@ -65,9 +68,13 @@ static struct {
 	int poll_ms;
 	const char *on_event;
 	int hook_timeout_ms;
+	int no_hint;
 	/* state */
 	struct ns_table t;
 	struct fl_conn c;
+	struct fl_conn sub;         /* the hint channel (pub/sub), when it works */
+	uint64_t sub_next_try;
+	uint64_t hinted;            /* the highest seq a hint announced */
 	int connected;
 	int synced;                 /* a poll has succeeded since the agent started */
 	uint64_t since;             /* poll for changes after this seq */
@@ -79,6 +86,7 @@ static struct {
 	int nops;
 	uint64_t pub_next;          /* the next event to look at for operator actions */
 	int suspect;
+	int local_change;           /* a breaker here opened or closed since the last pass */
 	uint32_t n_open, n_total;
 	struct hooks *hooks;
 	uint64_t rng;
@@ -183,7 +191,8 @@ static void queue_op(int op, const char *key)
 }
 
 /* New events: an operator's reset or forced open (not the agent's own
- * applying of the fleet's) becomes a fleet command; an open notes its rule. */
+ * applying of the fleet's) becomes a fleet command; an open notes its rule;
+ * an open or a close here asks for a pass now, not at the next poll. */
 static void read_events(void)
 {
 	uint64_t head = ns_table_event_head(&A.t);
@@ -206,6 +215,9 @@ static void read_events(void)
 
 			if (d)
 				snprintf(d->rule, sizeof(d->rule), "%s", ns_rule_name((int)ev.rule));
+			A.local_change = 1;
+		} else if (ev.type == NS_E_CLOSED) {
+			A.local_change = 1;
 		}
 	}
 }
@@ -492,6 +504,7 @@ static void lost(const char *why)
 
 	ag_log("redis %s:%d lost (%s): local breakers only; retrying", A.url.host, A.url.port, why);
 	fl_close(&A.c);
+	fl_close(&A.sub);
 	A.connected = 0;
 	release_all("redis unreachable");
 	/* what Redis holds is unknown until the next full poll */
@@ -516,7 +529,38 @@ static int try_connect(char *err, size_t len)
 		A.high = 0;   /* Redis lost the fleet's data: all it holds now is new */
 	A.since = 0;
 	A.connected = 1;
+	A.sub_next_try = 0;
 	return FL_OK;
+}
+
+/* The hint channel is a shortcut, never needed: without it every change
+ * still arrives with the next poll. */
+static void hint_connect(uint64_t now)
+{
+	char err[256];
+
+	if (A.no_hint || A.sub.ctx || !A.connected || now < A.sub_next_try)
+		return;
+	A.sub_next_try = now + SUB_RETRY_MS;
+	if (fl_subscribe(&A.sub, &A.url, A.fleet, CONNECT_TIMEOUT_MS, err, sizeof(err)) != FL_OK)
+		ag_log("hint channel unavailable (%s): changes arrive with each poll only", err);
+}
+
+/* Wait up to ms for a hint; note the highest seq announced. */
+static void hint_wait(int ms)
+{
+	struct pollfd p = { .fd = fl_hint_fd(&A.sub), .events = POLLIN };
+
+	if (p.fd < 0) {
+		struct timespec tick = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+		nanosleep(&tick, NULL);
+		return;
+	}
+	if (poll(&p, 1, ms) > 0 && fl_hint_read(&A.sub, &A.hinted) < 0) {
+		ag_log("hint channel lost: changes arrive with each poll only until it is back");
+		fl_close(&A.sub);
+	}
 }
 
 static void pass(uint64_t now)
@@ -569,7 +613,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: netshim-agent --redis redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] [--node NAME] [--fleet NAME]\n"
 		"                     [--quorum N] [--suspect-share PERCENT] [--suspect-min N] [--on-event CMD]\n"
-		"                     [--table NAME] [--poll-ms MS] [--hook-timeout-ms MS]\n");
+		"                     [--table NAME] [--poll-ms MS] [--hook-timeout-ms MS] [--no-hint]\n");
 }
 
 static int int_arg(const char *opt, const char *v, long lo, long hi)
@@ -595,7 +639,7 @@ static void parse_args(int argc, char **argv)
 		{ "suspect-share", required_argument, 0, 's' }, { "suspect-min", required_argument, 0, 'm' },
 		{ "on-event", required_argument, 0, 'e' }, { "table", required_argument, 0, 't' },
 		{ "poll-ms", required_argument, 0, 'p' }, { "hook-timeout-ms", required_argument, 0, 'h' },
-		{ "help", no_argument, 0, 'H' }, { 0, 0, 0, 0 },
+		{ "no-hint", no_argument, 0, 'N' }, { "help", no_argument, 0, 'H' }, { 0, 0, 0, 0 },
 	};
 	const char *table = NULL;
 	char tbuf[64], uerr[128];
@@ -627,6 +671,7 @@ static void parse_args(int argc, char **argv)
 		case 't': table = optarg; break;
 		case 'p': A.poll_ms = int_arg("--poll-ms", optarg, 10, 60000); break;
 		case 'h': A.hook_timeout_ms = int_arg("--hook-timeout-ms", optarg, 10, 3600000); break;
+		case 'N': A.no_hint = 1; break;
 		case 'H': usage(stdout); exit(0);
 		default: usage(stderr); exit(2);
 		}
@@ -674,22 +719,30 @@ int main(int argc, char **argv)
 		errx(1, "out of memory");
 	ag_log("node %s, fleet %s, quorum %d, table %s, redis %s:%d, poll every %d ms", A.node, A.fleet, A.quorum,
 	       A.t.path, A.url.host, A.url.port, A.poll_ms);
-	for (uint64_t next_pass = 0; !stopping;) {
+	for (uint64_t next_pass = 0, last_pass = 0; !stopping;) {
 		uint64_t now = ag_mono_ms();
-		struct timespec tick = { 0, TICK_MS * 1000000L };
+		int hinted;
 
 		if (ns_table_broken(&A.t)) {
 			ag_log("%s was truncated under the agent: stopping", A.t.path);
 			break;
 		}
 		read_events();
-		if (now >= next_pass || (A.nops && A.connected)) {
+		hinted = (A.local_change || (A.connected && A.hinted > A.high)) && now >= last_pass + HINT_GAP_MS;
+		if (now >= next_pass || (A.nops && A.connected) || hinted) {
+			A.local_change = 0;
 			pass(now);
-			next_pass = now + (uint64_t)A.poll_ms;
+			last_pass = now;
+			if (!hinted)
+				next_pass = now + (uint64_t)A.poll_ms;
+			hint_connect(now);
 		}
 		if (A.hooks)
 			hooks_pass(A.hooks, ag_mono_ms());
-		nanosleep(&tick, NULL);
+		/* a hint that came too soon after a pass is served when the gap ends */
+		now = ag_mono_ms();
+		hint_wait(A.connected && A.hinted > A.high ?
+			  (now >= last_pass + HINT_GAP_MS ? 0 : (int)(last_pass + HINT_GAP_MS - now)) : TICK_MS);
 	}
 	/* nobody renews the holds from now on: local breakers alone */
 	release_all("agent stopped");
@@ -698,6 +751,7 @@ int main(int argc, char **argv)
 	if (A.hooks && hooks_running(A.hooks))
 		ag_log("%d hook run%s left running", hooks_running(A.hooks), hooks_running(A.hooks) == 1 ? "" : "s");
 	hooks_free(A.hooks);
+	fl_close(&A.sub);
 	fl_close(&A.c);
 	ns_table_close(&A.t);
 	ag_log("stopped");

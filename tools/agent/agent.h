@@ -92,6 +92,13 @@ int fl_poll(struct fl_conn *c, uint64_t since, fl_dest_fn fn, void *arg, uint64_
  * simulated nodes polling together in one round trip. */
 int fl_append_poll(struct fl_conn *c, uint64_t since);
 
+/* The hint channel, on a connection of its own: subscribe; the descriptor
+ * to wait on; after it is readable, read the hints (the highest seq in
+ * *max_seq): how many, or FL_DOWN. */
+int fl_subscribe(struct fl_conn *c, const struct fl_url *u, const char *fleet, int timeout_ms, char *err, size_t len);
+int fl_hint_fd(const struct fl_conn *c);
+int fl_hint_read(struct fl_conn *c, uint64_t *max_seq);
+
 /**** hooks.c ****/
 
 struct hooks;

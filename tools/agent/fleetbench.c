@@ -1,6 +1,6 @@
 /* fleetbench.c -- what the fleet costs and how fast it spreads a trip.
  *
- *   fleetbench --redis URL --agent PATH --nodes N --dests D [--poll-ms P] [--trials R]
+ *   fleetbench --redis URL --agent PATH --nodes N --dests D [--poll-ms P] [--trials R] [--no-hint]
  *
  * One real netshim-agent (its own table) stands for the node that learns;
  * this process stands for the N other nodes: each polls the fleet every P
@@ -11,7 +11,8 @@
  *   per poll;
  *   propagation: R trips, each two simulated nodes voting a fresh
  *   destination open, timed until the real agent's table holds it open
- *   (p50, p99, max), and the agent's CPU per poll while they happen. */
+ *   (p50, p99, max), and the agent's CPU per poll while they happen;
+ *   --no-hint: the agent ignores the hint channel (polls alone). */
 #include <err.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -127,10 +128,11 @@ int main(int argc, char **argv)
 		{ "redis", required_argument, 0, 'r' }, { "agent", required_argument, 0, 'a' },
 		{ "nodes", required_argument, 0, 'n' }, { "dests", required_argument, 0, 'd' },
 		{ "poll-ms", required_argument, 0, 'p' }, { "trials", required_argument, 0, 't' },
+		{ "no-hint", no_argument, 0, 'N' },
 		{ 0, 0, 0, 0 },
 	};
 	const char *url_text = NULL, *agent = NULL;
-	int nodes = 10, dests = 1000, poll_ms = 500, trials = 50, o, batch;
+	int nodes = 10, dests = 1000, poll_ms = 500, trials = 50, o, batch, no_hint = 0;
 	char err[256], fleet[AG_NAME_MAX], table[64], pollarg[16], urlarg[300];
 	struct fl_url url;
 	struct fl_conn c = { 0 };
@@ -148,6 +150,7 @@ int main(int argc, char **argv)
 		case 'd': dests = atoi(optarg); break;
 		case 'p': poll_ms = atoi(optarg); break;
 		case 't': trials = atoi(optarg); break;
+		case 'N': no_hint = 1; break;
 		default: exit(2);
 		}
 	}
@@ -182,7 +185,7 @@ int main(int argc, char **argv)
 	snprintf(urlarg, sizeof(urlarg), "%s", url_text);
 	{
 		char *av[] = { (char *)agent, "--redis", urlarg, "--node", "real", "--fleet", fleet, "--table", table,
-			"--poll-ms", pollarg, NULL };
+			"--poll-ms", pollarg, no_hint ? "--no-hint" : NULL, NULL };
 
 		posix_spawn_file_actions_t fa;
 

@@ -10,8 +10,9 @@
  *                            key expires a minute after its latest vote
  *   netshim:{F}:cmd:DEST     hash: seq, op (reset | forced_open), node, at:
  *                            the last operator command for DEST
- *   netshim:{F}:hint         pub/sub channel: the seq of each change (a hint
- *                            only; nothing here subscribes yet)
+ *   netshim:{F}:hint         pub/sub channel: the seq of each change, a hint
+ *                            only (messages are lost while a subscriber is
+ *                            away): an agent woken by it polls at once
  *
  * A change is one script (atomic): it writes the vote or command, takes the
  * next seq and files the destination under it in changes. A poll is TIME
@@ -452,4 +453,56 @@ int fl_poll(struct fl_conn *c, uint64_t since, fl_dest_fn fn, void *arg, uint64_
 	free(votes);
 	freeReplyObject(z);
 	return rc;
+}
+
+int fl_subscribe(struct fl_conn *c, const struct fl_url *u, const char *fleet, int timeout_ms, char *err, size_t len)
+{
+	char chan[AG_NAME_MAX + 24];
+	const char *argv[] = { "SUBSCRIBE", chan };
+	redisReply *r;
+	int rc = fl_connect(c, u, fleet, timeout_ms, err, len);
+
+	if (rc != FL_OK)
+		return rc;
+	snprintf(chan, sizeof(chan), "%shint", c->prefix);
+	if ((rc = command(c, &r, err, len, 2, argv)) != FL_OK) {
+		fl_close(c);
+		return rc;
+	}
+	freeReplyObject(r);
+	return FL_OK;
+}
+
+int fl_hint_fd(const struct fl_conn *c)
+{
+	return c->ctx ? ((const redisContext *)c->ctx)->fd : -1;
+}
+
+int fl_hint_read(struct fl_conn *c, uint64_t *max_seq)
+{
+	void *v;
+	int n = 0;
+
+	/* the socket is readable: one read, then every whole message it held */
+	if (redisBufferRead(ctx(c)) != REDIS_OK)
+		return FL_DOWN;
+	for (;;) {
+		redisReply *r;
+
+		v = NULL;
+		if (redisGetReplyFromReader(ctx(c), &v) != REDIS_OK)
+			return FL_DOWN;
+		if (!v)
+			return n;
+		r = v;
+		/* ["message", channel, seq] */
+		if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[2]->type == REDIS_REPLY_STRING) {
+			uint64_t seq = num(r->element[2]->str);
+
+			if (seq > *max_seq)
+				*max_seq = seq;
+			n++;
+		}
+		freeReplyObject(r);
+	}
 }
