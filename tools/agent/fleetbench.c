@@ -201,7 +201,10 @@ int main(int argc, char **argv)
 	if (fl_connect(&s.c, &url, fleet, 1000, err, sizeof(err)) != FL_OK)
 		errx(1, "redis: %s", err);
 	pthread_create(&th, NULL, sim_main, &s);
-	/* the agent and the simulated nodes read the data set once */
+	/* the agent and the simulated nodes read the data set once (a full
+	 * first poll each: two rounds of polls done means it is behind them) */
+	while (__atomic_load_n(&s.polls, __ATOMIC_RELAXED) < 2 * (uint64_t)s.n)
+		usleep(10000);
 	usleep(3 * 1000 * (useconds_t)poll_ms + 500000);
 
 	/* steady state */
