@@ -131,7 +131,8 @@ static void agent_read(const struct ns_table *t, struct agent_view *a)
 
 	memset(a, 0, sizeof(*a));
 	a->pid = __atomic_load_n(&h->agent_pid, __ATOMIC_ACQUIRE);
-	if (!a->pid)
+	/* an agent killed without its clean exit leaves its pid: not shown */
+	if (!a->pid || a->pid > INT32_MAX || (kill((pid_t)a->pid, 0) < 0 && errno == ESRCH))
 		return;
 	a->present = 1;
 	a->flags = __atomic_load_n(&h->agent_flags, __ATOMIC_RELAXED);

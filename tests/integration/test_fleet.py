@@ -425,3 +425,21 @@ def test_sigterm_exits_cleanly_and_releases_the_holds(fleet, server):
     assert n3.log().rstrip().endswith("netshim-agent: stopped")
     assert "fleet hold released (agent stopped)" in n3.log()
     assert n3.status_doc()["agent"] is None
+
+
+@pytest.mark.shim
+@pytest.mark.agent
+def test_a_killed_agents_holds_lapse_by_themselves(fleet, server):
+    n1, n2, n3 = fleet(quorum=1)
+    srv = server("reset")
+    trip(n1, srv)
+    assert wait_for(lambda: n3.state(srv.dest) == "fleet_open", 5) is not None, n3.log()
+    n3.agent.kill()
+    n3.agent.wait()
+    n3.agent = None
+    t0 = time.monotonic()
+    assert n3.status_doc()["agent"] is None, "a dead agent is not shown as serving"
+    # nobody renews the lease (three poll intervals and a second): it lapses
+    took = wait_for(lambda: n3.state(srv.dest) == "closed", 5)
+    assert took is not None
+    assert time.monotonic() - t0 <= 3 * POLL_MS / 1000 + 1.0 + 0.3
