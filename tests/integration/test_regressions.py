@@ -417,8 +417,10 @@ def test_status_shows_when_half_open_began_and_monitor_mode(shim, server, tmp_pa
         assert proc.stdout.readline() == "probing\n"
         e = shim.entry(srv.dest)
         assert e["state"] == "half_open" and e["half_open_at"] is not None, e
-        row = [l for l in shim.ctl("status").stdout.splitlines() if srv.dest in l][0]
-        assert "half_open" in row and row.split()[-1] != "-", row
+        lines = shim.ctl("status").stdout.splitlines()
+        col = lines[0].split().index("HALF_OPEN_AT")
+        row = [l for l in lines if srv.dest in l][0]
+        assert "half_open" in row and row.split()[col] != "-", row
     finally:
         proc.kill()
         proc.wait()
