@@ -327,8 +327,11 @@ static void apply_command(struct dst *d, int op, const char *by)
 		slot = dst_slot(d, 0);
 		if (slot >= 0)
 			ns_table_reset(&A.t, slot);
+		/* closed now: what this pass's table scan saw open is no vote any more */
 		d->held = 0;
 		d->my_t = 0;
+		d->want_t = 0;
+		d->tripped = 0;
 		note(NS_E_RESET, d->key, detail);
 		ag_log("%s: reset by an operator on node %s: closed here", d->key, by);
 	} else {
@@ -338,6 +341,7 @@ static void apply_command(struct dst *d, int op, const char *by)
 			return;
 		}
 		ns_table_force_open(&A.t, slot, ag_mono_ms(), ag_wall_ms());
+		d->want_t = 0;   /* held by hand now: no vote */
 		note(NS_E_FORCED_OPEN, d->key, detail);
 		ag_log("%s: forced open by an operator on node %s: forced open here", d->key, by);
 	}
@@ -528,6 +532,7 @@ static int try_connect(char *err, size_t len)
 	if (seq < A.high)
 		A.high = 0;   /* Redis lost the fleet's data: all it holds now is new */
 	A.since = 0;
+	A.hinted = 0;   /* a hint from before (maybe another Redis's numbering) is void */
 	A.connected = 1;
 	A.sub_next_try = 0;
 	return FL_OK;

@@ -298,7 +298,8 @@ int fl_collect(struct fl_conn *c, int n, char *err, size_t len)
 		r = v;
 		if (r->type == REDIS_REPLY_ERROR && rc == FL_OK) {
 			snprintf(err, len, "%s", r->str);
-			rc = FL_REFUSED;
+			/* the script cache was flushed: a new connection loads it again */
+			rc = strncmp(r->str, "NOSCRIPT", 8) == 0 ? FL_DOWN : FL_REFUSED;
 		}
 		freeReplyObject(r);
 	}
