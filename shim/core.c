@@ -1142,6 +1142,51 @@ static int delay_blocking(struct ns_conn *c)
 	return 0;
 }
 
+/* This thread's last destination found in the destination cache. The
+ * same address, port and policy, with no name remembered by the process
+ * since and within a second (the name map's own answer may expire), is
+ * the same destination and the same entry: a scraper's repeated connect,
+ * and the fail-fast one above all, skips the name lookup and the cache's
+ * hash. The entry itself is still checked unchanged when it is copied;
+ * the slot and mode hold whatever became of it (a slot keeps its key; the
+ * mode is the policy's). */
+struct conn_memo {
+	const void *pol;
+	uint64_t gen;
+	monotime until;
+	uint64_t a[2];
+	uint32_t fp;            /* family << 16 | port */
+	struct ns_dcref ref;
+};
+static __thread struct conn_memo memo __attribute__((tls_model("initial-exec")));
+
+/* 1 with *ref when d is the memo's destination (d's name not looked up). */
+static inline int memo_find(const void *pol, const struct ns_dest *d, monotime now, struct ns_dcref *ref)
+{
+	uint64_t a[2];
+
+	memcpy(a, d->addr, 16);
+	if (memo.pol != pol || now >= memo.until || memo.a[0] != a[0] || memo.a[1] != a[1] ||
+	    memo.fp != ((uint32_t)d->family << 16 | d->port) ||
+	    memo.gen != __atomic_load_n(&ns_names_gen, __ATOMIC_ACQUIRE))
+		return 0;
+	*ref = memo.ref;
+	return 1;
+}
+
+/* gen: ns_names_gen read before d's name was looked up, so a name
+ * remembered meanwhile makes the memo miss, never hold the older answer */
+static inline void memo_put(const void *pol, const struct ns_dest *d, uint64_t gen, monotime now,
+			    const struct ns_dcref *ref)
+{
+	memo.gen = gen;
+	memo.pol = pol;
+	memo.until = now + 1000000000;
+	memcpy(memo.a, d->addr, 16);
+	memo.fp = (uint32_t)d->family << 16 | d->port;
+	memo.ref = *ref;
+}
+
 int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	const struct ns_policy *pol;
@@ -1153,8 +1198,9 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	socklen_t tolen = 0;
 	monotime now;
 	uintptr_t v;
-	int slot, hint, klen = 0, r, e, enforce, fr = NS_FC_NONE, saved = errno, admitted = -1;
+	int slot, hint, klen = 0, r, e, enforce, fr = NS_FC_NONE, saved = errno, admitted = -1, named, found = 0;
 	struct ns_dcref ref;
+	uint64_t gen;
 
 	if (!sa || len < (socklen_t)sizeof(sa_family_t) || (unsigned)fd >= ns_fdmax)
 		return REAL(connect)(fd, sa, len);
@@ -1196,9 +1242,16 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		v = classify(fd, sa->sa_family);
 	if (!(v & NS_TAG_STREAM) || dest_from_sa(sa, len, &d) < 0)
 		return REAL(connect)(fd, sa, len);
-	ns_names_lookup(d.family, d.addr, d.name, sizeof(d.name));
 	hint = NS_SLOT_UNKNOWN;
-	if (ns_destcache_find(pol, &d, &ref) == 0) {
+	named = memo_find(pol, &d, now, &ref);
+	if (!named) {
+		gen = __atomic_load_n(&ns_names_gen, __ATOMIC_ACQUIRE);
+		ns_names_lookup(d.family, d.addr, d.name, sizeof(d.name), now);
+		found = ns_destcache_find(pol, &d, &ref) == 0;
+		if (found)
+			memo_put(pol, &d, gen, now, &ref);
+	}
+	if (named || found) {
 		/* a remembered destination whose breaker needs no step (closed,
 		 * or refusing as it stands) is admitted or refused straight off
 		 * its slot: the fail-fast connect copies nothing */
@@ -1211,6 +1264,8 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 			errno = ECONNREFUSED;
 			return -1;
 		}
+		if (named)   /* found by the memo: the name is needed from here on */
+			ns_names_lookup(d.family, d.addr, d.name, sizeof(d.name), now);
 		hint = ref.slot;
 		if (ns_destcache_copy(&ref, &set, key) == 0)
 			klen = (int)ref.klen;

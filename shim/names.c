@@ -23,7 +23,8 @@ static pthread_once_t names_once = PTHREAD_ONCE_INIT;
 static struct ns_namemap *names;
 unsigned ns_names_used;       /* atomic: 0 until a name is remembered (see ns_names_lookup) */
 #define names_used ns_names_used
-static uint64_t names_gen;    /* atomic: bumped each time a name is remembered */
+uint64_t ns_names_gen;        /* atomic: bumped each time a name is remembered */
+#define names_gen ns_names_gen
 
 /* Each thread's last lookup, answered again without the lock while the map
  * has not changed, for a second at most (so an entry's ten-minute expiry is
@@ -80,13 +81,12 @@ static void remember_hostent(const char *name, const struct hostent *h)
 		remember(name, h->h_addrtype, *a);
 }
 
-int ns_names_lookup_map(int family, const void *addr, char *out, size_t len)
+int ns_names_lookup_map(int family, const void *addr, char *out, size_t len, monotime now_ns)
 {
 	size_t alen = family == AF_INET6 ? 16 : 4;
-	uint64_t now, gen;
+	uint64_t now = (uint64_t)(now_ns / 1000000), gen;
 	int r;
 
-	now = (uint64_t)(ns_now() / 1000000);
 	gen = __atomic_load_n(&names_gen, __ATOMIC_ACQUIRE);
 	if (last.gen == gen && now < last.until_ms && last.family == family && memcmp(last.addr, addr, alen) == 0) {
 		if (!last.found)

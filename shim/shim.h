@@ -424,14 +424,15 @@ NS_HIDDEN unsigned ns_trace_frames(char frames[][150], unsigned max);
 
 /* names.c */
 /* The name the program resolved addr from, into out: 0, or -1 (none). A
- * process that never resolved a name pays one load. */
+ * process that never resolved a name pays one load. now: ns_now(). */
 extern unsigned ns_names_used NS_HIDDEN;
-NS_HIDDEN int ns_names_lookup_map(int family, const void *addr, char *out, size_t len);
-static inline int ns_names_lookup(int family, const void *addr, char *out, size_t len)
+extern uint64_t ns_names_gen NS_HIDDEN;   /* atomic: changes whenever a name is remembered */
+NS_HIDDEN int ns_names_lookup_map(int family, const void *addr, char *out, size_t len, monotime now);
+static inline int ns_names_lookup(int family, const void *addr, char *out, size_t len, monotime now)
 {
 	if (!__atomic_load_n(&ns_names_used, __ATOMIC_ACQUIRE))
 		return -1;
-	return ns_names_lookup_map(family, addr, out, len);
+	return ns_names_lookup_map(family, addr, out, len, now);
 }
 NS_HIDDEN int ns_getaddrinfo(const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res);
 NS_HIDDEN struct hostent *ns_gethostbyname(const char *name);

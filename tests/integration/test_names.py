@@ -61,6 +61,32 @@ def test_processes_share_one_breaker_by_name(shim, server, tmp_path):
     assert shim.entry(f"{name}:{srv.port}")["rejected"] == 2
 
 
+NAME_AFTER_ADDRESS = r'''
+import json, socket, sys
+port = int(sys.argv[1])
+def hit():
+    s = socket.socket()
+    s.connect(("127.0.0.1", port))
+    s.close()
+hit(); hit(); hit()                           # remembered by address (the thread's last destination)
+socket.getaddrinfo("localhost", port)         # the same address now comes from a name
+hit(); hit()
+print(json.dumps({"ok": True}))
+'''
+
+
+@pytest.mark.shim
+def test_a_name_resolved_later_rekeys_the_thread_s_last_destination(shim, server, tmp_path):
+    """The per-thread memo of the last destination must miss once a name is
+    remembered for its address (it would count under the literal key)."""
+    srv = server("http")
+    shim.policy(BY_NAME)
+    assert shim.run(py_script(tmp_path, NAME_AFTER_ADDRESS) + [srv.port]).last_json()["ok"]
+    st = shim.status()
+    assert st[f"127.0.0.1:{srv.port}"]["calls"] == 3, st
+    assert st[f"localhost:{srv.port}"]["calls"] == 2, st
+
+
 def test_a_literal_address_keeps_its_literal_key(shim, server):
     srv = server("http")
     shim.policy(BY_NAME)
