@@ -1151,6 +1151,7 @@ static int delay_blocking(struct ns_conn *c)
  * the slot and mode hold whatever became of it (a slot keeps its key; the
  * mode is the policy's). */
 struct conn_memo {
+	uint32_t seq;           /* odd while written: a signal handler's connect in the middle sees it */
 	const void *pol;
 	uint64_t gen;
 	monotime until;
@@ -1163,15 +1164,21 @@ static __thread struct conn_memo memo __attribute__((tls_model("initial-exec")))
 /* 1 with *ref when d is the memo's destination (d's name not looked up). */
 static inline int memo_find(const void *pol, const struct ns_dest *d, monotime now, struct ns_dcref *ref)
 {
+	uint32_t s = memo.seq;
 	uint64_t a[2];
 
+	/* connect is async-signal-safe: a handler's connect may run between
+	 * any two of these reads, so the memo is read as a seqlock against
+	 * the same thread (signal fences, no hardware ordering needed) */
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	memcpy(a, d->addr, 16);
-	if (memo.pol != pol || now >= memo.until || memo.a[0] != a[0] || memo.a[1] != a[1] ||
+	if ((s & 1) || memo.pol != pol || now >= memo.until || memo.a[0] != a[0] || memo.a[1] != a[1] ||
 	    memo.fp != ((uint32_t)d->family << 16 | d->port) ||
 	    memo.gen != __atomic_load_n(&ns_names_gen, __ATOMIC_ACQUIRE))
 		return 0;
 	*ref = memo.ref;
-	return 1;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	return memo.seq == s;
 }
 
 /* gen: ns_names_gen read before d's name was looked up, so a name
@@ -1179,12 +1186,20 @@ static inline int memo_find(const void *pol, const struct ns_dest *d, monotime n
 static inline void memo_put(const void *pol, const struct ns_dest *d, uint64_t gen, monotime now,
 			    const struct ns_dcref *ref)
 {
+	uint32_t s = memo.seq;
+
+	if (s & 1)
+		return;   /* a handler's connect inside our own write: leave it to us */
+	memo.seq = s + 1;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	memo.gen = gen;
 	memo.pol = pol;
 	memo.until = now + 1000000000;
 	memcpy(memo.a, d->addr, 16);
 	memo.fp = (uint32_t)d->family << 16 | d->port;
 	memo.ref = *ref;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	memo.seq = s + 2;
 }
 
 int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
