@@ -110,7 +110,7 @@ int ctl_open_table(const char *name, int create, struct ns_table *t)
 
 /* The table's key for what the user typed: "localhost:80" and
  * "[::1]:80" are normalised the way the shim writes them. */
-void ctl_note_action(struct ns_table *t, int type, const char *key, const char *detail)
+void ctl_note_event(struct ns_table *t, int type, const char *key, const char *detail, const char *program)
 {
 	struct ns_evrec ev;
 
@@ -118,10 +118,15 @@ void ctl_note_action(struct ns_table *t, int type, const char *key, const char *
 	ev.type = (uint32_t)type;
 	ev.pid = (uint32_t)getpid();
 	snprintf(ev.dest, sizeof(ev.dest), "%s", key);
-	snprintf(ev.program, sizeof(ev.program), "shimctl");
+	snprintf(ev.program, sizeof(ev.program), "%s", program);
 	if (detail)
 		snprintf(ev.detail, sizeof(ev.detail), "%s", detail);
 	ns_table_event(t, &ev, ctl_wall_ms());
+}
+
+void ctl_note_action(struct ns_table *t, int type, const char *key, const char *detail)
+{
+	ctl_note_event(t, type, key, detail, "shimctl");
 }
 
 

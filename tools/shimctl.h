@@ -24,8 +24,10 @@ const char *ctl_table_name(const char *opt, char *buf, size_t len);
 int ctl_open_table(const char *name, int create, struct ns_table *t);
 /* Unmap; exits 1 when the table shrank while it was read. */
 void ctl_close_table(struct ns_table *t);
-/* Write an operator's action (reset, forced open, fault set...) to the ring. */
+/* Write an operator's action (reset, forced open, fault set...) to the ring;
+ * ctl_note_event for another program than shimctl (the agent). */
 void ctl_note_action(struct ns_table *t, int type, const char *key, const char *detail);
+void ctl_note_event(struct ns_table *t, int type, const char *key, const char *detail, const char *program);
 
 /* One event as a JSON object on one line (shimctl events --json, the
  * agent's hooks); node: the node's name, NULL to leave the field out. */

@@ -410,13 +410,19 @@ def test_on_event_runs_once_per_event_with_the_event_on_stdin(fleet, server, tmp
     assert len(hook_lines(out)) > before
 
 
-@pytest.mark.shim
-@pytest.mark.agent
-def test_sigterm_exits_cleanly_and_releases_the_holds(fleet, server):
+def held_on_n3(fleet, server):
+    """Quorum 1: n1's trip holds the destination open on n3."""
     n1, n2, n3 = fleet(quorum=1)
     srv = server("reset")
     trip(n1, srv)
     assert wait_for(lambda: n3.state(srv.dest) == "fleet_open", 5) is not None, n3.log()
+    return n3, srv
+
+
+@pytest.mark.shim
+@pytest.mark.agent
+def test_sigterm_exits_cleanly_and_releases_the_holds(fleet, server):
+    n3, srv = held_on_n3(fleet, server)
     t0 = time.monotonic()
     assert n3.stop_agent() == 0
     assert time.monotonic() - t0 < 2
@@ -430,10 +436,7 @@ def test_sigterm_exits_cleanly_and_releases_the_holds(fleet, server):
 @pytest.mark.shim
 @pytest.mark.agent
 def test_a_killed_agents_holds_lapse_by_themselves(fleet, server):
-    n1, n2, n3 = fleet(quorum=1)
-    srv = server("reset")
-    trip(n1, srv)
-    assert wait_for(lambda: n3.state(srv.dest) == "fleet_open", 5) is not None, n3.log()
+    n3, srv = held_on_n3(fleet, server)
     n3.agent.kill()
     n3.agent.wait()
     n3.agent = None

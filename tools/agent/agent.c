@@ -165,18 +165,10 @@ static int dst_slot(struct dst *d, int create)
 }
 
 /* An event the agent writes (the fleet's doing), for the ring, the hooks
- * and shimctl events. */
+ * and shimctl events; its pid tells the agent not to send it back out. */
 static void note(int type, const char *key, const char *detail)
 {
-	struct ns_evrec ev;
-
-	memset(&ev, 0, sizeof(ev));
-	ev.type = (uint32_t)type;
-	ev.pid = (uint32_t)getpid();
-	snprintf(ev.dest, sizeof(ev.dest), "%s", key);
-	snprintf(ev.program, sizeof(ev.program), "netshim-agent");
-	snprintf(ev.detail, sizeof(ev.detail), "%s", detail);
-	ns_table_event(&A.t, &ev, ag_wall_ms());
+	ctl_note_event(&A.t, type, key, detail, "netshim-agent");
 }
 
 static void queue_op(int op, const char *key)
