@@ -180,6 +180,13 @@ def trip(node, srv):
     assert node.state(srv.dest) == "open"
 
 
+def trip_until_held(held, srv, *voters):
+    """Each voter trips srv; the fleet then holds it open on `held`."""
+    for v in voters:
+        trip(v, srv)
+    assert wait_for(lambda: held.state(srv.dest) == "fleet_open", 5) is not None, held.log()
+
+
 @pytest.mark.shim
 @pytest.mark.agent
 def test_below_quorum_leaves_others_closed_at_quorum_they_fail_fast(fleet, server):
@@ -242,9 +249,7 @@ def test_votes_expire_after_the_voters_open_duration(fleet, server):
 def test_operator_reset_on_any_node_closes_it_on_all(fleet, server):
     n1, n2, n3 = fleet()
     srv = server("reset")
-    trip(n1, srv)
-    trip(n2, srv)
-    assert wait_for(lambda: n3.state(srv.dest) == "fleet_open", 5) is not None, n3.log()
+    trip_until_held(n3, srv, n1, n2)
     assert n3.shim.ctl("reset", srv.dest).returncode == 0
     t0 = time.monotonic()
     took = wait_for(lambda: n1.state(srv.dest) == "closed" and n2.state(srv.dest) == "closed", 5)
@@ -296,9 +301,7 @@ def test_a_node_with_most_destinations_open_is_suspect_and_its_votes_are_withhel
 def test_redis_down_leaves_programs_alone_and_trips_made_meanwhile_reach_the_fleet(fleet, server, redis):
     n1, n2, n3 = fleet()
     srv, later = server("reset"), server("reset")
-    trip(n1, srv)
-    trip(n2, srv)
-    assert wait_for(lambda: n3.state(srv.dest) == "fleet_open", 5) is not None, n3.log()
+    trip_until_held(n3, srv, n1, n2)
     redis.kill()
     # the hold is released: n3's programs reach the destination again
     assert wait_for(lambda: n3.state(srv.dest) == "closed", 5) is not None, n3.log()
@@ -414,8 +417,7 @@ def held_on_n3(fleet, server):
     """Quorum 1: n1's trip holds the destination open on n3."""
     n1, n2, n3 = fleet(quorum=1)
     srv = server("reset")
-    trip(n1, srv)
-    assert wait_for(lambda: n3.state(srv.dest) == "fleet_open", 5) is not None, n3.log()
+    trip_until_held(n3, srv, n1)
     return n3, srv
 
 

@@ -34,7 +34,6 @@ struct fl_conn {
 	void *ctx;                  /* redisContext */
 	char prefix[AG_NAME_MAX + 16];   /* "netshim:{FLEET}:" */
 	char sha[48];               /* the change script, loaded */
-	uint64_t commands;          /* sent on this connection, for the figures */
 };
 
 enum { FL_OK = 0, FL_DOWN = -1, FL_REFUSED = -2 };

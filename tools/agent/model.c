@@ -159,7 +159,6 @@ static int command(struct fl_conn *c, redisReply **out, char *err, size_t len, i
 {
 	redisReply *r = redisCommandArgv(ctx(c), argc, argv, NULL);
 
-	c->commands++;
 	*out = NULL;
 	if (!r) {
 		snprintf(err, len, "%s", ctx(c)->errstr[0] ? ctx(c)->errstr : "no reply");
@@ -279,7 +278,6 @@ int fl_append_change(struct fl_conn *c, int op, const char *dest, const char *no
 	argv[10] = ttl;
 	argv[11] = rule && *rule ? rule : "-";
 	argv[12] = chan;
-	c->commands++;
 	return redisAppendCommandArgv(ctx(c), 13, argv, NULL) == REDIS_OK ? FL_OK : FL_DOWN;
 }
 
@@ -324,7 +322,6 @@ int fl_append_poll(struct fl_conn *c, uint64_t since)
 
 	snprintf(key, sizeof(key), "%schanges", c->prefix);
 	snprintf(min, sizeof(min), "(%llu", (unsigned long long)since);
-	c->commands += 2;
 	if (redisAppendCommandArgv(ctx(c), 1, time_argv, NULL) != REDIS_OK ||
 	    redisAppendCommandArgv(ctx(c), 5, z, NULL) != REDIS_OK)
 		return FL_DOWN;
@@ -418,8 +415,7 @@ int fl_poll(struct fl_conn *c, uint64_t since, fl_dest_fn fn, void *arg, uint64_
 		redisAppendCommandArgv(ctx(c), 2, hv, NULL);
 		snprintf(key, sizeof(key), "%scmd:%s", c->prefix, dest);
 		redisAppendCommandArgv(ctx(c), 2, hv, NULL);
-		c->commands += 2;
-	}
+		}
 	for (size_t i = 0; i < nd && rc == FL_OK; i++) {
 		redisReply *v = NULL, *m = NULL;
 		struct fl_dest d;
