@@ -204,7 +204,10 @@ int ns_table_open(const char *name, int create, uint32_t nslots, uint32_t nevent
  * it. The guard (a chained SIGBUS handler) swaps private zero pages in over
  * the table and sets t->broken; callers check ns_table_broken and stop
  * using it. A fault anywhere else goes to the handler that was there. */
-int ns_table_broken(const struct ns_table *t);
+static inline int ns_table_broken(const struct ns_table *t)
+{
+	return __atomic_load_n(&t->broken, __ATOMIC_ACQUIRE);
+}
 void ns_table_close(struct ns_table *t);
 
 /* A table size from the environment (NETSHIM_TABLE_SLOTS, _EVENTS): NULL or

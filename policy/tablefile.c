@@ -121,11 +121,6 @@ static void guard_remove(const struct ns_table *t)
 			__atomic_store_n(&guards[i].start, 0, __ATOMIC_RELEASE);
 }
 
-int ns_table_broken(const struct ns_table *t)
-{
-	return __atomic_load_n(&t->broken, __ATOMIC_ACQUIRE);
-}
-
 void ns_table_default_name(char *buf, size_t len)
 {
 	snprintf(buf, len, "netshim.%u", (unsigned)geteuid());

@@ -53,10 +53,12 @@ static int64_t cfg_checked_s;          /* atomic: the second of the last look at
 static monotime cfg_next_ns;           /* atomic: no look before then (the next second) */
 static int cfg_reloading;              /* atomic: one thread reloads, the others go on */
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
+static int cfg_ready;                  /* atomic: cfg_load has run (pthread_once's call skipped) */
 
 static struct ns_table tbl;
 static int tbl_ok;
 static pthread_once_t tbl_once = PTHREAD_ONCE_INIT;
+static int tbl_ready;                  /* atomic: tbl_load has run */
 
 /* Load the policy file into a new heap policy. Returns it, or NULL with the
  * first error line in err. */
@@ -126,6 +128,19 @@ static void cfg_load(void)
 	ns_fault_config(p);
 }
 
+/* pthread_once's own call, skipped once the flag is seen set */
+static void cfg_load_once(void)
+{
+	cfg_load();
+	__atomic_store_n(&cfg_ready, 1, __ATOMIC_RELEASE);
+}
+
+static inline void cfg_init(void)
+{
+	if (unlikely(!__atomic_load_n(&cfg_ready, __ATOMIC_ACQUIRE)))
+		pthread_once(&cfg_once, cfg_load_once);
+}
+
 /* For the lookup faults (fault.c): the policy's faults for d, none when
  * the shim is off or d is bypassed. */
 void ns_policy_faults_for(const struct ns_dest *d, struct ns_settings *set)
@@ -178,9 +193,9 @@ static void cfg_maybe_reload(monotime now)
 }
 
 /* The policy in force, or NULL to pass the call through. */
-static struct ns_policy *cfg_get(monotime now)
+static inline __attribute__((always_inline)) struct ns_policy *cfg_get(monotime now)
 {
-	pthread_once(&cfg_once, cfg_load);
+	cfg_init();
 	if (cfg_disabled)
 		return NULL;
 	if (unlikely(now >= __atomic_load_n(&cfg_next_ns, __ATOMIC_RELAXED)))
@@ -225,9 +240,16 @@ static __attribute__((noinline, cold)) void tbl_broke(void)
 		       tbl.path);
 }
 
-static int tbl_on(void)
+static void tbl_load_once(void)
 {
-	pthread_once(&tbl_once, tbl_load);
+	tbl_load();
+	__atomic_store_n(&tbl_ready, 1, __ATOMIC_RELEASE);
+}
+
+static inline __attribute__((always_inline)) int tbl_on(void)
+{
+	if (unlikely(!__atomic_load_n(&tbl_ready, __ATOMIC_ACQUIRE)))
+		pthread_once(&tbl_once, tbl_load_once);
 	if (unlikely(tbl_ok && ns_table_broken(&tbl)))
 		tbl_broke();
 	return tbl_ok;
@@ -242,7 +264,7 @@ static void rng_seed(void)
 __attribute__((constructor)) static void ns_init(void)
 {
 	ns_real_bind();
-	pthread_once(&cfg_once, cfg_load);
+	cfg_init();
 	rng_seed();
 	/* a forked child draws its own jitter, not its parent's */
 	pthread_atfork(NULL, NULL, rng_seed);
@@ -419,7 +441,7 @@ void ns_conn_http(struct ns_conn *c, unsigned code, int failed)
 }
 
 /* The connect completed: note how long it took, once. */
-static void conn_connected(struct ns_conn *c)
+static inline __attribute__((always_inline)) void conn_connected(struct ns_conn *c)
 {
 	uint32_t old = __atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
 
@@ -469,6 +491,14 @@ static struct timeval ns_to_tv(int64_t ns)
 	tv.tv_usec = ns % 1000000;
 	if (tv.tv_sec == 0 && tv.tv_usec == 0 && ns > 0)
 		tv.tv_usec = 1;
+	return tv;
+}
+
+/* ...of a whole number of milliseconds: the same, with less arithmetic */
+static struct timeval ms_to_tv(uint64_t ms)
+{
+	struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+
 	return tv;
 }
 
@@ -801,7 +831,7 @@ int ns_socket(int domain, int type, int protocol)
 	if ((domain == AF_INET || domain == AF_INET6) && (type & 0xf) == SOCK_STREAM)
 		tag = NS_TAG | NS_TAG_STREAM | ((type & SOCK_NONBLOCK) ? NS_TAG_NONBLOCK : 0);
 	/* also clears what a close we did not see (fclose, close_range) left */
-	ns_fd_set(fd, tag);
+	ns_fd_tag(fd, tag);
 	return fd;
 }
 
@@ -887,18 +917,23 @@ static void drop_attempt(int fd)
  * around one connect, where a non-blocking connect and a poll loop took
  * five system calls), and the kernel's EINPROGRESS at its end becomes
  * ETIMEDOUT with the attempt dropped. ask: the program may have set its own
- * SO_SNDTIMEO before the shim saw the socket. */
+ * SO_SNDTIMEO before the shim saw the socket. now: the clock, read at most
+ * the shim's own few microseconds ago. */
 static int connect_bounded(int fd, struct ns_conn *c, const struct ns_settings *set, const struct sockaddr *sa,
-			   socklen_t len, int ask)
+			   socklen_t len, int ask, monotime now)
 {
 	int64_t prog = ask ? prog_timeout(fd, SO_SNDTIMEO) : 0, lim = 0, before, left;
 	struct timeval tv;
-	int r, e;
+	int r, e, whole = 0;   /* whole: lim is the connect timeout, in milliseconds */
 
-	if (set->connect_timeout_ms)
+	if (set->connect_timeout_ms) {
 		lim = (int64_t)set->connect_timeout_ms * 1000000;
-	if (LD(c->total_deadline) && (lim == 0 || LD(c->total_deadline) - LD(c->start) < lim))
+		whole = 1;
+	}
+	if (LD(c->total_deadline) && (lim == 0 || LD(c->total_deadline) - LD(c->start) < lim)) {
 		lim = LD(c->total_deadline) - LD(c->start);
+		whole = 0;
+	}
 	if (lim == 0)
 		return REAL(connect)(fd, sa, len);
 	ST(c->connect_deadline, LD(c->start) + lim);
@@ -906,12 +941,12 @@ static int connect_bounded(int fd, struct ns_conn *c, const struct ns_settings *
 		return REAL(connect)(fd, sa, len);   /* the program's own timeout ends it first */
 	/* what the kernel holds now: the shim's total budget (conn_arm), or the program's */
 	before = LD(c->dir[NS_OUT].src) >= NS_SRC_SHIM_READ ? LD(c->dir[NS_OUT].kernel_ns) : prog;
-	left = LD(c->start) + lim - ns_now();
+	left = LD(c->start) + lim - now;
 	if (left <= 0) {
 		errno = ETIMEDOUT;
 		return -1;
 	}
-	tv = ns_to_tv(left);
+	tv = whole && left == lim ? ms_to_tv(set->connect_timeout_ms) : ns_to_tv(left);
 	if (REAL(setsockopt)(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
 		return REAL(connect)(fd, sa, len);
 	r = REAL(connect)(fd, sa, len);
@@ -987,26 +1022,11 @@ static uintptr_t conn_detach(int fd, struct ns_conn *c)
 /* Put the shim's read (and total) timeouts into the kernel, beside the
  * program's own. ask: the program may have set its own before connecting
  * (otherwise it has none and no system call is spent asking). */
-static void conn_arm(int fd, struct ns_conn *c, monotime now, int ask)
+static __attribute__((noinline)) void conn_arm_full(int fd, struct ns_conn *c, monotime now, int ask)
 {
 	int64_t want;
 	uint32_t src;
 
-	if (!ask && !LD(c->total_deadline)) {
-		/* the common case: the program set no timeout of its own, no
-		 * total budget; the read timeout goes in as it is */
-		struct timeval tv = ns_to_tv(LD(c->read_timeout_ns));
-
-		ST(c->dir[NS_IN].prog_ns, 0);
-		if (REAL(setsockopt)(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0) {
-			ST(c->dir[NS_IN].kernel_ns, LD(c->read_timeout_ns));
-			ST(c->dir[NS_IN].src, NS_SRC_SHIM_READ);
-		} else {
-			ST(c->dir[NS_IN].kernel_ns, 0);
-			ST(c->dir[NS_IN].src, NS_SRC_NONE);
-		}
-		return;
-	}
 	ST(c->dir[NS_IN].prog_ns, ask ? prog_timeout(fd, SO_RCVTIMEO) : 0);
 	ST(c->dir[NS_IN].kernel_ns, LD(c->dir[NS_IN].prog_ns));
 	dir_want(c, NS_IN, LD(c->total_deadline) ? LD(c->total_deadline) - now : 0, &want, &src);
@@ -1016,6 +1036,27 @@ static void conn_arm(int fd, struct ns_conn *c, monotime now, int ask)
 		ST(c->dir[NS_OUT].kernel_ns, LD(c->dir[NS_OUT].prog_ns));
 		dir_want(c, NS_OUT, LD(c->total_deadline) - now, &want, &src);
 		dir_sync(fd, c, NS_OUT, want, src);
+	}
+}
+
+static inline __attribute__((always_inline)) void conn_arm(int fd, struct ns_conn *c, monotime now, int ask)
+{
+	struct timeval tv;
+
+	if (ask || LD(c->total_deadline)) {
+		conn_arm_full(fd, c, now, ask);
+		return;
+	}
+	/* the common case: the program set no timeout of its own, no total
+	 * budget; the read timeout goes in as it is */
+	tv = ms_to_tv(LD(c->set.read_timeout_ms));   /* read_timeout_ns, exactly */
+	ST(c->dir[NS_IN].prog_ns, 0);
+	if (REAL(setsockopt)(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0) {
+		ST(c->dir[NS_IN].kernel_ns, LD(c->read_timeout_ns));
+		ST(c->dir[NS_IN].src, NS_SRC_SHIM_READ);
+	} else {
+		ST(c->dir[NS_IN].kernel_ns, 0);
+		ST(c->dir[NS_IN].src, NS_SRC_NONE);
 	}
 }
 
@@ -1061,17 +1102,22 @@ static int breaker_admit(const char *key, int hint, int *slotp, const struct ns_
 
 /* A fresh attempt on c: its clock, deadlines and outcome start over (the
  * total budget runs from the first attempt). */
-static void conn_begin(struct ns_conn *c, const struct ns_settings *set, monotime now)
+static inline __attribute__((always_inline)) void conn_clock(struct ns_conn *c, const struct ns_settings *set, monotime now)
 {
 	ST(c->start, now);
 	ST(c->outcome, 0);
 	ST(c->xstart, 0);
-	set_rd_wait(c, 0);
-	__atomic_fetch_or(&c->flags, NS_C_XNEXT, __ATOMIC_RELAXED);
+	ST(c->rd_wait_start, 0);
 	ST(c->connect_deadline, (LD(c->flags) & NS_C_ENFORCE) && set->connect_timeout_ms ?
 		now + (int64_t)set->connect_timeout_ms * 1000000 : 0);
-	__atomic_fetch_and(&c->flags, ~NS_C_FAILED, __ATOMIC_RELAXED);
-	__atomic_fetch_or(&c->flags, NS_C_CONNECTING, __ATOMIC_RELAXED);
+}
+
+/* ...on a record others may see (a retry): its flags change bit by bit */
+static void conn_begin(struct ns_conn *c, const struct ns_settings *set, monotime now)
+{
+	conn_clock(c, set, now);
+	__atomic_fetch_and(&c->flags, ~(NS_C_WAITING | NS_C_FAILED), __ATOMIC_RELEASE);
+	__atomic_fetch_or(&c->flags, NS_C_XNEXT | NS_C_CONNECTING, __ATOMIC_RELAXED);
 }
 
 /* After a failed blocking connect: wait and try again if the policy says so.
@@ -1206,9 +1252,11 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	const struct ns_policy *pol;
 	struct ns_settings set;
-	struct ns_conn *c;
+	const struct ns_settings *sp = &set;   /* the settings in force: set, or the record's own copy */
+	struct ns_conn *c = NULL;
 	struct ns_dest d;
 	char key[NS_KEY_MAX];
+	const char *kp = key;
 	struct sockaddr_storage to;
 	socklen_t tolen = 0;
 	monotime now;
@@ -1279,14 +1327,28 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 			errno = ECONNREFUSED;
 			return -1;
 		}
+		if (ref.mode == NS_MODE_BYPASS)
+			return REAL(connect)(fd, sa, len);
 		if (named)   /* found by the memo: the name is needed from here on */
 			ns_names_lookup(d.family, d.addr, d.name, sizeof(d.name), now);
 		hint = ref.slot;
-		if (ns_destcache_copy(&ref, &set, key) == 0)
+		klen = -1;
+		if (admitted == NS_ALLOW && hint >= 0 && (c = ns_conn_alloc()) != NULL) {
+			/* the common connect: the settings and key go straight
+			 * from the cache into the record, which nobody sees yet */
+			if (ns_destcache_copy(&ref, &c->set, c->key) == 0) {
+				klen = (int)ref.klen;
+				sp = &c->set;
+				kp = c->key;
+			} else {
+				ns_conn_unref(c);
+				c = NULL;
+			}
+		} else if (ns_destcache_copy(&ref, &set, key) == 0) {
 			klen = (int)ref.klen;
-		else
-			klen = -1;   /* the entry changed under us: the settings are resolved anew
-				      * (the slot stays: a slot keeps its key) */
+		}
+		/* else the entry changed under us: the settings are resolved
+		 * anew (the slot stays: a slot keeps its key) */
 	} else {
 		klen = -1;
 	}
@@ -1298,12 +1360,12 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		if (admitted != NS_ALLOW)
 			hint = NS_SLOT_UNKNOWN;   /* find (and remember) the slot below */
 	}
-	if (set.mode == NS_MODE_BYPASS) {
+	if (sp->mode == NS_MODE_BYPASS) {
 		if (hint == NS_SLOT_UNKNOWN)
 			ns_destcache_put(pol, &d, &set, key, (size_t)klen, -1);
 		return REAL(connect)(fd, sa, len);
 	}
-	enforce = set.mode == NS_MODE_ENFORCE;
+	enforce = sp->mode == NS_MODE_ENFORCE;
 
 	if (admitted == NS_ALLOW && hint >= 0) {
 		slot = hint;   /* admitted above */
@@ -1317,29 +1379,35 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		errno = ECONNREFUSED;
 		return -1;
 	}
-	c = ns_conn_alloc();
 	if (!c) {
-		NS_LOG(NS_LOG_ERROR, "out of memory for connection state; %s passes through", key);
-		return REAL(connect)(fd, sa, len);
+		c = ns_conn_alloc();
+		if (!c) {
+			NS_LOG(NS_LOG_ERROR, "out of memory for connection state; %s passes through", key);
+			return REAL(connect)(fd, sa, len);
+		}
+		ns_conn_put_cfg(c, &set, key, (size_t)klen);
 	}
 	ST(c->slot, slot);
-	ns_conn_put_cfg(c, &set, key, (size_t)klen);
-	ST(c->flags, (v & NS_TAG_NONBLOCK) ? NS_C_NONBLOCK : 0);
-	if (enforce) {
-		ST(c->flags, LD(c->flags) | NS_C_ENFORCE);
-		ST(c->read_timeout_ns, (int64_t)set.read_timeout_ms * 1000000);
-		if (set.total_timeout_ms) {
-			ST(c->total_deadline, now + (int64_t)set.total_timeout_ms * 1000000);
-			ST(c->flags, LD(c->flags) | NS_C_TOTAL);
+	{
+		/* the record is not published yet: its flags are written whole */
+		uint32_t f = NS_C_XNEXT | NS_C_CONNECTING | ((v & NS_TAG_NONBLOCK) ? NS_C_NONBLOCK : 0);
+
+		if (enforce) {
+			f |= NS_C_ENFORCE;
+			ST(c->read_timeout_ns, (int64_t)sp->read_timeout_ms * 1000000);
+			if (sp->total_timeout_ms) {
+				ST(c->total_deadline, now + (int64_t)sp->total_timeout_ms * 1000000);
+				f |= NS_C_TOTAL;
+			}
 		}
+		ST(c->flags, f);
 	}
-	conn_begin(c, &set, now);
+	conn_clock(c, sp, now);
 	if (unlikely(ns_fault_possible())) {
-		fr = ns_fault_at_connect(c, &d, &set, slot, sa, len, &to, &tolen);
+		fr = ns_fault_at_connect(c, &d, sp, slot, sa, len, &to, &tolen);
 		if (fr == NS_FC_FAIL) {
 			e = errno;
-			ns_fd_set(fd, (uintptr_t)c);
-			ns_conn_unref(c);
+			ns_fd_publish(fd, c);
 			conn_fail_errno(c, e);
 			errno = e;
 			return -1;
@@ -1349,8 +1417,7 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 			len = tolen;
 		}
 	}
-	ns_fd_set(fd, (uintptr_t)c);
-	ns_conn_unref(c);   /* the fd table holds it now */
+	ns_fd_publish(fd, c);   /* the fd table holds it now */
 	if (unlikely(fr == NS_FC_TARGET && c->fault.delay_until)) {
 		if (LD(c->flags) & NS_C_NONBLOCK) {
 			sa = (const struct sockaddr *)&to;   /* the target that never answers, until the delay is up */
@@ -1373,15 +1440,19 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		r = REAL(connect)(fd, sa, len);
 		e = errno;
 	} else {
+		/* a fault's delay slept since the clock was read */
+		monotime t = fr == NS_FC_NONE ? now : ns_now();
+
 		for (unsigned attempt = 0;; attempt++) {
-			r = connect_bounded(fd, c, &set, sa, len, (v & NS_TAG_TIMEO) != 0);
+			r = connect_bounded(fd, c, sp, sa, len, (v & NS_TAG_TIMEO) != 0, t);
 			e = errno;
 			if (r == 0 || !is_failure_errno(e))
 				break;
 			conn_fail_errno(c, e);   /* each attempt is its own connection */
-			if (!retry_wait(c, &set, key, attempt, e))
+			if (!retry_wait(c, sp, kp, attempt, e))
 				return -1;
-			conn_begin(c, &set, ns_now());
+			t = ns_now();
+			conn_begin(c, sp, t);
 		}
 	}
 	if (r == 0)

@@ -39,9 +39,9 @@
 #include "shim.h"
 
 /* libc's dlopen: set once before the stub can jump through it. */
-NS_HIDDEN void *(*ns_real_dlopen)(const char *, int);
-NS_HIDDEN void *ns_dlopen_deep(const char *file, int mode);
-NS_HIDDEN void ns_dlopen_bind(void);
+NS_HIDDEN __attribute__((used)) void *(*ns_real_dlopen)(const char *, int);
+NS_HIDDEN __attribute__((used)) void *ns_dlopen_deep(const char *file, int mode);
+NS_HIDDEN __attribute__((used)) void ns_dlopen_bind(void);
 
 /* The exported dlopen. RTLD_DEEPBIND is 0x8 (bits/dlfcn.h); the mode is
  * the second argument (%esi). An unbound pointer (a dlopen from another

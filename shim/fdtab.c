@@ -7,6 +7,7 @@
 
 #include "shim.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -66,7 +67,55 @@ static void pool_child(void)
 	own_pid = getpid();
 }
 
-int ns_in_vfork_child(void)
+/* A child that shares our memory comes from vfork(): glibc's own
+ * posix_spawn, system and popen children run libc's internal calls, never
+ * the wrappers. So the exported vfork below notes that one was made, and
+ * until then a close needs no getpid (a system call on every close of a
+ * socket otherwise). The stub jumps to libc's vfork with the caller's
+ * frame untouched, since the child returns through it; an unbound pointer
+ * is bound first (vfork takes no arguments to keep), and if libc had no
+ * vfork the call becomes fork(), which POSIX allows. */
+__attribute__((used)) int ns_vforked;   /* atomic: the program has called vfork */
+NS_HIDDEN __attribute__((used)) void *ns_real_vfork;
+NS_HIDDEN void *ns_vfork_bind(void);
+
+__attribute__((used)) void *ns_vfork_bind(void)
+{
+	void *p = dlsym(RTLD_NEXT, "vfork");
+
+	__atomic_store_n(&ns_real_vfork, p, __ATOMIC_RELEASE);
+	return p;
+}
+
+__asm__(
+	".text\n"
+	".globl vfork\n"
+	".type vfork, @function\n"
+	".globl __vfork\n"
+	".type __vfork, @function\n"
+	"vfork:\n"
+	"__vfork:\n"
+	"	.cfi_startproc\n"
+	"	endbr64\n"
+	"	movl $1, ns_vforked(%rip)\n"
+	"	movq ns_real_vfork(%rip), %rax\n"
+	"	testq %rax, %rax\n"
+	"	jz 1f\n"
+	"	jmp *%rax\n"
+	"1:	subq $8, %rsp\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	call ns_vfork_bind\n"
+	"	addq $8, %rsp\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	testq %rax, %rax\n"
+	"	jz 2f\n"
+	"	jmp *%rax\n"
+	"2:	jmp fork@PLT\n"
+	"	.cfi_endproc\n"
+	".size vfork, .-vfork\n"
+	".size __vfork, .-__vfork\n");
+
+int ns_vfork_pid_differs(void)
 {
 	return getpid() != own_pid;
 }
@@ -195,22 +244,18 @@ void ns_conn_key(const struct ns_conn *c, char out[NS_KEY_MAX])
 	memcpy(out, ku.k, NS_KEY_MAX);
 }
 
-void ns_fd_set(int fd, uintptr_t v)
+/* v into fd's entry (< ns_fdmax), its reference already taken; what was
+ * there is dropped. */
+static inline __attribute__((always_inline)) void fd_put(int fd, uintptr_t v)
 {
 	uintptr_t old;
 
-	if ((unsigned)fd >= ns_fdmax)
-		return;
 	if (v) {
 		unsigned hi = __atomic_load_n(&ns_fdhi, __ATOMIC_RELAXED);
 
 		while ((unsigned)fd >= hi &&
 		       !__atomic_compare_exchange_n(&ns_fdhi, &hi, (unsigned)fd + 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 			;
-	}
-	if (v && !(v & NS_TAG)) {
-		ns_conn_ref((struct ns_conn *)v);
-		__atomic_fetch_add(&((struct ns_conn *)v)->fds, 1, __ATOMIC_RELAXED);
 	}
 	old = __atomic_exchange_n(&ns_fdtab[fd], v, __ATOMIC_ACQ_REL);
 	if (old && !(old & NS_TAG)) {
@@ -219,6 +264,27 @@ void ns_fd_set(int fd, uintptr_t v)
 	}
 	if (v && !(v & NS_TAG))
 		ns_wait_note_fd(fd);   /* one load when no epoll set is in use */
+}
+
+void ns_fd_set(int fd, uintptr_t v)
+{
+	if ((unsigned)fd >= ns_fdmax)
+		return;
+	if (v && !(v & NS_TAG)) {
+		ns_conn_ref((struct ns_conn *)v);
+		__atomic_fetch_add(&((struct ns_conn *)v)->fds, 1, __ATOMIC_RELAXED);
+	}
+	fd_put(fd, v);
+}
+
+void ns_fd_publish(int fd, struct ns_conn *c)
+{
+	if ((unsigned)fd >= ns_fdmax) {
+		ns_conn_unref(c);
+		return;
+	}
+	__atomic_store_n(&c->fds, 1, __ATOMIC_RELAXED);
+	fd_put(fd, (uintptr_t)c);
 }
 
 void ns_fd_forget_range(unsigned first, unsigned last)

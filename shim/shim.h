@@ -201,6 +201,21 @@ NS_HIDDEN ssize_t ns_sys_read(int fd, void *buf, size_t n);
 NS_HIDDEN void ns_fd_init(void);
 /* Put v at fd (taking a reference if it is a conn) and drop what was there. */
 NS_HIDDEN void ns_fd_set(int fd, uintptr_t v);
+/* ...for a record from ns_conn_alloc: its one reference passes to fd's entry. */
+NS_HIDDEN void ns_fd_publish(int fd, struct ns_conn *c);
+/* ...for a tag (or 0) at a number the kernel just handed out: the common
+ * case, a free entry below the high-water mark, is one load and a store
+ * (the number is the caller's: no other thread writes its entry). */
+static inline void ns_fd_tag(int fd, uintptr_t tag)
+{
+	if ((unsigned)fd < __atomic_load_n(&ns_fdhi, __ATOMIC_RELAXED) &&
+	    !__atomic_load_n(&ns_fdtab[fd], __ATOMIC_RELAXED)) {
+		if (tag)
+			__atomic_store_n(&ns_fdtab[fd], tag, __ATOMIC_RELEASE);
+		return;
+	}
+	ns_fd_set(fd, tag);
+}
 NS_HIDDEN struct ns_conn *ns_conn_alloc(void);
 NS_HIDDEN void ns_conn_ref(struct ns_conn *c);
 NS_HIDDEN void ns_conn_unref(struct ns_conn *c);
@@ -213,9 +228,14 @@ NS_HIDDEN int ns_conn_status_fails(const struct ns_conn *c, unsigned code);
 /* Drop the entries of fds first..last (both included), as their closing
  * behind the shim's back (close_range, closefrom, fclose) requires. */
 NS_HIDDEN void ns_fd_forget_range(unsigned first, unsigned last);
-/* 1 inside a vfork child (or any clone sharing our memory but not our pid):
- * it must not touch the parent's descriptor state. Costs one getpid. */
-NS_HIDDEN int ns_in_vfork_child(void);
+/* 1 inside a vfork child: it must not touch the parent's descriptor
+ * state. One load until the program first calls vfork, then a getpid. */
+extern int ns_vforked NS_HIDDEN;
+NS_HIDDEN int ns_vfork_pid_differs(void);
+static inline int ns_in_vfork_child(void)
+{
+	return __atomic_load_n(&ns_vforked, __ATOMIC_RELAXED) && ns_vfork_pid_differs();
+}
 
 /**** logging ****/
 
@@ -307,10 +327,23 @@ static inline monotime ns_wait_interest(struct ns_conn *c, uint32_t x, int want_
 }
 /* The program saw c ready for input or output: it is no longer waiting. */
 NS_HIDDEN void ns_wait_ready(struct ns_conn *c, int in, int out, int err);
-NS_HIDDEN void ns_wait_forget_fd(int fd);
+/* fd closes: its epoll registrations (or, an epoll fd, its set's) go.
+ * One load when no epoll registration is held. */
+extern unsigned ns_ep_count NS_HIDDEN;
+NS_HIDDEN void ns_wait_forget_fd_held(int fd);
+static inline void ns_wait_forget_fd(int fd)
+{
+	if (__atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
+		ns_wait_forget_fd_held(fd);
+}
 /* fd now stands for another connection (a connect, a dup onto it): an
  * epoll registration of that number computes its deadline again. */
-NS_HIDDEN void ns_wait_note_fd(int fd);
+NS_HIDDEN void ns_wait_note_fd_held(int fd);
+static inline void ns_wait_note_fd(int fd)
+{
+	if (__atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
+		ns_wait_note_fd_held(fd);
+}
 
 static inline uint32_t ns_exp_kind(struct ns_conn *c)
 {

@@ -847,7 +847,7 @@ static struct ep_set *ep_sets;  /* every set, listed */
  * a wait may read its nearest deadline without the lock */
 static struct ep_set **ep_byfd;
 static unsigned ep_bycap;
-static unsigned ep_count;       /* atomic: registrations held; 0 = nothing to do */
+unsigned ns_ep_count;           /* atomic: registrations held; 0 = nothing to do */
 static unsigned ep_nconnecting; /* atomic: registrations whose connect is in progress */
 static uint64_t ep_round;
 
@@ -991,7 +991,7 @@ static void ep_drop(struct ep_set *s, struct ep_reg *g)
 	s->byfd[g->fd] = NULL;
 	s->nregs--;
 	free(g);
-	__atomic_fetch_sub(&ep_count, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_sub(&ns_ep_count, 1, __ATOMIC_RELAXED);
 }
 
 /* The connection behind a registration: the fd's own, or, once that number
@@ -1102,7 +1102,7 @@ static void ep_remember(int epfd, int fd, const struct epoll_event *ev)
 		g->hidx = -1;
 		s->byfd[fd] = g;
 		s->nregs++;
-		__atomic_fetch_add(&ep_count, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&ns_ep_count, 1, __ATOMIC_RELAXED);
 	}
 	g->events = ev->events;
 	set_data(s, g, ev->data);
@@ -1127,12 +1127,10 @@ static void set_free(struct ep_set *s)
 	top_sync(s);
 }
 
-void ns_wait_note_fd(int fd)
+void ns_wait_note_fd_held(int fd)
 {
 	struct ep_reg *g;
 
-	if (!__atomic_load_n(&ep_count, __ATOMIC_RELAXED))
-		return;
 	ep_lock();
 	for (struct ep_set *s = ep_sets; s; s = s->next)
 		if ((g = reg_of(s, fd)) != NULL)
@@ -1152,13 +1150,11 @@ static void ep_forget(int epfd, int fd)
 	ep_unlock();
 }
 
-void ns_wait_forget_fd(int fd)
+void ns_wait_forget_fd_held(int fd)
 {
 	struct ep_set *s, *next;
 	struct ep_reg *g;
 
-	if (!__atomic_load_n(&ep_count, __ATOMIC_RELAXED))
-		return;
 	ep_lock();
 	for (s = ep_sets; s; s = next) {
 		next = s->next;
@@ -1179,7 +1175,7 @@ int ns_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 		return r;
 	v = ns_fd_get(fd);
 	if (op == EPOLL_CTL_DEL) {
-		if (__atomic_load_n(&ep_count, __ATOMIC_RELAXED))
+		if (__atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
 			ep_forget(epfd, fd);
 	} else if (ev && v && (!(v & NS_TAG) || (v & NS_TAG_STREAM))) {
 		if (!ns_fd_get(epfd))
@@ -1450,7 +1446,7 @@ static int ep_common(const struct epcall *p, monotime until, monotime now)
 
 static int ep_tracked(int epfd, int max)
 {
-	return __atomic_load_n(&ep_count, __ATOMIC_RELAXED) && max > 0 && (ns_fd_get(epfd) & NS_TAG_EPOLL);
+	return __atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED) && max > 0 && (ns_fd_get(epfd) & NS_TAG_EPOLL);
 }
 
 int ns_epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout_ms)
