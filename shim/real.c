@@ -136,3 +136,4 @@ UNBOUND(ssize_t, read_chk, (int fd, void *b, size_t n, size_t bl), (fd, b, n, bl
 UNBOUND(int, recvmmsg, (int fd, struct mmsghdr *v, unsigned n, int f, struct timespec *ts), (fd, v, n, f, ts))
 UNBOUND(int, sendmmsg, (int fd, struct mmsghdr *v, unsigned n, int f), (fd, v, n, f))
 UNBOUND(ssize_t, sendfile, (int out, int in, off_t *off, size_t n), (out, in, off, n))
+UNBOUND(int, select, (int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv), (n, r, w, e, tv))

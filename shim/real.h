@@ -88,6 +88,7 @@ ssize_t ns_unbound_read_chk(int, void *, size_t, size_t);
 int ns_unbound_recvmmsg(int, struct mmsghdr *, unsigned, int, struct timespec *);
 int ns_unbound_sendmmsg(int, struct mmsghdr *, unsigned, int);
 ssize_t ns_unbound_sendfile(int, int, off_t *, size_t);
+int ns_unbound_select(int, fd_set *, fd_set *, fd_set *, struct timeval *);
 
 /* The real function, bound on first use. */
 #define REAL(fn) (__builtin_expect(ns_real.fn != NULL, 1) ? ns_real.fn : (ns_real_bind(), ns_real.fn))

@@ -301,6 +301,15 @@ static inline monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want
 	uint32_t f = __atomic_load_n(&c->flags, __ATOMIC_RELAXED);
 	monotime d = 0;
 
+	/* the common case first, in one test: a connected socket waited on
+	 * for input, its read clock running, no total budget */
+	if (likely((f & (NS_C_ENFORCE | NS_C_CONNECTING | NS_C_WAITING | NS_C_TOTAL)) == (NS_C_ENFORCE | NS_C_WAITING)) &&
+	    want_in) {
+		int64_t rt = LD(c->read_timeout_ns);
+
+		if (likely(rt))
+			return LD(c->rd_wait_start) + rt;
+	}
 	if (!(f & NS_C_ENFORCE))
 		return 0;
 	if (f & NS_C_CONNECTING) {
@@ -316,6 +325,13 @@ static inline monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want
 	return d;
 }
 NS_HIDDEN int ns_wait_expire(struct ns_conn *c, int fd, int want_in, int want_out, monotime now);
+/* A wait reported connected c ready for output only: has its wait for
+ * input passed its deadline (then it is marked expired, as ns_wait_expire
+ * does)? A connecting socket reported writable has its answer. */
+static inline int ns_input_expired(struct ns_conn *c, int fd, monotime now)
+{
+	return !(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING) && ns_wait_expire(c, fd, 1, 0, now) != 0;
+}
 /* The nearest time a wait must wake for c: its deadlines, and the moments
  * injected faults change what it may see (fault.c). */
 NS_HIDDEN monotime ns_wait_interest_faults(struct ns_conn *c, int want_in, int want_out, monotime now);

@@ -206,6 +206,9 @@ static int poll_mark(const struct pollcall *p, monotime now)
 		}
 		if (rv && !ns_exp_kind(c)) {
 			ns_wait_ready(c, rv & (P_IN | POLLHUP), rv & P_OUT, rv & (POLLERR | POLLHUP));
+			/* output alone does not answer a wait for input */
+			if ((f->events & P_IN) && !(rv & (P_IN | POLLHUP | POLLERR)) && ns_input_expired(c, f->fd, now))
+				f->revents |= (short)((f->events & P_IN) | POLLERR);
 			continue;
 		}
 		if (!ns_wait_expire(c, f->fd, f->events & P_IN, f->events & P_OUT, now))
@@ -555,6 +558,11 @@ static int sel_mark(struct selcall *s, monotime now)
 			/* select cannot say whether a writable connect failed: leave
 			 * that to SO_ERROR or the first send */
 			ns_wait_ready(c, got_in, got_out, 1);
+			/* output alone does not answer a wait for input */
+			if (want_in && !got_in && ns_input_expired(c, fd, now)) {
+				setbit(s->set[0], fd);
+				added++;
+			}
 			continue;
 		}
 		if (!ns_wait_expire(c, fd, want_in, want_out, now))
@@ -706,19 +714,29 @@ static __attribute__((noinline)) int sel_multi(int nfds, fd_set *r, fd_set *w, f
 
 /* select of one governed fd c (asked for in the sets `in`): straight-line
  * code; anything out of the ordinary goes on in sel_many. */
-static int sel_one(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv, int fd, struct ns_conn *c,
-		   unsigned in)
+/* select of one governed fd c: straight-line code; anything out of the
+ * ordinary goes on in sel_many. nfds_fd: nfds | fd << 16 (both at most
+ * FD_SETSIZE), so that the call takes six arguments, all in registers, and
+ * ns_select reaches it by a jump. */
+static __attribute__((noinline)) int sel_one(int nfds_fd, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv,
+					     struct ns_conn *c)
 {
-	monotime now = ns_now(), nearest, limit;
-	monotime until = tv ? now + (int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000 : NEVER;
+	int nfds = nfds_fd & 0xffff, fd = nfds_fd >> 16, res;
+	unsigned in = (unsigned)isset(r, fd) | (unsigned)isset(w, fd) << 1 | (unsigned)isset(e, fd) << 2;
 	uint32_t x = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
+	monotime now, nearest, limit, until;
 	struct timeval mine;
-	int res;
 
+	if (unlikely(tv && (tv->tv_sec < 0 || (unsigned long)tv->tv_usec >= 1000000)))
+		return ns_real.select(nfds, r, w, e, tv);   /* the kernel's EINVAL */
+	now = ns_now();
+	until = tv ? now + (int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000 : NEVER;
 	if (unlikely(x & (NS_EXP_MASK | NS_ATTN_FAULT)))
 		return sel_many(nfds, r, w, e, tv, now, until);
 	nearest = ns_wait_deadline(c, in & 1, in & 2, now);
-	limit = nearest ? earliest(until, nearest) : until;
+	if (!nearest)
+		return ns_real.select(nfds, r, w, e, tv);
+	limit = earliest(until, nearest);
 	if (limit == until) {
 		res = ns_real.select(nfds, r, w, e, tv);   /* the program's own timeout, counted down by the kernel */
 	} else {
@@ -733,20 +751,48 @@ static int sel_one(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv
 		}
 		res = ns_real.select(nfds, r, w, e, &mine);
 	}
-	if (res < 0 || !nearest)
+	if (res < 0)
 		return res;
 	if (limit > now)
 		now = ns_now();
-	if (likely(res > 0 && now < nearest)) {
-		/* input restarts the read clock; select cannot say whether a
-		 * writable connect failed, so output is left to SO_ERROR */
-		if ((in & 1) && (LD(c->flags) & NS_C_WAITING) && isset(r, fd))
-			ns_wait_ready(c, 1, 0, 1);
-		if (tv && limit != until)
-			tv_left(tv, until, now);
+	/* an answer before the deadline, or the program's own timeout ending
+	 * first: as the kernel said */
+	if (unlikely(now >= nearest || (res == 0 && limit != until)))
+		return sel_one_more(nfds, r, w, e, tv, fd, in, limit == until, until, now);
+	if (tv && limit != until)
+		tv_left(tv, until, now);
+	/* input restarts the read clock; select cannot say whether a writable
+	 * connect failed, so output is left to SO_ERROR */
+	if (res > 0 && (in & 1) && (LD(c->flags) & NS_C_WAITING) && isset(r, fd))
+		ns_wait_ready(c, 1, 0, 1);
+	return res;
+}
+
+/* libc's select, as a jump (before anything was bound: see real.c) */
+#define SEL_REAL(...) (likely(ns_real.select != NULL) ? ns_real.select(__VA_ARGS__) : ns_unbound_select(__VA_ARGS__))
+
+/* ...with a zero timeout (a look at the socket's state, which a busy loop
+ * makes over and over): the call never sleeps, so the deadline is judged
+ * once, after it. in: the sets asking for fd (< BITS), as in sel_one. */
+static inline __attribute__((always_inline)) int sel_zero(int nfds, fd_set *r, fd_set *w, fd_set *e,
+							   struct timeval *tv, struct ns_conn *c, int fd, unsigned in)
+{
+	monotime now, nearest;
+	int res;
+
+	if (unlikely(__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE) & (NS_EXP_MASK | NS_ATTN_FAULT)))
+		return sel_one(nfds | fd << 16, r, w, e, tv, c);
+	res = ns_real.select(nfds, r, w, e, tv);
+	if (res < 0)
 		return res;
-	}
-	return sel_one_more(nfds, r, w, e, tv, fd, in, limit == until, until, now);
+	now = ns_now();
+	nearest = ns_wait_deadline(c, in & 1, in & 2, now);
+	if (unlikely(nearest && now >= nearest))
+		return sel_one_more(nfds, r, w, e, tv, fd, in, 1, now, now);
+	/* input restarts the read clock (see sel_one) */
+	if (res > 0 && (in & 1) && (words(r)[0] >> fd & 1) && (LD(c->flags) & NS_C_WAITING))
+		ns_wait_ready(c, 1, 0, 1);
+	return res;
 }
 
 int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
@@ -755,18 +801,36 @@ int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 	unsigned in = 0;
 	int fd;
 
+	if (likely((unsigned)(nfds - 1) < BITS)) {
+		/* every fd asked for is in the sets' first word (most select
+		 * clients): one word each, no loop; the kernel reads no
+		 * further than nfds */
+		unsigned long br = r ? words(r)[0] : 0, bw = w ? words(w)[0] : 0, be = e ? words(e)[0] : 0;
+		unsigned long b = (br | bw | be) & (~0UL >> (BITS - (unsigned)nfds));
+
+		if (unlikely(b & (b - 1)))
+			return sel_multi(nfds, r, w, e, tv);
+		fd = b ? __builtin_ctzl(b) : 0;
+		c = b ? ns_conn_of(fd) : NULL;
+		if (likely(!c) || !((br | bw) & b))
+			return SEL_REAL(nfds, r, w, e, tv);
+		if (tv && !(tv->tv_sec | tv->tv_usec))
+			return sel_zero(nfds, r, w, e, tv, c, fd, (unsigned)(br >> fd & 1) | (unsigned)(bw >> fd & 1) << 1 |
+					(unsigned)(be >> fd & 1) << 2);
+		return sel_one(nfds | fd << 16, r, w, e, tv, c);
+	}
 	/* sets larger than FD_SETSIZE, or a bad timeout: the kernel's business */
-	if (likely(nfds <= 0 || nfds > FD_SETSIZE || (!r && !w) ||
-		   (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000))))
-		return REAL(select)(nfds, r, w, e, tv);
+	if (nfds <= 0 || nfds > FD_SETSIZE || (!r && !w) ||
+	    (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000)))
+		return SEL_REAL(nfds, r, w, e, tv);
 	fd = sel_single(nfds, r, w, e, &in);
 	if (fd == -2)
 		return sel_multi(nfds, r, w, e, tv);
-	/* one fd asked for (most select clients) */
+	/* one fd asked for */
 	c = fd >= 0 ? ns_conn_of(fd) : NULL;
 	if (likely(!c || !(in & 3)))
-		return REAL(select)(nfds, r, w, e, tv);
-	return sel_one(nfds, r, w, e, tv, fd, c, in);
+		return SEL_REAL(nfds, r, w, e, tv);
+	return sel_one(nfds | fd << 16, r, w, e, tv, c);
 }
 
 int ns_pselect(int nfds, fd_set *r, fd_set *w, fd_set *e, const struct timespec *ts, const sigset_t *mask)
@@ -813,6 +877,7 @@ struct ep_reg {
 	int32_t hidx;           /* index in the set's heap, -1 = not in it */
 	monotime key;           /* the deadline it is in the heap for */
 	uint64_t seen;          /* the wait round in which the kernel reported it */
+	int slot;               /* ...at this index of that round's events */
 	uint32_t indata;        /* in the set's by-data hash (its data is not its fd) */
 	struct ep_reg *dnext, *dprev;   /* the dirty list */
 	UT_hash_handle hd;      /* by data.u64: the kernel's events name it so */
@@ -1379,6 +1444,7 @@ static int ep_mark(const struct epcall *p, int r, monotime now)
 		if (!g)
 			continue;
 		g->seen = round;
+		g->slot = i;
 		c = reg_conn(g);
 		if (c)
 			ns_wait_ready(c, rv & (EPOLLIN | EPOLLHUP | EPOLLRDHUP), rv & EPOLLOUT, rv & (EPOLLERR | EPOLLHUP));
@@ -1390,8 +1456,16 @@ static int ep_mark(const struct epcall *p, int r, monotime now)
 		g = s->heap[0];
 		heap_remove(s, g);
 		mark_dirty(s, g);
-		if (g->seen != round && r + added < p->max)
-			added += ep_report(p, g, r + added, now);
+		if (g->seen != round) {
+			if (r + added < p->max)
+				added += ep_report(p, g, r + added, now);
+		} else if ((g->events & EPOLLIN) && reg_conn(g) && g->slot < r &&
+			   !(p->ev[g->slot].events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP | EPOLLERR)) &&
+			   ns_input_expired(reg_conn(g), g->fd, now)) {
+			/* reported for output alone: that does not answer its
+			 * wait for input, whose deadline passed */
+			p->ev[g->slot].events |= EPOLLIN | EPOLLERR;
+		}
 	}
 	top_sync(s);
 	if (unlikely(s->nfault)) {

@@ -410,6 +410,67 @@ print(json.dumps({"n": n, "readable": bool(rset[fd // 64] >> (fd % 64) & 1), "ms
 '''
 
 
+BUSY_ZERO = r'''
+import ctypes, errno, json, select, socket, sys, time
+class Timeval(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("usec", ctypes.c_long)]
+libc = ctypes.CDLL(None, use_errno=True)
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+fd, how = s.fileno(), sys.argv[2]
+if how == "poll":
+    p = select.poll()
+    p.register(fd, select.POLLIN | select.POLLOUT)
+elif how == "epoll":
+    ep = select.epoll()
+    ep.register(fd, select.EPOLLIN | select.EPOLLOUT)
+t0, polls, writable, n, tv = time.monotonic(), 0, 0, 0, None
+while time.monotonic() - t0 < 5:
+    polls += 1
+    if how == "select":
+        rset, wset = (ctypes.c_ulong * 16)(), (ctypes.c_ulong * 16)()
+        rset[fd // 64] |= 1 << (fd % 64)
+        wset[fd // 64] |= 1 << (fd % 64)
+        tv = Timeval(0, 0)
+        n = libc.select(fd + 1, ctypes.byref(rset), ctypes.byref(wset), None, ctypes.byref(tv))
+        out, inp = wset[fd // 64] >> (fd % 64) & 1, rset[fd // 64] >> (fd % 64) & 1
+        tv = [tv.sec, tv.usec]
+    else:
+        evs = p.poll(0) if how == "poll" else ep.poll(0)
+        n = len(evs)
+        ev = evs[0][1] if evs else 0
+        out, inp = ev & select.POLLOUT, ev & select.POLLIN
+    writable += bool(out)
+    if inp:
+        break
+    time.sleep(0.001)
+ms = (time.monotonic() - t0) * 1000
+try:
+    s.recv(10)
+    got = "OK"
+except OSError as e:
+    got = errno.errorcode[e.errno]
+print(json.dumps({"n": n, "ms": ms, "polls": polls, "writable": writable, "tv": tv, "recv": got}))
+'''
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("how", ["select", "poll", "epoll"])
+def test_a_busy_loop_of_zero_timeout_waits_for_input_and_output_meets_the_read_deadline(shim, server, tmp_path, how):
+    """A zero-timeout select, poll or epoll_wait on a socket asked for input
+    and output, over and over: writable every time, and readable once the
+    read deadline has passed (output alone does not answer the wait for
+    input), where the read fails with ETIMEDOUT."""
+    srv = server("silent")
+    shim.policy(POLICY)
+    res = shim.run(py_script(tmp_path, BUSY_ZERO) + [srv.port, how], timeout=15).last_json()
+    assert res["recv"] == "ETIMEDOUT" and res["n"] == (2 if how == "select" else 1), res
+    assert res["writable"] == res["polls"] and res["polls"] > 50, res
+    if how == "select":
+        assert res["tv"] == [0, 0], res
+    near(res["ms"], 1000)
+
+
 @pytest.mark.shim
 def test_select_of_one_socket_meets_the_read_deadline_and_leaves_the_time_not_slept(shim, server, tmp_path):
     srv = server("silent")
