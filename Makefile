@@ -32,7 +32,7 @@ FINAL_CFLAGS := $(BASE_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
 FINAL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
 
 POLICY_SRC := policy/policy.c policy/fault.c policy/breaker.c policy/table.c policy/tablefile.c policy/faulttable.c policy/namemap.c
-SHIM_SRC := shim/real.c shim/fdtab.c shim/log.c shim/core.c shim/exchange.c shim/tls.c shim/fault.c shim/wait.c shim/names.c shim/trace.c shim/destcache.c shim/deepbind.c shim/uring.c shim/stdio.c shim/wrappers.c
+SHIM_SRC := shim/real.c shim/fdtab.c shim/log.c shim/core.c shim/exchange.c shim/tls.c shim/fault.c shim/wait.c shim/names.c shim/trace.c shim/destcache.c shim/settings.c shim/deepbind.c shim/uring.c shim/stdio.c shim/wrappers.c
 POLICY_OBJ := $(POLICY_SRC:%.c=$(BUILD)/%.o)
 SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -132,8 +132,9 @@ $(BUILD)/tracee: tests/clients/tracee.c
 	@mkdir -p $(dir $@)
 	$(CC) -g -O0 -Wall -o $@ $<
 
-$(BUILD)/unit_tests: $(UNIT_SRC) $(POLICY_OBJ)
-	$(CC) $(FINAL_CFLAGS) -o $@ $(UNIT_SRC) $(POLICY_OBJ) -lcriterion $(FINAL_LDFLAGS)
+# shim/settings.c stands alone (no libc wrapper in it): tested here directly
+$(BUILD)/unit_tests: $(UNIT_SRC) $(POLICY_OBJ) shim/settings.c
+	$(CC) $(FINAL_CFLAGS) -o $@ $(UNIT_SRC) shim/settings.c $(POLICY_OBJ) -lcriterion $(FINAL_LDFLAGS)
 
 $(BUILD)/stress: tests/clients/stress.c
 	@mkdir -p $(dir $@)

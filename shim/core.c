@@ -342,7 +342,6 @@ static monotime exchange_start(const struct ns_conn *c)
 /* Count the connection's one outcome. kind is NS_OUT_*. */
 static void conn_outcome(struct ns_conn *c, int kind, int err)
 {
-	struct ns_settings set;
 	struct ns_step st;
 	char key[NS_KEY_MAX];
 	uint64_t now_ms;
@@ -381,11 +380,12 @@ static void conn_outcome(struct ns_conn *c, int kind, int err)
 	if (slot >= 0 && tbl_ok) {
 		monotime now = ns_now(), from = exchange_start(c);
 
-		ns_conn_settings(c, &set);
+		const struct ns_settings *set = ns_conn_set(c);
+
 		now_ms = (uint64_t)(now / 1000000);
 		ns_table_outcome_at(&tbl, slot, kind, err, kind == NS_OUT_SUCCESS ? (uint64_t)(now - from) / 1000 : 0,
-				    now_ms, ns_wall_ms(), &set, &st);
-		trace = kind != NS_OUT_SUCCESS && (trace_env || set.trace);
+				    now_ms, ns_wall_ms(), set, &st);
+		trace = kind != NS_OUT_SUCCESS && (trace_env || set->trace);
 		if (st.transition != NS_TR_NONE && !key[0])
 			ns_conn_key(c, key);
 		if (st.transition != NS_TR_NONE)
@@ -1049,7 +1049,7 @@ static inline __attribute__((always_inline)) void conn_arm(int fd, struct ns_con
 	}
 	/* the common case: the program set no timeout of its own, no total
 	 * budget; the read timeout goes in as it is */
-	tv = ms_to_tv(LD(c->set.read_timeout_ms));   /* read_timeout_ns, exactly */
+	tv = ms_to_tv(ns_conn_set(c)->read_timeout_ms);   /* read_timeout_ns, exactly */
 	ST(c->dir[NS_IN].prog_ns, 0);
 	if (REAL(setsockopt)(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0) {
 		ST(c->dir[NS_IN].kernel_ns, LD(c->read_timeout_ns));
@@ -1248,11 +1248,14 @@ static inline void memo_put(const void *pol, const struct ns_dest *d, uint64_t g
 	memo.seq = s + 2;
 }
 
+static int kept_full_said;
+
 int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	const struct ns_policy *pol;
 	struct ns_settings set;
-	const struct ns_settings *sp = &set;   /* the settings in force: set, or the record's own copy */
+	const struct ns_settings *sp = &set;   /* the settings in force: set (with its faults), or kept */
+	const struct ns_settings *kept = NULL; /* their kept value (settings.c), for the record and the cache */
 	struct ns_conn *c = NULL;
 	struct ns_dest d;
 	char key[NS_KEY_MAX];
@@ -1322,7 +1325,7 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 			admitted = ns_table_attempt_quick(&tbl, ref.slot, ref.mode == NS_MODE_ENFORCE,
 							  (uint64_t)(now / 1000000));
 		if (admitted == NS_REJECT) {
-			if (unlikely(ns_log_level >= NS_LOG_DEBUG) && ns_destcache_copy(&ref, &set, key) == 0)
+			if (unlikely(ns_log_level >= NS_LOG_DEBUG) && ns_destcache_copy(&ref, &kept, key) == 0)
 				ns_log(NS_LOG_DEBUG, "%s: breaker open, connect refused", key);
 			errno = ECONNREFUSED;
 			return -1;
@@ -1334,18 +1337,19 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		hint = ref.slot;
 		klen = -1;
 		if (admitted == NS_ALLOW && hint >= 0 && (c = ns_conn_alloc()) != NULL) {
-			/* the common connect: the settings and key go straight
-			 * from the cache into the record, which nobody sees yet */
-			if (ns_destcache_copy(&ref, &c->set, c->key) == 0) {
+			/* the common connect: the key goes straight from the
+			 * cache into the record, which nobody sees yet */
+			if (ns_destcache_copy(&ref, &kept, c->key) == 0) {
 				klen = (int)ref.klen;
-				sp = &c->set;
+				sp = kept;
 				kp = c->key;
 			} else {
 				ns_conn_unref(c);
 				c = NULL;
 			}
-		} else if (ns_destcache_copy(&ref, &set, key) == 0) {
+		} else if (ns_destcache_copy(&ref, &kept, key) == 0) {
 			klen = (int)ref.klen;
+			sp = kept;
 		}
 		/* else the entry changed under us: the settings are resolved
 		 * anew (the slot stays: a slot keeps its key) */
@@ -1354,15 +1358,23 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	}
 	if (klen < 0) {
 		ns_policy_resolve(pol, &d, &set, NULL);
+		sp = &set;
+		kept = ns_settings_intern(&set);
 		klen = ns_dest_key(&d, key, sizeof(key));
 		if (klen < 0)
 			return REAL(connect)(fd, sa, len);
+		if (unlikely(!kept)) {
+			if (!__atomic_exchange_n(&kept_full_said, 1, __ATOMIC_RELAXED))
+				ns_log(NS_LOG_ERROR, "more than %u distinct settings in this process; %s and other "
+				       "new destinations pass through ungoverned", NS_SETTINGS_KEPT_MAX, key);
+			return REAL(connect)(fd, sa, len);
+		}
 		if (admitted != NS_ALLOW)
 			hint = NS_SLOT_UNKNOWN;   /* find (and remember) the slot below */
 	}
 	if (sp->mode == NS_MODE_BYPASS) {
 		if (hint == NS_SLOT_UNKNOWN)
-			ns_destcache_put(pol, &d, &set, key, (size_t)klen, -1);
+			ns_destcache_put(pol, &d, kept, key, (size_t)klen, -1);
 		return REAL(connect)(fd, sa, len);
 	}
 	enforce = sp->mode == NS_MODE_ENFORCE;
@@ -1371,10 +1383,10 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		slot = hint;   /* admitted above */
 		r = 0;
 	} else {
-		r = breaker_admit(key, hint, &slot, &set, enforce, now);
+		r = breaker_admit(key, hint, &slot, sp, enforce, now);
 	}
-	if (slot != hint)
-		ns_destcache_put(pol, &d, &set, key, (size_t)klen, slot);
+	if (slot != hint)   /* (faults are chosen per connection: settings with faults are not remembered) */
+		ns_destcache_put(pol, &d, sp->fault.n ? NULL : kept, key, (size_t)klen, slot);
 	if (r < 0) {
 		errno = ECONNREFUSED;
 		return -1;
@@ -1385,8 +1397,9 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 			NS_LOG(NS_LOG_ERROR, "out of memory for connection state; %s passes through", key);
 			return REAL(connect)(fd, sa, len);
 		}
-		ns_conn_put_cfg(c, &set, key, (size_t)klen);
+		ns_conn_put_key(c, key, (size_t)klen);
 	}
+	__atomic_store_n(&c->set, kept, __ATOMIC_RELEASE);
 	ST(c->slot, slot);
 	{
 		/* the record is not published yet: its flags are written whole */

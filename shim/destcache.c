@@ -3,15 +3,16 @@
  *
  * A scraper connects to the same few destinations over and over; matching
  * the policy's sections, formatting the key and probing the shared table
- * each time was most of the connect path. An entry holds the settings, the
- * key and the table slot for one (address, port, name, policy), the policy
+ * each time was most of the connect path. An entry holds the settings (a
+ * pointer to the kept value, see settings.c), the key and the table slot
+ * for one (address, port, name, policy), the policy
  * being the one in force: a reload brings a new policy object (old ones are
  * never freed, so a pointer is never reused), which misses every entry.
  * A slot, once the table gave it a key, keeps that key for the table's
  * life (only a claim that never finished is taken over), so the slot
  * remembered is used without looking at the key again. A connect that
  * its breaker refuses needs no more than the slot (ns_destcache_find); the
- * settings and key are copied only for a connection that goes out.
+ * key is copied only for a connection that goes out.
  *
  * Entries are read without a lock: a sequence word, odd while an entry is
  * written, is read before and after the copy, and a copy that raced a
@@ -23,7 +24,7 @@
 
 #include "shim.h"
 
-#define DC_SIZE 128   /* entries, a power of two: ~70 KiB, touched as used */
+#define DC_SIZE 128   /* entries, a power of two: ~40 KiB, touched as used */
 
 struct dc_entry {
 	uint32_t seq;           /* atomic: odd while written */
@@ -33,10 +34,9 @@ struct dc_entry {
 	uint64_t meta;          /* family << 48 | port << 32 | the name's length (the key's head; 0 = none) */
 	int32_t slot;           /* the table slot found for the key (it keeps it for good), or -1 */
 	uint32_t mode;          /* the settings' mode, read before they are copied */
+	const struct ns_settings *set;   /* kept for good (settings.c) */
 	union { char key[NS_KEY_MAX]; uint64_t key_w[NS_KEY_MAX / 8]; };
-	uint64_t set_w[offsetof(struct ns_settings, fault) / 8];
 };
-_Static_assert(offsetof(struct ns_settings, fault) % 8 == 0, "settings copied in words");
 
 static struct dc_entry dc[DC_SIZE];
 
@@ -109,16 +109,15 @@ __attribute__((no_sanitize_thread)) int ns_destcache_find(const void *pol, const
 	return 0;
 }
 
-__attribute__((no_sanitize_thread)) int ns_destcache_copy(const struct ns_dcref *ref, struct ns_settings *set,
-							  char *key)
+__attribute__((no_sanitize_thread)) int ns_destcache_copy(const struct ns_dcref *ref,
+							  const struct ns_settings **set, char *key)
 {
 	const struct dc_entry *e = ref->e;
 
 	if (!ref->klen || ref->klen >= NS_KEY_MAX)
 		return -1;   /* read while the entry was being written: the seq check would fail too */
 	memcpy(key, e->key, ref->klen);
-	memcpy(set, e->set_w, sizeof(e->set_w));
-	set->fault.n = 0;
+	*set = LD(e->set);
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	if (__atomic_load_n(&e->seq, __ATOMIC_RELAXED) != ref->seq)
 		return -1;
@@ -126,16 +125,17 @@ __attribute__((no_sanitize_thread)) int ns_destcache_copy(const struct ns_dcref 
 	return 0;
 }
 
-__attribute__((no_sanitize_thread)) void ns_destcache_put(const void *pol, const struct ns_dest *d, const struct ns_settings *set, const char *key,
-		      size_t klen, int slot)
+__attribute__((no_sanitize_thread)) void ns_destcache_put(const void *pol, const struct ns_dest *d,
+							  const struct ns_settings *set, const char *key, size_t klen,
+							  int slot)
 {
 	size_t nlen;
 	uint64_t a[2];
 	struct dc_entry *e;
 	uint32_t s;
 
-	if (set->fault.n || klen == 0 || klen >= NS_KEY_MAX)
-		return;   /* injected faults are chosen per connection from the full settings */
+	if (!set || klen == 0 || klen >= NS_KEY_MAX)
+		return;
 	e = dc_entry_of(d, &nlen, a);
 	s = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
 	if ((s & 1) || !__atomic_compare_exchange_n(&e->seq, &s, s + 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
@@ -148,7 +148,7 @@ __attribute__((no_sanitize_thread)) void ns_destcache_put(const void *pol, const
 	ST(e->meta, dc_meta(d, nlen));
 	ST(e->slot, slot);
 	ST(e->mode, set->mode);
+	ST(e->set, set);
 	memcpy(e->key, key, klen);
-	memcpy(e->set_w, set, sizeof(e->set_w));
 	__atomic_store_n(&e->seq, s + 2, __ATOMIC_RELEASE);
 }

@@ -197,41 +197,23 @@ struct ns_conn *ns_conn_alloc(void)
 	return c;
 }
 
-#define SET_WORDS (offsetof(struct ns_settings, fault) / 8)
-_Static_assert(offsetof(struct ns_settings, fault) % 8 == 0, "settings copied in words up to the faults");
-
-/* Plain copies, not word-by-word atomics: the record is not yet published
+/* A plain copy, not word-by-word atomics: the record is not yet published
  * (the fd table gets it after), and the only other reader is a thread that
  * still held the record's previous use, whose reads are discarded by the
  * generation check. ThreadSanitizer is told not to watch these stores. */
-__attribute__((no_sanitize_thread)) void ns_conn_put_cfg(struct ns_conn *c, const struct ns_settings *s,
-							 const char *key, size_t klen)
+__attribute__((no_sanitize_thread)) void ns_conn_put_key(struct ns_conn *c, const char *key, size_t klen)
 {
-	/* the fault list is chosen from at connect and not kept */
-	memcpy(c->set_w, s, SET_WORDS * 8);
 	if (klen >= NS_KEY_MAX)
 		klen = NS_KEY_MAX - 1;
 	memcpy(c->key, key, klen);
 	c->key[klen] = '\0';
 }
 
-void ns_conn_settings(const struct ns_conn *c, struct ns_settings *out)
-{
-	union { struct ns_settings s; uint64_t w[sizeof(struct ns_settings) / 8]; } su;
-
-	for (size_t i = 0; i < SET_WORDS; i++)
-		su.w[i] = LD(c->set_w[i]);
-	memcpy(out, su.w, SET_WORDS * 8);
-	out->fault.n = 0;
-}
-
 int ns_conn_status_fails(const struct ns_conn *c, unsigned code)
 {
-	size_t w = offsetof(struct ns_settings, failure_status) / 8 + (code - 100) / 64;
-
 	if (code < 100 || code >= 612)
 		return 0;
-	return (int)(LD(c->set_w[w]) >> ((code - 100) % 64) & 1);
+	return (int)(ns_conn_set(c)->failure_status[(code - 100) / 64] >> ((code - 100) % 64) & 1);
 }
 
 void ns_conn_key(const struct ns_conn *c, char out[NS_KEY_MAX])

@@ -145,9 +145,8 @@ struct ns_conn {
 	uint32_t expired;         /* atomic NS_EXP_*: a deadline fired inside a wait */
 	int64_t read_timeout_ns;  /* 0 = none */
 	struct ns_dir dir[2];
-	/* written word by word (ns_conn_put_cfg), read through copies
-	 * (ns_conn_settings, ns_conn_key): see LD/ST below */
-	union { struct ns_settings set; uint64_t set_w[sizeof(struct ns_settings) / 8]; };
+	const struct ns_settings *set;   /* atomic: a kept value (settings.c); NULL until the first connect */
+	/* written at once (ns_conn_put_key), read through a copy (ns_conn_key): see LD/ST below */
 	union { char key[NS_KEY_MAX]; uint64_t key_w[NS_KEY_MAX / 8]; };
 	struct ns_cfault fault;
 	/* the exchange in progress (exchange.c; its thread's slow path only) */
@@ -157,7 +156,7 @@ struct ns_conn {
 	char hbuf[16];            /* "HTTP/1.1 503" */
 	struct ns_conn *next_free;
 };
-_Static_assert(sizeof(struct ns_settings) % 8 == 0 && NS_KEY_MAX % 8 == 0, "copied in words");
+_Static_assert(NS_KEY_MAX % 8 == 0, "copied in words");
 
 /* Every field of a record is read and written with these (or with explicit
  * __atomic calls): a thread that read a record's pointer may still read it
@@ -219,9 +218,17 @@ static inline void ns_fd_tag(int fd, uintptr_t tag)
 NS_HIDDEN struct ns_conn *ns_conn_alloc(void);
 NS_HIDDEN void ns_conn_ref(struct ns_conn *c);
 NS_HIDDEN void ns_conn_unref(struct ns_conn *c);
-/* A record's settings and key: set once at connect, copied out whole. */
-NS_HIDDEN void ns_conn_put_cfg(struct ns_conn *c, const struct ns_settings *s, const char *key, size_t klen);
-NS_HIDDEN void ns_conn_settings(const struct ns_conn *c, struct ns_settings *out);
+/* A record's key: set once at connect, copied out whole. */
+NS_HIDDEN void ns_conn_put_key(struct ns_conn *c, const char *key, size_t klen);
+/* A record's settings: a kept value, never freed, so a record read while
+ * it is reused still gives whole settings (the built-in ones before its
+ * first connect set any). */
+static inline const struct ns_settings *ns_conn_set(const struct ns_conn *c)
+{
+	const struct ns_settings *s = __atomic_load_n(&c->set, __ATOMIC_ACQUIRE);
+
+	return s ? s : &ns_builtin_settings;
+}
 NS_HIDDEN void ns_conn_key(const struct ns_conn *c, char out[NS_KEY_MAX]);
 /* Is HTTP status code a failure under the record's failure_status? */
 NS_HIDDEN int ns_conn_status_fails(const struct ns_conn *c, unsigned code);
@@ -370,19 +377,25 @@ static inline uint32_t ns_exp_kind(struct ns_conn *c)
  * loaded)? Loads the policy on first use. */
 NS_HIDDEN int ns_shim_active(void);
 
+/* settings.c: the kept copy of s's value (its faults left out), the same
+ * pointer for equal values; NULL when NS_SETTINGS_KEPT_MAX are kept. */
+#define NS_SETTINGS_KEPT_MAX 8192u
+NS_HIDDEN const struct ns_settings *ns_settings_intern(const struct ns_settings *s);
+
 /* destcache.c: what the policy pol and the table said about d, per
  * process. find: 0 and *ref (the table slot, the mode) when d is
- * remembered, else -1; copy: the settings and the key (NS_KEY_MAX bytes)
- * of a found entry, 0, or -1 when the entry changed meanwhile. put:
- * remember them (not when set has faults to inject). Lock-free; a racing
- * writer skips. */
+ * remembered, else -1; copy: the settings (a kept value) and the key
+ * (NS_KEY_MAX bytes) of a found entry, 0, or -1 when the entry changed
+ * meanwhile. put: remember them (set: a kept value, or NULL not to: the
+ * settings have faults to inject, chosen per connection). Lock-free; a
+ * racing writer skips. */
 struct ns_dcref {
 	const void *e;
 	uint32_t seq, klen, mode;
 	int slot;
 };
 NS_HIDDEN int ns_destcache_find(const void *pol, const struct ns_dest *d, struct ns_dcref *ref);
-NS_HIDDEN int ns_destcache_copy(const struct ns_dcref *ref, struct ns_settings *set, char *key);
+NS_HIDDEN int ns_destcache_copy(const struct ns_dcref *ref, const struct ns_settings **set, char *key);
 NS_HIDDEN void ns_destcache_put(const void *pol, const struct ns_dest *d, const struct ns_settings *set,
 				const char *key, size_t klen, int slot);
 

@@ -1,0 +1,81 @@
+/* settings.c -- each distinct settings value, kept once.
+ *
+ * A connection used to carry its own copy of what the policy said about its
+ * destination: 184 bytes copied at every connect, 288 held in every
+ * record. Distinct values are few (one per combination of the policy's
+ * sections that some destination matched, per policy loaded), so each is
+ * kept once, immutable and never freed, and the connection records and the
+ * destination cache hold a pointer to it. A record read by a thread that
+ * raced its reuse therefore always points at some whole, valid value.
+ *
+ * Lock-free and async-signal-safe, as connect() is: values come from a
+ * static arena by an atomic counter and are published in an open-addressing
+ * table by compare-and-swap. Two threads interning the same new value at
+ * once may both take an arena entry; one is wasted, nothing else. The fault
+ * list is not part of a kept value (faults are chosen per connection from
+ * the full settings at connect). */
+
+#include <string.h>
+
+#include "shim.h"
+
+#define ST_CAP NS_SETTINGS_KEPT_MAX  /* distinct values per process; pages touched as used */
+#define ST_TAB (2 * ST_CAP)        /* a power of two, at most half full */
+#define ST_WORDS (offsetof(struct ns_settings, fault) / 8)
+_Static_assert((ST_TAB & (ST_TAB - 1)) == 0, "table size a power of two");
+_Static_assert(offsetof(struct ns_settings, fault) % 8 == 0, "compared in words up to the faults");
+
+static struct ns_settings st_arena[ST_CAP];
+static unsigned st_used;                          /* atomic: arena entries taken */
+static const struct ns_settings *st_tab[ST_TAB];  /* atomic pointers */
+
+static uint64_t st_hash(const uint64_t *w)
+{
+	uint64_t h = 0x9e3779b97f4a7c15ULL;
+
+	for (size_t i = 0; i < ST_WORDS; i++)
+		h = (h ^ w[i]) * 0x100000001b3ULL;
+	return h ^ (h >> 29);
+}
+
+/* A fresh arena entry holding w, or NULL when the arena is used up. */
+static struct ns_settings *st_take(const uint64_t *w)
+{
+	unsigned k = __atomic_load_n(&st_used, __ATOMIC_RELAXED);
+	struct ns_settings *p;
+
+	do {
+		if (k >= ST_CAP)
+			return NULL;
+	} while (!__atomic_compare_exchange_n(&st_used, &k, k + 1, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+	p = &st_arena[k];
+	memcpy(p, w, ST_WORDS * 8);   /* the fault list stays empty (static storage is zero) */
+	return p;
+}
+
+const struct ns_settings *ns_settings_intern(const struct ns_settings *s)
+{
+	uint64_t w[ST_WORDS];
+	uint64_t h;
+	struct ns_settings *mine = NULL;
+
+	/* ns_policy_resolve starts every value from a copy of the built-in
+	 * one, so padding bytes compare equal too */
+	memcpy(w, s, sizeof(w));
+	h = st_hash(w);
+	for (unsigned i = 0; i < ST_TAB; i++) {
+		const struct ns_settings **slot = &st_tab[(h + i) & (ST_TAB - 1)];
+		const struct ns_settings *p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+
+		if (!p) {
+			if (!mine && !(mine = st_take(w)))
+				break;
+			if (__atomic_compare_exchange_n(slot, &p, mine, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+				return mine;
+			/* another thread filled the slot first: p is its value */
+		}
+		if (memcmp(p, w, sizeof(w)) == 0)
+			return p;   /* (an arena entry taken above is left unused) */
+	}
+	return NULL;
+}
