@@ -1332,8 +1332,6 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		}
 		if (ref.mode == NS_MODE_BYPASS)
 			return REAL(connect)(fd, sa, len);
-		if (named)   /* found by the memo: the name is needed from here on */
-			ns_names_lookup(d.family, d.addr, d.name, sizeof(d.name), now);
 		hint = ref.slot;
 		klen = -1;
 		if (admitted == NS_ALLOW && hint >= 0 && (c = ns_conn_alloc()) != NULL) {
@@ -1356,7 +1354,16 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	} else {
 		klen = -1;
 	}
+	/* found by the memo, d has no name yet: the cache's key has it, and
+	 * only resolving, remembering or injecting faults needs it in d */
+#define NAME_NEEDED() do { \
+		if (named) { \
+			ns_names_lookup(d.family, d.addr, d.name, sizeof(d.name), now); \
+			named = 0; \
+		} \
+	} while (0)
 	if (klen < 0) {
+		NAME_NEEDED();
 		ns_policy_resolve(pol, &d, &set, NULL);
 		sp = &set;
 		kept = ns_settings_intern(&set);
@@ -1373,8 +1380,10 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 			hint = NS_SLOT_UNKNOWN;   /* find (and remember) the slot below */
 	}
 	if (sp->mode == NS_MODE_BYPASS) {
-		if (hint == NS_SLOT_UNKNOWN)
+		if (hint == NS_SLOT_UNKNOWN) {
+			NAME_NEEDED();
 			ns_destcache_put(pol, &d, kept, key, (size_t)klen, -1);
+		}
 		return REAL(connect)(fd, sa, len);
 	}
 	enforce = sp->mode == NS_MODE_ENFORCE;
@@ -1385,8 +1394,10 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	} else {
 		r = breaker_admit(key, hint, &slot, sp, enforce, now);
 	}
-	if (slot != hint)   /* (faults are chosen per connection: settings with faults are not remembered) */
+	if (slot != hint) {   /* (faults are chosen per connection: settings with faults are not remembered) */
+		NAME_NEEDED();
 		ns_destcache_put(pol, &d, sp->fault.n ? NULL : kept, key, (size_t)klen, slot);
+	}
 	if (r < 0) {
 		errno = ECONNREFUSED;
 		return -1;
@@ -1417,6 +1428,7 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	}
 	conn_clock(c, sp, now);
 	if (unlikely(ns_fault_possible())) {
+		NAME_NEEDED();
 		fr = ns_fault_at_connect(c, &d, sp, slot, sa, len, &to, &tolen);
 		if (fr == NS_FC_FAIL) {
 			e = errno;
@@ -1476,6 +1488,7 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
 	errno = r == 0 ? saved : e;
 	return r;
+#undef NAME_NEEDED
 }
 
 /**** deadlines inside waits (used by wait.c) ****/

@@ -72,7 +72,11 @@ if command -v valgrind >/dev/null; then
 	added "read, governed socket" 20000 40 calls read
 	added "read, pipe (not a socket)" 20000 14 calls pipe-read
 	added "write, pipe (not a socket)" 20000 14 calls pipe-write
-	added "socket+connect+close (+ accept), by address" 1000 800 calls connect
+	# the server end accepted and closed with raw system calls (counted by
+	# neither run): the client's own socket, connect and close
+	added "socket+connect+close, by address" 1000 800 calls connect-client
+	added "socket+connect+close, by name (localhost)" 1000 800 calls connect-client-name
+	added "  the same with the server's accept+close (libc)" 1000 - calls connect
 	added "poll, governed socket, read deadline armed" 20000 120 poll
 	added "ppoll, governed socket, read deadline armed" 20000 120 ppoll
 	added "select, governed socket, read deadline armed" 20000 120 select
