@@ -17,7 +17,7 @@
 	X(epoll_ctl) X(epoll_wait) X(epoll_pwait) X(epoll_pwait2) \
 	X(close_range) X(closefrom) X(fclose) X(accept) X(accept4) \
 	X(recvmmsg) X(sendmmsg) X(sendfile) X(sendfile64) X(splice) \
-	X(dlopen) X(syscall) \
+	X(dlopen) X(syscall) X(vfork) X(__vfork) \
 	X(fgets) X(fgets_unlocked) X(__fgets_chk) X(__fgets_unlocked_chk) \
 	X(fread) X(fread_unlocked) X(__fread_chk) X(__fread_unlocked_chk) \
 	X(fgetc) X(getc) X(_IO_getc) X(fgetc_unlocked) X(getc_unlocked) X(__uflow) \

@@ -111,6 +111,6 @@ def test_library_exports_only_the_wrapped_symbols():
         epoll_pwait epoll_pwait2 getaddrinfo gethostbyname gethostbyname2 gethostbyname_r
         gethostbyname2_r close_range closefrom fclose accept accept4 recvmmsg sendmmsg
         sendfile sendfile64 splice SSL_read SSL_write SSL_read_ex SSL_write_ex gnutls_record_recv
-        gnutls_record_send dlopen syscall fgets fgets_unlocked __fgets_chk __fgets_unlocked_chk
+        gnutls_record_send dlopen syscall vfork __vfork fgets fgets_unlocked __fgets_chk __fgets_unlocked_chk
         fread fread_unlocked __fread_chk __fread_unlocked_chk fgetc getc _IO_getc fgetc_unlocked
         getc_unlocked __uflow getline getdelim __getdelim""".split())
