@@ -386,38 +386,40 @@ def test_epoll_many_read_deadlines_each_fire_on_time(shim, holder, tmp_path):
     assert res["min_late_ms"] >= -5 and res["max_late_ms"] <= LATE_MS, res
 
 
-SELECT_ONE = r'''
-import ctypes, errno, json, socket, sys, time
-class Timeval(ctypes.Structure):
-    _fields_ = [("sec", ctypes.c_long), ("usec", ctypes.c_long)]
-libc = ctypes.CDLL(None, use_errno=True)
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-s.sendall(b"GET / HTTP/1.0\r\n\r\n")
-fd = s.fileno()
-rset = (ctypes.c_ulong * 16)()
-rset[fd // 64] |= 1 << (fd % 64)
-tv = Timeval(5, 0)
-t0 = time.monotonic()
-n = libc.select(fd + 1, ctypes.byref(rset), None, None, ctypes.byref(tv))
-ms = (time.monotonic() - t0) * 1000
-try:
-    s.recv(10)
-    got = "OK"
-except OSError as e:
-    got = errno.errorcode[e.errno]
-print(json.dumps({"n": n, "readable": bool(rset[fd // 64] >> (fd % 64) & 1), "ms": ms,
-                  "left_ms": tv.sec * 1000 + tv.usec / 1000, "recv": got}))
-'''
-
-
-BUSY_ZERO = r'''
+# a client calling libc's select itself (ctypes), its request sent, the
+# silent server never answering; RECV_AFTER reads once and tells the errno
+CTYPES_CLIENT = r'''
 import ctypes, errno, json, select, socket, sys, time
 class Timeval(ctypes.Structure):
     _fields_ = [("sec", ctypes.c_long), ("usec", ctypes.c_long)]
 libc = ctypes.CDLL(None, use_errno=True)
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
 s.sendall(b"GET / HTTP/1.0\r\n\r\n")
-fd, how = s.fileno(), sys.argv[2]
+fd = s.fileno()
+'''
+RECV_AFTER = r'''
+try:
+    s.recv(10)
+    got = "OK"
+except OSError as e:
+    got = errno.errorcode[e.errno]
+'''
+
+SELECT_ONE = CTYPES_CLIENT + r'''
+rset = (ctypes.c_ulong * 16)()
+rset[fd // 64] |= 1 << (fd % 64)
+tv = Timeval(5, 0)
+t0 = time.monotonic()
+n = libc.select(fd + 1, ctypes.byref(rset), None, None, ctypes.byref(tv))
+ms = (time.monotonic() - t0) * 1000
+''' + RECV_AFTER + r'''
+print(json.dumps({"n": n, "readable": bool(rset[fd // 64] >> (fd % 64) & 1), "ms": ms,
+                  "left_ms": tv.sec * 1000 + tv.usec / 1000, "recv": got}))
+'''
+
+
+BUSY_ZERO = CTYPES_CLIENT + r'''
+how = sys.argv[2]
 if how == "poll":
     p = select.poll()
     p.register(fd, select.POLLIN | select.POLLOUT)
@@ -445,11 +447,7 @@ while time.monotonic() - t0 < 5:
         break
     time.sleep(0.001)
 ms = (time.monotonic() - t0) * 1000
-try:
-    s.recv(10)
-    got = "OK"
-except OSError as e:
-    got = errno.errorcode[e.errno]
+''' + RECV_AFTER + r'''
 print(json.dumps({"n": n, "ms": ms, "polls": polls, "writable": writable, "tv": tv, "recv": got}))
 '''
 
