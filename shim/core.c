@@ -441,12 +441,18 @@ void ns_conn_http(struct ns_conn *c, unsigned code, int failed)
 }
 
 /* The connect completed: note how long it took, once. */
-static inline __attribute__((always_inline)) void conn_connected(struct ns_conn *c)
+static inline __attribute__((always_inline)) void conn_connected_inline(struct ns_conn *c)
 {
 	uint32_t old = __atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
 
 	if ((old & NS_C_CONNECTING) && LD(c->slot) >= 0 && tbl_ok)
 		ns_table_latency(&tbl, LD(c->slot), 0, (uint64_t)(ns_now() - LD(c->start)) / 1000);
+}
+
+/* ...out of line, for the paths that are not a connect's own */
+static __attribute__((noinline)) void conn_connected(struct ns_conn *c)
+{
+	conn_connected_inline(c);
 }
 
 static void conn_fail_errno(struct ns_conn *c, int e)
@@ -1481,7 +1487,7 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		}
 	}
 	if (r == 0)
-		conn_connected(c);
+		conn_connected_inline(c);
 	else if (is_failure_errno(e))
 		conn_fail_errno(c, e);
 	else if (e != EINPROGRESS && e != EINTR && e != EALREADY)
