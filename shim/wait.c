@@ -771,30 +771,6 @@ static __attribute__((noinline)) int sel_one(int nfds_fd, fd_set *r, fd_set *w, 
 /* libc's select, as a jump (before anything was bound: see real.c) */
 #define SEL_REAL(...) (likely(ns_real.select != NULL) ? ns_real.select(__VA_ARGS__) : ns_unbound_select(__VA_ARGS__))
 
-/* ...with a zero timeout (a look at the socket's state, which a busy loop
- * makes over and over): the call never sleeps, so the deadline is judged
- * once, after it. in: the sets asking for fd (< BITS), as in sel_one. */
-static inline __attribute__((always_inline)) int sel_zero(int nfds, fd_set *r, fd_set *w, fd_set *e,
-							   struct timeval *tv, struct ns_conn *c, int fd, unsigned in)
-{
-	monotime now, nearest;
-	int res;
-
-	if (unlikely(__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE) & (NS_EXP_MASK | NS_ATTN_FAULT)))
-		return sel_one(nfds | fd << 16, r, w, e, tv, c);
-	res = ns_real.select(nfds, r, w, e, tv);
-	if (res < 0)
-		return res;
-	now = ns_now();
-	nearest = ns_wait_deadline(c, in & 1, in & 2, now);
-	if (unlikely(nearest && now >= nearest))
-		return sel_one_more(nfds, r, w, e, tv, fd, in, 1, now, now);
-	/* input restarts the read clock (see sel_one) */
-	if (res > 0 && (in & 1) && (words(r)[0] >> fd & 1) && (LD(c->flags) & NS_C_WAITING))
-		ns_wait_ready(c, 1, 0, 1);
-	return res;
-}
-
 int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 {
 	struct ns_conn *c;
@@ -814,9 +790,21 @@ int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 		c = b ? ns_conn_of(fd) : NULL;
 		if (likely(!c) || !((br | bw) & b))
 			return SEL_REAL(nfds, r, w, e, tv);
-		if (tv && !(tv->tv_sec | tv->tv_usec))
-			return sel_zero(nfds, r, w, e, tv, c, fd, (unsigned)(br >> fd & 1) | (unsigned)(bw >> fd & 1) << 1 |
-					(unsigned)(be >> fd & 1) << 2);
+		if (tv && !(tv->tv_sec | tv->tv_usec) &&
+		    likely(!(__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE) & (NS_EXP_MASK | NS_ATTN_FAULT)))) {
+			/* a zero timeout (a look at the socket's state, which a
+			 * busy loop makes over and over) never sleeps: the
+			 * deadline is judged before the call, which is then
+			 * libc's own. Input it reports restarts the read clock
+			 * when the program reads it (or, if it never does, when
+			 * the deadline comes due and the general way sees the
+			 * input); a deadline reached during the call is seen by
+			 * the next one. */
+			monotime now = ns_now(), nearest = ns_wait_deadline(c, (br & b) != 0, (bw & b) != 0, now);
+
+			if (likely(!nearest || now < nearest))
+				return SEL_REAL(nfds, r, w, e, tv);
+		}
 		return sel_one(nfds | fd << 16, r, w, e, tv, c);
 	}
 	/* sets larger than FD_SETSIZE, or a bad timeout: the kernel's business */

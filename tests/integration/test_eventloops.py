@@ -469,6 +469,36 @@ def test_a_busy_loop_of_zero_timeout_waits_for_input_and_output_meets_the_read_d
     near(res["ms"], 1000)
 
 
+UNREAD = CTYPES_CLIENT + r'''
+t0, polls, readable = time.monotonic(), 0, 0
+while time.monotonic() - t0 < 1.6:
+    rset = (ctypes.c_ulong * 16)()
+    rset[fd // 64] |= 1 << (fd % 64)
+    tv = Timeval(0, 0)
+    libc.select(fd + 1, ctypes.byref(rset), None, None, ctypes.byref(tv))
+    polls += 1
+    readable += rset[fd // 64] >> (fd % 64) & 1
+    time.sleep(0.001)
+try:
+    got = s.recv(12).decode()
+except OSError as e:
+    got = errno.errorcode[e.errno]
+print(json.dumps({"polls": polls, "readable": readable, "recv": got}))
+'''
+
+
+def test_input_left_unread_through_zero_timeout_selects_is_not_cut_by_the_read_deadline(shim, server, tmp_path):
+    """The answer arrives at once; the program looks with zero-timeout
+    selects for longer than read_timeout (1 s) without reading it: every
+    look says readable, and the read then gets the answer, not ETIMEDOUT
+    (input waiting to be read is no wait for input)."""
+    srv = server("http")
+    shim.policy(POLICY)
+    res = shim.run(py_script(tmp_path, UNREAD) + [srv.port], timeout=15).last_json()
+    assert res["recv"] == "HTTP/1.1 200", res
+    assert res["readable"] >= res["polls"] - 1 and res["polls"] > 50, res
+
+
 @pytest.mark.shim
 def test_select_of_one_socket_meets_the_read_deadline_and_leaves_the_time_not_slept(shim, server, tmp_path):
     srv = server("silent")
