@@ -72,12 +72,13 @@ static void pool_child(void)
  * the wrappers. So the exported vfork below notes that one was made, and
  * until then a close needs no getpid (a system call on every close of a
  * socket otherwise). The stub jumps to libc's vfork with the caller's
- * frame untouched, since the child returns through it; an unbound pointer
- * is bound first (vfork takes no arguments to keep), and if libc had no
- * vfork the call becomes fork(), which POSIX allows. */
+ * frame untouched, since the child returns through it. The pointer is
+ * bound with the others (real.c); a vfork from another library's
+ * constructor before that binds it first (vfork takes no arguments to
+ * keep), and if libc had no vfork the call becomes fork(), which POSIX
+ * allows. */
 __attribute__((used)) int ns_vforked;   /* atomic: the program has called vfork */
 NS_HIDDEN __attribute__((used)) void *ns_real_vfork;
-NS_HIDDEN void *ns_vfork_bind(void);
 
 __attribute__((used)) void *ns_vfork_bind(void)
 {

@@ -93,6 +93,7 @@ static void bind_all(void)
 	BIND(splice, splice);
 	if (!ns_real.fcntl64)
 		ns_real.fcntl64 = ns_real.fcntl;
+	ns_vfork_bind();   /* the exported vfork's target (fdtab.c), bound before any call */
 	ns_fd_init();
 }
 

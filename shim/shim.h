@@ -238,6 +238,7 @@ NS_HIDDEN void ns_fd_forget_range(unsigned first, unsigned last);
 /* 1 inside a vfork child: it must not touch the parent's descriptor
  * state. One load until the program first calls vfork, then a getpid. */
 extern int ns_vforked NS_HIDDEN;
+NS_HIDDEN void *ns_vfork_bind(void);   /* libc's vfork for the exported stub */
 NS_HIDDEN int ns_vfork_pid_differs(void);
 static inline int ns_in_vfork_child(void)
 {

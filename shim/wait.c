@@ -712,8 +712,6 @@ static __attribute__((noinline)) int sel_multi(int nfds, fd_set *r, fd_set *w, f
 				 (int64_t)tv->tv_usec * 1000 : NEVER);
 }
 
-/* select of one governed fd c (asked for in the sets `in`): straight-line
- * code; anything out of the ordinary goes on in sel_many. */
 /* select of one governed fd c: straight-line code; anything out of the
  * ordinary goes on in sel_many. nfds_fd: nfds | fd << 16 (both at most
  * FD_SETSIZE), so that the call takes six arguments, all in registers, and
