@@ -216,7 +216,8 @@ static int calls(const char *kind, long n)
 			close(socket(AF_INET, SOCK_STREAM, 0));
 		return 0;
 	}
-	if (strncmp(kind, "connect", 7) == 0) {
+	if (strcmp(kind, "connect") == 0 || strcmp(kind, "connect-client") == 0 ||
+	    strcmp(kind, "connect-client-name") == 0) {
 		/* connect-client: the server end is accepted and closed with
 		 * raw system calls, which neither run counts, so the figure is
 		 * the client's socket+connect+close alone; connect-client-name:
