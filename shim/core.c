@@ -1256,6 +1256,16 @@ static inline void memo_put(const void *pol, const struct ns_dest *d, uint64_t g
 
 static int kept_full_said;
 
+/* d found by the per-thread memo (*unnamed set) has no name looked up yet:
+ * look it up now, once, for the code that needs it in d */
+static inline void name_needed(struct ns_dest *d, int *unnamed, monotime now)
+{
+	if (*unnamed) {
+		ns_names_lookup(d->family, d->addr, d->name, sizeof(d->name), now);
+		*unnamed = 0;
+	}
+}
+
 int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 {
 	const struct ns_policy *pol;
@@ -1362,14 +1372,8 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	}
 	/* found by the memo, d has no name yet: the cache's key has it, and
 	 * only resolving, remembering or injecting faults needs it in d */
-#define NAME_NEEDED() do { \
-		if (named) { \
-			ns_names_lookup(d.family, d.addr, d.name, sizeof(d.name), now); \
-			named = 0; \
-		} \
-	} while (0)
 	if (klen < 0) {
-		NAME_NEEDED();
+		name_needed(&d, &named, now);
 		ns_policy_resolve(pol, &d, &set, NULL);
 		sp = &set;
 		kept = ns_settings_intern(&set);
@@ -1387,7 +1391,7 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	}
 	if (sp->mode == NS_MODE_BYPASS) {
 		if (hint == NS_SLOT_UNKNOWN) {
-			NAME_NEEDED();
+			name_needed(&d, &named, now);
 			ns_destcache_put(pol, &d, kept, key, (size_t)klen, -1);
 		}
 		return REAL(connect)(fd, sa, len);
@@ -1401,7 +1405,7 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		r = breaker_admit(key, hint, &slot, sp, enforce, now);
 	}
 	if (slot != hint) {   /* (faults are chosen per connection: settings with faults are not remembered) */
-		NAME_NEEDED();
+		name_needed(&d, &named, now);
 		ns_destcache_put(pol, &d, sp->fault.n ? NULL : kept, key, (size_t)klen, slot);
 	}
 	if (r < 0) {
@@ -1434,7 +1438,7 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	}
 	conn_clock(c, sp, now);
 	if (unlikely(ns_fault_possible())) {
-		NAME_NEEDED();
+		name_needed(&d, &named, now);
 		fr = ns_fault_at_connect(c, &d, sp, slot, sa, len, &to, &tolen);
 		if (fr == NS_FC_FAIL) {
 			e = errno;
@@ -1494,7 +1498,6 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
 	errno = r == 0 ? saved : e;
 	return r;
-#undef NAME_NEEDED
 }
 
 /**** deadlines inside waits (used by wait.c) ****/
