@@ -2,14 +2,24 @@
  * demos and operators rehearsing failures.
  *
  *   faultsrv --mode MODE [--port N] [--bind ADDR] [--interval MS]
- *            [--status CODE] [--count-file FILE] [--delay MS]
+ *            [--status CODE] [--count-file FILE] [--delay MS] [--idle MS]
+ *            [--idle-random] [--seed N]
  *
  * MODE: http (200), status (answer --status CODE), refuse (bound, not
  * listening), blackhole (accept queue full, SYNs dropped), silent (accept and
  * never answer), reset (accept and reset), drip (answer one byte per
- * --interval), reset-request (read the request, then reset); --delay holds
- * every answer that long. Prints "PORT n" on stdout once ready. SIGUSR1 turns it into
- * a healthy http server, SIGUSR2 into a silent one. */
+ * --interval), reset-request (read the request, then reset), keepalive
+ * (answer every request on a connection with Content-Length and no
+ * "Connection: close", then close the connection once it has been idle
+ * --idle ms, 0 = right after each answer; --idle-random draws each idle time
+ * uniformly from 0 to --idle, as servers past their keep-alive timeout
+ * race their clients); --delay holds every answer that long. Prints "PORT n"
+ * on stdout once ready. SIGUSR1 turns it into a healthy http server, SIGUSR2
+ * into a silent one.
+ *
+ * Every client socket is non-blocking, and a poll round's results are
+ * applied to the clients that were polled, before that round's accept, so
+ * one client never waits for another. */
 #include <arpa/inet.h>
 #include <err.h>
 #include <errno.h>
@@ -25,9 +35,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum mode { M_HTTP, M_STATUS, M_REFUSE, M_BLACKHOLE, M_SILENT, M_RESET, M_DRIP, M_RESET_REQUEST };
+enum mode { M_HTTP, M_STATUS, M_REFUSE, M_BLACKHOLE, M_SILENT, M_RESET, M_DRIP, M_RESET_REQUEST, M_KEEPALIVE };
 static const char *const mode_names[] = { "http", "status", "refuse", "blackhole", "silent", "reset", "drip",
-	"reset-request" };
+	"reset-request", "keepalive" };
 
 #define MAXC 1024
 
@@ -39,6 +49,7 @@ struct client {
 	size_t resp_len, sent;
 	long long next_ms;   /* next drip byte */
 	int match;           /* how much of "\r\n\r\n" has been seen */
+	long long close_ms;  /* keepalive: close when idle until then, 0 = not idle */
 };
 
 static volatile sig_atomic_t switch_to = -1;
@@ -149,9 +160,114 @@ static void choose_response(struct client *c, enum mode m, int status)
 	if (m == M_SILENT)
 		return;
 	c->resp_len = (size_t)snprintf(c->resp, sizeof(c->resp),
-		"HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
-		m == M_STATUS ? status : 200, reason, sizeof(body) - 1, body);
+		"HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n%s\r\n%s",
+		m == M_STATUS ? status : 200, reason, sizeof(body) - 1,
+		m == M_KEEPALIVE ? "" : "Connection: close\r\n", body);
 	c->next_ms = now_ms();
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: faultsrv --mode MODE [--port N] [--bind ADDR] [--interval MS] [--status CODE]\n"
+		   "                [--count-file FILE] [--delay MS] [--idle MS] [--idle-random] [--seed N]\n"
+		   "MODE: http, status, refuse, blackhole, silent, reset, drip, reset-request, keepalive\n");
+}
+
+/* A non-negative number of an option, or exit 2 naming it. */
+static int num_arg(const char *opt, const char *v)
+{
+	char *end;
+	long n;
+
+	errno = 0;
+	n = strtol(v, &end, 10);
+	if (errno || end == v || *end || n < 0 || n > 1000000000)
+		errx(2, "--%s %s: expected a number from 0 to 1000000000", opt, v);
+	return (int)n;
+}
+
+static int idle_ms, idle_random;
+static unsigned long long rng = 0x9e3779b97f4a7c15ULL;
+
+/* The idle time after an answer: --idle, or uniform in [0, --idle]. */
+static long long idle_for(void)
+{
+	if (!idle_random || idle_ms == 0)
+		return idle_ms;
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (long long)(rng % (unsigned long long)(idle_ms + 1));
+}
+
+/* Input on client i: the request's bytes (the answer chosen at its end),
+ * or its end. Returns 0, or -1 when the client was dropped. */
+static int client_input(int i, int mode, int status, int delay)
+{
+	struct client *cc = &cl[i];
+	char buf[4096];
+	ssize_t r = read(cc->fd, buf, sizeof(buf));
+
+	if (r < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	if (r <= 0) {
+		drop(i);
+		return -1;
+	}
+	cc->close_ms = 0;   /* a request: no longer idle */
+	for (ssize_t j = 0; j < r && !cc->answered; j++) {
+		static const char end[] = "\r\n\r\n";
+
+		cc->match = buf[j] == end[cc->match] ? cc->match + 1 : (buf[j] == '\r');
+		if (cc->match == 4 && mode == M_RESET_REQUEST) {
+			/* the request read, the connection reset: deterministic,
+			 * unlike a reset at accept that races the handshake */
+			struct linger lg = { 1, 0 };
+
+			setsockopt(cc->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+			drop(i);   /* SO_LINGER 0: the close sends a reset */
+			return -1;
+		}
+		if (cc->match == 4) {
+			choose_response(cc, (enum mode)mode, status);
+			cc->next_ms = now_ms() + delay;
+		}
+	}
+	return 0;
+}
+
+/* Client i may take output: the next piece of its answer. Returns 0, or
+ * -1 when the client was dropped. */
+static int client_output(int i, int mode, int interval)
+{
+	struct client *cc = &cl[i];
+	size_t chunk = mode == M_DRIP ? 1 : cc->resp_len - cc->sent;
+	ssize_t w = write(cc->fd, cc->resp + cc->sent, chunk);
+
+	if (w < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	if (w < 0) {
+		drop(i);
+		return -1;
+	}
+	cc->sent += (size_t)w;
+	cc->next_ms = mode == M_DRIP ? now_ms() + interval : 0;
+	if (cc->sent < cc->resp_len)
+		return 0;
+	if (mode != M_KEEPALIVE) {
+		shutdown(cc->fd, SHUT_WR);
+		return 0;
+	}
+	/* keep-alive: ready for the next request, closed once idle */
+	cc->answered = 0;
+	cc->match = 0;
+	cc->sent = cc->resp_len = 0;
+	cc->close_ms = now_ms() + idle_for();
+	if (idle_ms == 0 && !idle_random) {
+		drop(i);
+		return -1;
+	}
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -164,6 +280,10 @@ int main(int argc, char **argv)
 		{ "status", required_argument, NULL, 's' },
 		{ "count-file", required_argument, NULL, 'c' },
 		{ "delay", required_argument, NULL, 'd' },
+		{ "idle", required_argument, NULL, 'I' },
+		{ "idle-random", no_argument, NULL, 'R' },
+		{ "seed", required_argument, NULL, 'S' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *bind_addr = "127.0.0.1";
@@ -171,7 +291,7 @@ int main(int argc, char **argv)
 	struct sockaddr_storage ss;
 	socklen_t sl;
 
-	while ((c = getopt_long(argc, argv, "m:p:b:i:s:c:d:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "m:p:b:i:s:c:d:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'm':
 			mode = -1;
@@ -179,18 +299,28 @@ int main(int argc, char **argv)
 				if (strcmp(optarg, mode_names[i]) == 0)
 					mode = i;
 			if (mode < 0)
-				errx(2, "--mode %s: expected http, status, refuse, blackhole, silent, reset, reset-request or drip", optarg);
+				errx(2, "--mode %s: expected http, status, refuse, blackhole, silent, reset, reset-request, drip or keepalive", optarg);
 			break;
-		case 'p': port = atoi(optarg); break;
+		case 'p': port = num_arg("port", optarg); break;
 		case 'b': bind_addr = optarg; break;
-		case 'i': interval = atoi(optarg); break;
-		case 's': status = atoi(optarg); mode = M_STATUS; break;
+		case 'i': interval = num_arg("interval", optarg); break;
+		case 's': status = num_arg("status", optarg); mode = M_STATUS; break;
 		case 'c': count_file = optarg; break;
-		case 'd': delay = atoi(optarg); break;
+		case 'd': delay = num_arg("delay", optarg); break;
+		case 'I': idle_ms = num_arg("idle", optarg); break;
+		case 'R': idle_random = 1; break;
+		case 'S': rng = (unsigned long long)num_arg("seed", optarg) * 2654435761ULL + 1; break;
+		case 'h':
+			usage(stdout);
+			return 0;
 		default:
-			fprintf(stderr, "usage: faultsrv --mode MODE [--port N] [--bind ADDR] [--interval MS] [--status CODE] [--count-file FILE]\n");
+			usage(stderr);
 			return 2;
 		}
+	}
+	if (optind < argc) {
+		usage(stderr);
+		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGUSR1, on_usr);
@@ -211,7 +341,7 @@ int main(int argc, char **argv)
 	for (;;) {
 		struct pollfd p[MAXC + 1];
 		long long now = now_ms(), wait = 1000;
-		int n = 0, listening = mode != M_REFUSE && mode != M_BLACKHOLE;
+		int n = 0, polled, listening = mode != M_REFUSE && mode != M_BLACKHOLE;
 
 		if (switch_to >= 0) {
 			if (mode == M_REFUSE || mode == M_BLACKHOLE) {
@@ -223,20 +353,30 @@ int main(int argc, char **argv)
 			switch_to = -1;
 			continue;
 		}
-		if (listening) {
-			p[n].fd = lfd;
-			p[n].events = POLLIN;
-			n++;
+		/* clients first, at p[i] for cl[i]; the listener last */
+		for (int i = ncl - 1; i >= 0; i--) {
+			if (cl[i].close_ms && cl[i].close_ms <= now)
+				drop(i);   /* keepalive: idle too long */
 		}
 		for (int i = 0; i < ncl; i++) {
 			p[n].fd = cl[i].fd;
 			p[n].events = POLLIN;
+			p[n].revents = 0;
 			if (cl[i].answered && cl[i].sent < cl[i].resp_len) {
 				if (cl[i].next_ms <= now)
 					p[n].events |= POLLOUT;
 				else if (cl[i].next_ms - now < wait)
 					wait = cl[i].next_ms - now;
 			}
+			if (cl[i].close_ms && cl[i].close_ms - now < wait)
+				wait = cl[i].close_ms - now;
+			n++;
+		}
+		polled = n;
+		if (listening) {
+			p[n].fd = lfd;
+			p[n].events = POLLIN;
+			p[n].revents = 0;
 			n++;
 		}
 		if (poll(p, (nfds_t)n, (int)wait) < 0) {
@@ -244,8 +384,16 @@ int main(int argc, char **argv)
 				continue;
 			err(1, "poll");
 		}
-		if (listening && (p[0].revents & POLLIN)) {
-			int fd = accept(lfd, NULL, NULL);
+		/* downwards: drop(i) moves the last client, already handled, into i */
+		for (int i = polled - 1; i >= 0; i--) {
+			if ((p[i].revents & (POLLIN | POLLHUP | POLLERR)) && client_input(i, mode, status, delay) < 0)
+				continue;
+			if ((p[i].revents & POLLOUT) && cl[i].answered && cl[i].sent < cl[i].resp_len &&
+			    cl[i].next_ms <= now_ms())
+				client_output(i, mode, interval);
+		}
+		if (listening && (p[polled].revents & POLLIN)) {
+			int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK);
 
 			if (fd >= 0) {
 				accepts++;
@@ -258,55 +406,6 @@ int main(int argc, char **argv)
 				} else {
 					memset(&cl[ncl], 0, sizeof(cl[ncl]));
 					cl[ncl++].fd = fd;
-				}
-			}
-		}
-		for (int i = ncl - 1, k = n - 1; i >= 0; i--, k--) {
-			struct client *cc = &cl[i];
-			char buf[4096];
-
-			if (p[k].revents & (POLLIN | POLLHUP | POLLERR)) {
-				ssize_t r = read(cc->fd, buf, sizeof(buf));
-
-				if (r <= 0) {
-					drop(i);
-					continue;
-				}
-				for (ssize_t j = 0; j < r && !cc->answered; j++) {
-					static const char end[] = "\r\n\r\n";
-
-					cc->match = buf[j] == end[cc->match] ? cc->match + 1 : (buf[j] == '\r');
-					if (cc->match == 4 && mode == M_RESET_REQUEST) {
-						/* the request read, the connection reset: deterministic,
-						 * unlike a reset at accept that races the handshake */
-						struct linger lg = { 1, 0 };
-
-						setsockopt(cc->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-						cc->answered = 1;
-						break;
-					}
-					if (cc->match == 4) {
-						choose_response(cc, (enum mode)mode, status);
-						cc->next_ms = now_ms() + delay;
-					}
-				}
-				if (mode == M_RESET_REQUEST && cc->answered) {
-					drop(i);   /* SO_LINGER 0: the close sends a reset */
-					continue;
-				}
-			}
-			if ((p[k].revents & POLLOUT) && cc->sent < cc->resp_len && cc->next_ms <= now_ms()) {
-				size_t chunk = mode == M_DRIP ? 1 : cc->resp_len - cc->sent;
-				ssize_t w = write(cc->fd, cc->resp + cc->sent, chunk);
-
-				if (w < 0) {
-					drop(i);
-					continue;
-				}
-				cc->sent += (size_t)w;
-				cc->next_ms = mode == M_DRIP ? now_ms() + interval : 0;
-				if (cc->sent == cc->resp_len) {
-					shutdown(cc->fd, SHUT_WR);
 				}
 			}
 		}

@@ -2,7 +2,9 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -164,3 +166,51 @@ def test_make_install_and_uninstall_honour_destdir_and_prefix(tmp_path):
     p = subprocess.run(args + ["uninstall"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert not [x for x in (tmp_path / "opt/ns").rglob("*") if x.is_file()]
+
+
+# ---- the test server itself (issue 20, defect 7): beyond suspicion
+
+def test_faultsrv_answers_a_client_whose_data_comes_in_the_round_of_another_accept(server):
+    """A request and a new connection seen in one poll round: the request
+    is answered, the new client is not read from by mistake (the server
+    once applied the round's results to the wrong client and blocked)."""
+    import socket
+    srv = server("http")
+    for _ in range(3):
+        a = socket.create_connection((srv.host, srv.port), timeout=3)
+        time.sleep(0.2)   # a is accepted
+        srv.proc.send_signal(signal.SIGSTOP)
+        try:
+            b = socket.create_connection((srv.host, srv.port), timeout=3)   # completes in the backlog
+            a.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            time.sleep(0.1)
+        finally:
+            srv.proc.send_signal(signal.SIGCONT)
+        data = a.recv(4096)
+        assert data.startswith(b"HTTP/1.1 200 OK"), data
+        b.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert b.recv(4096).startswith(b"HTTP/1.1 200 OK")
+        a.close()
+        b.close()
+
+
+def test_faultsrv_help_and_bad_numbers():
+    p = subprocess.run([str(BUILD / "faultsrv"), "--help"], capture_output=True, text=True, timeout=5)
+    assert p.returncode == 0 and "usage: faultsrv" in p.stdout and "keepalive" in p.stdout
+    p = subprocess.run([str(BUILD / "faultsrv"), "--delay", "soon"], capture_output=True, text=True, timeout=5)
+    assert p.returncode == 2 and "--delay soon" in p.stderr
+
+
+def test_faultsrv_keepalive_answers_each_request_then_closes_when_idle(server):
+    import socket
+    srv = server("keepalive", idle=300)
+    s = socket.create_connection((srv.host, srv.port), timeout=3)
+    for _ in range(3):
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = b""
+        while b"hello from faultsrv\n" not in got:
+            got += s.recv(4096)
+        assert b"Content-Length: 20\r\n" in got and b"Connection: close" not in got
+    t0 = time.monotonic()
+    assert s.recv(4096) == b""   # closed once idle for 300 ms
+    assert 0.25 <= time.monotonic() - t0 <= 3
