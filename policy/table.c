@@ -384,6 +384,14 @@ void ns_table_exchange(struct ns_table *t, int idx)
 		ADD(&s->exchanges, 1);
 }
 
+void ns_table_stale_reuse(struct ns_table *t, int idx)
+{
+	struct ns_slot *s = slot_at(t, idx);
+
+	if (s)
+		ADD(&s->stale_reuses, 1);
+}
+
 void ns_table_http(struct ns_table *t, int idx, unsigned code, int failed)
 {
 	struct ns_slot *s = slot_at(t, idx);
@@ -516,6 +524,7 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 	e->injected = LOAD(&s->injected);
 	e->exchanges = LOAD(&s->exchanges);
 	e->http_failures = LOAD(&s->http_failures);
+	e->stale_reuses = LOAD(&s->stale_reuses);
 	e->last_status = LOAD(&s->last_status);
 	e->opened_wall_ms = LOAD(&s->opened_wall_ms);
 	for (uint32_t b = 0; b < NS_HIST_BUCKETS; b++) {

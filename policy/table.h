@@ -94,7 +94,9 @@ struct ns_slot {
 	uint64_t http_failures;     /* atomic: exchanges failed by their HTTP status */
 	uint32_t last_status;       /* the last HTTP status seen, 0 = none */
 	uint32_t pad1;
-	uint8_t reserved[32];
+	uint64_t stale_reuses;      /* atomic: reused keep-alive connections that ended before the answer
+				     * to their next request (the client sends it again anew): no outcome */
+	uint8_t reserved[24];
 	/* the slow-call and latency rules */
 	uint64_t bucket2[NS_BUCKETS];/* atomic: epoch 24 | slow calls 20 | timeouts 20, as bucket */
 	uint64_t slow_calls;        /* atomic */
@@ -183,7 +185,7 @@ struct ns_entry {
 	uint64_t p99_in_window_us, slow_calls;
 	uint32_t last_error;
 	uint32_t monitor;
-	uint64_t injected, exchanges, http_failures;
+	uint64_t injected, exchanges, http_failures, stale_reuses;
 	uint32_t last_status;
 	uint64_t opened_wall_ms, half_open_wall_ms;
 	struct ns_hist connect_hist, first_byte_hist;
@@ -311,6 +313,9 @@ void ns_table_add_injected(struct ns_table *t, int idx);
 /* An exchange got its outcome; one got an HTTP status (failed: by it). */
 void ns_table_exchange(struct ns_table *t, int idx);
 void ns_table_http(struct ns_table *t, int idx, unsigned code, int failed);
+/* A reused connection ended before the answer to its request: counted
+ * apart, never in the window (the client's new connection decides). */
+void ns_table_stale_reuse(struct ns_table *t, int idx);
 uint64_t ns_table_fault_gen(const struct ns_table *t);
 
 /* The bucket width for a window, in ms. */

@@ -355,10 +355,15 @@ static void conn_outcome(struct ns_conn *c, int kind, int err)
 	/* decided: the next send starts the next exchange */
 	__atomic_fetch_or(&c->flags, NS_C_XNEXT, __ATOMIC_RELAXED);
 	slot = LD(c->slot);
-	if ((was & NS_C_TLSWIRE) && !(was & NS_C_HSDONE) && !(was & NS_C_CONNECTING))
+	if ((was & NS_C_TLSWIRE) && !(was & NS_C_HSDONE) && !(was & NS_C_CONNECTING)) {
 		__atomic_fetch_or(&c->flags, NS_C_HSDONE, __ATOMIC_RELAXED);   /* the handshake: no exchange */
-	else if (!(was & NS_C_CONNECTING) && slot >= 0 && tbl_ok)
-		ns_table_exchange(&tbl, slot);
+	} else if (!(was & NS_C_CONNECTING)) {
+		/* an answer came: the connection's next exchange is a reuse */
+		if (kind == NS_OUT_SUCCESS && (was & NS_C_SENT))
+			__atomic_fetch_or(&c->flags, NS_C_ANSWERED, __ATOMIC_RELAXED);
+		if (slot >= 0 && tbl_ok)
+			ns_table_exchange(&tbl, slot);
+	}
 	if (kind == NS_OUT_SUCCESS && (slot < 0 || !tbl_ok))
 		goto out;
 	/* the key is for the log and events: a success needs it only when it
@@ -402,6 +407,31 @@ void ns_conn_outcome(struct ns_conn *c, int kind, int err)
 	conn_outcome(c, kind, err);
 }
 
+/* A reused connection ended (end of stream, or err) before any byte of the
+ * answer to its request (ns_exchange_stale): the server closed it while it
+ * sat idle, and the client's answer to that is a new connection, whose
+ * outcome is the one that counts. The exchange is settled without an
+ * outcome and counted as a stale reuse. */
+static void conn_stale(struct ns_conn *c, int err)
+{
+	int saved = errno, slot = LD(c->slot);
+
+	__atomic_fetch_and(&c->flags, ~(NS_C_PARSE | NS_C_SENT), __ATOMIC_RELAXED);
+	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
+		return;
+	__atomic_fetch_or(&c->flags, NS_C_XNEXT, __ATOMIC_RELAXED);
+	if (slot >= 0 && tbl_ok)
+		ns_table_stale_reuse(&tbl, slot);
+	if (unlikely(ns_log_level >= NS_LOG_INFO)) {
+		char key[NS_KEY_MAX];
+
+		ns_conn_key(c, key);
+		ns_log(NS_LOG_INFO, "%s: reused connection %s before the answer: stale keep-alive, not counted",
+		       key, err ? strerror(err) : "closed");
+	}
+	errno = saved;
+}
+
 void ns_note_event(int type, int slot, const char *key, const char *detail)
 {
 	if (tbl_on())
@@ -435,6 +465,7 @@ void ns_conn_http(struct ns_conn *c, unsigned code, int failed)
 	__atomic_fetch_and(&c->flags, ~NS_C_PARSE, __ATOMIC_RELAXED);   /* the status decides, not the bytes */
 	if (slot >= 0 && tbl_ok)
 		ns_table_http(&tbl, slot, code, failed);
+	__atomic_fetch_or(&c->flags, NS_C_ANSWERED, __ATOMIC_RELAXED);   /* an answer, whatever its status */
 	if (failed)
 		NS_LOG(NS_LOG_INFO, "exchange failed: HTTP %u", code);
 	conn_outcome(c, failed ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 0);
@@ -655,7 +686,9 @@ __attribute__((noinline)) ssize_t ns_after_io(int fd, struct ns_conn *c, int d, 
 		if (d == NS_IN && len > 0 && !LD(c->outcome)) {
 			/* the peer closed: cleanly if nothing was asked, before the
 			 * answer if a request is out (err 0: no errno says it) */
-			if (LD(c->flags) & NS_C_SENT)
+			if (ns_exchange_stale(c))
+				conn_stale(c, 0);
+			else if (LD(c->flags) & NS_C_SENT)
 				conn_outcome(c, NS_OUT_FAILURE, 0);
 			else
 				conn_outcome(c, NS_OUT_SUCCESS, 0);
@@ -671,7 +704,10 @@ __attribute__((noinline)) ssize_t ns_after_io(int fd, struct ns_conn *c, int d, 
 			return -1;
 		}
 	} else if (is_failure_errno(e) && !LD(c->outcome)) {
-		conn_fail_errno(c, e);
+		if ((e == ECONNRESET || e == EPIPE) && ns_exchange_stale(c))
+			conn_stale(c, e);
+		else
+			conn_fail_errno(c, e);
 	}
 	errno = e;
 	return r;

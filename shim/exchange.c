@@ -54,6 +54,16 @@ static void decide(struct ns_conn *c, const char *hb)
 	ns_conn_http(c, code, ns_conn_status_fails(c, code));
 }
 
+int ns_exchange_stale(const struct ns_conn *c)
+{
+	uint32_t f = LD(c->flags);
+
+	if ((f & (NS_C_REUSED | NS_C_SENT)) != (NS_C_REUSED | NS_C_SENT) || LD(c->outcome))
+		return 0;
+	/* reading a status line: any byte of it is the answer begun */
+	return !(f & NS_C_PARSE) || (LD(c->hlen) == 0 && LD(c->hstate) == HS_STATUS);
+}
+
 /* Feed bytes of the answer; decides the exchange once the final status
  * line is in, or gives up on a status (plain outcome) if it is not one. */
 static void feed(struct ns_conn *c, const char *b, size_t n)
@@ -118,12 +128,14 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 					  __ATOMIC_RELAXED);
 		if (LD(c->flags) & NS_C_XNEXT) {
 			/* a new exchange: its outcome is owed from now */
+			uint32_t again = (LD(c->flags) & NS_C_ANSWERED) ? NS_C_REUSED : 0;
+
 			ST(c->outcome, 0);
 			ST(c->xstart, ns_now());
 			ST(c->hstate, (uint32_t)HS_STATUS);
 			ST(c->hlen, 0);
-			__atomic_fetch_and(&c->flags, ~NS_C_XNEXT, __ATOMIC_RELAXED);
-			__atomic_fetch_or(&c->flags, NS_C_SENT | ((LD(c->flags) & NS_C_HTTP) ? NS_C_PARSE : 0),
+			__atomic_fetch_and(&c->flags, ~(NS_C_XNEXT | NS_C_REUSED), __ATOMIC_RELAXED);
+			__atomic_fetch_or(&c->flags, again | NS_C_SENT | ((LD(c->flags) & NS_C_HTTP) ? NS_C_PARSE : 0),
 					  __ATOMIC_RELAXED);
 		}
 		return;

@@ -100,6 +100,13 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
 #define NS_C_TLS 0x10000u         /* its plaintext is seen (tls.c): turns are taken there */
 #define NS_C_TLSWIRE 0x20000u     /* the first bytes sent were a TLS ClientHello */
 #define NS_C_HSDONE 0x40000u      /* the TLS handshake had its outcome (not an exchange) */
+/* Keep-alive reuse: an exchange of this connection had its answer; the
+ * exchange in progress is not the connection's first. A reused connection
+ * that ends before any byte of the answer was closed by the server while
+ * idle (the race every keep-alive client loses now and then, and wins by
+ * sending again on a new connection): no outcome, counted apart. */
+#define NS_C_ANSWERED 0x80000u
+#define NS_C_REUSED 0x100000u
 #define NS_C_PRE (NS_C_TOTAL | NS_C_INTR | NS_C_EXPIRED | NS_C_FAULT)
 #define NS_C_PRE_DIR(d) (NS_C_PRE | ((d) == NS_OUT ? NS_C_XNEXT : NS_C_PARSE))
 #define NS_C_POST (NS_C_CONNECTING | NS_C_FAULT | NS_C_WAITING | NS_C_INTR)
@@ -412,6 +419,10 @@ NS_HIDDEN long ns_syscall(long n, long a, long b, long c, long d, long e, long f
 NS_HIDDEN ssize_t ns_exchange_io(int fd, struct ns_conn *c, int d, ssize_t r, const void *buf, size_t len,
 				 int flags, uint32_t gen);
 NS_HIDDEN ssize_t ns_after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len, int flags, uint32_t gen);
+/* Is c a reused connection (not its first exchange) whose request went out
+ * and no byte of the answer came? Then its end is a stale keep-alive
+ * connection's, not a failure. */
+NS_HIDDEN int ns_exchange_stale(const struct ns_conn *c);
 /* The same on TLS plaintext (tls.c): bytes the program sent or received. */
 NS_HIDDEN void ns_exchange_plain(struct ns_conn *c, int d, const void *buf, size_t n);
 /* tls.c: the record calls of OpenSSL and GnuTLS (opaque session pointers). */

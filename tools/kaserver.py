@@ -6,8 +6,11 @@ tests and the benchmark: each request gets the next answer of its script
   kaserver.py SCRIPT [CERT KEY]
 
 An answer is "CODE", "100+CODE" (an interim 100 first) or "silent" (never
-answers), with ",drip" to send it a byte at a time and ",close" to close
-after it; steps are separated by ";". Prints "PORT n" once listening."""
+answers), with ",drip" to send it a byte at a time, ",close" to close
+after it (saying so: "Connection: close") and ",drop" to close after it
+without saying so, as a server does with a keep-alive connection whose idle
+time ran out (the client's next request on it meets the end of the stream);
+steps are separated by ";". Prints "PORT n" once listening."""
 import socket, sys, threading, time
 script = sys.argv[1].split(";")
 lst = socket.socket(); lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -38,7 +41,7 @@ def serve(c):
                 c.sendall(out[i:i + 1]); time.sleep(0.002)
         else:
             c.sendall(out)
-        if "close" in step:
+        if "close" in step or "drop" in step:
             c.close(); return
 ctx = None
 if len(sys.argv) > 2:                   # HTTPS: certificate and key

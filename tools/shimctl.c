@@ -201,11 +201,11 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 			printf("null");
 		}
 		printf(", \"mode\": \"%s\", \"injected\": %llu, \"exchanges\": %llu, \"slow_calls\": %llu, "
-		       "\"http_failures\": %llu, \"slow_in_window\": %u, \"timeouts_in_window\": %u, "
-		       "\"first_byte_ms_p99_in_window\": ", e->monitor ? "monitor" : "enforce",
+		       "\"http_failures\": %llu, \"stale_reuses\": %llu, \"slow_in_window\": %u, "
+		       "\"timeouts_in_window\": %u, \"first_byte_ms_p99_in_window\": ", e->monitor ? "monitor" : "enforce",
 		       (unsigned long long)e->injected, (unsigned long long)e->exchanges,
-		       (unsigned long long)e->slow_calls, (unsigned long long)e->http_failures, e->slow_in_window,
-		       e->timeouts_in_window);
+		       (unsigned long long)e->slow_calls, (unsigned long long)e->http_failures,
+		       (unsigned long long)e->stale_reuses, e->slow_in_window, e->timeouts_in_window);
 		if (e->p99_in_window_us)
 			printf("%.2f", (double)e->p99_in_window_us / 1000);
 		else

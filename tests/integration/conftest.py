@@ -126,7 +126,7 @@ class Server:
         self.count_file = tmp / f"accepts.{uuid.uuid4().hex[:6]}"
         cmd = [str(BUILD / "faultsrv"), "--mode", mode, "--bind", bind, "--count-file", str(self.count_file)]
         for k, v in opts.items():
-            cmd += ["--" + k.replace("_", "-"), str(v)]
+            cmd += ["--" + k.replace("_", "-")] + ([] if v is True else [str(v)])   # True: a flag
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env={"PATH": os.environ["PATH"]})
         line = self.proc.stdout.readline()
         assert line.startswith("PORT "), f"faultsrv did not start: {line!r}"

@@ -244,3 +244,69 @@ def test_deadlines_hold_at_the_socket_under_tls(shim, http_server):
     assert r.rc == 56 and 0.9 <= time.monotonic() - t0 <= 2.5, (r.rc, r.err)
     e = shim.entry(f"127.0.0.1:{port}")
     assert (e["timeouts"], e["exchanges"]) == (1, 1), e
+
+
+# ---- a stale keep-alive connection (issue 20, defect 1)
+
+# The way wget, http.client users and most keep-alive clients reuse: send on
+# the kept connection; when it turns out to be closed before any byte of the
+# answer, send again once on a new connection.
+REUSER = r'''
+import http.client, json, sys, time
+port, n, pause = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+out = []
+for i in range(n):
+    for attempt in (0, 1):
+        try:
+            conn.request("GET", f"/{i}")
+            r = conn.getresponse(); r.read()
+            out.append(r.status)
+            break
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionRefusedError) as e:
+            conn.close()
+            if attempt:
+                out.append(type(e).__name__)
+    time.sleep(pause)
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.shim
+def test_a_retried_stale_keep_alive_connection_is_no_failure(shim, http_server, tmp_path):
+    """The server answers each request and then closes the connection
+    without saying so; the client waits, reuses, meets the end of the
+    stream before any answer, and sends again on a new connection. Three
+    requests: two stale reuses, no failure, the breaker (threshold 2) closed."""
+    port = http_server("200,drop")
+    shim.policy("[defaults]\nfailure_threshold = 2\nread_timeout = 5s\n")
+    r = shim.run(py_script(tmp_path, REUSER) + [port, 3, 0.2])
+    assert json.loads(r.out) == [200, 200, 200], r.err
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert (e["state"], e["calls"], e["successes"], e["failures"], e["exchanges"], e["stale_reuses"]) == \
+        ("closed", 3, 3, 0, 3, 2), e
+
+
+@pytest.mark.shim
+def test_a_first_exchange_that_ends_before_its_answer_still_fails(shim, tmp_path):
+    srv = subprocess.Popen([sys.executable, "-c", r'''
+import socket, sys
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", 0)); l.listen(8); print("PORT", l.getsockname()[1], flush=True)
+while True:
+    c, _ = l.accept()
+    while b"\r\n\r\n" not in c.recv(4096): pass
+    c.close()                          # the request read, closed unanswered
+'''], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(srv.stdout.readline().split()[1])
+        shim.policy("[defaults]\nfailure_threshold = 2\nread_timeout = 5s\n")
+        r = shim.run(py_script(tmp_path, REUSER) + [port, 2, 0])
+        assert r.out.strip() == '["RemoteDisconnected", "ConnectionRefusedError"]', r.err
+    finally:
+        srv.kill()
+        srv.wait()
+    e = shim.entry(f"127.0.0.1:{port}")
+    # each connection's first exchange ended before its answer: a failure
+    # each; the breaker opened at 2 and refused the next request's connect
+    assert (e["state"], e["failures"], e["rejected"], e["stale_reuses"]) == ("open", 2, 2, 0), e
