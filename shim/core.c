@@ -1439,6 +1439,11 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		r = 0;
 	} else {
 		r = breaker_admit(key, hint, &slot, sp, enforce, now);
+		/* the slow way here may have loaded the policy and mapped the
+		 * table (a process's first connect): the connection's clock, and
+		 * the connect latency it records, start after the shim's own
+		 * set-up, with the network's part (a vDSO read, no system call) */
+		now = ns_now();
 	}
 	if (slot != hint) {   /* (faults are chosen per connection: settings with faults are not remembered) */
 		name_needed(&d, &named, now);

@@ -180,7 +180,8 @@ def test_slow_call_latency_and_timeout_rules_open_the_breaker(shim, server, tmp_
     if rule == "slow_call_rate":
         assert (e["slow_calls"], e["failures"]) == (4, 0), e
     if rule == "latency_p99":
-        assert e["first_byte_ms_p99_in_window"] == 500.0, e   # the bucket bound above 300 ms
+        # 300 ms is in the (250, 500] ms bucket or, on a loaded machine, a later one
+        assert 500.0 <= e["first_byte_ms_p99_in_window"] <= 2500.0, e
 
 
 @pytest.mark.shim

@@ -93,9 +93,25 @@ def test_latency_percentiles_match_a_server_with_a_known_delay(shim, server):
     for _ in range(5):
         assert shim.run([client("fclient"), srv.host, srv.port]).rc == 0
     e = shim.entry(srv.dest)
-    # 120 ms falls in the (100, 250] ms bucket; loopback connects in the first
-    assert e["first_byte_ms_p50"] == 250 and e["first_byte_ms_p99"] == 250, e
-    assert e["connect_ms_p50"] <= 1 and e["connect_ms_p99"] <= 1, e
+    # bounds a loaded 2-core machine keeps: 120 ms is never under the
+    # (100, 250] ms bucket, and the first byte never comes before it; a
+    # loopback connect stays far below the answer's delay
+    assert 250 <= e["first_byte_ms_p50"] <= e["first_byte_ms_p99"] <= 1000, e
+    assert e["connect_ms_p50"] <= e["connect_ms_p99"] <= 50, e
+
+
+@pytest.mark.shim
+def test_the_first_connects_set_up_is_not_counted_as_connect_latency(shim, server):
+    """The table's creation, slowed by 300 ms (strace delays its ftruncate),
+    happens inside the process's first connect: the latency recorded is the
+    network's, not the shim's own set-up."""
+    srv = server("http")
+    shim.policy("[defaults]\n")
+    r = shim.run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=ftruncate",
+                  "-e", "inject=ftruncate:delay_enter=300000", client("fclient"), srv.host, srv.port])
+    assert r.rc == 0 and r.elapsed >= 0.3, (r.rc, r.elapsed, r.err)
+    e = shim.entry(srv.dest)
+    assert e["connect_ms_p99"] <= 100 and e["first_byte_ms_p99"] <= 100, e
 
 
 def test_percentiles_are_null_without_data(shim):
