@@ -1292,6 +1292,53 @@ static inline void memo_put(const void *pol, const struct ns_dest *d, uint64_t g
 
 static int kept_full_said;
 
+/* An open breaker refuses a connect on fd (v: its tag). A blocking socket
+ * is told ECONNREFUSED at once, as the kernel tells it of a refusal. A
+ * non-blocking one gets what a real refusal gives it, which event loops
+ * rely on (Mojo, ab): EINPROGRESS, then ready with POLLERR and SO_ERROR
+ * ECONNREFUSED in poll, select and epoll alike, and a connect() again
+ * reports the error. The kernel makes it so: the connect goes to the
+ * shim's local refusing socket (loopback; nothing reaches the destination).
+ * The mark on fd sends the program's next connect(), which asks for the
+ * outcome, there too, uncounted (refused_again). */
+static __attribute__((noinline)) int refuse_open(int fd, uintptr_t v, int family)
+{
+	struct sockaddr_storage to;
+	socklen_t tolen;
+	int r;
+
+	if (!(v & NS_TAG_NONBLOCK) || ns_fault_refusing_target(family, &to, &tolen) < 0) {
+		errno = ECONNREFUSED;
+		return -1;
+	}
+	r = REAL(connect)(fd, (struct sockaddr *)&to, tolen);
+	if (r < 0 && errno == EINPROGRESS) {
+		int e = errno;
+
+		ns_fd_set(fd, v | NS_TAG_REFUSED);
+		errno = e;
+	} else if (r == 0) {
+		errno = ECONNREFUSED;   /* never: nothing listens there */
+		r = -1;
+	}
+	return r;
+}
+
+/* The connect() after refuse_open's: the kernel's answer for that attempt
+ * (ECONNREFUSED, or ECONNABORTED once SO_ERROR took it), mark cleared. */
+static __attribute__((noinline)) int refused_again(int fd, uintptr_t v, int family)
+{
+	struct sockaddr_storage to;
+	socklen_t tolen;
+
+	ns_fd_set(fd, v & ~(uintptr_t)NS_TAG_REFUSED);
+	if (ns_fault_refusing_target(family, &to, &tolen) < 0) {
+		errno = ECONNREFUSED;
+		return -1;
+	}
+	return REAL(connect)(fd, (struct sockaddr *)&to, tolen);
+}
+
 /* d found by the per-thread memo (*unnamed set) has no name looked up yet:
  * look it up now, once, for the code that needs it in d */
 static inline void name_needed(struct ns_dest *d, int *unnamed, monotime now)
@@ -1353,11 +1400,16 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		}
 		if (!(f & NS_C_FAILED))
 			return connect_again(fd, c, sa, len);
-		/* a new attempt on a socket whose last one failed: a new connection */
+		/* a new attempt on a socket whose last one failed: a new
+		 * connection, with a record of its own (the old one's
+		 * reference went with the fd's entry) */
 		v = conn_detach(fd, c);
+		c = NULL;
 	}
 	if (v == 0)
 		v = classify(fd, sa->sa_family);
+	if (unlikely(v & NS_TAG_REFUSED))
+		return refused_again(fd, v, sa->sa_family);
 	if (!(v & NS_TAG_STREAM) || dest_from_sa(sa, len, &d) < 0)
 		return REAL(connect)(fd, sa, len);
 	hint = NS_SLOT_UNKNOWN;
@@ -1379,6 +1431,8 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		if (admitted == NS_REJECT) {
 			if (unlikely(ns_log_level >= NS_LOG_DEBUG) && ns_destcache_copy(&ref, &kept, key) == 0)
 				ns_log(NS_LOG_DEBUG, "%s: breaker open, connect refused", key);
+			if (unlikely(v & NS_TAG_NONBLOCK))
+				return refuse_open(fd, v, sa->sa_family);
 			errno = ECONNREFUSED;
 			return -1;
 		}
@@ -1449,10 +1503,8 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		name_needed(&d, &named, now);
 		ns_destcache_put(pol, &d, sp->fault.n ? NULL : kept, key, (size_t)klen, slot);
 	}
-	if (r < 0) {
-		errno = ECONNREFUSED;
-		return -1;
-	}
+	if (r < 0)
+		return refuse_open(fd, v, sa->sa_family);   /* (c is NULL: only an admitted connect has one here) */
 	if (!c) {
 		c = ns_conn_alloc();
 		if (!c) {

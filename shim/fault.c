@@ -244,10 +244,22 @@ static int faults_for(const struct ns_dest *d, const struct ns_faults *policy, m
 
 /**** the local targets that make connect faults real ****/
 
-/* fds of the hidden sockets, +1 (0 = not made yet); per family: [0] v4, [1] v6 */
-static int refuse_fd[2], hole_fd[2];
-static struct sockaddr_storage refuse_sa[2], hole_sa[2];
-static socklen_t refuse_len[2], hole_len[2];
+/* A hidden socket and its address, written whole by the thread that made
+ * it and only then published (one pointer, compare-and-swap), so a thread
+ * that loses the race to publish can never leave the published address
+ * pointing at the port of the socket it then closes. The candidates are
+ * static (a connect in a signal handler may make one: no malloc); each
+ * thread takes its own by a counter, and a process that somehow used them
+ * all passes such connects through. */
+struct target {
+	int fd;
+	socklen_t len;
+	struct sockaddr_storage sa;
+};
+#define TARGET_CANDIDATES 8
+static struct target target_pool[2][2][TARGET_CANDIDATES];   /* [refuse/hole][v4/v6][candidate] */
+static unsigned target_next[2][2];
+static struct target *target_pub[2][2];
 
 /* Out of the program's way: the shim's own sockets live high. */
 static int move_high(int fd)
@@ -282,18 +294,25 @@ static int loopback(int v6, struct sockaddr_storage *ss, socklen_t *len)
 /* A local socket that refuses (bound, not listening), or one whose SYNs are
  * dropped (listening with backlog 0, its one place taken by our own
  * connection). Made once per family; a thread that loses the race to
- * publish closes its own. Returns 0 and the address, or -1. */
+ * publish closes its own and takes the winner's. Returns 0 and the
+ * address, or -1. */
 static int target(int kind, int v6, struct sockaddr_storage *out, socklen_t *outlen)
 {
-	int *slot = kind == NS_F_REFUSE ? &refuse_fd[v6] : &hole_fd[v6];
-	struct sockaddr_storage *sa = kind == NS_F_REFUSE ? &refuse_sa[v6] : &hole_sa[v6];
-	socklen_t *len = kind == NS_F_REFUSE ? &refuse_len[v6] : &hole_len[v6];
+	int k = kind == NS_F_REFUSE ? 0 : 1;
+	struct target *t = __atomic_load_n(&target_pub[k][v6], __ATOMIC_ACQUIRE), *mine, *none = NULL;
 	struct sockaddr_storage ss;
 	socklen_t l;
-	int fd, filler = -1, zero = 0, fam, saved = errno;
+	unsigned n;
+	int fd, filler = -1, fam, saved = errno;
 
-	if (__atomic_load_n(slot, __ATOMIC_ACQUIRE) > 0)
+	if (t)
 		goto out_copy;
+	n = __atomic_fetch_add(&target_next[k][v6], 1, __ATOMIC_RELAXED);
+	if (n >= TARGET_CANDIDATES) {
+		errno = EAGAIN;
+		goto out_fail;
+	}
+	mine = &target_pool[k][v6][n];
 	fam = loopback(v6, &ss, &l);
 	fd = REAL(socket)(fam, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -308,19 +327,20 @@ static int target(int kind, int v6, struct sockaddr_storage *out, socklen_t *out
 			goto out_close;
 		filler = move_high(filler);
 	}
-	fd = move_high(fd);
-	memcpy(sa, &ss, sizeof(ss));
-	*len = l;
-	if (!__atomic_compare_exchange_n(slot, &zero, fd + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		REAL(close)(fd);
+	mine->fd = move_high(fd);
+	mine->sa = ss;
+	mine->len = l;
+	if (__atomic_compare_exchange_n(&target_pub[k][v6], &none, mine, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		t = mine;   /* the filler stays open for the life of the process: it keeps the queue full */
+	} else {
+		REAL(close)(mine->fd);
 		if (filler >= 0)
 			REAL(close)(filler);
+		t = none;   /* the winner's, whole */
 	}
-	/* the filler stays open for the life of the process: it is what
-	 * keeps the queue full */
 out_copy:
-	memcpy(out, sa, sizeof(*out));
-	*outlen = *len;
+	memcpy(out, &t->sa, sizeof(*out));
+	*outlen = t->len;
 	errno = saved;
 	return 0;
 out_close:
@@ -355,6 +375,11 @@ static int target_for(int kind, int family, struct sockaddr_storage *to, socklen
 		*tolen = sizeof(*s6);
 	}
 	return 0;
+}
+
+int ns_fault_refusing_target(int family, struct sockaddr_storage *to, socklen_t *tolen)
+{
+	return target_for(NS_F_REFUSE, family, to, tolen);
 }
 
 /**** connect ****/

@@ -179,6 +179,7 @@ _Static_assert(NS_KEY_MAX % 8 == 0, "copied in words");
 #define NS_TAG_NONBLOCK 0x4u
 #define NS_TAG_EPOLL 0x8u        /* an epoll fd the shim keeps registrations for */
 #define NS_TAG_TIMEO 0x10u       /* the program may have set SO_RCVTIMEO/SO_SNDTIMEO: ask the kernel */
+#define NS_TAG_REFUSED 0x20u     /* an open breaker refused its non-blocking connect (see refuse_open) */
 
 extern uintptr_t *ns_fdtab NS_HIDDEN;
 extern unsigned ns_fdmax NS_HIDDEN;
@@ -468,6 +469,8 @@ enum { NS_FC_NONE, NS_FC_TARGET, NS_FC_FAIL };
 NS_HIDDEN int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct ns_settings *set,
 				  int slot, const struct sockaddr *sa, socklen_t len,
 				  struct sockaddr_storage *to, socklen_t *tolen);
+/* The local socket that refuses, as an address for family: 0, or -1. */
+NS_HIDDEN int ns_fault_refusing_target(int family, struct sockaddr_storage *to, socklen_t *tolen);
 /* A delay whose time came: the real connect starts. 1 if it did. */
 NS_HIDDEN int ns_fault_delay_due(int fd, struct ns_conn *c, monotime now);
 /* Should this lookup of name fail (nxdomain)? */

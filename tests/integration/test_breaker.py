@@ -71,9 +71,63 @@ def test_nonblocking_connect_fails_fast_too(shim, server, tmp_path):
     srv = server("silent")
     shim.policy(TRIP)
     assert shim.ctl("open", srv.dest).returncode == 0
-    res = shim.run(py_script(tmp_path, PY_NONBLOCK) + [srv.host, srv.port, "none"]).last_json()
-    assert res["connect"] == "ECONNREFUSED"
+    res = shim.run(py_script(tmp_path, PY_NONBLOCK) + [srv.host, srv.port, "wait"]).last_json()
+    # a non-blocking connect learns of a refusal as from the kernel (issue 20, defect 3)
+    assert res == {"connect": "EINPROGRESS", "so_error": "ECONNREFUSED"}, res
     assert srv.accepts() == 0
+    assert shim.entry(srv.dest)["rejected"] == 1
+
+
+# The whole sequence a non-blocking program sees of a refused connect, by
+# each way of waiting: what connect() says, what the wait reports, SO_ERROR,
+# and a connect() again (once with SO_ERROR read first, once without).
+NB_SEQUENCE = r'''
+import errno, json, select, socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+name = lambda e: errno.errorcode.get(e, "OK") if e else "OK"
+out = {}
+for how in ("poll", "select", "epoll-et"):
+    for ask_first in (True, False):
+        s = socket.socket(); s.setblocking(False)
+        seq = [name(s.connect_ex((host, port)))]
+        if how == "poll":
+            p = select.poll(); p.register(s, select.POLLIN | select.POLLOUT)
+            ev = p.poll(3000)
+            seq.append(sorted(n for m, n in ((select.POLLIN, "in"), (select.POLLOUT, "out"),
+                                             (select.POLLERR, "err"), (select.POLLHUP, "hup")) if ev and ev[0][1] & m))
+        elif how == "select":
+            r, w, x = select.select([s], [s], [s], 3)
+            seq.append([bool(r), bool(w), bool(x)])
+        else:
+            ep = select.epoll(); ep.register(s, select.EPOLLIN | select.EPOLLOUT | select.EPOLLET)
+            ev = ep.poll(3)
+            seq.append(sorted(n for m, n in ((select.EPOLLIN, "in"), (select.EPOLLOUT, "out"),
+                                             (select.EPOLLERR, "err"), (select.EPOLLHUP, "hup")) if ev and ev[0][1] & m))
+            seq.append(len(ep.poll(0.1)))   # edge-triggered: reported once
+        if ask_first:
+            seq.append(name(s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)))
+        seq.append(name(s.connect_ex((host, port))))
+        out[f"{how}/{'so_error' if ask_first else 'connect'}"] = seq
+        s.close()
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.shim
+def test_nonblocking_fail_fast_is_the_kernels_refusal_in_every_wait(shim, server, tmp_path):
+    """The same sequence as a real refusal (a bound port nobody listens
+    on, without the shim), while nothing reaches the open destination."""
+    refusing = server("refuse")
+    real = shim.run(py_script(tmp_path, NB_SEQUENCE) + [refusing.host, refusing.port], shim=False).last_json()
+    assert real["poll/connect"][0] == "EINPROGRESS", real
+    srv = server("silent")
+    shim.policy(TRIP)
+    assert shim.ctl("open", srv.dest).returncode == 0
+    r = shim.run(py_script(tmp_path, NB_SEQUENCE) + [srv.host, srv.port])
+    assert r.last_json() == real, (r.last_json(), real)
+    assert r.elapsed < 5
+    e = shim.entry(srv.dest)
+    assert srv.accepts() == 0 and (e["rejected"], e["calls"]) == (6, 0), e
 
 
 @pytest.mark.shim

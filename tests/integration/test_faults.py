@@ -260,3 +260,35 @@ def test_faults_never_act_by_accident(shim, server, tmp_path):
     shim.policy('[defaults]\n[host "other.example"]\nfault = refuse\n')
     r = shim.run(url_cmd)
     assert (r.rc, r.out) == (0, "200"), r.err
+
+
+# Threads that race to make the process's hidden blackhole socket (issue 20,
+# defect 8): each loser closes its own, and the address published must be
+# the winner's, or later blackholed connects are refused at once (a port
+# nobody holds) instead of timing out.
+RACE_BLACKHOLE = r'''
+import errno, json, socket, sys, threading
+port, n = int(sys.argv[1]), int(sys.argv[2])
+barrier = threading.Barrier(n)
+got = []
+def one():
+    s = socket.socket()
+    barrier.wait()
+    got.append(errno.errorcode.get(s.connect_ex(("127.0.0.1", port)), "OK"))
+    s.close()
+ts = [threading.Thread(target=one) for _ in range(n)]
+[t.start() for t in ts]; [t.join() for t in ts]
+s = socket.socket(); got.append(errno.errorcode.get(s.connect_ex(("127.0.0.1", port)), "OK"))
+print(json.dumps(got))
+'''
+
+
+@pytest.mark.shim
+def test_racing_threads_publish_one_whole_blackhole_target(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy(f"[defaults]\nconnect_timeout = 150ms\nfailure_threshold = 0\n"
+                f"[host \"127.0.0.1:{srv.port}\"]\nfault = blackhole\n")
+    for _ in range(12):
+        r = shim.run(py_script(tmp_path, RACE_BLACKHOLE) + [srv.port, 8], timeout=30)
+        assert json.loads(r.out) == ["ETIMEDOUT"] * 9, (r.out, r.err)
+    assert srv.accepts() == 0
