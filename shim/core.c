@@ -575,9 +575,46 @@ static void dir_want(const struct ns_conn *c, int d, int64_t left, int64_t *want
 	}
 }
 
+static int dest_from_sa(const struct sockaddr *sa, socklen_t len, struct ns_dest *d);
+
+/* Is fd still the socket c was made for? Asked only where the shim is
+ * about to act on its own (fail a call at a deadline, inject a fault): a
+ * close it could not see (a raw system call, libc's own close reached
+ * through dlsym) may have freed the number, and whatever holds it now must
+ * not inherit c's state. A stream socket connected to c's destination (or
+ * not connected at all: reset, or still connecting, or faulted to a local
+ * target) is taken as c's; anything else is not, and fd's entry is dropped.
+ * Two system calls, on those paths only. errno is kept. */
+static __attribute__((noinline, cold)) int conn_still(int fd, struct ns_conn *c)
+{
+	struct sockaddr_storage ss;
+	socklen_t l = sizeof(ss), tl;
+	struct ns_dest d;
+	int type = 0, saved = errno, ours = 0;
+
+	tl = sizeof(type);
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && type == SOCK_STREAM) {
+		if (getpeername(fd, (struct sockaddr *)&ss, &l) < 0)
+			ours = errno == ENOTCONN;
+		else
+			ours = (LD(c->flags) & NS_C_FAULT) ||
+			       (dest_from_sa((struct sockaddr *)&ss, l, &d) == 0 &&
+				LD(c->peer_fp) == ((uint32_t)d.family << 16 | d.port) &&
+				memcmp(c->peer_a, d.addr, 16) == 0);
+	}
+	if (!ours) {
+		NS_LOG(NS_LOG_DEBUG, "fd %d is no longer the socket the shim knew (closed unseen): its state dropped", fd);
+		if (ns_fd_get(fd) == (uintptr_t)c)
+			ns_fd_set(fd, 0);
+	}
+	errno = saved;
+	return ours;
+}
+
 /* Before a data call with a deadline of its own: the total budget, or the
  * rest of a read that a signal interrupted. Fails once it is spent, and keeps
- * the kernel timeout from outliving it. Returns 0 or -1 with errno ETIMEDOUT. */
+ * the kernel timeout from outliving it. Returns 0, 1 when fd is no longer
+ * c's socket (the call is the kernel's alone), or -1 with errno ETIMEDOUT. */
 static int deadline_check(int fd, struct ns_conn *c, int d)
 {
 	monotime now;
@@ -586,6 +623,8 @@ static int deadline_check(int fd, struct ns_conn *c, int d)
 	uint32_t src;
 
 	if (ns_exp_kind(c)) {
+		if (!conn_still(fd, c))
+			return 1;
 		errno = ETIMEDOUT;   /* a deadline fired in a wait: the connection is done */
 		return -1;
 	}
@@ -613,6 +652,8 @@ static int deadline_check(int fd, struct ns_conn *c, int d)
 	}
 	return 0;
 out_expired:
+	if (!conn_still(fd, c))
+		return 1;
 	conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
 	errno = ETIMEDOUT;
 	return -1;
@@ -734,11 +775,16 @@ static __attribute__((noinline)) ssize_t after_io_ctx(struct ns_conn *c, ssize_t
 	uint32_t g_ = __atomic_load_n(&c_->gen, __ATOMIC_RELAXED); \
 	ssize_t r_; \
 	if (unlikely(LD(c_->flags) & NS_C_PRE_DIR(d_))) { \
-		if (deadline_check((fd_), c_, (d_)) < 0) \
+		int k_ = deadline_check((fd_), c_, (d_)); \
+		if (k_ < 0) \
 			return -1; \
+		if (k_ > 0) /* the number is no longer c's socket */ \
+			return call; \
 		if (LD(c_->expired) & NS_ATTN_FAULT) { \
 			size_t allow_; \
 			r_ = ns_fault_pre(c_, (d_), (fl_), (buf_), (len_), &allow_); \
+			if (r_ != NS_FAULT_GO && !conn_still((fd_), c_)) \
+				return call; \
 			if (r_ != NS_FAULT_GO) /* counted as if the kernel said it */ \
 				return (LD(c_->flags) & (NS_C_XNEXT | NS_C_PARSE)) ? \
 					ns_exchange_io((fd_), c_, (d_), r_, (buf_), (len_), (fl_), g_) : \
@@ -1515,6 +1561,8 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	}
 	__atomic_store_n(&c->set, kept, __ATOMIC_RELEASE);
 	ST(c->slot, slot);
+	ST(c->peer_fp, (uint32_t)d.family << 16 | d.port);
+	memcpy(c->peer_a, d.addr, 16);   /* not published yet: plain stores */
 	{
 		/* the record is not published yet: its flags are written whole */
 		uint32_t f = NS_C_XNEXT | NS_C_CONNECTING | ((v & NS_TAG_NONBLOCK) ? NS_C_NONBLOCK : 0);

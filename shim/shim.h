@@ -156,6 +156,10 @@ struct ns_conn {
 	/* written at once (ns_conn_put_key), read through a copy (ns_conn_key): see LD/ST below */
 	union { char key[NS_KEY_MAX]; uint64_t key_w[NS_KEY_MAX / 8]; };
 	struct ns_cfault fault;
+	/* the destination's address as connect() named it (family << 16 | port,
+	 * and 16 bytes), for conn_still: is the number still this socket? */
+	uint32_t peer_fp;
+	uint64_t peer_a[2];
 	/* the exchange in progress (exchange.c; its thread's slow path only) */
 	monotime xstart;          /* when its request went out; 0 = the connect's */
 	uint32_t hstate;          /* HTTP answer: status line, or 1xx headers to skip */

@@ -10,7 +10,12 @@
  * before it starts (libuv does). NETSHIM_IO_URING=allow keeps io_uring
  * (and its escape). A ring made by raw system-call instructions (liburing
  * builds its own) is out of reach: its reads, writes and waits are never
- * seen. Every other number goes to libc's syscall() untouched. */
+ * seen.
+ *
+ * close and close_range made through syscall() (programs built against a
+ * glibc without close_range() call it so) are the shim's close and
+ * close_range, so the numbers they free carry no state. Every other
+ * number goes to libc's syscall() untouched. */
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -35,6 +40,10 @@ static void bind_syscall(void)
 
 long ns_syscall(long n, long a, long b, long c, long d, long e, long f)
 {
+	if (n == SYS_close)
+		return ns_close((int)a);
+	if (n == SYS_close_range)
+		return ns_close_range((unsigned)a, (unsigned)b, (int)c);
 	pthread_once(&once, bind_syscall);
 	if (n == SYS_io_uring_setup && !allow && ns_shim_active()) {
 		static int told;

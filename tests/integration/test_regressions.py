@@ -199,6 +199,12 @@ if how == "close_range":
     assert libc.close_range(fd, fd, 0) == 0
 elif how == "closefrom":
     libc.closefrom(fd)
+elif how == "syscall_close":
+    assert libc.syscall(3, fd) == 0                   # SYS_close through libc's syscall()
+elif how == "syscall_close_range":
+    assert libc.syscall(436, fd, fd, 0) == 0          # SYS_close_range
+elif how == "unseen":
+    assert ctypes.CDLL("libc.so.6").close(fd) == 0    # libc's own close: the shim never sees it
 elif how == "fclose":
     libc.fdopen.restype = ctypes.c_void_p
     fp = libc.fdopen(fd, b"r+")
@@ -224,7 +230,9 @@ print(json.dumps(res))
 
 
 @pytest.mark.parametrize("how,what", [("close_range", "file"), ("closefrom", "file"), ("fclose", "file"),
-                                      ("close_range", "accepted")])
+                                      ("close_range", "accepted"), ("syscall_close", "file"),
+                                      ("syscall_close_range", "file"), ("syscall_close", "accepted"),
+                                      ("unseen", "file"), ("unseen", "accepted")])
 def test_a_number_closed_behind_the_shims_back_carries_no_state(shim, server, tmp_path, how, what):
     srv = server("silent")
     shim.policy(POLICY)
