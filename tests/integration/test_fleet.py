@@ -388,7 +388,10 @@ def test_on_event_runs_once_per_event_with_the_event_on_stdin(fleet, server, tmp
     srv = server("reset")
     trip(n1, srv)
     trip(n2, srv)
-    assert wait_for(lambda: any(l[0] == "fleet_open" and l[3] == "n3" for l in hook_lines(out)), 5), n3.log()
+    # each agent runs its hooks on its own: n3 may hold the destination
+    # (from n2's vote) before n2's agent has run n2's own "opened" hook
+    assert wait_for(lambda: any(l[0] == "fleet_open" and l[3] == "n3" for l in hook_lines(out)) and
+                    sorted(l[3] for l in hook_lines(out) if l[0] == "opened") == ["n1", "n2"], 10), n3.log()
     opened = [l for l in hook_lines(out) if l[0] == "opened"]
     assert sorted(l[3] for l in opened) == ["n1", "n2"]
     ev = json.loads(opened[0][4])
