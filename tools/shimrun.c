@@ -18,16 +18,47 @@ static void usage(FILE *f)
 	fprintf(f, "usage: shimrun [--policy FILE] [--table NAME] [--inject 'DEST=FAULTS']... -- COMMAND [ARG...]\n");
 }
 
-/* Is the program (found as execvp would) an ELF file without an
- * interpreter, that is statically linked? LD_PRELOAD cannot reach into
- * such a program, so shimrun says so rather than let it run ungoverned in
- * silence. Anything unreadable or not ELF (a script) is not. */
-static int statically_linked(const char *prog)
+/* What LD_PRELOAD cannot reach, as shimrun tells it. */
+enum { REACH_OK, REACH_STATIC, REACH_GO };
+
+/* Does the ELF file fd (header eh) have a section named .note.go.buildid
+ * or .go.buildinfo, which every Go toolchain writes? Go's net package makes
+ * its system calls itself, cgo or not, so LD_PRELOAD governs none of them. */
+static int go_binary(int fd, const Elf64_Ehdr *eh)
+{
+	Elf64_Shdr sh, strsh;
+	char name[24];
+
+	if (eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shnum == 0 || eh->e_shnum >= 65280 ||
+	    eh->e_shstrndx >= eh->e_shnum ||
+	    pread(fd, &strsh, sizeof(strsh), (off_t)(eh->e_shoff + eh->e_shstrndx * sizeof(sh))) != (ssize_t)sizeof(strsh))
+		return 0;
+	for (unsigned i = 0; i < eh->e_shnum; i++) {
+		ssize_t n;
+
+		if (pread(fd, &sh, sizeof(sh), (off_t)(eh->e_shoff + i * sizeof(sh))) != (ssize_t)sizeof(sh) ||
+		    sh.sh_name >= strsh.sh_size)
+			continue;
+		n = pread(fd, name, sizeof(name) - 1, (off_t)(strsh.sh_offset + sh.sh_name));
+		if (n <= 0)
+			continue;
+		name[n] = '\0';
+		if (strcmp(name, ".note.go.buildid") == 0 || strcmp(name, ".go.buildinfo") == 0)
+			return 1;
+	}
+	return 0;
+}
+
+/* Can LD_PRELOAD reach the program (found as execvp would)? Not an ELF
+ * file without an interpreter (statically linked), nor a Go program. shimrun
+ * says so rather than let it run ungoverned in silence. Anything
+ * unreadable or not ELF (a script) is REACH_OK. */
+static int reach(const char *prog)
 {
 	char path[PATH_MAX];
 	const char *p = getenv("PATH");
 	Elf64_Ehdr eh;
-	int fd = -1, stat = 0;
+	int fd = -1, r = REACH_OK;
 
 	if (strchr(prog, '/')) {
 		fd = open(prog, O_RDONLY | O_CLOEXEC);
@@ -42,22 +73,24 @@ static int statically_linked(const char *prog)
 		}
 	}
 	if (fd < 0)
-		return 0;
+		return REACH_OK;
 	if (pread(fd, &eh, sizeof(eh), 0) == (ssize_t)sizeof(eh) && memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
 	    eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_phentsize == sizeof(Elf64_Phdr) && eh.e_phnum > 0) {
-		stat = 1;
+		r = REACH_STATIC;
 		for (unsigned i = 0; i < eh.e_phnum && eh.e_phnum < 4096; i++) {
 			Elf64_Phdr ph;
 
 			if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + i * sizeof(ph))) != (ssize_t)sizeof(ph) ||
 			    ph.p_type == PT_INTERP) {
-				stat = 0;
+				r = REACH_OK;
 				break;
 			}
 		}
+		if (go_binary(fd, &eh))
+			r = REACH_GO;
 	}
 	close(fd);
-	return stat;
+	return r;
 }
 
 /* The library beside this binary (build tree) or in ../lib/netshim
@@ -165,9 +198,16 @@ int main(int argc, char **argv)
 		preload = lib;
 	}
 	setenv("LD_PRELOAD", preload, 1);
-	if (statically_linked(argv[optind]))
+	switch (reach(argv[optind])) {
+	case REACH_STATIC:
 		fprintf(stderr, "shimrun: %s is statically linked: LD_PRELOAD cannot reach into it, "
 			"so netshim will not govern it\n", argv[optind]);
+		break;
+	case REACH_GO:
+		fprintf(stderr, "shimrun: %s is a Go program: Go makes its network system calls itself, "
+			"even when dynamically linked, so netshim will not govern it\n", argv[optind]);
+		break;
+	}
 	execvp(argv[optind], argv + optind);
 	c = errno;
 	warn("%s", argv[optind]);

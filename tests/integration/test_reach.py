@@ -228,3 +228,18 @@ def test_shimrun_says_when_the_program_is_statically_linked(shim):
     assert "statically linked" not in r.err, r.err
     r = shim.run(["sh", "-c", "exit 0"])
     assert r.rc == 0 and "statically linked" not in r.err
+
+
+def test_shimrun_says_when_the_program_is_a_go_program(shim, tmp_path):
+    """Go's net package makes raw system calls even in a dynamically linked
+    (cgo) binary. A Go toolchain marks its binaries with a .go.buildinfo
+    section (and .note.go.buildid); fclient given one stands in for a Go
+    program here, since no Go toolchain is installed for the tests."""
+    for section in (".go.buildinfo", ".note.go.buildid"):
+        gobin = tmp_path / f"goprog{section.replace('.', '_')}"
+        subprocess.run(["objcopy", "--add-section", f"{section}=/dev/null", str(BUILD / "fclient"), str(gobin)],
+                       check=True)
+        r = shim.run([gobin, "127.0.0.1", "1"])
+        assert f"{gobin.name} is a Go program: Go makes its network system calls itself" in r.err, r.err
+    r = shim.run([BUILD / "fclient", "127.0.0.1", "1"])
+    assert "Go program" not in r.err, r.err
