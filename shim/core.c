@@ -60,6 +60,15 @@ static int tbl_ok;
 static pthread_once_t tbl_once = PTHREAD_ONCE_INIT;
 static int tbl_ready;                  /* atomic: tbl_load has run */
 
+/* This thread is inside the one-time set-up of the policy or the table.
+ * connect() is async-signal-safe: a signal handler's connect may run in
+ * the middle of that set-up on the same thread, where pthread_once would
+ * wait for ever on itself. It sees these and passes its call through (the
+ * policy's built-in defaults are not even needed: it is simply not
+ * governed, as a call before the set-up began would not be). */
+static __thread int cfg_loading __attribute__((tls_model("initial-exec")));
+static __thread int tbl_loading __attribute__((tls_model("initial-exec")));
+
 /* Load the policy file into a new heap policy. Returns it, or NULL with the
  * first error line in err. */
 static struct ns_policy *cfg_read(char *err, size_t len, int *nerr)
@@ -131,14 +140,23 @@ static void cfg_load(void)
 /* pthread_once's own call, skipped once the flag is seen set */
 static void cfg_load_once(void)
 {
+	cfg_loading = 1;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	cfg_load();
 	__atomic_store_n(&cfg_ready, 1, __ATOMIC_RELEASE);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	cfg_loading = 0;
 }
 
-static inline void cfg_init(void)
+/* 0 once the policy is loaded, -1 inside its loading on this thread */
+static inline int cfg_init(void)
 {
-	if (unlikely(!__atomic_load_n(&cfg_ready, __ATOMIC_ACQUIRE)))
+	if (unlikely(!__atomic_load_n(&cfg_ready, __ATOMIC_ACQUIRE))) {
+		if (cfg_loading)
+			return -1;
 		pthread_once(&cfg_once, cfg_load_once);
+	}
+	return 0;
 }
 
 /* For the lookup faults (fault.c): the policy's faults for d, none when
@@ -195,8 +213,7 @@ static void cfg_maybe_reload(monotime now)
 /* The policy in force, or NULL to pass the call through. */
 static inline __attribute__((always_inline)) struct ns_policy *cfg_get(monotime now)
 {
-	cfg_init();
-	if (cfg_disabled)
+	if (unlikely(cfg_init() < 0) || cfg_disabled)
 		return NULL;
 	if (unlikely(now >= __atomic_load_n(&cfg_next_ns, __ATOMIC_RELAXED)))
 		cfg_maybe_reload(now);   /* once a second at most: one comparison otherwise */
@@ -242,14 +259,21 @@ static __attribute__((noinline, cold)) void tbl_broke(void)
 
 static void tbl_load_once(void)
 {
+	tbl_loading = 1;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	tbl_load();
 	__atomic_store_n(&tbl_ready, 1, __ATOMIC_RELEASE);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	tbl_loading = 0;
 }
 
 static inline __attribute__((always_inline)) int tbl_on(void)
 {
-	if (unlikely(!__atomic_load_n(&tbl_ready, __ATOMIC_ACQUIRE)))
+	if (unlikely(!__atomic_load_n(&tbl_ready, __ATOMIC_ACQUIRE))) {
+		if (tbl_loading)
+			return 0;   /* a handler inside our own set-up: uncounted */
 		pthread_once(&tbl_once, tbl_load_once);
+	}
 	if (unlikely(tbl_ok && ns_table_broken(&tbl)))
 		tbl_broke();
 	return tbl_ok;

@@ -441,3 +441,22 @@ def test_status_shows_when_half_open_began_and_monitor_mode(shim, server, tmp_pa
     assert e["state"] == "open" and e["mode"] == "monitor", e
     row = [l for l in shim.ctl("status").stdout.splitlines() if refused.dest in l][0]
     assert "open(monitor)" in row, row
+
+
+# ---- a connect from a signal handler during the process's first connect (issue 20, defect 9)
+
+@pytest.mark.shim
+def test_a_signal_handlers_connect_during_the_first_connects_set_up_completes(shim, server):
+    """The table's creation is slowed by 200 ms (strace delays its
+    ftruncate); a one-shot timer fires 50 ms into it, and the handler
+    connects. It waited for ever on the set-up its own thread was running;
+    now it passes through, uncounted, and both connects complete."""
+    srv = server("http")
+    shim.policy("[defaults]\n")
+    r = shim.run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=ftruncate",
+                  "-e", "inject=ftruncate:delay_enter=200000", client("sigconnect"), srv.host, srv.port, 50000],
+                 timeout=20)
+    assert r.last_json() == {"main": "OK", "handler": "OK"}, (r.out, r.err)
+    assert r.elapsed >= 0.2
+    e = shim.entry(srv.dest)
+    assert e is not None and e["calls"] == 1, e   # the main connect, counted; the handler's passed through
