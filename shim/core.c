@@ -54,6 +54,11 @@ static monotime cfg_next_ns;           /* atomic: no look before then (the next 
 static int cfg_reloading;              /* atomic: one thread reloads, the others go on */
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
 static int cfg_ready;                  /* atomic: cfg_load has run (pthread_once's call skipped) */
+/* The kept settings of a destination that no section names (the policy's
+ * [defaults] over the built-in values), made when a policy is loaded: what
+ * a new destination gets once the process keeps NS_SETTINGS_KEPT_MAX
+ * distinct values, rather than no deadlines at all. */
+static const struct ns_settings *cfg_fallback = &ns_builtin_settings;   /* atomic */
 
 static struct ns_table tbl;
 static int tbl_ok;
@@ -108,6 +113,20 @@ static int cfg_stat(void)
 	return 1;
 }
 
+static void cfg_fallback_for(const struct ns_policy *p)
+{
+	struct ns_dest none;
+	struct ns_settings set;
+	const struct ns_settings *k;
+
+	memset(&none, 0, sizeof(none));
+	none.family = AF_INET;   /* 0.0.0.0 port 0, no name: only [defaults] (and a /0) match */
+	ns_policy_resolve(p, &none, &set, NULL);
+	k = ns_settings_intern(&set);
+	if (k)
+		__atomic_store_n(&cfg_fallback, k, __ATOMIC_RELEASE);
+}
+
 static void cfg_load(void)
 {
 	const char *disable = getenv("NETSHIM_DISABLE");
@@ -133,6 +152,7 @@ static void cfg_load(void)
 		       nerr > 1 ? " (and more; see shimctl check)" : "");
 		return;
 	}
+	cfg_fallback_for(p);
 	__atomic_store_n(&cfg_cur, p, __ATOMIC_RELEASE);
 	ns_fault_config(p);
 }
@@ -196,6 +216,7 @@ static void cfg_maybe_reload(monotime now)
 	if (cfg_stat() == 1) {
 		p = cfg_read(err, sizeof(err), &nerr);
 		if (p) {
+			cfg_fallback_for(p);
 			__atomic_store_n(&cfg_cur, p, __ATOMIC_RELEASE);
 			ns_fault_config(p);
 			NS_LOG(NS_LOG_WARN, "policy reloaded from %s", cfg_path);
@@ -1433,7 +1454,7 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	socklen_t tolen = 0;
 	monotime now;
 	uintptr_t v;
-	int slot, hint, klen = 0, r, e, enforce, fr = NS_FC_NONE, saved = errno, admitted = -1, named, found = 0;
+	int slot, hint, klen = 0, r, e, enforce, fr = NS_FC_NONE, saved = errno, admitted = -1, named, found = 0, full;
 	struct ns_dcref ref;
 	uint64_t gen;
 
@@ -1536,15 +1557,18 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		name_needed(&d, &named, now);
 		ns_policy_resolve(pol, &d, &set, NULL);
 		sp = &set;
-		kept = ns_settings_intern(&set);
+		/* fail safe: past the kept values' limit a new destination is
+		 * governed by what [defaults] says (deadlines above all), never
+		 * passed through without any */
+		kept = ns_settings_keep(&set, __atomic_load_n(&cfg_fallback, __ATOMIC_ACQUIRE), &full);
 		klen = ns_dest_key(&d, key, sizeof(key));
 		if (klen < 0)
 			return REAL(connect)(fd, sa, len);
-		if (unlikely(!kept)) {
+		if (unlikely(full)) {
 			if (!__atomic_exchange_n(&kept_full_said, 1, __ATOMIC_RELAXED))
 				ns_log(NS_LOG_ERROR, "more than %u distinct settings in this process; %s and other "
-				       "new destinations pass through ungoverned", NS_SETTINGS_KEPT_MAX, key);
-			return REAL(connect)(fd, sa, len);
+				       "new destinations get the [defaults] settings", NS_SETTINGS_KEPT_MAX, key);
+			sp = kept;
 		}
 		if (admitted != NS_ALLOW)
 			hint = NS_SLOT_UNKNOWN;   /* find (and remember) the slot below */

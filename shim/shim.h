@@ -392,8 +392,12 @@ NS_HIDDEN int ns_shim_active(void);
 
 /* settings.c: the kept copy of s's value (its faults left out), the same
  * pointer for equal values; NULL when NS_SETTINGS_KEPT_MAX are kept. */
-#define NS_SETTINGS_KEPT_MAX 8192u
+#define NS_SETTINGS_KEPT_MAX 65536u
 NS_HIDDEN const struct ns_settings *ns_settings_intern(const struct ns_settings *s);
+/* ...or, when that is NULL, fallback (a kept value: the destination is
+ * governed by it rather than not at all), *full set. */
+NS_HIDDEN const struct ns_settings *ns_settings_keep(const struct ns_settings *s, const struct ns_settings *fallback,
+						     int *full);
 
 /* destcache.c: what the policy pol and the table said about d, per
  * process. find: 0 and *ref (the table slot, the mode) when d is

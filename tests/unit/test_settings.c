@@ -57,6 +57,16 @@ Test(settings, a_full_arena_says_null_and_keeps_what_it_has)
 		got++;
 	}
 	cr_assert_null(k);
+	{
+		/* the connect path's fail-safe: the fallback, and full said */
+		struct ns_settings s = value(42424242);
+		int full = 0;
+
+		cr_assert_eq(ns_settings_keep(&s, &ns_builtin_settings, &full), &ns_builtin_settings);
+		cr_assert_eq(full, 1);
+		cr_assert_eq(ns_settings_keep(first, &ns_builtin_settings, &full), first);   /* a kept value still is */
+		cr_assert_eq(full, 0);
+	}
 	cr_assert_leq(got, NS_SETTINGS_KEPT_MAX);
 	cr_assert_geq(got, NS_SETTINGS_KEPT_MAX - 2);   /* the two values the tests before may have kept */
 	{
