@@ -831,12 +831,12 @@ static __attribute__((noinline)) ssize_t after_io_ctx(struct ns_conn *c, ssize_t
 			if (r_ != NS_FAULT_GO && !conn_still((fd_), c_)) \
 				return call; \
 			if (r_ != NS_FAULT_GO) /* counted as if the kernel said it */ \
-				return (LD(c_->flags) & (NS_C_XNEXT | NS_C_PARSE)) ? \
+				return (LD(c_->flags) & NS_C_TURN) ? \
 					ns_exchange_io((fd_), c_, (d_), r_, (buf_), (len_), (fl_), g_) : \
 					after_io((fd_), c_, (d_), r_, (len_), (fl_), g_); \
 			cap_; \
 		} \
-		if (LD(c_->flags) & (NS_C_XNEXT | NS_C_PARSE)) { \
+		if (LD(c_->flags) & NS_C_TURN) { \
 			r_ = call; \
 			return ns_exchange_io((fd_), c_, (d_), r_, (buf_), (len_), (fl_), g_); \
 		} \

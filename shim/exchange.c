@@ -23,19 +23,60 @@
 enum { HS_STATUS, HS_SKIP };
 
 /* "GET ", "POST " ...: an HTTP/1.x request line begins so. HTTP/2's
- * preface ("PRI * HTTP/2.0") and TLS (0x16) do not. */
+ * preface ("PRI * HTTP/2.0") and TLS (0x16) do not. Of the first n bytes
+ * sent: 1 (HTTP), 0 (not), or -1 while they may still begin a method
+ * ("G", "POS": a program may send its request in pieces). */
 static int looks_http(const char *b, size_t n)
 {
 	static const char *const methods[] = { "GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "OPTIONS ",
 		"PATCH ", "TRACE ", "CONNECT " };
+	int may = 0;
 
 	for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
 		size_t m = strlen(methods[i]);
 
 		if (n >= m && memcmp(b, methods[i], m) == 0)
 			return 1;
+		if (n < m && memcmp(b, methods[i], n) == 0)
+			may = 1;
 	}
-	return 0;
+	return may ? -1 : 0;
+}
+
+#define SNIFF_MAX 8   /* the longest method, "OPTIONS " and "CONNECT ", is 8 bytes */
+
+/* What the bytes sent so far say of the protocol. While they may still
+ * begin a method, they are kept in hbuf (no answer is read before the
+ * request is known) and NS_C_SNIFF sends the next send here too. Once HTTP
+ * is known during an exchange whose answer has not begun, its status is
+ * read. buf NULL (no plain buffer): not HTTP. */
+static void sniff(struct ns_conn *c, const char *buf, size_t n)
+{
+	char p[SNIFF_MAX];
+	uint32_t k = (LD(c->flags) & NS_C_SNIFF) ? LD(c->hlen) : 0;
+	int v;
+
+	if (k > SNIFF_MAX)
+		k = 0;   /* in bounds, whatever another thread did */
+	for (uint32_t j = 0; j < k; j++)
+		p[j] = LD(c->hbuf[j]);
+	for (; buf && k < SNIFF_MAX && n > 0; n--)
+		p[k++] = *buf++;
+	v = buf ? looks_http(p, k) : 0;
+	if (v < 0 && k < SNIFF_MAX) {
+		for (uint32_t j = 0; j < k; j++)
+			ST(c->hbuf[j], p[j]);
+		ST(c->hlen, k);
+		__atomic_fetch_or(&c->flags, NS_C_SNIFF, __ATOMIC_RELAXED);
+		return;
+	}
+	ST(c->hlen, 0);
+	ST(c->hstate, (uint32_t)HS_STATUS);
+	__atomic_fetch_or(&c->flags, v > 0 ? NS_C_HTTP : NS_C_NOTHTTP, __ATOMIC_RELAXED);
+	__atomic_fetch_and(&c->flags, ~NS_C_SNIFF, __ATOMIC_RELAXED);
+	/* told by a later piece of a request already out, before its answer */
+	if (v > 0 && (LD(c->flags) & NS_C_SENT) && !LD(c->outcome))
+		__atomic_fetch_or(&c->flags, NS_C_PARSE, __ATOMIC_RELAXED);
 }
 
 /* A final status line's first 12 bytes ("HTTP/1.x NNN"): the exchange's
@@ -68,7 +109,6 @@ int ns_exchange_stale(const struct ns_conn *c)
  * line is in, or gives up on a status (plain outcome) if it is not one. */
 static void feed(struct ns_conn *c, const char *b, size_t n)
 {
-	static const char end[] = "\r\n\r\n";
 	char hb[12];
 
 	/* the usual case: the whole status line in this read */
@@ -79,16 +119,20 @@ static void feed(struct ns_conn *c, const char *b, size_t n)
 	}
 	for (size_t i = 0; i < n && (LD(c->flags) & NS_C_PARSE); i++) {
 		if (LD(c->hstate) == HS_SKIP) {
-			/* the headers of a 1xx answer, up to the blank line */
+			/* the headers of a 1xx answer, up to the blank line, whose
+			 * lines may end in "\r\n" or a bare "\n" (as HTTP readers
+			 * take them): m is 0 inside a line, 1 at a line's start,
+			 * 2 after a "\r" there */
 			uint32_t m = LD(c->hlen);
 
-			if (m > 3)
+			if (m > 2)
 				m = 0;   /* in bounds, whatever another thread did */
-			ST(c->hlen, b[i] == end[m] ? m + 1 : (uint32_t)(b[i] == '\r'));
-			if (LD(c->hlen) == 4) {
-				ST(c->hstate, (uint32_t)HS_STATUS);
+			if (b[i] == '\n' && m) {
+				ST(c->hstate, (uint32_t)HS_STATUS);   /* the blank line */
 				ST(c->hlen, 0);
+				continue;
 			}
+			ST(c->hlen, b[i] == '\n' ? 1u : (b[i] == '\r' && m == 1) ? 2u : 0u);
 			continue;
 		}
 		{
@@ -124,8 +168,7 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 
 		/* buf holds at least min(n, 8) bytes (see FIRST8 in core.c) */
 		if (!(f & (NS_C_HTTP | NS_C_NOTHTTP)))
-			__atomic_fetch_or(&c->flags, buf && looks_http(buf, n < 8 ? n : 8) ? NS_C_HTTP : NS_C_NOTHTTP,
-					  __ATOMIC_RELAXED);
+			sniff(c, buf, n);
 		if (LD(c->flags) & NS_C_XNEXT) {
 			/* a new exchange: its outcome is owed from now */
 			uint32_t again = (LD(c->flags) & NS_C_ANSWERED) ? NS_C_REUSED : 0;
@@ -133,7 +176,8 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 			ST(c->outcome, 0);
 			ST(c->xstart, ns_now());
 			ST(c->hstate, (uint32_t)HS_STATUS);
-			ST(c->hlen, 0);
+			if (!(LD(c->flags) & NS_C_SNIFF))
+				ST(c->hlen, 0);   /* (while sniffing it holds the request's first bytes) */
 			__atomic_fetch_and(&c->flags, ~(NS_C_XNEXT | NS_C_REUSED), __ATOMIC_RELAXED);
 			__atomic_fetch_or(&c->flags, again | NS_C_SENT | ((LD(c->flags) & NS_C_HTTP) ? NS_C_PARSE : 0),
 					  __ATOMIC_RELAXED);

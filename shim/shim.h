@@ -107,8 +107,13 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
  * sending again on a new connection): no outcome, counted apart. */
 #define NS_C_ANSWERED 0x80000u
 #define NS_C_REUSED 0x100000u
+/* The first bytes sent so far ("G", "GE") may still begin an HTTP method:
+ * the next sends are looked at too (exchange.c), until they tell. */
+#define NS_C_SNIFF 0x200000u
+/* A send or read that is a turn of the exchange (exchange.c) */
+#define NS_C_TURN (NS_C_XNEXT | NS_C_PARSE | NS_C_SNIFF)
 #define NS_C_PRE (NS_C_TOTAL | NS_C_INTR | NS_C_EXPIRED | NS_C_FAULT)
-#define NS_C_PRE_DIR(d) (NS_C_PRE | ((d) == NS_OUT ? NS_C_XNEXT : NS_C_PARSE))
+#define NS_C_PRE_DIR(d) (NS_C_PRE | ((d) == NS_OUT ? (NS_C_XNEXT | NS_C_SNIFF) : NS_C_PARSE))
 #define NS_C_POST (NS_C_CONNECTING | NS_C_FAULT | NS_C_WAITING | NS_C_INTR)
 
 /* Injected faults of one connection (fault.c): set at connect, read only

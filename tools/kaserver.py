@@ -5,7 +5,8 @@ tests and the benchmark: each request gets the next answer of its script
 
   kaserver.py SCRIPT [CERT KEY]
 
-An answer is "CODE", "100+CODE" (an interim 100 first) or "silent" (never
+An answer is "CODE", "100+CODE" (an interim 100 first), "100lf+CODE" (the
+interim 100's lines end in a bare LF, as some servers send) or "silent" (never
 answers), with ",drip" to send it a byte at a time, ",close" to close
 after it (saying so: "Connection: close") and ",drop" to close after it
 without saying so, as a server does with a keep-alive connection whose idle
@@ -33,6 +34,8 @@ def serve(c):
         code = step[0]
         if code.startswith("100+"):
             out += b"HTTP/1.1 100 Continue\r\n\r\n"; code = code[4:]
+        elif code.startswith("100lf+"):
+            out += b"HTTP/1.1 100 Continue\nX-Note: bare LF\n\n"; code = code[6:]
         body = b"x" * 5
         out += b"HTTP/1.1 %s Whatever\r\nContent-Length: 5\r\n%s\r\n" % (code.encode(),
                b"Connection: close\r\n" if "close" in step else b"") + body

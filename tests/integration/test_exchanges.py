@@ -118,6 +118,42 @@ def test_status_lines_read_as_they_pass(shim, http_server, tmp_path, script, wha
     assert (e["exchanges"], e["successes"], e["failures"], e["http_failures"], e["last_status"]) == want, e
 
 
+# Two requests in turn on one connection, each sent in two pieces (split
+# after its first byte, or whole), each read to its end.
+TWO = r'''
+import json, socket, sys, time
+port, split = int(sys.argv[1]), int(sys.argv[2])
+s = socket.create_connection(("127.0.0.1", port))
+answers = 0
+for i in range(2):
+    req = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    if split:
+        s.sendall(req[:split]); time.sleep(0.05); s.sendall(req[split:])
+    else:
+        s.sendall(req)
+    data = b""
+    while b"xxxxx" not in data:
+        data += s.recv(4096)
+    answers += 1
+print(json.dumps({"answers": answers}))
+'''
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("script,split", [
+    ("503", 1),          # "G", then "ET / ...": still an HTTP request (issue 20, defect 18)
+    ("503", 3),          # "GET", then " / ..."
+    ("100lf+503", 0),    # an interim 100 whose lines end in bare LFs: the next answers are still read
+])
+def test_status_read_across_split_requests_and_bare_lf_interim_answers(shim, http_server, tmp_path, script, split):
+    port = http_server(script)
+    shim.policy("[defaults]\nread_timeout = 2s\nfailure_threshold = 0\n")
+    res = shim.run(py_script(tmp_path, TWO) + [port, split]).last_json()
+    assert res == {"answers": 2}, res
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert (e["exchanges"], e["failures"], e["http_failures"], e["last_status"]) == (2, 2, 2, 503), e
+
+
 @pytest.mark.shim
 def test_failure_status_none_and_a_custom_list(shim, http_server, tmp_path):
     p503 = http_server("503")
