@@ -157,7 +157,8 @@ FUZZ_CC ?= clang
 FUZZ_FLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_TIME ?= 60
 
-$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(POLICY_SRC) $(wildcard policy/*.h) $(wildcard tools/shimctl* tools/ctl_*)
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(POLICY_SRC) $(wildcard policy/*.h) $(wildcard tools/shimctl* tools/ctl_*) \
+		shim/exchange.c shim/shim.h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(POLICY_SRC) $(if $(filter %table,$@),tools/ctl_common.c tools/ctl_faults.c)
 
@@ -165,7 +166,7 @@ $(FUZZ_DIR)/seed_table: tests/fuzz/seed_table.c $(POLICY_SRC) $(wildcard policy/
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=gnu11 -g -O1 -D_GNU_SOURCE -o $@ $< $(POLICY_SRC)
 
-fuzz: $(FUZZ_DIR)/fuzz_policy $(FUZZ_DIR)/fuzz_dest $(FUZZ_DIR)/fuzz_table $(FUZZ_DIR)/seed_table
+fuzz: $(FUZZ_DIR)/fuzz_policy $(FUZZ_DIR)/fuzz_dest $(FUZZ_DIR)/fuzz_table $(FUZZ_DIR)/fuzz_http $(FUZZ_DIR)/seed_table
 	FUZZ_TIME=$(FUZZ_TIME) tools/fuzz.sh $(FUZZ_DIR)
 
 unit: $(BUILD)/unit_tests

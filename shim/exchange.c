@@ -79,19 +79,33 @@ static void sniff(struct ns_conn *c, const char *buf, size_t n)
 		__atomic_fetch_or(&c->flags, NS_C_PARSE, __ATOMIC_RELAXED);
 }
 
-/* A final status line's first 12 bytes ("HTTP/1.x NNN"): the exchange's
- * outcome; anything else is no HTTP answer, and its first byte decides. */
+/* The status of a status line's first 12 bytes ("HTTP/1.x NNN"), or 0
+ * when they are none. */
+static unsigned status_of(const char *hb)
+{
+	if (memcmp(hb, "HTTP/1.", 7) != 0 || hb[8] != ' ' || hb[9] < '1' || hb[9] > '5' ||
+	    hb[10] < '0' || hb[10] > '9' || hb[11] < '0' || hb[11] > '9')
+		return 0;
+	return (unsigned)((hb[9] - '0') * 100 + (hb[10] - '0') * 10 + (hb[11] - '0'));
+}
+
+/* An interim answer (1xx but 101 Switching Protocols): a final one follows. */
+static int interim(unsigned code)
+{
+	return code >= 100 && code <= 199 && code != 101;
+}
+
+/* A final status line's first 12 bytes: the exchange's outcome; anything
+ * else is no HTTP answer, and its first byte decides. */
 static void decide(struct ns_conn *c, const char *hb)
 {
-	unsigned code;
+	unsigned code = status_of(hb);
 
-	if (memcmp(hb, "HTTP/1.", 7) != 0 || hb[8] != ' ' || hb[9] < '1' || hb[9] > '5' ||
-	    hb[10] < '0' || hb[10] > '9' || hb[11] < '0' || hb[11] > '9') {
+	if (!code) {
 		__atomic_fetch_and(&c->flags, ~NS_C_PARSE, __ATOMIC_RELAXED);
 		ns_conn_outcome(c, NS_OUT_SUCCESS, 0);
 		return;
 	}
-	code = (unsigned)((hb[9] - '0') * 100 + (hb[10] - '0') * 10 + (hb[11] - '0'));
 	ns_conn_http(c, code, ns_conn_status_fails(c, code));
 }
 
@@ -112,8 +126,7 @@ static void feed(struct ns_conn *c, const char *b, size_t n)
 	char hb[12];
 
 	/* the usual case: the whole status line in this read */
-	if (n >= 12 && LD(c->hlen) == 0 && LD(c->hstate) == HS_STATUS && memcmp(b, "HTTP/1.", 7) == 0 &&
-	    !(b[9] == '1' && !(b[10] == '0' && b[11] == '1'))) {
+	if (n >= 12 && LD(c->hlen) == 0 && LD(c->hstate) == HS_STATUS && !interim(status_of(b))) {
 		decide(c, b);
 		return;
 	}
@@ -148,7 +161,7 @@ static void feed(struct ns_conn *c, const char *b, size_t n)
 		/* a copy: another thread may write the record (the program's race) */
 		for (int j = 0; j < 12; j++)
 			hb[j] = LD(c->hbuf[j]);
-		if (hb[9] == '1' && !(hb[10] == '0' && hb[11] == '1') && memcmp(hb, "HTTP/1.", 7) == 0) {
+		if (interim(status_of(hb))) {
 			ST(c->hstate, (uint32_t)HS_SKIP);   /* interim: the final answer follows */
 			ST(c->hlen, 0);
 			continue;

@@ -4,8 +4,9 @@
  * commands read it: status (text and JSON), events (text and JSON) and
  * metrics. Nothing in the file is to be trusted; whatever it holds, shimctl
  * must refuse it with a reason or print it, never crash or read out of
- * bounds. The fuzzer seeds itself with a real, populated table (see
- * LLVMFuzzerInitialize), so mutations start from a valid header. */
+ * bounds. tools/fuzz.sh seeds the corpus with a real, populated table
+ * (seed_table.c) and lets inputs be as long as one, so mutations start
+ * from a whole, valid table. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>

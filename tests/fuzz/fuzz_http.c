@@ -1,0 +1,149 @@
+/* fuzz_http.c -- libFuzzer harness: the HTTP/1.x status reader of the
+ * exchanges (shim/exchange.c), built here with the few calls it makes into
+ * the rest of the shim replaced by recorders.
+ *
+ * The input is a request split point, a read size and an answer stream
+ * (interim 1xx answers with CRLF or bare-LF lines, pipelined answers, HEAD
+ * and chunked ones, garbage). The request is sent in two pieces and the
+ * answer read in pieces of every size from 1 up; each way, the reader must
+ * decide the exchange exactly as a reference reading the whole stream at
+ * once does (the first final status, or a plain outcome when the answer is
+ * no HTTP), and never touch memory it does not own. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../shim/exchange.c"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);
+
+static int decided;        /* 0 none; else the status, or 1 for a plain outcome */
+
+void ns_conn_outcome(struct ns_conn *c, int kind, int err)
+{
+	uint32_t was = __atomic_fetch_and(&c->flags, ~(NS_C_PARSE | NS_C_SENT), __ATOMIC_RELAXED);
+
+	(void)err;
+	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
+		return;
+	__atomic_fetch_or(&c->flags, NS_C_XNEXT, __ATOMIC_RELAXED);
+	if (kind == NS_OUT_SUCCESS && (was & NS_C_SENT))
+		__atomic_fetch_or(&c->flags, NS_C_ANSWERED, __ATOMIC_RELAXED);
+	if (!decided)
+		decided = 1;
+}
+
+void ns_conn_http(struct ns_conn *c, unsigned code, int failed)
+{
+	if (LD(c->outcome))
+		return;
+	__atomic_fetch_and(&c->flags, ~NS_C_PARSE, __ATOMIC_RELAXED);
+	decided = (int)code;
+	ns_conn_outcome(c, failed ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 0);
+}
+
+int ns_conn_status_fails(const struct ns_conn *c, unsigned code)
+{
+	(void)c;
+	return code == 429 || (code >= 500 && code <= 599);
+}
+
+void ns_first_byte_latency(struct ns_conn *c)
+{
+	(void)c;
+}
+
+void ns_tls_note_fd(int fd)
+{
+	(void)fd;
+}
+
+ssize_t ns_after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len, int flags, uint32_t gen)
+{
+	(void)fd, (void)d, (void)len, (void)flags, (void)gen;
+	/* the first byte of an answer whose status is not read: the plain outcome */
+	if (r > 0 && d == NS_IN && !LD(c->outcome) && !(LD(c->flags) & NS_C_PARSE))
+		ns_conn_outcome(c, NS_OUT_SUCCESS, 0);
+	return r;
+}
+
+/* The reference: the whole answer at once. 0 when undecided (too short). */
+static int reference(const uint8_t *a, size_t n, int http)
+{
+	size_t i = 0;
+
+	if (!http)
+		return n ? 1 : 0;
+	for (;;) {
+		const uint8_t *h = a + i;
+
+		if (n - i < 12)
+			return 0;
+		if (memcmp(h, "HTTP/1.", 7) != 0 || h[8] != ' ' || h[9] < '1' || h[9] > '5' || h[10] < '0' ||
+		    h[10] > '9' || h[11] < '0' || h[11] > '9')
+			return 1;
+		if (h[9] != '1' || (h[10] == '0' && h[11] == '1'))
+			return (h[9] - '0') * 100 + (h[10] - '0') * 10 + (h[11] - '0');
+		/* an interim answer: on past its blank line */
+		{
+			unsigned m = 0;
+
+			for (i += 12; i < n; i++) {
+				if (a[i] == '\n' && m)
+					break;
+				m = a[i] == '\n' ? 1 : (a[i] == '\r' && m == 1) ? 2 : 0;
+			}
+			if (i >= n)
+				return 0;
+			i++;
+		}
+	}
+}
+
+static const char *const requests[] = { "GET / HTTP/1.1\r\nHost: x\r\n\r\n", "HEAD / HTTP/1.1\r\n\r\n",
+	"OPTIONS * HTTP/1.1\r\n\r\n", "\x16\x03\x01\x00", "PRI * HTTP/2.0\r\n\r\n", "G", "POS" };
+
+static void one(const char *req, size_t split, const uint8_t *a, size_t n, size_t step, int want)
+{
+	struct ns_conn c;
+	size_t rl = strlen(req);
+
+	memset(&c, 0, sizeof(c));
+	c.flags = NS_C_XNEXT;
+	decided = 0;
+	if (split > rl)
+		split = rl;
+	turn(&c, NS_OUT, req, split, 0);
+	if (split < rl)
+		turn(&c, NS_OUT, req + split, rl - split, 0);
+	for (size_t i = 0; i < n; i += step) {
+		size_t k = n - i < step ? n - i : step;
+
+		turn(&c, NS_IN, (const char *)a + i, k, 0);
+		ns_after_io(0, &c, NS_IN, (ssize_t)k, k, 0, 0);
+	}
+	if (decided != want)
+		__builtin_trap();   /* read in pieces, it decided otherwise than read whole */
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
+{
+	const char *req;
+	size_t split, n;
+	const uint8_t *a;
+	int http, want;
+
+	if (len < 2 || len > 600)
+		return 0;
+	req = requests[data[0] % (sizeof(requests) / sizeof(requests[0]))];
+	split = data[1] % 9;
+	a = data + 2;
+	n = len - 2;
+	http = looks_http(req, strlen(req)) > 0;
+	want = reference(a, n, http);
+	for (size_t step = 1; step <= n; step++)
+		one(req, split, a, n, step, want);
+	if (n == 0)
+		one(req, split, a, 0, 1, want);
+	return 0;
+}
