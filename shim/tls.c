@@ -141,6 +141,54 @@ static void seen(struct ns_conn *c, int d, const void *buf, ssize_t n)
 	errno = e;
 }
 
+/* OpenSSL reports a socket error under SSL_read as SSL_ERROR_SYSCALL with
+ * nothing on its error queue, and Python (3.10 on, with OpenSSL 3) reads
+ * that from SSL_read_ex as a ragged end of stream, which suppress_ragged_eofs
+ * turns into a clean end of data: an end-of-stream-delimited body cut short
+ * by a read deadline came back as a whole 200. A read that failed with
+ * ETIMEDOUT (the shim's deadline at the socket, or the kernel's own) has it
+ * put on the queue as a system error (ERR_LIB_SYS with the errno as reason,
+ * as OpenSSL raises the errors of its own system calls), so every reader
+ * sees an error: Python an OSError(ETIMEDOUT), others SSL_ERROR_SYSCALL with
+ * errno as before. The functions come from the libcrypto of the library
+ * whose SSL_read ran (real: that function), found only on this path. */
+#define NS_ERR_LIB_SYS 2
+typedef unsigned long (*err_peek_fn)(void);
+typedef void (*err_new_fn)(void);
+typedef void (*err_debug_fn)(const char *, int, const char *);
+typedef void (*err_set_fn)(int, int, const char *, ...);
+typedef void (*err_put_fn)(int, int, int, const char *, int);
+
+static void tls_raise_errno(void *real, int e)
+{
+	Dl_info info;
+	void *h;
+	int saved = errno;
+
+	if (!dladdr(real, &info) || !info.dli_fname || !(h = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD)))
+		goto out;
+	{
+		err_peek_fn peek = (err_peek_fn)dlsym(h, "ERR_peek_error");
+		err_new_fn enew = (err_new_fn)dlsym(h, "ERR_new");
+		err_debug_fn debug = (err_debug_fn)dlsym(h, "ERR_set_debug");
+		err_set_fn set = (err_set_fn)dlsym(h, "ERR_set_error");
+		err_put_fn put = (err_put_fn)dlsym(h, "ERR_put_error");
+
+		if (peek && peek() == 0) {
+			if (enew && debug && set) {          /* OpenSSL 3 */
+				enew();
+				debug("netshim", 0, "SSL_read");
+				set(NS_ERR_LIB_SYS, e, NULL);
+			} else if (put) {                    /* OpenSSL 1.1 */
+				put(NS_ERR_LIB_SYS, 0, e, "netshim", 0);
+			}
+		}
+	}
+	dlclose(h);   /* drops only the reference NOLOAD took */
+out:
+	errno = saved;
+}
+
 /* One record call of each shape: find the real one, learn the socket,
  * call, and look at what moved (d: NS_IN for reads, NS_OUT for writes). */
 static int ssl_io(void **slot, const char *name, int d, void *ssl, void *buf, int num)
@@ -155,6 +203,8 @@ static int ssl_io(void **slot, const char *name, int d, void *ssl, void *buf, in
 	}
 	c = ssl_conn(ssl);
 	r = f(ssl, buf, num);
+	if (r <= 0 && d == NS_IN && errno == ETIMEDOUT)
+		tls_raise_errno((void *)f, ETIMEDOUT);
 	seen(c, d, buf, r);
 	return r;
 }
@@ -171,6 +221,8 @@ static int ssl_io_ex(void **slot, const char *name, int d, void *ssl, void *buf,
 	}
 	c = ssl_conn(ssl);
 	r = f(ssl, buf, num, moved);
+	if (r != 1 && d == NS_IN && errno == ETIMEDOUT)
+		tls_raise_errno((void *)f, ETIMEDOUT);
 	seen(c, d, buf, r == 1 && moved ? (ssize_t)*moved : 0);
 	return r;
 }

@@ -6,8 +6,9 @@ tests and the benchmark: each request gets the next answer of its script
   kaserver.py SCRIPT [CERT KEY]
 
 An answer is "CODE", "100+CODE" (an interim 100 first), "100lf+CODE" (the
-interim 100's lines end in a bare LF, as some servers send) or "silent" (never
-answers), with ",drip" to send it a byte at a time, ",close" to close
+interim 100's lines end in a bare LF, as some servers send), "silent" (never
+answers) or "stallbody" (a 200 whose body ends with the stream: 1,000 bytes
+of it, then nothing), with ",drip" to send it a byte at a time, ",close" to close
 after it (saying so: "Connection: close") and ",drop" to close after it
 without saying so, as a server does with a keep-alive connection whose idle
 time ran out (the client's next request on it meets the end of the stream);
@@ -29,6 +30,9 @@ def serve(c):
         _, buf = buf.split(b"\r\n\r\n", 1)
         step = script[min(n[0], len(script) - 1)].split(","); n[0] += 1
         if step[0] == "silent":
+            time.sleep(30); c.close(); return
+        if step[0] == "stallbody":
+            c.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + b"a" * 1000)
             time.sleep(30); c.close(); return
         out = b""
         code = step[0]

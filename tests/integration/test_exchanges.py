@@ -283,6 +283,45 @@ def test_deadlines_hold_at_the_socket_under_tls(shim, http_server):
     assert (e["timeouts"], e["exchanges"]) == (1, 1), e
 
 
+TRUNCATED = r'''
+import json, socket, ssl, sys, requests, urllib3
+urllib3.disable_warnings()
+url, how = sys.argv[1], sys.argv[2]
+try:
+    if how == "requests":
+        r = requests.get(url, verify=False)
+        print(json.dumps({"status": r.status_code, "len": len(r.content)}))
+    else:                                  # the ssl module itself, reading to the end
+        ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+        port = int(url.rsplit(":", 1)[1].strip("/"))
+        s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)))
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while True:
+            b = s.recv(4096)
+            if not b:
+                break
+            data += b
+        print(json.dumps({"status": 200, "len": len(data)}))
+except Exception as e:
+    print(json.dumps({"error": type(e).__name__}))
+'''
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("how", ["requests", "ssl"])
+def test_an_https_read_deadline_is_an_error_never_a_clean_end_of_data(shim, http_server, tmp_path, how):
+    """A body that ends with the stream, cut by a stall: over HTTPS the
+    deadline reached Python as an end of stream (a whole-looking 200 with
+    half the body). It must be an error, as over plain HTTP (issue 20, defect 10)."""
+    port = http_server("stallbody", tls=True)
+    shim.policy("[defaults]\nread_timeout = 1s\n")
+    r = shim.run(py_script(tmp_path, TRUNCATED) + [f"https://127.0.0.1:{port}/", how], timeout=30)
+    res = r.last_json()
+    assert "error" in res, res
+    assert 0.9 <= r.elapsed <= 10, r.elapsed
+
+
 # ---- a stale keep-alive connection (issue 20, defect 1)
 
 # The way wget, http.client users and most keep-alive clients reuse: send on
