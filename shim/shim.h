@@ -440,12 +440,13 @@ NS_HIDDEN int ns_exchange_stale(const struct ns_conn *c);
 /* The same on TLS plaintext (tls.c): bytes the program sent or received. */
 NS_HIDDEN void ns_exchange_plain(struct ns_conn *c, int d, const void *buf, size_t n);
 /* tls.c: the record calls of OpenSSL and GnuTLS (opaque session pointers). */
-NS_HIDDEN int ns_ssl_read(void *ssl, void *buf, int num);
-NS_HIDDEN int ns_ssl_write(void *ssl, const void *buf, int num);
-NS_HIDDEN int ns_ssl_read_ex(void *ssl, void *buf, size_t num, size_t *got);
-NS_HIDDEN int ns_ssl_write_ex(void *ssl, const void *buf, size_t num, size_t *put);
-NS_HIDDEN ssize_t ns_gnutls_record_recv(void *session, void *data, size_t size);
-NS_HIDDEN ssize_t ns_gnutls_record_send(void *session, const void *data, size_t size);
+/* caller: the return address of the exported wrapper's call */
+NS_HIDDEN int ns_ssl_read(void *ssl, void *buf, int num, const void *caller);
+NS_HIDDEN int ns_ssl_write(void *ssl, const void *buf, int num, const void *caller);
+NS_HIDDEN int ns_ssl_read_ex(void *ssl, void *buf, size_t num, size_t *got, const void *caller);
+NS_HIDDEN int ns_ssl_write_ex(void *ssl, const void *buf, size_t num, size_t *put, const void *caller);
+NS_HIDDEN ssize_t ns_gnutls_record_recv(void *session, void *data, size_t size, const void *caller);
+NS_HIDDEN ssize_t ns_gnutls_record_send(void *session, const void *data, size_t size, const void *caller);
 /* A TLS socket (a ClientHello went out on it) used inside a record call. */
 NS_HIDDEN void ns_tls_note_fd(int fd);
 /* The answer's first byte came: its time since the exchange began (core.c). */

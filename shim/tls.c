@@ -26,19 +26,43 @@ typedef int (*ssl_fd_fn)(const void *);
 typedef ssize_t (*gnutls_io_fn)(void *, void *, size_t);
 typedef int (*gnutls_fd_fn)(void *);
 
-/* Bound on first use: the library is loaded by then (the program is
- * calling into it). dlsym(RTLD_NEXT) finds it when it is in the global
- * scope; a library dlopen()ed privately (Python's _ssl loads libssl so) is
- * not, and is found by name with RTLD_NOLOAD, which never loads one. */
-static void *sym(void **slot, const char *name)
+/* The real functions, per calling object. A call reaches the shim from
+ * the object that called SSL_write (Python's _ssl module, libcurl, a
+ * plugin): the real function is the one that object would have bound to
+ * without the shim, found by dlsym on that object's own handle, whose
+ * search covers it and its dependencies (not the preloaded shim). That
+ * finds a private OpenSSL loaded RTLD_LOCAL or RTLD_DEEPBIND (a wheel's
+ * renamed libssl-<hash>.so, a vendor SDK's), and with two OpenSSLs in one
+ * process each caller reaches its own. A caller in the main program, or
+ * one whose handle finds only the shim, falls back to the global scope
+ * after the shim (RTLD_NEXT) and then to the usual library names loaded
+ * privately (RTLD_NOLOAD never loads one). Each calling object is looked up
+ * once (dladdr), each call site once more; both are remembered in small
+ * tables filled lock-free (a full table only means asking again). */
+enum { F_SSL_READ, F_SSL_WRITE, F_SSL_READ_EX, F_SSL_WRITE_EX, F_SSL_GET_FD, F_GNUTLS_RECV, F_GNUTLS_SEND,
+	F_GNUTLS_FD, F_COUNT };
+static const char *const fn_names[F_COUNT] = { "SSL_read", "SSL_write", "SSL_read_ex", "SSL_write_ex",
+	"SSL_get_fd", "gnutls_record_recv", "gnutls_record_send", "gnutls_transport_get_int" };
+
+#define TLS_OBJS 16
+#define TLS_SITES 64
+struct tls_obj {
+	const void *base;          /* the calling object's load address; NULL = the global fallback */
+	void *fn[F_COUNT];         /* atomic: found, or NULL not yet asked */
+	uint32_t asked;            /* atomic bit per F_*: asked (fn may be NULL: not there) */
+};
+static struct tls_obj tls_global;
+static struct tls_obj tls_objs[TLS_OBJS];
+static unsigned tls_nobjs;                     /* atomic: entries claimed */
+static struct { const void *ra; struct tls_obj *o; } tls_sites[TLS_SITES];
+static unsigned tls_nsites;                    /* atomic */
+
+static void *global_sym(const char *name)
 {
 	static const char *const libs[] = { "libssl.so.3", "libssl.so.1.1", "libssl.so", "libgnutls.so.30",
 		"libgnutls.so" };
-	void *p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+	void *p = dlsym(RTLD_NEXT, name);
 
-	if (p)
-		return p;
-	p = dlsym(RTLD_NEXT, name);
 	for (size_t i = 0; !p && i < sizeof(libs) / sizeof(libs[0]); i++) {
 		void *h = dlopen(libs[i], RTLD_LAZY | RTLD_NOLOAD);
 
@@ -47,14 +71,76 @@ static void *sym(void **slot, const char *name)
 			dlclose(h);   /* drops only the reference NOLOAD took */
 		}
 	}
-	if (!p)
-		ns_log(NS_LOG_ERROR, "cannot find the real %s; the call fails (ENOSYS)", name);
-	__atomic_store_n(slot, p, __ATOMIC_RELEASE);
 	return p;
 }
 
-static void *p_ssl_read, *p_ssl_write, *p_ssl_read_ex, *p_ssl_write_ex, *p_ssl_get_fd;
-static void *p_gnutls_recv, *p_gnutls_send, *p_gnutls_fd;
+/* Is p one of the shim's own functions (what a dlsym of an object that
+ * took its symbols from the global scope may hand back)? */
+static int is_ours(void *p)
+{
+	Dl_info a, b;
+
+	return dladdr(p, &a) && dladdr((void *)is_ours, &b) && a.dli_fbase == b.dli_fbase;
+}
+
+/* The object entry for a call from ra (claimed on first sight). */
+static struct tls_obj *obj_of(const void *ra)
+{
+	unsigned n = __atomic_load_n(&tls_nsites, __ATOMIC_ACQUIRE), k;
+	struct tls_obj *o = &tls_global;
+	Dl_info info;
+
+	for (unsigned i = 0; i < n && i < TLS_SITES; i++)
+		if (__atomic_load_n(&tls_sites[i].ra, __ATOMIC_ACQUIRE) == ra)
+			return __atomic_load_n(&tls_sites[i].o, __ATOMIC_ACQUIRE);
+	if (ra && dladdr(ra, &info) && info.dli_fbase && info.dli_fname && info.dli_fname[0]) {
+		k = __atomic_load_n(&tls_nobjs, __ATOMIC_ACQUIRE);
+		o = NULL;
+		for (unsigned i = 0; i < k && i < TLS_OBJS; i++)
+			if (__atomic_load_n(&tls_objs[i].base, __ATOMIC_ACQUIRE) == info.dli_fbase)
+				o = &tls_objs[i];
+		if (!o) {
+			k = __atomic_fetch_add(&tls_nobjs, 1, __ATOMIC_ACQ_REL);
+			o = k < TLS_OBJS ? &tls_objs[k] : &tls_global;
+			if (o != &tls_global)
+				__atomic_store_n(&o->base, info.dli_fbase, __ATOMIC_RELEASE);
+		}
+	}
+	k = __atomic_fetch_add(&tls_nsites, 1, __ATOMIC_ACQ_REL);
+	if (k < TLS_SITES) {
+		__atomic_store_n(&tls_sites[k].o, o, __ATOMIC_RELEASE);
+		__atomic_store_n(&tls_sites[k].ra, ra, __ATOMIC_RELEASE);
+	}
+	return o;
+}
+
+/* The real function f for a call from ra, or NULL (logged once). */
+static void *real_fn(const void *ra, int f)
+{
+	struct tls_obj *o = obj_of(ra);
+	void *p = __atomic_load_n(&o->fn[f], __ATOMIC_ACQUIRE);
+	Dl_info info;
+
+	if (p || (__atomic_load_n(&o->asked, __ATOMIC_ACQUIRE) & (1u << f)))
+		return p;
+	if (o != &tls_global && dladdr(o->base, &info) && info.dli_fname) {
+		void *h = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+
+		if (h) {
+			p = dlsym(h, fn_names[f]);
+			dlclose(h);
+			if (p && is_ours(p))
+				p = NULL;
+		}
+	}
+	if (!p)
+		p = global_sym(fn_names[f]);
+	if (!p)
+		ns_log(NS_LOG_ERROR, "cannot find the real %s; the call fails (ENOSYS)", fn_names[f]);
+	__atomic_store_n(&o->fn[f], p, __ATOMIC_RELEASE);
+	__atomic_fetch_or(&o->asked, 1u << f, __ATOMIC_ACQ_REL);
+	return p;
+}
 
 /* A session whose library cannot name its socket (curl gives OpenSSL a BIO
  * of its own, so SSL_get_fd says -1) is matched to the socket its record
@@ -112,16 +198,16 @@ static struct ns_conn *begin(void *sess, int fd)
 	return conn_of_fd(fd);
 }
 
-static struct ns_conn *ssl_conn(void *ssl)
+static struct ns_conn *ssl_conn(void *ssl, const void *ra)
 {
-	ssl_fd_fn get = (ssl_fd_fn)sym(&p_ssl_get_fd, "SSL_get_fd");
+	ssl_fd_fn get = (ssl_fd_fn)real_fn(ra, F_SSL_GET_FD);
 
 	return begin(ssl, get && ssl ? get(ssl) : -1);
 }
 
-static struct ns_conn *gnutls_conn(void *session)
+static struct ns_conn *gnutls_conn(void *session, const void *ra)
 {
-	gnutls_fd_fn get = (gnutls_fd_fn)sym(&p_gnutls_fd, "gnutls_transport_get_int");
+	gnutls_fd_fn get = (gnutls_fd_fn)real_fn(ra, F_GNUTLS_FD);
 
 	return begin(session, get && session ? get(session) : -1);
 }
@@ -191,9 +277,9 @@ out:
 
 /* One record call of each shape: find the real one, learn the socket,
  * call, and look at what moved (d: NS_IN for reads, NS_OUT for writes). */
-static int ssl_io(void **slot, const char *name, int d, void *ssl, void *buf, int num)
+static int ssl_io(int fi, const void *ra, int d, void *ssl, void *buf, int num)
 {
-	ssl_io_fn f = (ssl_io_fn)sym(slot, name);
+	ssl_io_fn f = (ssl_io_fn)real_fn(ra, fi);
 	struct ns_conn *c;
 	int r;
 
@@ -201,7 +287,7 @@ static int ssl_io(void **slot, const char *name, int d, void *ssl, void *buf, in
 		errno = ENOSYS;
 		return -1;
 	}
-	c = ssl_conn(ssl);
+	c = ssl_conn(ssl, ra);
 	r = f(ssl, buf, num);
 	if (r <= 0 && d == NS_IN && errno == ETIMEDOUT)
 		tls_raise_errno((void *)f, ETIMEDOUT);
@@ -209,9 +295,9 @@ static int ssl_io(void **slot, const char *name, int d, void *ssl, void *buf, in
 	return r;
 }
 
-static int ssl_io_ex(void **slot, const char *name, int d, void *ssl, void *buf, size_t num, size_t *moved)
+static int ssl_io_ex(int fi, const void *ra, int d, void *ssl, void *buf, size_t num, size_t *moved)
 {
-	ssl_io_ex_fn f = (ssl_io_ex_fn)sym(slot, name);
+	ssl_io_ex_fn f = (ssl_io_ex_fn)real_fn(ra, fi);
 	struct ns_conn *c;
 	int r;
 
@@ -219,7 +305,7 @@ static int ssl_io_ex(void **slot, const char *name, int d, void *ssl, void *buf,
 		errno = ENOSYS;
 		return 0;
 	}
-	c = ssl_conn(ssl);
+	c = ssl_conn(ssl, ra);
 	r = f(ssl, buf, num, moved);
 	if (r != 1 && d == NS_IN && errno == ETIMEDOUT)
 		tls_raise_errno((void *)f, ETIMEDOUT);
@@ -227,9 +313,9 @@ static int ssl_io_ex(void **slot, const char *name, int d, void *ssl, void *buf,
 	return r;
 }
 
-static ssize_t gnutls_io(void **slot, const char *name, int d, void *session, void *data, size_t size)
+static ssize_t gnutls_io(int fi, const void *ra, int d, void *session, void *data, size_t size)
 {
-	gnutls_io_fn f = (gnutls_io_fn)sym(slot, name);
+	gnutls_io_fn f = (gnutls_io_fn)real_fn(ra, fi);
 	struct ns_conn *c;
 	ssize_t r;
 
@@ -237,38 +323,38 @@ static ssize_t gnutls_io(void **slot, const char *name, int d, void *session, vo
 		errno = ENOSYS;
 		return -1;
 	}
-	c = gnutls_conn(session);
+	c = gnutls_conn(session, ra);
 	r = f(session, data, size);
 	seen(c, d, data, r);
 	return r;
 }
 
-int ns_ssl_read(void *ssl, void *buf, int num)
+int ns_ssl_read(void *ssl, void *buf, int num, const void *ra)
 {
-	return ssl_io(&p_ssl_read, "SSL_read", NS_IN, ssl, buf, num);
+	return ssl_io(F_SSL_READ, ra, NS_IN, ssl, buf, num);
 }
 
-int ns_ssl_write(void *ssl, const void *buf, int num)
+int ns_ssl_write(void *ssl, const void *buf, int num, const void *ra)
 {
-	return ssl_io(&p_ssl_write, "SSL_write", NS_OUT, ssl, (void *)buf, num);
+	return ssl_io(F_SSL_WRITE, ra, NS_OUT, ssl, (void *)buf, num);
 }
 
-int ns_ssl_read_ex(void *ssl, void *buf, size_t num, size_t *got)
+int ns_ssl_read_ex(void *ssl, void *buf, size_t num, size_t *got, const void *ra)
 {
-	return ssl_io_ex(&p_ssl_read_ex, "SSL_read_ex", NS_IN, ssl, buf, num, got);
+	return ssl_io_ex(F_SSL_READ_EX, ra, NS_IN, ssl, buf, num, got);
 }
 
-int ns_ssl_write_ex(void *ssl, const void *buf, size_t num, size_t *put)
+int ns_ssl_write_ex(void *ssl, const void *buf, size_t num, size_t *put, const void *ra)
 {
-	return ssl_io_ex(&p_ssl_write_ex, "SSL_write_ex", NS_OUT, ssl, (void *)buf, num, put);
+	return ssl_io_ex(F_SSL_WRITE_EX, ra, NS_OUT, ssl, (void *)buf, num, put);
 }
 
-ssize_t ns_gnutls_record_recv(void *session, void *data, size_t size)
+ssize_t ns_gnutls_record_recv(void *session, void *data, size_t size, const void *ra)
 {
-	return gnutls_io(&p_gnutls_recv, "gnutls_record_recv", NS_IN, session, data, size);
+	return gnutls_io(F_GNUTLS_RECV, ra, NS_IN, session, data, size);
 }
 
-ssize_t ns_gnutls_record_send(void *session, const void *data, size_t size)
+ssize_t ns_gnutls_record_send(void *session, const void *data, size_t size, const void *ra)
 {
-	return gnutls_io(&p_gnutls_send, "gnutls_record_send", NS_OUT, session, (void *)data, size);
+	return gnutls_io(F_GNUTLS_SEND, ra, NS_OUT, session, (void *)data, size);
 }

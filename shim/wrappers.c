@@ -95,12 +95,15 @@ int SSL_write_ex(void *ssl, const void *buf, size_t num, size_t *put);
 ssize_t gnutls_record_recv(void *session, void *data, size_t size);
 ssize_t gnutls_record_send(void *session, const void *data, size_t size);
 
-EXPORT int SSL_read(void *ssl, void *buf, int num) { return ns_ssl_read(ssl, buf, num); }
-EXPORT int SSL_write(void *ssl, const void *buf, int num) { return ns_ssl_write(ssl, buf, num); }
-EXPORT int SSL_read_ex(void *ssl, void *buf, size_t num, size_t *got) { return ns_ssl_read_ex(ssl, buf, num, got); }
-EXPORT int SSL_write_ex(void *ssl, const void *buf, size_t num, size_t *put) { return ns_ssl_write_ex(ssl, buf, num, put); }
-EXPORT ssize_t gnutls_record_recv(void *session, void *data, size_t size) { return ns_gnutls_record_recv(session, data, size); }
-EXPORT ssize_t gnutls_record_send(void *session, const void *data, size_t size) { return ns_gnutls_record_send(session, data, size); }
+/* The TLS calls pass on where they were called from: the real function is
+ * the one the calling object would have bound to (tls.c). */
+#define CALLER __builtin_return_address(0)
+EXPORT int SSL_read(void *ssl, void *buf, int num) { return ns_ssl_read(ssl, buf, num, CALLER); }
+EXPORT int SSL_write(void *ssl, const void *buf, int num) { return ns_ssl_write(ssl, buf, num, CALLER); }
+EXPORT int SSL_read_ex(void *ssl, void *buf, size_t num, size_t *got) { return ns_ssl_read_ex(ssl, buf, num, got, CALLER); }
+EXPORT int SSL_write_ex(void *ssl, const void *buf, size_t num, size_t *put) { return ns_ssl_write_ex(ssl, buf, num, put, CALLER); }
+EXPORT ssize_t gnutls_record_recv(void *session, void *data, size_t size) { return ns_gnutls_record_recv(session, data, size, CALLER); }
+EXPORT ssize_t gnutls_record_send(void *session, const void *data, size_t size) { return ns_gnutls_record_send(session, data, size, CALLER); }
 
 /* The variadic ones: every fcntl and ioctl argument is an int or a pointer,
  * both passed in one register, so reading it as a pointer and handing it on

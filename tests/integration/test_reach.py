@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import BUILD, PY, near
+from conftest import BUILD, PY, ROOT, client, near
 
 POLICY = "[defaults]\nread_timeout = 1s\nconnect_timeout = 1s\n"
 LIB = BUILD / "libnetshim.so"
@@ -243,3 +243,37 @@ def test_shimrun_says_when_the_program_is_a_go_program(shim, tmp_path):
         assert f"{gobin.name} is a Go program: Go makes its network system calls itself" in r.err, r.err
     r = shim.run([BUILD / "fclient", "127.0.0.1", "1"])
     assert "Go program" not in r.err, r.err
+
+
+# ---- a plugin with its own OpenSSL (issue 20, defect 11)
+
+def private_openssl_plugins(tmp_path):
+    """Two builds of sslplugin.c: one against a renamed copy of libssl (as
+    auditwheel ships it in a wheel), one against the system's."""
+    sys_ssl = subprocess.run(["cc", "-print-file-name=libssl.so.3"], capture_output=True, text=True).stdout.strip()
+    private = tmp_path / "libssl-0a1b2c3d.so.3"
+    shutil.copy(sys_ssl, private)
+    subprocess.run(["patchelf", "--set-soname", private.name, str(private)], check=True)
+    src = ROOT / "tests" / "clients" / "sslplugin.c"
+    mine = tmp_path / "libplugin-private.so"
+    theirs = tmp_path / "libplugin-system.so"
+    subprocess.run(["cc", "-O2", "-fPIC", "-shared", "-o", str(mine), str(src), str(private), "-lcrypto",
+                    f"-Wl,-rpath,{tmp_path}"], check=True)
+    subprocess.run(["cc", "-O2", "-fPIC", "-shared", "-o", str(theirs), str(src), "-lssl", "-lcrypto"], check=True)
+    return mine, theirs
+
+
+@pytest.mark.parametrize("how", ["local", "deepbind"])
+def test_a_plugins_private_openssl_keeps_working_under_the_shim(shim, tmp_path, how):
+    """The plugin's SSL_write binds to the shim's; the real one is its own
+    private, renamed libssl, which the shim once could not find (ENOSYS, no
+    ClientHello). With the system's libssl loaded too (the second plugin,
+    first), each caller must reach its own copy."""
+    mine, theirs = private_openssl_plugins(tmp_path)
+    args = [client("sslhost")] + (["--deepbind"] if how == "deepbind" else [])
+    bare = shim.run(args + [mine], shim=False).last_json()
+    assert bare["hello_bytes"][0] > 100, bare   # a ClientHello, without the shim
+    r = shim.run(args + [mine])
+    assert r.last_json() == bare and "ENOSYS" not in r.err, (r.out, r.err)
+    r = shim.run(args + [theirs, mine])
+    assert r.last_json()["hello_bytes"] == bare["hello_bytes"] * 2 and "ENOSYS" not in r.err, (r.out, r.err)
