@@ -234,8 +234,10 @@ ssize_t ns_exchange_io(int fd, struct ns_conn *c, int d, ssize_t r, const void *
 		__atomic_fetch_or(&c->flags, NS_C_TLSWIRE | NS_C_NOTHTTP, __ATOMIC_RELAXED);
 		f = LD(c->flags);
 	}
-	if (f & NS_C_TLSWIRE)
+	if (f & NS_C_TLSWIRE) {
 		ns_tls_note_fd(fd);
+		f = LD(c->flags);   /* a memory-BIO session may have just taken this socket (tls.c) */
+	}
 	/* a TLS connection's turns are its plaintext's (tls.c), once the
 	 * handshake had its outcome */
 	if (!((f & NS_C_TLS) || (d == NS_OUT && (f & NS_C_TLSWIRE) && (f & NS_C_HSDONE))))

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "real.h"
 
@@ -142,34 +143,86 @@ static void *real_fn(const void *ra, int f)
 	return p;
 }
 
-/* A session whose library cannot name its socket (curl gives OpenSSL a BIO
- * of its own, so SSL_get_fd says -1) is matched to the socket its record
- * call used: the socket layer notes a TLS socket it sees during the call
- * (ns_tls_note_fd), and the pair is remembered here. */
+/* A session whose library cannot name its socket is matched to the socket
+ * its ciphertext travels on:
+ * - curl gives OpenSSL a BIO of its own (SSL_get_fd says -1), whose record
+ *   calls reach the socket inside the call: the socket layer notes a TLS
+ *   socket it sees during the call (ns_tls_note_fd);
+ * - Python's asyncio (ssl.SSLObject: aiohttp, httpx, Scrapy's Twisted via
+ *   pyOpenSSL) drives OpenSSL through memory BIOs: no socket call happens
+ *   inside SSL_write at all. The event loop sends the ciphertext the write
+ *   produced next, on the same thread: a write on a session with no socket
+ *   leaves its plaintext's first bytes pending, and the next TLS socket
+ *   that sends on this thread outside any record call takes the session
+ *   (and that pending turn: the request's start). A pending write is
+ *   dropped when another session's record call begins first.
+ * Pairs are remembered with the connection record and its generation, so a
+ * pair whose socket has since closed, or whose number now holds another
+ * connection, is never used (a new session at a freed session's address,
+ * curl's case, would otherwise inherit the old socket); a socket noted
+ * during the call overrides a remembered pair. */
 #define SESS_CACHE 64
-static struct { void *sess; int fd; } sess_fd[SESS_CACHE];
-static __thread void *cur_sess;
-static __thread int cur_fd = -1;
+#define PEND_MAX 16
+static struct { void *sess; int fd; struct ns_conn *c; uint32_t gen; } sess_fd[SESS_CACHE];
+static __thread void *cur_sess __attribute__((tls_model("initial-exec")));
+static __thread int cur_fd __attribute__((tls_model("initial-exec"))) = -1;
+static __thread struct {
+	void *sess;
+	size_t n;              /* plaintext bytes written */
+	char head[PEND_MAX];   /* the first of them */
+} pend __attribute__((tls_model("initial-exec")));
+
+static void remember_fd(void *sess, int fd, struct ns_conn *c);
+static struct ns_conn *conn_of_fd(int fd);
 
 void ns_tls_note_fd(int fd)
 {
-	if (cur_sess)
+	if (cur_sess) {
 		cur_fd = fd;
+		return;
+	}
+	if (pend.sess) {
+		/* a memory-BIO session's ciphertext going out: its socket */
+		void *sess = pend.sess;
+		struct ns_conn *c;
+
+		pend.sess = NULL;
+		c = conn_of_fd(fd);
+		if (c) {
+			remember_fd(sess, fd, c);
+			ns_exchange_plain(c, NS_OUT, pend.head, pend.n);
+		}
+	}
 }
 
-static int cached_fd(void *sess)
+/* The connection a remembered pair names, if it still does. */
+static struct ns_conn *cached_conn(void *sess)
 {
-	for (int i = 0; i < SESS_CACHE; i++)
-		if (__atomic_load_n(&sess_fd[i].sess, __ATOMIC_ACQUIRE) == sess)
-			return __atomic_load_n(&sess_fd[i].fd, __ATOMIC_RELAXED);
-	return -1;
+	for (int i = 0; i < SESS_CACHE; i++) {
+		if (__atomic_load_n(&sess_fd[i].sess, __ATOMIC_ACQUIRE) != sess)
+			continue;
+		{
+			int fd = __atomic_load_n(&sess_fd[i].fd, __ATOMIC_RELAXED);
+			struct ns_conn *c = __atomic_load_n(&sess_fd[i].c, __ATOMIC_RELAXED);
+
+			if (c && ns_conn_of(fd) == c &&
+			    __atomic_load_n(&c->gen, __ATOMIC_ACQUIRE) == __atomic_load_n(&sess_fd[i].gen, __ATOMIC_RELAXED))
+				return c;
+			__atomic_store_n(&sess_fd[i].sess, NULL, __ATOMIC_RELEASE);   /* stale: forgotten */
+			return NULL;
+		}
+	}
+	return NULL;
 }
 
-static void remember_fd(void *sess, int fd)
+static void remember_fd(void *sess, int fd, struct ns_conn *c)
 {
 	unsigned i = (unsigned)(((uintptr_t)sess >> 4) % SESS_CACHE);
 
+	__atomic_store_n(&sess_fd[i].sess, NULL, __ATOMIC_RELEASE);
 	__atomic_store_n(&sess_fd[i].fd, fd, __ATOMIC_RELAXED);
+	__atomic_store_n(&sess_fd[i].c, c, __ATOMIC_RELAXED);
+	__atomic_store_n(&sess_fd[i].gen, __atomic_load_n(&c->gen, __ATOMIC_ACQUIRE), __ATOMIC_RELAXED);
 	__atomic_store_n(&sess_fd[i].sess, sess, __ATOMIC_RELEASE);
 }
 
@@ -188,14 +241,14 @@ static struct ns_conn *conn_of_fd(int fd)
 }
 
 /* Before the real call: the session's connection if its socket is known
- * (from the library or from an earlier call), and the note-taking on. */
+ * (from the library, or a pair that still holds), and the note-taking on. */
 static struct ns_conn *begin(void *sess, int fd)
 {
-	if (fd < 0)
-		fd = cached_fd(sess);
+	if (pend.sess && pend.sess != sess)
+		pend.sess = NULL;   /* another session's call first: too uncertain to pair */
 	cur_sess = sess;
 	cur_fd = -1;
-	return conn_of_fd(fd);
+	return fd >= 0 ? conn_of_fd(fd) : cached_conn(sess);
 }
 
 static struct ns_conn *ssl_conn(void *ssl, const void *ra)
@@ -212,14 +265,22 @@ static struct ns_conn *gnutls_conn(void *session, const void *ra)
 	return begin(session, get && session ? get(session) : -1);
 }
 
-/* After it: the bytes, and the socket learnt during the call. */
+/* After it: the bytes, and the socket learnt during the call (which
+ * overrides a remembered pair), or a write left pending for the socket
+ * that sends next. */
 static void seen(struct ns_conn *c, int d, const void *buf, ssize_t n)
 {
 	int e = errno;
 
-	if (!c && cur_fd >= 0) {
-		remember_fd(cur_sess, cur_fd);
+	if (cur_fd >= 0 && (!c || ns_conn_of(cur_fd) != c)) {
 		c = conn_of_fd(cur_fd);
+		if (c)
+			remember_fd(cur_sess, cur_fd, c);
+	}
+	if (!c && d == NS_OUT && n > 0 && buf) {
+		pend.sess = cur_sess;
+		pend.n = (size_t)n;
+		memcpy(pend.head, buf, (size_t)n < PEND_MAX ? (size_t)n : PEND_MAX);
 	}
 	cur_sess = NULL;
 	if (c && n > 0)

@@ -322,6 +322,148 @@ def test_an_https_read_deadline_is_an_error_never_a_clean_end_of_data(shim, http
     assert 0.9 <= r.elapsed <= 10, r.elapsed
 
 
+# ---- TLS over memory BIOs: asyncio, aiohttp, httpx, Twisted, Scrapy (issue 20, defect 2)
+
+MEMBIO_CLIENTS = {
+    "asyncio": r"""
+import asyncio, json, ssl, sys
+async def main(port, n):
+    ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+    r, w = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+    out = []
+    for i in range(n):
+        w.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"); await w.drain()
+        head = await r.readuntil(b"\r\n\r\n"); await r.readexactly(5)
+        out.append(int(head.split()[1]))
+    w.close()
+    print(json.dumps(out))
+asyncio.run(main(int(sys.argv[1]), int(sys.argv[2])))
+""",
+    "aiohttp": r"""
+import aiohttp, asyncio, json, sys
+async def main(port, n):
+    out = []
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False, limit=1)) as s:
+        for i in range(n):
+            async with s.get(f"https://127.0.0.1:{port}/") as r:
+                await r.read(); out.append(r.status)
+    print(json.dumps(out))
+asyncio.run(main(int(sys.argv[1]), int(sys.argv[2])))
+""",
+    "httpx": r"""
+import asyncio, httpx, json, sys
+async def main(port, n):
+    async with httpx.AsyncClient(verify=False) as c:
+        out = [(await c.get(f"https://127.0.0.1:{port}/")).status_code for _ in range(n)]
+    print(json.dumps(out))
+asyncio.run(main(int(sys.argv[1]), int(sys.argv[2])))
+""",
+    "twisted": r"""
+import json, sys
+from OpenSSL import SSL
+from twisted.internet import reactor, defer, ssl
+from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
+from twisted.web.client import Agent, HTTPConnectionPool, readBody
+from twisted.web.iweb import IPolicyForHTTPS
+from zope.interface import implementer
+@implementer(IOpenSSLClientConnectionCreator)
+class Unverified:               # pyOpenSSL's Connection over Twisted's memory BIOs, no verification
+    def __init__(self):
+        self.ctx = ssl.CertificateOptions(verify=False).getContext()
+    def clientConnectionForTLS(self, proto):
+        c = SSL.Connection(self.ctx, None); c.set_app_data(proto); c.set_connect_state(); return c
+@implementer(IPolicyForHTTPS)
+class NoVerify:
+    def creatorForNetloc(self, host, port):
+        return Unverified()
+port, n, out = int(sys.argv[1]), int(sys.argv[2]), []
+pool = HTTPConnectionPool(reactor, persistent=True); pool.maxPersistentPerHost = 1
+agent = Agent(reactor, contextFactory=NoVerify(), pool=pool)
+@defer.inlineCallbacks
+def main():
+    try:
+        for i in range(n):
+            r = yield agent.request(b"GET", f"https://127.0.0.1:{port}/".encode())
+            yield readBody(r); out.append(r.code)
+        yield pool.closeCachedConnections()
+    except Exception as e:
+        out.append(type(e).__name__)
+    reactor.stop()
+reactor.callWhenRunning(main); reactor.run()
+print(json.dumps(out))
+""",
+    "scrapy": r"""
+import json, sys, scrapy
+from scrapy.crawler import CrawlerProcess
+port, n, out = int(sys.argv[1]), int(sys.argv[2]), []
+class One(scrapy.Spider):
+    name = "one"
+    custom_settings = {"RETRY_ENABLED": False, "HTTPERROR_ALLOW_ALL": True, "LOG_LEVEL": "ERROR",
+                       "TELNETCONSOLE_ENABLED": False, "CONCURRENT_REQUESTS": 1, "ROBOTSTXT_OBEY": False}
+    def start_requests(self):
+        for i in range(n):
+            yield scrapy.Request(f"https://127.0.0.1:{port}/{i}", dont_filter=True)
+    def parse(self, r):
+        out.append(r.status)
+p = CrawlerProcess(); p.crawl(One); p.start()
+print(json.dumps(out))
+""",
+}
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("who", list(MEMBIO_CLIENTS))
+def test_503_inside_tls_over_memory_bios_opens_the_breaker(shim, http_server, tmp_path, who):
+    """These drive OpenSSL through memory BIOs: SSL_get_fd is -1 and no
+    socket call happens inside SSL_write. Three 503s on one keep-alive
+    connection must open the breaker as they do through a socket BIO."""
+    port = http_server("503", tls=True)
+    shim.policy("[defaults]\nread_timeout = 5s\nfailure_threshold = 3\n")
+    r = shim.run(py_script(tmp_path, MEMBIO_CLIENTS[who]) + [port, 3], timeout=60)
+    assert json.loads(r.out.strip().splitlines()[-1]) == [503] * 3, (r.out, r.err)
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert (e["state"], e["http_failures"], e["last_status"]) == ("open", 3, 503), e
+
+
+SESSION_REUSE = r'''
+import asyncio, gc, json, socket, ssl, sys
+tport, pport = int(sys.argv[1]), int(sys.argv[2])
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+async def tls_requests(n):
+    r, w = await asyncio.open_connection("127.0.0.1", tport, ssl=ctx)
+    out = []
+    for i in range(n):
+        w.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"); await w.drain()
+        head = await r.readuntil(b"\r\n\r\n"); await r.readexactly(5)
+        out.append(int(head.split()[1]))
+    w.close(); await w.wait_closed()
+    return out
+async def main():
+    out = await tls_requests(1)
+    gc.collect()                                           # the session freed
+    s = socket.create_connection(("127.0.0.1", pport))      # plain HTTP on the freed number
+    out += await tls_requests(3)                           # a new session, at the freed one's address
+    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"); out.append(s.recv(100)[:12].decode())
+    print(json.dumps(out))
+asyncio.run(main())
+'''
+
+
+@pytest.mark.shim
+def test_a_new_tls_session_at_a_freed_sessions_address_keeps_to_its_own_socket(shim, http_server, tmp_path):
+    """A session freed, its socket closed and the number taken by a plain
+    HTTP connection to a healthy server; the next session (malloc hands it
+    the freed one's address) must not be charged to that connection: its
+    503s are the TLS server's (issue 20, defect 12)."""
+    tls_port, plain_port = http_server("503", tls=True), http_server("200")
+    shim.policy("[defaults]\nread_timeout = 5s\nfailure_threshold = 3\n")
+    r = shim.run(py_script(tmp_path, SESSION_REUSE) + [tls_port, plain_port], timeout=60)
+    assert json.loads(r.out) == [503] * 4 + ["HTTP/1.1 200"], (r.out, r.err)
+    t, p = shim.entry(f"127.0.0.1:{tls_port}"), shim.entry(f"127.0.0.1:{plain_port}")
+    assert (t["state"], t["http_failures"]) == ("open", 4), t
+    assert (p["state"], p["exchanges"], p["http_failures"], p["last_status"]) == ("closed", 1, 0, 200), p
+
+
 # ---- a stale keep-alive connection (issue 20, defect 1)
 
 # The way wget, http.client users and most keep-alive clients reuse: send on
