@@ -827,7 +827,7 @@ static __attribute__((noinline)) ssize_t after_io_ctx(struct ns_conn *c, ssize_t
 			return call; \
 		if (LD(c_->expired) & NS_ATTN_FAULT) { \
 			size_t allow_; \
-			r_ = ns_fault_pre(c_, (d_), (fl_), (buf_), (len_), &allow_); \
+			r_ = ns_fault_pre((fd_), c_, (d_), (fl_), (buf_), (len_), &allow_); \
 			if (r_ != NS_FAULT_GO && !conn_still((fd_), c_)) \
 				return call; \
 			if (r_ != NS_FAULT_GO) /* counted as if the kernel said it */ \

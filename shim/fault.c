@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -618,11 +619,34 @@ int ns_fault_wait(struct ns_conn *c, monotime now, monotime *until, int *ev)
 	return in_state(&c->fault, now, &allow, until, ev);
 }
 
+/* The program shut fd's reading (shutdown SHUT_RD or SHUT_RDWR) rather
+ * than the peer closing: a local shutdown leaves the connection
+ * established (or in FIN_WAIT after SHUT_RDWR); the peer's FIN moves it to
+ * CLOSE_WAIT. */
+static int shut_here(int fd)
+{
+	struct tcp_info ti;
+	socklen_t l = sizeof(ti);
+	int saved = errno, r;
+
+	r = REAL(getsockopt)(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) == 0 &&
+	    (ti.tcpi_state == TCP_ESTABLISHED || ti.tcpi_state == TCP_FIN_WAIT1 || ti.tcpi_state == TCP_FIN_WAIT2);
+	errno = saved;
+	return r;
+}
+
 /* A blocking read held back: wait like the kernel would, until the input
  * is let through or a deadline passes (the read deadline counts from this
- * call, as the kernel's would). Returns 0 to go on, or -1 with errno. */
-static int hold(struct ns_conn *c, monotime until)
+ * call, as the kernel's would). A shutdown() of its reading by the program
+ * (a watchdog thread's way to end a read that hangs) ends the wait as it
+ * ends a real read from a silent server: at once, at the end of the
+ * stream; the socket is watched for that alone (POLLRDHUP), so the input
+ * the fault holds back never wakes it. Returns 0 to go on, 1 for the end
+ * of the stream, or -1 with errno. */
+static int hold(int fd, struct ns_conn *c, monotime until)
 {
+	struct pollfd pfd = { .fd = fd, .events = POLLRDHUP };
+	int watch = fd >= 0;
 	monotime start = ns_now(), limit = 0;
 	int64_t prog = LD(c->dir[NS_IN].prog_ns), rt = LD(c->read_timeout_ns);
 	monotime total = LD(c->total_deadline);
@@ -662,12 +686,20 @@ static int hold(struct ns_conn *c, monotime until)
 			ts.tv_nsec = (end - now) % 1000000000;
 			tsp = &ts;
 		}
-		if (REAL(ppoll)(NULL, 0, tsp, NULL) < 0 && errno == EINTR)
-			return -1;
+		pfd.revents = 0;
+		if (REAL(ppoll)(watch ? &pfd : NULL, watch ? 1 : 0, tsp, NULL) < 0) {
+			if (errno == EINTR)
+				return -1;
+			watch = 0;
+		} else if (watch && pfd.revents) {
+			if (shut_here(fd))
+				return 1;
+			watch = 0;   /* the real peer closed: the fault hides it; the clock alone from here */
+		}
 	}
 }
 
-ssize_t ns_fault_pre(struct ns_conn *c, int d, int flags, void *buf, size_t n, size_t *allow)
+ssize_t ns_fault_pre(int fd, struct ns_conn *c, int d, int flags, void *buf, size_t n, size_t *allow)
 {
 	struct ns_cfault *cf = &c->fault;
 	int nonblock = (LD(c->flags) & NS_C_NONBLOCK) || (flags & MSG_DONTWAIT);
@@ -718,8 +750,12 @@ ssize_t ns_fault_pre(struct ns_conn *c, int d, int flags, void *buf, size_t n, s
 			errno = EAGAIN;
 			return -1;
 		}
-		if (hold(c, until) < 0)
+		switch (hold(fd, c, until)) {
+		case -1:
 			return -1;
+		case 1:
+			return 0;   /* the program shut its reading: end of stream */
+		}
 	}
 }
 

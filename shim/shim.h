@@ -495,7 +495,7 @@ NS_HIDDEN int ns_fault_nxdomain(const char *name, const char *service);
  * (errno set for -1). buf/n: the caller's buffer, for a made-up answer
  * (NULL when the call has no plain buffer). */
 #define NS_FAULT_GO (-2)
-NS_HIDDEN ssize_t ns_fault_pre(struct ns_conn *c, int d, int flags, void *buf, size_t n, size_t *allow);
+NS_HIDDEN ssize_t ns_fault_pre(int fd, struct ns_conn *c, int d, int flags, void *buf, size_t n, size_t *allow);
 /* ...and after it moved r > 0 bytes. */
 NS_HIDDEN void ns_fault_post(struct ns_conn *c, int d, ssize_t r);
 /* For the waits: NS_FW_NONE, NS_FW_GATED (input held until *until; 0 =

@@ -292,3 +292,31 @@ def test_racing_threads_publish_one_whole_blackhole_target(shim, server, tmp_pat
         r = shim.run(py_script(tmp_path, RACE_BLACKHOLE) + [srv.port, 8], timeout=30)
         assert json.loads(r.out) == ["ETIMEDOUT"] * 9, (r.out, r.err)
     assert srv.accepts() == 0
+
+
+# A watchdog thread ends a read that hangs by shutting the socket's reading
+# (issue 20, defect 13): against a real silent server the blocked read
+# returns at once with the end of the stream, and so it must under an
+# injected stall, even with no read deadline at all.
+SHUTDOWN_WATCHDOG = r'''
+import json, socket, sys, threading, time
+port = int(sys.argv[1])
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+threading.Timer(0.5, lambda: s.shutdown(socket.SHUT_RD)).start()
+t0 = time.monotonic()
+data = s.recv(100)
+print(json.dumps({"data": data.decode(), "ms": round((time.monotonic() - t0) * 1000)}))
+'''
+
+
+@pytest.mark.shim
+def test_an_injected_stall_ends_at_the_programs_shutdown_as_a_real_one(shim, server, tmp_path):
+    silent = server("silent")
+    real = shim.run(py_script(tmp_path, SHUTDOWN_WATCHDOG) + [silent.port], shim=False, timeout=10).last_json()
+    assert real["data"] == "" and 400 <= real["ms"] <= 3000, real
+    srv = server("keepalive", idle=60000)   # answers, and keeps the connection open
+    shim.policy(f"[defaults]\nread_timeout = 0\n[host \"127.0.0.1:{srv.port}\"]\nfault = stall\n")
+    r = shim.run(py_script(tmp_path, SHUTDOWN_WATCHDOG) + [srv.port], timeout=10)
+    res = r.last_json()
+    assert res["data"] == "" and 400 <= res["ms"] <= 3000, res
