@@ -4,11 +4,14 @@
  * libuv (node with UV_USE_IO_URING=1) batches its epoll_ctl calls through
  * an io_uring (IORING_OP_EPOLL_CTL): the shim's epoll_ctl never learns the
  * sockets are in the set, so no wait is cut at a deadline. The loop asks
- * for its ring through libc's syscall(); while the shim governs the
- * process, io_uring_setup made that way fails with ENOSYS, the answer of a
+ * for its ring through libc's syscall(), after it made its epoll instance;
+ * while the shim governs the process, io_uring_setup made that way by a
+ * process that has an epoll instance fails with ENOSYS, the answer of a
  * kernel without io_uring, and the loop falls back to plain epoll_ctl
- * before it starts (libuv does). NETSHIM_IO_URING=allow keeps io_uring
- * (and its escape). A ring made by raw system-call instructions (liburing
+ * before it starts (libuv does). A process with no epoll instance (a
+ * program that wants io_uring for its own file I/O) gets its ring: it has
+ * no event loop to escape through. NETSHIM_IO_URING=allow keeps io_uring
+ * everywhere (and libuv's escape). A ring made by raw system-call instructions (liburing
  * builds its own) is out of reach: its reads, writes and waits are never
  * seen.
  *
@@ -17,6 +20,7 @@
  * close_range, so the numbers they free carry no state. Every other
  * number goes to libc's syscall() untouched. */
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -38,6 +42,37 @@ static void bind_syscall(void)
 	allow = v && strcmp(v, "allow") == 0;
 }
 
+/* Has the process an epoll instance (an event loop)? Read from
+ * /proc/self/fd, once per io_uring_setup (rare). Unreadable: yes, as
+ * before. */
+static int has_epoll(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *de;
+	char path[300], target[64];
+	int found = 0, saved = errno;
+
+	if (!dir) {
+		errno = saved;
+		return 1;
+	}
+	while (!found && (de = readdir(dir)) != NULL) {
+		ssize_t l;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+		l = readlink(path, target, sizeof(target) - 1);
+		if (l > 0) {
+			target[l] = '\0';
+			found = strcmp(target, "anon_inode:[eventpoll]") == 0;
+		}
+	}
+	closedir(dir);
+	errno = saved;
+	return found;
+}
+
 long ns_syscall(long n, long a, long b, long c, long d, long e, long f)
 {
 	if (n == SYS_close)
@@ -45,7 +80,7 @@ long ns_syscall(long n, long a, long b, long c, long d, long e, long f)
 	if (n == SYS_close_range)
 		return ns_close_range((unsigned)a, (unsigned)b, (int)c);
 	pthread_once(&once, bind_syscall);
-	if (n == SYS_io_uring_setup && !allow && ns_shim_active()) {
+	if (n == SYS_io_uring_setup && !allow && ns_shim_active() && has_epoll()) {
 		static int told;
 
 		if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))

@@ -161,7 +161,9 @@ def test_node_on_io_uring_falls_back_to_epoll_and_gets_the_read_deadline(shim, s
 
 
 IO_URING_SETUP = r'''
-import ctypes, json, os
+import ctypes, json, os, select, sys
+if sys.argv[1] == "epoll":
+    ep = select.epoll()             # an event loop's instance, made before its ring (libuv does)
 libc = ctypes.CDLL(None, use_errno=True)
 params = ctypes.create_string_buffer(120)
 fd = libc.syscall(425, 8, params)   # io_uring_setup
@@ -170,19 +172,26 @@ print(json.dumps({"fd": fd, "errno": ctypes.get_errno() if fd < 0 else 0,
 '''
 
 
-def uring_setup(shim, tmp_path, env=None):
+def uring_setup(shim, tmp_path, env=None, loop="epoll"):
     p = tmp_path / "uring.py"
     p.write_text(IO_URING_SETUP)
     shim.policy(POLICY)
-    res = shim.run([PY, p], env=env).last_json()
+    res = shim.run([PY, p, loop], env=env).last_json()
     assert res["getpid"], "every other number passes through"
     return res
 
 
 @pytest.mark.shim
-def test_io_uring_setup_is_refused_while_the_shim_governs(shim, tmp_path):
+def test_io_uring_setup_is_refused_to_an_event_loop_while_the_shim_governs(shim, tmp_path):
     res = uring_setup(shim, tmp_path)
     assert (res["fd"], res["errno"]) == (-1, 38), res   # ENOSYS
+
+
+def test_a_program_with_no_event_loop_keeps_io_uring_for_its_own_io(shim, tmp_path):
+    """A program that wants io_uring for its file I/O (and has no epoll
+    instance to escape the shim through) gets its ring (issue 20, defect 17)."""
+    res = uring_setup(shim, tmp_path, loop="none")
+    assert res["fd"] >= 0, res
 
 
 def test_netshim_io_uring_allow_keeps_io_uring(shim, tmp_path):
