@@ -40,7 +40,9 @@ int ns_fault_phase(uint32_t kind)
 
 /**** values ****/
 
-/* "512", "1KiB", "4MiB", "10KB": bytes. Returns the end, or NULL. */
+/* "512", "1KiB", "4MiB", "10KB": bytes, at most NS_FAULT_SIZE_MAX, so that
+ * every value kept formats back (fmt_size) to a text that parses to it.
+ * Returns the end, or NULL (no number, or too large: never wrapped). */
 static const char *parse_size(const char *s, uint64_t *out)
 {
 	static const struct { const char *u; uint64_t mult; } units[] = {
@@ -51,9 +53,9 @@ static const char *parse_size(const char *s, uint64_t *out)
 	int digits = 0;
 
 	while (isdigit((unsigned char)*s)) {
-		if (v > (1ULL << 40))
-			return NULL;
 		v = v * 10 + (uint64_t)(*s++ - '0');
+		if (v > NS_FAULT_SIZE_MAX)
+			return NULL;
 		digits++;
 	}
 	if (!digits)
@@ -62,6 +64,8 @@ static const char *parse_size(const char *s, uint64_t *out)
 		size_t n = strlen(units[i].u);
 
 		if (strncmp(s, units[i].u, n) == 0) {
+			if (v > NS_FAULT_SIZE_MAX / units[i].mult)
+				return NULL;
 			v *= units[i].mult;
 			s += n;
 			break;
@@ -185,7 +189,7 @@ static int parse_one(char *text, struct ns_fault *f, char *why, size_t whylen)
 			return -1;
 		}
 		if (i + 1 >= n || !(e = parse_size(tok[i + 1], &f->after)) || *e) {
-			snprintf(why, whylen, "after: expected a size in bytes, such as 512, 1KiB or 4MiB");
+			snprintf(why, whylen, "after: expected a size in bytes up to 1024TiB, such as 512, 1KiB or 4MiB");
 			return -1;
 		}
 		i += 2;

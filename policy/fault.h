@@ -13,6 +13,7 @@
 
 #define NS_FAULTS_MAX 4
 #define NS_FAULTS_TEXT 200   /* longest FAULTS text kept (and formatted) */
+#define NS_FAULT_SIZE_MAX (1ULL << 50)   /* largest SIZE or rate (1 PiB): kept values format back exactly */
 
 enum ns_fault_kind {
 	NS_F_NONE = 0,

@@ -2,45 +2,45 @@
  * clear, read, expire.
  *
  * Writers are operators' shimctl runs; readers are every program under the
- * table, at their next connect after flt_gen moved. A record is a sequence
- * lock: a writer makes seq odd, writes, makes it even again and bumps
- * flt_gen; a reader copies between two equal even values. A writer killed
- * with seq odd leaves the record unreadable until the next writer, which
- * takes it over after CLAIM_MS. No lock is held across a system call (the
- * takeover wait is the writer's own, and no reader ever waits). */
+ * table, at their next connect after flt_gen moved.
+ *
+ * A record is claimed whole before it is written: its state word goes by
+ * compare-and-swap from a reusable state (free, expired, cleared) to
+ * NS_FLT_CLAIMED with the writer's pid in its high half, so two writers
+ * never pick the same record, and a writer that pauses (stopped, swapped
+ * out) keeps its record for as long as it lives: nobody takes over a live
+ * writer, so no unrelated record is ever half-written by two. Only a
+ * record whose claiming process is gone (kill(pid, 0) says ESRCH) is taken
+ * back. The owner writes under a sequence lock (odd while written) that
+ * readers copy between two equal even values, then makes the record
+ * active; an older active record for the same destination is then cleared.
+ * Records whose time ran out are expired before a writer looks for room.
+ * No lock is held across a system call, and no reader ever waits. */
 #include "table.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <string.h>
-#include <time.h>
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define CAS(p, e, d) __atomic_compare_exchange_n((p), (e), (d), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
-#define CLAIM_MS 200
+#define STATE(s) ((s) & 0xffffffffu)
+#define CLAIM(pid) (NS_FLT_CLAIMED | (uint64_t)(pid) << 32)
 
 static struct ns_fltrec *rec_at(const struct ns_table *t, uint32_t i)
 {
 	return t->faults && i < t->flt_cap ? &t->faults[i] : NULL;
 }
 
-/* Take record r for writing: returns the odd seq now held. */
+/* The owner of a claimed record writes it: returns the odd seq now held
+ * (a record left odd by a writer that died is taken on from there). */
 static uint64_t wr_begin(struct ns_fltrec *r)
 {
-	struct timespec pause = { 0, 1000000 };
+	uint64_t s = LOAD(&r->seq), held = (s & 1) ? s + 2 : s + 1;
 
-	for (int waited = 0;; waited++) {
-		uint64_t s = LOAD(&r->seq);
-
-		if (!(s & 1)) {
-			if (CAS(&r->seq, &s, s + 1))
-				return s + 1;
-			continue;
-		}
-		/* another writer, or one killed mid-write: after CLAIM_MS it is dead */
-		if (waited >= CLAIM_MS && CAS(&r->seq, &s, s + 2))
-			return s + 2;
-		nanosleep(&pause, NULL);
-	}
+	STORE(&r->seq, held);
+	return held;
 }
 
 static void wr_end(struct ns_table *t, struct ns_fltrec *r, uint64_t held)
@@ -57,39 +57,80 @@ static void copy_str(char *dst, const char *src, size_t n)
 	memcpy(dst, src, l);
 }
 
-int ns_table_fault_set(struct ns_table *t, const char *dest, const char *text, uint64_t expires_ms,
-		       uint64_t wall_ms, uint32_t pid)
+/* Can a writer take the record whose state word is s? */
+static int reusable(uint64_t s)
 {
-	int pick = -1;
+	uint32_t st = (uint32_t)STATE(s), pid = (uint32_t)(s >> 32);
+
+	if (st == NS_FLT_FREE || st == NS_FLT_EXPIRED || st == NS_FLT_CLEARED)
+		return 1;
+	/* claimed by a process that is gone: it died mid-write */
+	return st == NS_FLT_CLAIMED && pid && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+/* Expire the active records whose time ran out by now_ms (the programs
+ * expire them too, when they next look; nobody may have). */
+static void expire_due(struct ns_table *t, uint64_t now_ms)
+{
+	for (uint32_t i = 0; i < t->flt_cap; i++) {
+		struct ns_fltrec *r = &t->faults[i];
+		uint64_t exp = __atomic_load_n(&r->expires_ms, __ATOMIC_RELAXED);
+
+		if (LOAD(&r->state) == NS_FLT_ACTIVE && exp && exp <= now_ms)
+			ns_table_fault_expire(t, i);
+	}
+}
+
+int ns_table_fault_set(struct ns_table *t, const char *dest, const char *text, uint64_t expires_ms,
+		       uint64_t wall_ms, uint32_t pid, uint64_t now_ms)
+{
+	struct ns_fltrec *r = NULL;
+	uint32_t mine = 0, order;
+	uint64_t held;
+	int saved = errno;
 
 	if (!t->faults)
 		return -1;
-	for (uint32_t i = 0; i < t->flt_cap; i++) {
-		struct ns_fltrec *r = &t->faults[i];
+	expire_due(t, now_ms);
+	for (uint32_t i = 0; i < t->flt_cap && !r; i++) {
+		uint64_t s = LOAD(&t->faults[i].state);
 
-		if (LOAD(&r->state) == NS_FLT_ACTIVE && strncmp(r->dest, dest, sizeof(r->dest)) == 0) {
-			pick = (int)i;
-			break;
+		if (reusable(s) && CAS(&t->faults[i].state, &s, CLAIM(pid))) {
+			r = &t->faults[i];
+			mine = i;
 		}
-		if (pick < 0 && LOAD(&r->state) != NS_FLT_ACTIVE)
-			pick = (int)i;
 	}
-	if (pick < 0)
+	errno = saved;
+	if (!r)
 		return -1;
-	{
-		struct ns_fltrec *r = &t->faults[pick];
-		uint64_t held = wr_begin(r);
+	held = wr_begin(r);
+	copy_str(r->dest, dest, sizeof(r->dest));
+	copy_str(r->text, text, sizeof(r->text));
+	r->expires_ms = expires_ms;
+	r->set_wall_ms = wall_ms;
+	r->pid = pid;
+	/* the order of activation, to keep the newest of two for one destination */
+	order = (uint32_t)__atomic_add_fetch(&t->hdr->flt_gen, 1, __ATOMIC_ACQ_REL);
+	STORE(&r->pad, order);
+	STORE(&r->applied, 0);
+	STORE(&r->state, (uint64_t)NS_FLT_ACTIVE);
+	wr_end(t, r, held);
+	/* this replaces an older active record for the same destination */
+	for (uint32_t i = 0; i < t->flt_cap; i++) {
+		struct ns_fltrec *o = &t->faults[i];
+		uint64_t active = NS_FLT_ACTIVE;
+		char od[NS_KEY_MAX];
 
-		copy_str(r->dest, dest, sizeof(r->dest));
-		copy_str(r->text, text, sizeof(r->text));
-		r->expires_ms = expires_ms;
-		r->set_wall_ms = wall_ms;
-		r->pid = pid;
-		STORE(&r->applied, 0);
-		STORE(&r->state, NS_FLT_ACTIVE);
-		wr_end(t, r, held);
+		if (i == mine || LOAD(&o->state) != NS_FLT_ACTIVE)
+			continue;
+		for (size_t k = 0; k < sizeof(od); k++)
+			od[k] = __atomic_load_n(&o->dest[k], __ATOMIC_RELAXED);
+		if (strncmp(od, dest, sizeof(od)) != 0 || (int32_t)(LOAD(&o->pad) - order) > 0)
+			continue;
+		if (CAS(&o->state, &active, (uint64_t)NS_FLT_CLEARED))
+			__atomic_fetch_add(&t->hdr->flt_gen, 1, __ATOMIC_ACQ_REL);
 	}
-	return pick;
+	return (int)mine;
 }
 
 int ns_table_fault_clear(struct ns_table *t, const char *dest)
@@ -98,14 +139,19 @@ int ns_table_fault_clear(struct ns_table *t, const char *dest)
 
 	for (uint32_t i = 0; t->faults && i < t->flt_cap; i++) {
 		struct ns_fltrec *r = &t->faults[i];
-		uint64_t held;
+		uint64_t active = NS_FLT_ACTIVE;
+		char d[NS_KEY_MAX];
 
-		if (LOAD(&r->state) != NS_FLT_ACTIVE || (dest && strncmp(r->dest, dest, sizeof(r->dest)) != 0))
+		if (LOAD(&r->state) != NS_FLT_ACTIVE)
 			continue;
-		held = wr_begin(r);
-		STORE(&r->state, NS_FLT_CLEARED);
-		wr_end(t, r, held);
-		n++;
+		for (size_t k = 0; k < sizeof(d); k++)
+			d[k] = __atomic_load_n(&r->dest[k], __ATOMIC_RELAXED);
+		if (dest && strncmp(d, dest, sizeof(d)) != 0)
+			continue;
+		if (CAS(&r->state, &active, (uint64_t)NS_FLT_CLEARED)) {
+			__atomic_fetch_add(&t->hdr->flt_gen, 1, __ATOMIC_ACQ_REL);
+			n++;
+		}
 	}
 	return n;
 }

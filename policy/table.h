@@ -124,7 +124,8 @@ enum ns_event_type {
  * record; a reader copies it between two equal even values. The faults are
  * kept as their canonical text and parsed again by each reader, so a
  * damaged record is a parse error, never a wild value. */
-enum { NS_FLT_FREE = 0, NS_FLT_ACTIVE = 1, NS_FLT_EXPIRED = 2, NS_FLT_CLEARED = 3 };
+enum { NS_FLT_FREE = 0, NS_FLT_ACTIVE = 1, NS_FLT_EXPIRED = 2, NS_FLT_CLEARED = 3,
+	NS_FLT_CLAIMED = 4 /* being written; the writer's pid in the word's high half (faulttable.c) */ };
 struct ns_fltrec {
 	uint64_t seq;               /* atomic */
 	uint64_t state;             /* atomic NS_FLT_* */
@@ -132,7 +133,7 @@ struct ns_fltrec {
 	uint64_t set_wall_ms;
 	uint64_t applied;           /* atomic: connections (lookups) that got it */
 	uint32_t pid;               /* who set it */
-	uint32_t pad;
+	uint32_t pad;               /* atomic: the order it was made active in (flt_gen's low half) */
 	char dest[NS_KEY_MAX];      /* the pattern: host:port, host, address */
 	char text[NS_FAULTS_TEXT];  /* canonical FAULTS text */
 };
@@ -297,10 +298,12 @@ struct ns_fltview {
 };
 
 /* Put FAULTS text for dest (replacing the active record for the same dest).
- * expires_ms: CLOCK_MONOTONIC ms, 0 = until cleared. Returns the record
- * index, or -1 when all NS_FAULT_RECS are in use. */
+ * expires_ms: CLOCK_MONOTONIC ms, 0 = until cleared; now_ms: the same
+ * clock now (records past their time are expired first). pid: the
+ * writer's, which holds its record while it writes. Returns the record
+ * index, or -1 when all NS_FAULT_RECS are active or being written. */
 int ns_table_fault_set(struct ns_table *t, const char *dest, const char *text, uint64_t expires_ms,
-		       uint64_t wall_ms, uint32_t pid);
+		       uint64_t wall_ms, uint32_t pid, uint64_t now_ms);
 /* Clear the active record for dest (NULL: every one). Returns how many. */
 int ns_table_fault_clear(struct ns_table *t, const char *dest);
 /* Copy record i; 0, or -1 when it is free or being written. */

@@ -105,9 +105,20 @@ int ctl_cmd_inject(const char *name, int argc, char **argv, const char *for_text
 		expires = ctl_mono_ms() + for_ms;
 	}
 	ns_faults_format(&f, text, sizeof(text));
+	{
+		/* what is kept must read back as it was given: every program
+		 * parses the record anew, and skips one that does not parse */
+		struct ns_faults g;
+
+		if (ns_faults_parse(text, &g, why, sizeof(why)) < 0 || memcmp(&f, &g, sizeof(f)) != 0) {
+			ctl_escape_text(argv[1], esc, sizeof(esc));
+			warnx("fault '%s' cannot be kept as given (%s)", esc, text);
+			return 2;
+		}
+	}
 	if (ctl_open_table(name, 1, &t) < 0)
 		return 1;
-	if (ns_table_fault_set(&t, dest, text, expires, ctl_wall_ms(), (uint32_t)getpid()) < 0) {
+	if (ns_table_fault_set(&t, dest, text, expires, ctl_wall_ms(), (uint32_t)getpid(), ctl_mono_ms()) < 0) {
 		warnx("%s: already holds %u runtime faults; clear some (shimctl inject --clear)", t.path, t.flt_cap);
 		ctl_close_table(&t);
 		return 1;

@@ -320,3 +320,10 @@ def test_an_injected_stall_ends_at_the_programs_shutdown_as_a_real_one(shim, ser
     r = shim.run(py_script(tmp_path, SHUTDOWN_WATCHDOG) + [srv.port], timeout=10)
     res = r.last_json()
     assert res["data"] == "" and 400 <= res["ms"] <= 3000, res
+
+
+def test_sizes_that_cannot_be_kept_are_refused_by_inject(shim):
+    for text in ("stall after 17179869184GiB", "latency 2s; reset after 20000000GB"):
+        p = shim.ctl("inject", "10.1.2.3", text)
+        assert p.returncode == 2 and "expected a size" in p.stderr, (text, p.stderr)
+    assert json.loads(shim.ctl("faults", "--json").stdout)["faults"] == []

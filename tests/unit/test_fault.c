@@ -118,6 +118,15 @@ Test(fault, errors_say_what_is_wrong)
 	parse_bad("refuse after 1KiB", "takes no 'after SIZE'");
 	parse_bad("reset after", "expected a size");
 	parse_bad("reset after 1Kb", "expected a size");
+	/* sizes never wrap: too large is an error, and what is kept formats
+	 * back to a text that parses (issue 20, defect 14) */
+	parse_bad("stall after 17179869184GiB", "expected a size");
+	parse_bad("reset after 20000000GB", "expected a size");
+	parse_bad("stall after 99999999999999999999999", "expected a size");
+	parse_bad("bandwidth 2000000GiB/s", "bad rate");
+	roundtrip("stall after 1048576GiB", "stall after 1073741824MiB");
+	roundtrip("reset after 1125899906842624", "reset after 1073741824MiB");
+	roundtrip("latency 2s; reset after 1125899906842623", "latency 2000ms; reset after 1125899906842623");
 	parse_bad("refuse 0%", "bad percentage");
 	parse_bad("refuse 101%", "bad percentage");
 	parse_bad("refuse 30", "unexpected '30'");
@@ -135,7 +144,7 @@ Test(fault, policy_key_with_file_and_line)
 	char err[512];
 
 	cr_assert_eq(ns_policy_parse(bad, sizeof(bad) - 1, "p.conf", &p, err, sizeof(err)), 1);
-	cr_assert_str_eq(err, "p.conf:4: fault: after: expected a size in bytes, such as 512, 1KiB or 4MiB\n");
+	cr_assert_str_eq(err, "p.conf:4: fault: after: expected a size in bytes up to 1024TiB, such as 512, 1KiB or 4MiB\n");
 	cr_assert_eq(ns_policy_parse(seed_bad, sizeof(seed_bad) - 1, "p.conf", &p, err, sizeof(err)), 1);
 	cr_assert(strstr(err, "p.conf:3: fault_seed: only in [defaults]") == err, "%s", err);
 	cr_assert_eq(ns_policy_parse(good, sizeof(good) - 1, "p.conf", &p, err, sizeof(err)), 0, "%s", err);

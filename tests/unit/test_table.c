@@ -1,6 +1,8 @@
 /* test_table.c -- the shared table: pinned layout, window, transitions,
  * exact counts from many processes, and the file checks. */
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -562,4 +564,132 @@ Test(tablefile, a_table_truncated_under_us_reads_as_zeros_not_sigbus)
 	cr_assert_eq(ns_table_read(&t, i, 1, &en), -1, "the slot now reads as empty");
 	cr_assert_eq(ns_table_broken(&t), 1);
 	ns_table_close(&t);
+}
+
+/* A table with only runtime fault records, in private memory. */
+static struct ns_fltrec flt_recs[NS_FAULT_RECS];
+static struct ns_table_hdr flt_hdr;
+
+static void flt_table(struct ns_table *t)
+{
+	memset(t, 0, sizeof(*t));
+	memset(flt_recs, 0, sizeof(flt_recs));
+	memset(&flt_hdr, 0, sizeof(flt_hdr));
+	t->hdr = &flt_hdr;
+	t->faults = flt_recs;
+	t->flt_cap = NS_FAULT_RECS;
+}
+
+static int active_for(const struct ns_table *t, const char *dest)
+{
+	struct ns_fltview v;
+	int n = 0;
+
+	for (uint32_t i = 0; i < t->flt_cap; i++)
+		if (ns_table_fault_read(t, i, &v) == 0 && v.state == NS_FLT_ACTIVE && !strcmp(v.dest, dest))
+			n++;
+	return n;
+}
+
+/* issue 20, defect 14: a writer that pauses mid-write is never taken over
+ * (its record, and everyone else's, stay whole) */
+Test(faulttable, a_paused_writer_keeps_its_record)
+{
+	struct ns_table t;
+	int i;
+
+	flt_table(&t);
+	/* a live writer (this process) holds record 0, half-written */
+	__atomic_store_n(&flt_recs[0].state, 4 /* NS_FLT_CLAIMED */ | (uint64_t)getpid() << 32, __ATOMIC_RELEASE);
+	__atomic_store_n(&flt_recs[0].seq, 1, __ATOMIC_RELEASE);
+	strcpy(flt_recs[0].dest, "paused.example");
+	i = ns_table_fault_set(&t, "other.example", "blackhole", 0, 1, 2, 1000);
+	cr_assert_eq(i, 1);
+	cr_assert_str_eq(flt_recs[0].dest, "paused.example");
+	cr_assert_eq(flt_recs[0].seq, 1);
+	cr_assert_eq(active_for(&t, "other.example"), 1);
+	cr_assert_eq(active_for(&t, "paused.example"), 0);
+}
+
+Test(faulttable, a_writer_that_died_mid_write_gives_its_record_back)
+{
+	struct ns_table t;
+	pid_t dead = fork();
+	char d[32];
+
+	if (dead == 0)
+		_exit(0);
+	waitpid(dead, NULL, 0);
+	flt_table(&t);
+	for (int k = 1; k < (int)NS_FAULT_RECS; k++) {
+		snprintf(d, sizeof(d), "h%d.example", k);
+		cr_assert_eq(ns_table_fault_set(&t, d, "refuse", 0, 1, 2, 1000), k - 1);
+	}
+	/* the last record: claimed by a process that is gone, left odd */
+	__atomic_store_n(&flt_recs[NS_FAULT_RECS - 1].state, 4 /* NS_FLT_CLAIMED */ | (uint64_t)dead << 32,
+			 __ATOMIC_RELEASE);
+	__atomic_store_n(&flt_recs[NS_FAULT_RECS - 1].seq, 7, __ATOMIC_RELEASE);
+	cr_assert_eq(ns_table_fault_set(&t, "late.example", "refuse", 0, 1, 2, 1000), (int)NS_FAULT_RECS - 1);
+	cr_assert_eq(active_for(&t, "late.example"), 1);
+	cr_assert_eq(ns_table_fault_set(&t, "full.example", "refuse", 0, 1, 2, 1000), -1);
+}
+
+Test(faulttable, records_past_their_time_make_room_and_one_destination_keeps_one)
+{
+	struct ns_table t;
+	char d[32];
+
+	flt_table(&t);
+	for (int k = 0; k < (int)NS_FAULT_RECS; k++) {
+		snprintf(d, sizeof(d), "h%d.example", k);
+		cr_assert_geq(ns_table_fault_set(&t, d, "refuse", 1500, 1, 2, 1000), 0);
+	}
+	cr_assert_eq(ns_table_fault_set(&t, "new.example", "refuse", 0, 1, 2, 1000), -1);   /* all in force */
+	cr_assert_geq(ns_table_fault_set(&t, "new.example", "refuse", 0, 1, 2, 2000), 0);   /* all expired by now */
+	cr_assert_geq(ns_table_fault_set(&t, "new.example", "blackhole", 0, 1, 2, 2000), 0);
+	cr_assert_eq(active_for(&t, "new.example"), 1);
+	cr_assert_eq(ns_table_fault_clear(&t, "new.example"), 1);
+	cr_assert_eq(active_for(&t, "new.example"), 0);
+}
+
+/* Writers lined up on a barrier set their faults at the same instant: every
+ * one lands (they used to pick the same free record and overwrite each
+ * other). */
+#define RACERS 8
+static pthread_barrier_t racers_go;
+static struct ns_table racers_t;
+static int racers_round;
+
+static void *racer(void *arg)
+{
+	char d[32];
+
+	snprintf(d, sizeof(d), "r%d-%ld.example", racers_round, (long)(intptr_t)arg);
+	pthread_barrier_wait(&racers_go);
+	return (void *)(intptr_t)ns_table_fault_set(&racers_t, d, "refuse", 0, 1, 2, 1000);
+}
+
+Test(faulttable, simultaneous_writers_all_land)
+{
+	pthread_t th[RACERS];
+	char d[32];
+
+	flt_table(&racers_t);
+	pthread_barrier_init(&racers_go, NULL, RACERS);
+	for (racers_round = 0; racers_round < 200; racers_round++) {
+		for (long k = 0; k < RACERS; k++)
+			pthread_create(&th[k], NULL, racer, (void *)(intptr_t)k);
+		for (int k = 0; k < RACERS; k++) {
+			void *r;
+
+			pthread_join(th[k], &r);
+			cr_assert_geq((intptr_t)r, 0);
+		}
+		for (int k = 0; k < RACERS; k++) {
+			snprintf(d, sizeof(d), "r%d-%d.example", racers_round, k);
+			cr_assert_eq(active_for(&racers_t, d), 1, "round %d: %s lost", racers_round, d);
+		}
+		ns_table_fault_clear(&racers_t, NULL);
+	}
+	pthread_barrier_destroy(&racers_go);
 }
