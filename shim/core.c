@@ -1779,21 +1779,81 @@ static void copy_entry(int from, int to)
 		ns_fd_set(to, v);
 }
 
+/* The shim's own descriptors in [first, last], ascending: how many. */
+static int own_in(unsigned first, unsigned last, int *own, int max)
+{
+	int n = ns_fault_own_fds(own, max), k = 0;
+
+	for (int i = 0; i < n; i++)
+		if ((unsigned)own[i] >= first && (unsigned)own[i] <= last)
+			own[k++] = own[i];
+	for (int i = 1; i < k; i++)
+		for (int j = i; j > 0 && own[j - 1] > own[j]; j--) {
+			int x = own[j];
+
+			own[j] = own[j - 1];
+			own[j - 1] = x;
+		}
+	return k;
+}
+
+/* close_range over [first, last] less the shim's own descriptors (the
+ * hidden sockets that make injected faults real: closefrom(3) in a daemon
+ * closed the blackhole listener, and the next blackholed connect was
+ * refused at once). Returns 0, or -1 with the first failure's errno. */
+static int close_range_around(unsigned first, unsigned last, int flags, const int *own, int n)
+{
+	int r = 0, e = 0;
+
+	for (int i = 0; i <= n; i++) {
+		unsigned hi = i < n ? (unsigned)own[i] - 1 : last;
+
+		if (i < n && (unsigned)own[i] == first) {
+			first = (unsigned)own[i] + 1;
+			continue;
+		}
+		if (first <= hi && REAL(close_range)(first, hi, flags) < 0 && !e) {
+			e = errno;
+			r = -1;
+		}
+		if (i < n)
+			first = (unsigned)own[i] + 1;
+	}
+	if (r)
+		errno = e;
+	return r;
+}
+
 /* Closes the shim would otherwise not see. Each entry is dropped before the
  * real call, as in close(): once the number is free another thread may get
  * it, and its new entry must not be wiped. */
 int ns_close_range(unsigned first, unsigned last, int flags)
 {
+	int own[8], n;
+
 	if (!(flags & CLOSE_RANGE_CLOEXEC) && first <= last && !ns_in_vfork_child())
 		ns_fd_forget_range(first, last);
-	return REAL(close_range)(first, last, flags);
+	n = first <= last ? own_in(first, last, own, 8) : 0;
+	if (likely(n == 0))
+		return REAL(close_range)(first, last, flags);
+	return close_range_around(first, last, flags, own, n);
 }
 
 void ns_closefrom(int lowfd)
 {
+	int own[8], n, saved = errno;
+
 	if (lowfd >= 0 && !ns_in_vfork_child())
 		ns_fd_forget_range((unsigned)lowfd, UINT_MAX);
-	REAL(closefrom)(lowfd);
+	n = lowfd >= 0 ? own_in((unsigned)lowfd, UINT_MAX, own, 8) : 0;
+	if (likely(n == 0)) {
+		REAL(closefrom)(lowfd);
+		return;
+	}
+	/* below the highest of ours by ranges; above it, libc's closefrom */
+	close_range_around((unsigned)lowfd, (unsigned)own[n - 1] - 1, 0, own, n - 1);
+	REAL(closefrom)(own[n - 1] + 1);
+	errno = saved;
 }
 
 int ns_fclose(FILE *fp)

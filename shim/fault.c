@@ -254,6 +254,7 @@ static int faults_for(const struct ns_dest *d, const struct ns_faults *policy, m
  * all passes such connects through. */
 struct target {
 	int fd;
+	int filler;              /* blackhole: our connection that fills its queue; -1 */
 	socklen_t len;
 	struct sockaddr_storage sa;
 };
@@ -329,6 +330,7 @@ static int target(int kind, int v6, struct sockaddr_storage *out, socklen_t *out
 		filler = move_high(filler);
 	}
 	mine->fd = move_high(fd);
+	mine->filler = filler;
 	mine->sa = ss;
 	mine->len = l;
 	if (__atomic_compare_exchange_n(&target_pub[k][v6], &none, mine, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
@@ -381,6 +383,23 @@ static int target_for(int kind, int family, struct sockaddr_storage *to, socklen
 int ns_fault_refusing_target(int family, struct sockaddr_storage *to, socklen_t *tolen)
 {
 	return target_for(NS_F_REFUSE, family, to, tolen);
+}
+
+int ns_fault_own_fds(int *out, int max)
+{
+	int n = 0;
+
+	for (int k = 0; k < 2; k++) {
+		for (int v6 = 0; v6 < 2; v6++) {
+			const struct target *t = __atomic_load_n(&target_pub[k][v6], __ATOMIC_ACQUIRE);
+
+			if (t && n < max)
+				out[n++] = t->fd;
+			if (t && t->filler >= 0 && n < max)
+				out[n++] = t->filler;
+		}
+	}
+	return n;
 }
 
 /**** connect ****/

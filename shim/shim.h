@@ -483,6 +483,9 @@ enum { NS_FC_NONE, NS_FC_TARGET, NS_FC_FAIL };
 NS_HIDDEN int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct ns_settings *set,
 				  int slot, const struct sockaddr *sa, socklen_t len,
 				  struct sockaddr_storage *to, socklen_t *tolen);
+/* The shim's own descriptors (the local targets, the blackhole's filler),
+ * which the program's ranged closes must leave open: how many, into out. */
+NS_HIDDEN int ns_fault_own_fds(int *out, int max);
 /* The local socket that refuses, as an address for family: 0, or -1. */
 NS_HIDDEN int ns_fault_refusing_target(int family, struct sockaddr_storage *to, socklen_t *tolen);
 /* A delay whose time came: the real connect starts. 1 if it did. */

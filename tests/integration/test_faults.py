@@ -327,3 +327,36 @@ def test_sizes_that_cannot_be_kept_are_refused_by_inject(shim):
         p = shim.ctl("inject", "10.1.2.3", text)
         assert p.returncode == 2 and "expected a size" in p.stderr, (text, p.stderr)
     assert json.loads(shim.ctl("faults", "--json").stdout)["faults"] == []
+
+
+# A daemon's closefrom(3) (or close_range) must not close the hidden
+# socket that makes a blackhole real (issue 20, defect 14): the next
+# blackholed connect would be refused at once, and its port free for anyone.
+CLOSEFROM_BLACKHOLE = r'''
+import ctypes, errno, json, socket, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+port, how = int(sys.argv[1]), sys.argv[2]
+def attempt():
+    s = socket.socket(); t0 = time.monotonic()
+    e = s.connect_ex(("127.0.0.1", port)); s.close()
+    return [errno.errorcode.get(e, "OK"), round((time.monotonic() - t0) * 1000)]
+out = [attempt()]
+if how == "closefrom":
+    libc.closefrom(3)
+else:
+    libc.close_range(3, 0xffffffff, 0)
+out.append(attempt())
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("how", ["closefrom", "close_range"])
+def test_a_programs_ranged_close_leaves_the_blackhole_in_place(shim, server, tmp_path, how):
+    srv = server("http")
+    shim.policy(f"[defaults]\nconnect_timeout = 300ms\nfailure_threshold = 0\n"
+                f"[host \"127.0.0.1:{srv.port}\"]\nfault = blackhole\n")
+    res = json.loads(shim.run(py_script(tmp_path, CLOSEFROM_BLACKHOLE) + [srv.port, how], timeout=20).out)
+    for e, ms in res:
+        assert e == "ETIMEDOUT" and 250 <= ms <= 2000, res
+    assert srv.accepts() == 0
