@@ -419,7 +419,7 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 	cm = choose(&f, NS_FP_CONNECT);
 	dm = choose(&f, NS_FP_DATA);
 	memset(cf, 0, sizeof(*cf));
-	cf->rt_idx = rt;
+	ST(cf->rt_idx, rt);
 	for (uint32_t i = 0; i < f.n && !got; i++) {
 		const struct ns_fault *x = &f.f[i];
 
@@ -439,8 +439,8 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 			if (len > (socklen_t)sizeof(cf->real_sa))
 				break;
 			memcpy(&cf->real_sa, sa, len);
-			cf->real_len = len;
-			cf->delay_until = now + (int64_t)x->arg * 1000000;
+			ST(cf->real_len, len);
+			ST(cf->delay_until, now + (int64_t)x->arg * 1000000);
 			r = NS_FC_TARGET;
 			if (!(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_NONBLOCK))
 				break;   /* a blocking connect waits in ns_connect itself */
@@ -450,7 +450,7 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 		}
 	}
 	/* the data faults, when the connect itself is left alone (or delayed) */
-	if (r != NS_FC_FAIL && !(r == NS_FC_TARGET && !cf->delay_until)) {
+	if (r != NS_FC_FAIL && !(r == NS_FC_TARGET && !LD(cf->delay_until))) {
 		for (uint32_t i = 0; i < f.n; i++) {
 			const struct ns_fault *x = &f.f[i];
 
@@ -459,20 +459,20 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 			got = 1;
 			switch (x->kind) {
 			case NS_F_LATENCY:
-				cf->latency_ns = (int64_t)x->arg * 1000000;
+				ST(cf->latency_ns, (int64_t)x->arg * 1000000);
 				break;
 			case NS_F_BANDWIDTH:
-				cf->rate = x->arg;
+				ST(cf->rate, x->arg);
 				break;
 			default:
-				if (!cf->end_kind) {
-					cf->end_kind = x->kind;
-					cf->after = x->after;
-					cf->status = (uint32_t)x->arg;
+				if (!LD(cf->end_kind)) {
+					ST(cf->end_kind, x->kind);
+					ST(cf->after, x->after);
+					ST(cf->status, (uint32_t)x->arg);
 					/* as a server that resets when the request comes:
 					 * SO_ERROR after the connect is still 0 */
 					if (x->kind == NS_F_RESET && !x->after)
-						cf->end_at = now + RESET_LAG_NS;
+						ST(cf->end_at, now + RESET_LAG_NS);
 				}
 				break;
 			}
@@ -485,9 +485,9 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 	if (rt >= 0 && ns_tbl())
 		ns_table_fault_applied(ns_tbl(), (uint32_t)rt);
 	NS_LOG(NS_LOG_INFO, "%s: injected fault (connect %s%s)", c->key[0] ? c->key : "?",
-	       r == NS_FC_NONE ? "as asked" : r == NS_FC_FAIL ? "fails" : cf->delay_until ? "delayed" : "diverted",
-	       cf->latency_ns || cf->rate || cf->end_kind ? ", data faults" : "");
-	if (cf->latency_ns || cf->rate || cf->end_kind || cf->delay_until) {
+	       r == NS_FC_NONE ? "as asked" : r == NS_FC_FAIL ? "fails" : LD(cf->delay_until) ? "delayed" : "diverted",
+	       LD(cf->latency_ns) || LD(cf->rate) || LD(cf->end_kind) ? ", data faults" : "");
+	if (LD(cf->latency_ns) || LD(cf->rate) || LD(cf->end_kind) || LD(cf->delay_until)) {
 		__atomic_fetch_or(&c->flags, NS_C_FAULT, __ATOMIC_RELAXED);
 		__atomic_fetch_or(&c->expired, NS_ATTN_FAULT, __ATOMIC_RELEASE);
 	}
@@ -497,7 +497,7 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 int ns_fault_delay_due(int fd, struct ns_conn *c, monotime now)
 {
 	struct ns_cfault *cf = &c->fault;
-	monotime due = cf->delay_until;
+	monotime due = LD(cf->delay_until);
 	struct sockaddr un = { .sa_family = AF_UNSPEC };
 	int saved = errno, err;
 	socklen_t l = sizeof(err);
@@ -508,7 +508,7 @@ int ns_fault_delay_due(int fd, struct ns_conn *c, monotime now)
 	/* leave the target that never answers; connect for real, from now */
 	REAL(connect)(fd, &un, sizeof(un));
 	REAL(getsockopt)(fd, SOL_SOCKET, SO_ERROR, &err, &l);
-	REAL(connect)(fd, (struct sockaddr *)&cf->real_sa, cf->real_len);
+	REAL(connect)(fd, (struct sockaddr *)&cf->real_sa, LD(cf->real_len));
 	errno = saved;
 	return 1;
 }
@@ -575,7 +575,7 @@ static const char *reason(uint32_t code)
 static size_t synth(const struct ns_cfault *cf, char *buf, size_t len)
 {
 	int n = snprintf(buf, len, "HTTP/1.1 %u %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-			 cf->status, reason(cf->status));
+			 LD(cf->status), reason(LD(cf->status)));
 
 	return n < 0 ? 0 : (size_t)n >= len ? len - 1 : (size_t)n;
 }
@@ -589,43 +589,51 @@ static int in_state(struct ns_cfault *cf, monotime now, size_t *allow, monotime 
 
 	*until = 0;
 	*ev = 0;
-	if (cf->end_kind == NS_F_STATUS) {
+	if (LD(cf->end_kind) == NS_F_STATUS) {
 		char b[160];
 
-		if (!cf->sent)
+		if (!LD(cf->sent))
 			return NS_FW_GATED;   /* no answer before the request */
-		if (cf->synth_off >= synth(cf, b, sizeof(b)))
+		if (LD(cf->synth_off) >= synth(cf, b, sizeof(b)))
 			*ev = NS_FWE_RDHUP;
 		return NS_FW_READY;
 	}
-	if (cf->end_kind && cf->got >= cf->after) {
-		if (cf->end_kind == NS_F_STALL)
+	if (LD(cf->end_kind) && LD(cf->got) >= LD(cf->after)) {
+		if (LD(cf->end_kind) == NS_F_STALL)
 			return NS_FW_GATED;
-		if (cf->end_at && now < cf->end_at && !cf->sent) {
-			*until = cf->end_at;
+		if (LD(cf->end_at) && now < LD(cf->end_at) && !LD(cf->sent)) {
+			*until = LD(cf->end_at);
 			return NS_FW_GATED;
 		}
-		*ev = cf->end_kind == NS_F_RESET && !cf->end_done ? NS_FWE_ERR | NS_FWE_HUP | NS_FWE_RDHUP : NS_FWE_RDHUP;
+		*ev = LD(cf->end_kind) == NS_F_RESET && !LD(cf->end_done) ? NS_FWE_ERR | NS_FWE_HUP | NS_FWE_RDHUP : NS_FWE_RDHUP;
 		return NS_FW_READY;
 	}
-	if (cf->end_kind)
-		lim = cf->after - cf->got;
-	if (cf->latency_ns && cf->awaiting && now < cf->resp_due) {
-		*until = cf->resp_due;
+	if (LD(cf->end_kind))
+		lim = LD(cf->after) - LD(cf->got);
+	/* awaiting, resp_due and sent are written by the sending thread
+	 * (ns_fault_post, ns_fault_pre) while another may read here */
+	if (LD(cf->latency_ns) && LD(cf->awaiting) && now < LD(cf->resp_due)) {
+		*until = LD(cf->resp_due);
 		return NS_FW_GATED;
 	}
-	if (cf->rate) {
-		uint64_t burst = cf->rate / 20 ? cf->rate / 20 : 1, ok;
+	if (LD(cf->rate)) {
+		uint64_t burst = LD(cf->rate) / 20 ? LD(cf->rate) / 20 : 1, ok, got = LD(cf->got);
+		monotime start = LD(cf->bw_start), none = 0;
 
-		if (!cf->bw_start)
-			cf->bw_start = now;
-		ok = burst + (uint64_t)((__int128)(now - cf->bw_start) * cf->rate / 1000000000);
-		if (ok <= cf->got) {
-			*until = cf->bw_start + (monotime)((__int128)(cf->got + 1 - burst) * 1000000000 / cf->rate) + 1;
+		/* got, bw_start (and the others here) may be touched by two
+		 * threads reading one socket: atomics, the first start kept */
+		if (!start && !__atomic_compare_exchange_n(&cf->bw_start, &none, now, 0, __ATOMIC_RELAXED,
+							   __ATOMIC_RELAXED))
+			start = none;
+		else if (!start)
+			start = now;
+		ok = burst + (uint64_t)((__int128)(now - start) * LD(cf->rate) / 1000000000);
+		if (ok <= got) {
+			*until = start + (monotime)((__int128)(got + 1 - burst) * 1000000000 / LD(cf->rate)) + 1;
 			return NS_FW_GATED;
 		}
-		if (ok - cf->got < lim)
-			lim = ok - cf->got;
+		if (ok - got < lim)
+			lim = ok - got;
 	}
 	*allow = lim > SIZE_MAX ? SIZE_MAX : (size_t)lim;
 	return NS_FW_NONE;
@@ -725,11 +733,11 @@ ssize_t ns_fault_pre(int fd, struct ns_conn *c, int d, int flags, void *buf, siz
 
 	*allow = n;
 	if (d == NS_OUT) {
-		if (cf->end_kind == NS_F_RESET && cf->end_at)
-			cf->sent = 1;   /* the request is out: the reset may come */
-		if (cf->end_kind == NS_F_STATUS) {
+		if (LD(cf->end_kind) == NS_F_RESET && LD(cf->end_at))
+			ST(cf->sent, 1u);   /* the request is out: the reset may come */
+		if (LD(cf->end_kind) == NS_F_STATUS) {
 			/* the request is swallowed: the server never sees it */
-			cf->sent = 1;
+			ST(cf->sent, 1u);
 			return (ssize_t)n;
 		}
 		return NS_FAULT_GO;
@@ -745,20 +753,19 @@ ssize_t ns_fault_pre(int fd, struct ns_conn *c, int d, int flags, void *buf, siz
 			return NS_FAULT_GO;
 		}
 		if (st == NS_FW_READY) {
-			if (cf->end_kind == NS_F_STATUS && !(ev & NS_FWE_RDHUP)) {
-				size_t len = synth(cf, b, sizeof(b)), k = len - cf->synth_off;
+			if (LD(cf->end_kind) == NS_F_STATUS && !(ev & NS_FWE_RDHUP)) {
+				size_t off = LD(cf->synth_off), len = synth(cf, b, sizeof(b)), k = off < len ? len - off : 0;
 
 				if (!buf || n == 0)
 					return 0;
 				if (k > n)
 					k = n;
-				memcpy(buf, b + cf->synth_off, k);
+				memcpy(buf, b + off, k);
 				if (!(flags & MSG_PEEK))
-					cf->synth_off += (uint32_t)k;
+					__atomic_fetch_add(&cf->synth_off, (uint32_t)k, __ATOMIC_RELAXED);
 				return (ssize_t)k;
 			}
-			if (cf->end_kind == NS_F_RESET && !cf->end_done) {
-				cf->end_done = 1;
+			if (LD(cf->end_kind) == NS_F_RESET && !__atomic_exchange_n(&cf->end_done, 1u, __ATOMIC_RELAXED)) {
 				errno = ECONNRESET;
 				return -1;
 			}
@@ -782,10 +789,11 @@ int ns_fault_so_error(struct ns_conn *c)
 {
 	struct ns_cfault *cf = &c->fault;
 
-	if (cf->end_kind != NS_F_RESET || cf->got < cf->after || cf->end_done ||
-	    (LD(c->flags) & NS_C_CONNECTING && cf->delay_until) || (cf->end_at && !cf->sent && ns_now() < cf->end_at))
+	if (LD(cf->end_kind) != NS_F_RESET || LD(cf->got) < LD(cf->after) || LD(cf->end_done) ||
+	    (LD(c->flags) & NS_C_CONNECTING && LD(cf->delay_until)) || (LD(cf->end_at) && !LD(cf->sent) && ns_now() < LD(cf->end_at)))
 		return 0;
-	cf->end_done = 1;
+	if (__atomic_exchange_n(&cf->end_done, 1u, __ATOMIC_RELAXED))
+		return 0;   /* another thread told it */
 	ns_conn_outcome(c, NS_OUT_FAILURE, ECONNRESET);
 	return 1;
 }
@@ -795,12 +803,12 @@ void ns_fault_post(struct ns_conn *c, int d, ssize_t r)
 	struct ns_cfault *cf = &c->fault;
 
 	if (d == NS_IN) {
-		cf->got += (uint64_t)r;
-		cf->awaiting = 0;
+		__atomic_fetch_add(&cf->got, (uint64_t)r, __ATOMIC_RELAXED);
+		ST(cf->awaiting, 0u);
 		return;
 	}
-	if (cf->latency_ns && !cf->awaiting) {
-		cf->awaiting = 1;
-		cf->resp_due = ns_now() + cf->latency_ns;
+	if (LD(cf->latency_ns) && !LD(cf->awaiting)) {
+		ST(cf->resp_due, ns_now() + LD(cf->latency_ns));   /* before awaiting: a reader that sees it finds the time */
+		ST(cf->awaiting, 1u);
 	}
 }

@@ -6,8 +6,11 @@
  *
  * Runs its own loopback server (some answers at once, some late, some
  * never), WORKERS threads doing connect/send/recv/close (half through an
- * epoll wait, half blocking), and one thread doing dup, dup2 and close on
- * the workers' descriptors. Built with -fsanitize=thread and run under a
+ * epoll wait, half blocking; two of them send from a second thread while
+ * they read, as a program with a writer and a reader thread on one socket
+ * does), and one thread doing dup, dup2 and close on the workers'
+ * descriptors. tools/tsan-stress.sh runs it once plainly and once with
+ * injected latency and bandwidth limits on every connection. Built with -fsanitize=thread and run under a
  * TSan-built shim by `make SANITIZER=thread tsan`: a data race in the shim
  * is a report and a non-zero exit. Prints one JSON line of counts. */
 #include <arpa/inet.h>
@@ -74,6 +77,19 @@ static void *server(void *arg)
 	return NULL;
 }
 
+/* The other half of a duplex worker: the request, in two pieces. */
+static void *send_halves(void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+	struct timespec ts = { 0, 1000000 };
+
+	if (send(fd, "GET / HTTP/1.0\r\n", 16, MSG_NOSIGNAL) == 16) {
+		nanosleep(&ts, NULL);
+		(void)!send(fd, "\r\n", 2, MSG_NOSIGNAL);
+	}
+	return NULL;
+}
+
 static void *worker(void *arg)
 {
 	int id = (int)(intptr_t)arg, ep = epoll_create1(0);
@@ -85,7 +101,16 @@ static void *worker(void *arg)
 		if (fd < 0)
 			continue;
 		__atomic_store_n(&cur_fd[id], fd, __ATOMIC_RELAXED);
-		if (connect(fd, (struct sockaddr *)&srv, sizeof(srv)) == 0 &&
+		if (id % 4 == 3) {
+			pthread_t tx;
+
+			/* duplex: one thread sends while this one reads */
+			if (connect(fd, (struct sockaddr *)&srv, sizeof(srv)) == 0 &&
+			    pthread_create(&tx, NULL, send_halves, (void *)(intptr_t)fd) == 0) {
+				ok = recv(fd, buf, sizeof(buf), 0) > 0;
+				pthread_join(tx, NULL);
+			}
+		} else if (connect(fd, (struct sockaddr *)&srv, sizeof(srv)) == 0 &&
 		    send(fd, "GET / HTTP/1.0\r\n\r\n", 18, MSG_NOSIGNAL) == 18) {
 			if (id & 1) {
 				struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd }, out;
