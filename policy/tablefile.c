@@ -248,7 +248,7 @@ out_unlink:
 int ns_table_open(const char *name, int create, uint32_t nslots, uint32_t nevents,
 		  struct ns_table *t, char *err, size_t errlen)
 {
-	char reason[200];
+	char reason[400];
 	struct stat st;
 	void *map;
 	int fd, r;
@@ -287,7 +287,13 @@ int ns_table_open(const char *name, int create, uint32_t nslots, uint32_t nevent
 		goto out_close;
 	}
 	if (st.st_uid != geteuid()) {
-		r = bad(err, errlen, "%s: owned by another user, refused%s", t->path, "");
+		/* /dev/shm is shared by every user: another may have made the
+		 * file first (on purpose, to switch this user's breakers off).
+		 * Say so, and how to get out of it. */
+		snprintf(reason, sizeof(reason), " (uid %u, not you: uid %u); someone made it before you, which "
+			 "switches your breakers off: remove it (rm -f %.120s, as its owner or root) or use "
+			 "another table (NETSHIM_TABLE=NAME)", (unsigned)st.st_uid, (unsigned)geteuid(), t->path);
+		r = bad(err, errlen, "%s: owned by another user, refused%s", t->path, reason);
 		goto out_close;
 	}
 	if (st.st_mode & 0022) {

@@ -43,6 +43,11 @@ def test_bad_table_is_refused_and_programs_keep_working(shim, server, damage):
     assert len(lines) == 1 and "refused" in lines[0] and path in lines[0], r.err
     p = shim.ctl("status")
     assert p.returncode == 1 and path in p.stderr and "refused" in p.stderr, p.stderr
+    if damage == "foreign":
+        # a table another user made first switches the breakers off: said
+        # loudly, with the way out (issue 20, defect 18)
+        for text in (lines[0], p.stderr):
+            assert "uid 65534" in text and f"rm -f {path}" in text and "NETSHIM_TABLE=" in text, text
 
 
 def test_missing_table_is_said_plainly(shim):
