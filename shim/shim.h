@@ -433,6 +433,10 @@ NS_HIDDEN long ns_syscall(long n, long a, long b, long c, long d, long e, long f
 NS_HIDDEN ssize_t ns_exchange_io(int fd, struct ns_conn *c, int d, ssize_t r, const void *buf, size_t len,
 				 int flags, uint32_t gen);
 NS_HIDDEN ssize_t ns_after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len, int flags, uint32_t gen);
+/* Before a send that starts an exchange (core.c): a request to a forward
+ * proxy is given to its target's breaker. 0 to send, or -1 with errno
+ * ECONNREFUSED (the target's breaker is open; nothing is sent). */
+NS_HIDDEN int ns_exchange_proxied(struct ns_conn *c, const void *buf, size_t n);
 /* Is c a reused connection (not its first exchange) whose request went out
  * and no byte of the answer came? Then its end is a stale keep-alive
  * connection's, not a failure. */

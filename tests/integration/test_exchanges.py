@@ -528,3 +528,72 @@ while True:
     # each connection's first exchange ended before its answer: a failure
     # each; the breaker opened at 2 and refused the next request's connect
     assert (e["state"], e["failures"], e["rejected"], e["stale_reuses"]) == ("open", 2, 2, 0), e
+
+
+# ---- behind a forward proxy (issue 20, defect 16)
+
+@pytest.fixture
+def fwproxy():
+    procs = []
+
+    def start(dead):
+        p = subprocess.Popen([sys.executable, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "fwproxy.py"),
+                              dead], stdout=subprocess.PIPE, text=True)
+        procs.append(p)
+        return int(p.stdout.readline().split()[1])
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+PROXIED = r'''
+import json, sys, requests
+proxy, urls = sys.argv[1], sys.argv[2:]
+s = requests.Session(); s.proxies = {"http": proxy}
+out = []
+for u in urls:
+    try:
+        out.append(s.get(u, timeout=10).status_code)
+    except requests.exceptions.RequestException as e:
+        out.append(type(e).__name__)
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.shim
+def test_one_dead_upstream_behind_a_proxy_blocks_only_itself(shim, fwproxy, tmp_path):
+    """Three 502s for bad.example through one proxy: bad.example:80's breaker
+    opens and refuses the next request for it at once (nothing sent); the
+    proxy's own breaker and good.example are untouched (python requests on
+    one keep-alive connection, then curl -x)."""
+    port = fwproxy("bad.example")
+    proxy = f"http://127.0.0.1:{port}"
+    shim.policy("[defaults]\nfailure_threshold = 3\nread_timeout = 5s\n")
+    r = shim.run(py_script(tmp_path, PROXIED) + [proxy] + ["http://bad.example/"] * 3 +
+                 ["http://good.example/", "http://bad.example/", "http://good.example/x"])
+    assert json.loads(r.out) == [502, 502, 502, 200, "ProxyError", 200], (r.out, r.err)
+    c = shim.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-x", proxy, "http://good.example:8080/"])
+    assert (c.rc, c.out) == (0, "200"), (c.rc, c.out, c.err)
+    c = shim.run(["curl", "-sS", "-o", "/dev/null", "-x", proxy, "http://bad.example/"])
+    assert c.rc != 0, (c.rc, c.err)
+    st = shim.status()
+    bad, good = st["bad.example:80"], st["good.example:80"]
+    assert (bad["state"], bad["http_failures"], bad["rejected"]) == ("open", 3, 2), bad
+    assert (good["state"], good["successes"], good["failures"]) == ("closed", 2, 0), good
+    assert st["good.example:8080"]["successes"] == 1
+    px = st[f"127.0.0.1:{port}"]
+    assert (px["state"], px["failures"], px["http_failures"]) == ("closed", 0, 0), px
+
+
+@pytest.mark.shim
+def test_connect_through_a_proxy_is_the_targets(shim, fwproxy):
+    port = fwproxy("bad.example")
+    proxy = f"http://127.0.0.1:{port}"
+    shim.policy("[defaults]\nfailure_threshold = 2\nread_timeout = 5s\n")
+    for _ in range(3):
+        c = shim.run(["curl", "-sS", "-o", "/dev/null", "-x", proxy, "https://bad.example/"], timeout=30)
+        assert c.rc != 0
+    st = shim.status()
+    assert (st["bad.example:443"]["state"], st["bad.example:443"]["http_failures"]) == ("open", 2), st
+    assert st[f"127.0.0.1:{port}"]["state"] == "closed"
