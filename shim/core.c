@@ -620,7 +620,7 @@ static void dir_want(const struct ns_conn *c, int d, int64_t left, int64_t *want
 	}
 }
 
-static int dest_from_sa(const struct sockaddr *sa, socklen_t len, struct ns_dest *d);
+static inline __attribute__((always_inline)) int dest_from_sa(const struct sockaddr *sa, socklen_t len, struct ns_dest *d);
 
 /* Is fd still the socket c was made for? Asked only where the shim is
  * about to act on its own (fail a call at a deadline, inject a fault): a
@@ -971,7 +971,7 @@ int ns_socket(int domain, int type, int protocol)
 	return fd;
 }
 
-static int dest_from_sa(const struct sockaddr *sa, socklen_t len, struct ns_dest *d)
+static inline __attribute__((always_inline)) int dest_from_sa(const struct sockaddr *sa, socklen_t len, struct ns_dest *d)
 {
 	d->name[0] = '\0';   /* (all of it would be 280 bytes to clear on every connect) */
 	memset(d->addr, 0, sizeof(d->addr));
