@@ -324,20 +324,25 @@ def test_an_https_read_deadline_is_an_error_never_a_clean_end_of_data(shim, http
 
 # ---- TLS over memory BIOs: asyncio, aiohttp, httpx, Twisted, Scrapy (issue 20, defect 2)
 
-MEMBIO_CLIENTS = {
-    "asyncio": r"""
-import asyncio, json, ssl, sys
-async def main(port, n):
-    ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+# asyncio streams over TLS (ssl.SSLObject: memory BIOs): n requests on one
+# connection, their statuses
+ASYNC_TLS = r"""
+import asyncio, gc, json, socket, ssl, sys
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+async def tls_requests(port, n):
     r, w = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
     out = []
     for i in range(n):
         w.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"); await w.drain()
         head = await r.readuntil(b"\r\n\r\n"); await r.readexactly(5)
         out.append(int(head.split()[1]))
-    w.close()
-    print(json.dumps(out))
-asyncio.run(main(int(sys.argv[1]), int(sys.argv[2])))
+    w.close(); await w.wait_closed()
+    return out
+"""
+
+MEMBIO_CLIENTS = {
+    "asyncio": ASYNC_TLS + r"""
+print(json.dumps(asyncio.run(tls_requests(int(sys.argv[1]), int(sys.argv[2])))))
 """,
     "aiohttp": r"""
 import aiohttp, asyncio, json, sys
@@ -425,24 +430,13 @@ def test_503_inside_tls_over_memory_bios_opens_the_breaker(shim, http_server, tm
     assert (e["state"], e["http_failures"], e["last_status"]) == ("open", 3, 503), e
 
 
-SESSION_REUSE = r'''
-import asyncio, gc, json, socket, ssl, sys
+SESSION_REUSE = ASYNC_TLS + r'''
 tport, pport = int(sys.argv[1]), int(sys.argv[2])
-ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
-async def tls_requests(n):
-    r, w = await asyncio.open_connection("127.0.0.1", tport, ssl=ctx)
-    out = []
-    for i in range(n):
-        w.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"); await w.drain()
-        head = await r.readuntil(b"\r\n\r\n"); await r.readexactly(5)
-        out.append(int(head.split()[1]))
-    w.close(); await w.wait_closed()
-    return out
 async def main():
-    out = await tls_requests(1)
+    out = await tls_requests(tport, 1)
     gc.collect()                                           # the session freed
     s = socket.create_connection(("127.0.0.1", pport))      # plain HTTP on the freed number
-    out += await tls_requests(3)                           # a new session, at the freed one's address
+    out += await tls_requests(tport, 3)                    # a new session, at the freed one's address
     s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"); out.append(s.recv(100)[:12].decode())
     print(json.dumps(out))
 asyncio.run(main())
