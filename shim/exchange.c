@@ -235,7 +235,7 @@ ssize_t ns_exchange_io(int fd, struct ns_conn *c, int d, ssize_t r, const void *
 		f = LD(c->flags);
 	}
 	if (f & NS_C_TLSWIRE) {
-		ns_tls_note_fd(fd);
+		ns_tls_note_fd(fd, d, r);
 		f = LD(c->flags);   /* a memory-BIO session may have just taken this socket (tls.c) */
 	}
 	/* a TLS connection's turns are its plaintext's (tls.c), once the

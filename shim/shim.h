@@ -451,8 +451,10 @@ NS_HIDDEN int ns_ssl_read_ex(void *ssl, void *buf, size_t num, size_t *got, cons
 NS_HIDDEN int ns_ssl_write_ex(void *ssl, const void *buf, size_t num, size_t *put, const void *caller);
 NS_HIDDEN ssize_t ns_gnutls_record_recv(void *session, void *data, size_t size, const void *caller);
 NS_HIDDEN ssize_t ns_gnutls_record_send(void *session, const void *data, size_t size, const void *caller);
-/* A TLS socket (a ClientHello went out on it) used inside a record call. */
-NS_HIDDEN void ns_tls_note_fd(int fd);
+/* A TLS socket (a ClientHello went out on it) moved r bytes in direction d:
+ * inside a record call, the session's socket; outside, maybe the socket of
+ * a memory-BIO session's pending write (tls.c). */
+NS_HIDDEN void ns_tls_note_fd(int fd, int d, ssize_t r);
 /* The answer's first byte came: its time since the exchange began (core.c). */
 NS_HIDDEN void ns_first_byte_latency(struct ns_conn *c);
 /* An exchange's outcome from its HTTP status (core.c). */

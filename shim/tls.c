@@ -151,11 +151,14 @@ static void *real_fn(const void *ra, int f)
  * - Python's asyncio (ssl.SSLObject: aiohttp, httpx, Scrapy's Twisted via
  *   pyOpenSSL) drives OpenSSL through memory BIOs: no socket call happens
  *   inside SSL_write at all. The event loop sends the ciphertext the write
- *   produced next, on the same thread: a write on a session with no socket
- *   leaves its plaintext's first bytes pending, and the next TLS socket
- *   that sends on this thread outside any record call takes the session
- *   (and that pending turn: the request's start). A pending write is
- *   dropped when another session's record call begins first.
+ *   produced next, on the same thread: a write on a session whose library
+ *   names no socket leaves its plaintext's first bytes pending, and the
+ *   next TLS socket that sends, on this thread, outside any record call, as
+ *   many bytes as that write's ciphertext can be (its plaintext and a
+ *   record's overhead: never a receive, never a handshake message of
+ *   another connection) takes the session and that pending turn (the
+ *   request's start). A pending write is dropped when another session's
+ *   record call begins first.
  * Pairs are remembered with the connection record and its generation, so a
  * pair whose socket has since closed, or whose number now holds another
  * connection, is never used (a new session at a freed session's address,
@@ -166,6 +169,7 @@ static void *real_fn(const void *ra, int f)
 static struct { void *sess; int fd; struct ns_conn *c; uint32_t gen; } sess_fd[SESS_CACHE];
 static __thread void *cur_sess __attribute__((tls_model("initial-exec")));
 static __thread int cur_fd __attribute__((tls_model("initial-exec"))) = -1;
+static __thread int cur_named __attribute__((tls_model("initial-exec")));   /* the library named the socket */
 static __thread struct {
 	void *sess;
 	size_t n;              /* plaintext bytes written */
@@ -175,13 +179,24 @@ static __thread struct {
 static void remember_fd(void *sess, int fd, struct ns_conn *c);
 static struct ns_conn *conn_of_fd(int fd);
 
-void ns_tls_note_fd(int fd)
+/* Can r bytes sent be the ciphertext of a plaintext write of n? Every
+ * record adds at least 21 bytes (header, and an AEAD tag or a MAC), and
+ * rarely more than 100 (CBC's IV, MAC and padding); a send may carry a few
+ * records more (a key update, a ticket's answer). */
+static int ciphertext_of(ssize_t r, size_t n)
+{
+	size_t recs = n / 16384 + 1;
+
+	return r > 0 && (size_t)r >= n + 21 && (size_t)r <= n + recs * 100 + 512;
+}
+
+void ns_tls_note_fd(int fd, int d, ssize_t r)
 {
 	if (cur_sess) {
 		cur_fd = fd;
 		return;
 	}
-	if (pend.sess) {
+	if (pend.sess && d == NS_OUT && ciphertext_of(r, pend.n)) {
 		/* a memory-BIO session's ciphertext going out: its socket */
 		void *sess = pend.sess;
 		struct ns_conn *c;
@@ -248,6 +263,7 @@ static struct ns_conn *begin(void *sess, int fd)
 		pend.sess = NULL;   /* another session's call first: too uncertain to pair */
 	cur_sess = sess;
 	cur_fd = -1;
+	cur_named = fd >= 0;
 	return fd >= 0 ? conn_of_fd(fd) : cached_conn(sess);
 }
 
@@ -277,7 +293,7 @@ static void seen(struct ns_conn *c, int d, const void *buf, ssize_t n)
 		if (c)
 			remember_fd(cur_sess, cur_fd, c);
 	}
-	if (!c && d == NS_OUT && n > 0 && buf) {
+	if (!c && !cur_named && d == NS_OUT && n > 0 && buf) {
 		pend.sess = cur_sess;
 		pend.n = (size_t)n;
 		memcpy(pend.head, buf, (size_t)n < PEND_MAX ? (size_t)n : PEND_MAX);

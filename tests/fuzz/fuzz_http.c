@@ -53,9 +53,9 @@ void ns_first_byte_latency(struct ns_conn *c)
 	(void)c;
 }
 
-void ns_tls_note_fd(int fd)
+void ns_tls_note_fd(int fd, int d, ssize_t r)
 {
-	(void)fd;
+	(void)fd, (void)d, (void)r;
 }
 
 ssize_t ns_after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len, int flags, uint32_t gen)
