@@ -174,6 +174,7 @@ struct ns_table {
 	uint32_t flt_cap;           /* private copy, validated */
 	size_t size;
 	int broken;                 /* atomic: the file shrank under us; the map is now private zeros */
+	int moved;                  /* /dev/shm/NAME was another user's: this is /run/user/UID/NAME (err says so) */
 	char path[288];
 };
 
@@ -199,7 +200,10 @@ enum { NS_TBL_OK = 0, NS_TBL_MISSING = 1, NS_TBL_BAD = 2 };
 
 /* Map the table NAME (/dev/shm/NAME). With create, make it (mode 0600,
  * nslots slots, nevents event records; 0 for the defaults) if missing. Returns NS_TBL_OK, NS_TBL_MISSING (and create was
- * 0) or NS_TBL_BAD with a one-line reason in err. */
+ * 0) or NS_TBL_BAD with a one-line reason in err. When /dev/shm/NAME
+ * belongs to another user and /run/user/UID is the caller's own private
+ * directory, the table there is used instead: NS_TBL_OK with t->moved set
+ * and the warning to print in err. */
 int ns_table_open(const char *name, int create, uint32_t nslots, uint32_t nevents,
 		  struct ns_table *t, char *err, size_t errlen);
 /* A mapped table is guarded against SIGBUS: another process of the same

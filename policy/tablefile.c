@@ -192,7 +192,7 @@ static int valid_name(const char *name)
 	return n > 0 && n < 200 && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
 }
 
-static int create_table(const char *path, const char *name, uint32_t nslots, uint32_t nevents,
+static int create_table(const char *dir, const char *path, const char *name, uint32_t nslots, uint32_t nevents,
 			char *err, size_t errlen)
 {
 	char tmp[288];
@@ -203,7 +203,7 @@ static int create_table(const char *path, const char *name, uint32_t nslots, uin
 	struct timespec ts;
 	int fd, r;
 
-	snprintf(tmp, sizeof(tmp), SHM_DIR ".%s.%ld.tmp", name, (long)getpid());
+	snprintf(tmp, sizeof(tmp), "%s.%s.%ld.tmp", dir, name, (long)getpid());
 	unlink(tmp);
 	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
@@ -245,8 +245,10 @@ out_unlink:
 	return r;
 }
 
-int ns_table_open(const char *name, int create, uint32_t nslots, uint32_t nevents,
-		  struct ns_table *t, char *err, size_t errlen)
+/* Open (or make) the table NAME in directory dir ("/dev/shm/"). *foreign:
+ * set when the file there belongs to another user. */
+static int open_in(const char *dir, const char *name, int create, uint32_t nslots, uint32_t nevents,
+		   struct ns_table *t, char *err, size_t errlen, int *foreign)
 {
 	char reason[400];
 	struct stat st;
@@ -254,16 +256,10 @@ int ns_table_open(const char *name, int create, uint32_t nslots, uint32_t nevent
 	int fd, r;
 
 	memset(t, 0, sizeof(*t));
-	if (!valid_name(name))
-		return bad(err, errlen, "bad table name '%s'%s", name, ": use a plain file name");
-	snprintf(t->path, sizeof(t->path), SHM_DIR "%s", name);
-	if (nslots == 0 || nslots > NS_TABLE_MAX_SLOTS)
-		nslots = NS_TABLE_DEFAULT_SLOTS;
-	if (nevents == 0 || nevents > NS_EVENTS_MAX)
-		nevents = NS_EVENTS_DEFAULT;
+	snprintf(t->path, sizeof(t->path), "%s%s", dir, name);
 	fd = open(t->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT && create) {
-		r = create_table(t->path, name, nslots, nevents, err, errlen);
+		r = create_table(dir, t->path, name, nslots, nevents, err, errlen);
 		if (r != NS_TBL_OK)
 			return r;
 		fd = open(t->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
@@ -294,6 +290,7 @@ int ns_table_open(const char *name, int create, uint32_t nslots, uint32_t nevent
 			 "switches your breakers off: remove it (rm -f %.120s, as its owner or root) or use "
 			 "another table (NETSHIM_TABLE=NAME)", (unsigned)st.st_uid, (unsigned)geteuid(), t->path);
 		r = bad(err, errlen, "%s: owned by another user, refused%s", t->path, reason);
+		*foreign = 1;
 		goto out_close;
 	}
 	if (st.st_mode & 0022) {
@@ -328,6 +325,49 @@ int ns_table_open(const char *name, int create, uint32_t nslots, uint32_t nevent
 out_close:
 	close(fd);
 	return r;
+}
+
+/* The user's own runtime directory (systemd's /run/user/UID, the usual
+ * XDG_RUNTIME_DIR), when it is there, theirs and private; the same for
+ * every process of the user, with or without a login session's
+ * environment (cron has none). */
+static int private_dir(char *out, size_t len)
+{
+	struct stat st;
+
+	snprintf(out, len, "/run/user/%u/", (unsigned)geteuid());
+	return lstat(out, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 077) ? 0 : -1;
+}
+
+int ns_table_open(const char *name, int create, uint32_t nslots, uint32_t nevents,
+		  struct ns_table *t, char *err, size_t errlen)
+{
+	char dir[64], first[NS_ERRBUF];
+	int foreign = 0, r;
+
+	memset(t, 0, sizeof(*t));
+	if (!valid_name(name))
+		return bad(err, errlen, "bad table name '%s'%s", name, ": use a plain file name");
+	if (nslots == 0 || nslots > NS_TABLE_MAX_SLOTS)
+		nslots = NS_TABLE_DEFAULT_SLOTS;
+	if (nevents == 0 || nevents > NS_EVENTS_MAX)
+		nevents = NS_EVENTS_DEFAULT;
+	r = open_in(SHM_DIR, name, create, nslots, nevents, t, err, errlen, &foreign);
+	if (r == NS_TBL_OK || !foreign || private_dir(dir, sizeof(dir)) < 0)
+		return r;
+	/* fail safe: another user squats the shared name; every process of
+	 * this user moves to the same private place, and says so */
+	snprintf(first, sizeof(first), "%s", err);
+	r = open_in(dir, name, create, nslots, nevents, t, err, errlen, &foreign);
+	if (r != NS_TBL_OK) {
+		snprintf(err, errlen, "%s", first);
+		return NS_TBL_BAD;
+	}
+	t->moved = 1;
+	snprintf(err, errlen, "%s" SHM_DIR "%.80s is owned by another user (someone made it first, which "
+		 "would switch your breakers off); using %.200s instead, as every process of yours does until "
+		 "it is removed (rm -f " SHM_DIR "%.80s, as its owner or root)", "", name, t->path, name);
+	return NS_TBL_OK;
 }
 
 void ns_table_close(struct ns_table *t)

@@ -263,6 +263,8 @@ static void tbl_load(void)
 		ns_log(NS_LOG_ERROR, "%s; breakers off, passing calls through", err);
 		return;
 	}
+	if (tbl.moved)
+		ns_log(NS_LOG_WARN, "%s", err);
 	tbl_ok = 1;
 	/* shimctl inject moves it: the one thing a connect checks for faults */
 	__atomic_store_n(&ns_fault_genp, &tbl.hdr->flt_gen, __ATOMIC_RELEASE);

@@ -105,6 +105,8 @@ int ctl_open_table(const char *name, int create, struct ns_table *t)
 		warnx("%s", e);
 		return -1;
 	}
+	if (t->moved)
+		warnx("warning: %s", e);
 	return 0;
 }
 

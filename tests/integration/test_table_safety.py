@@ -20,8 +20,13 @@ def test_table_created_0600_even_with_a_permissive_umask(shim, server):
     assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.geteuid()
 
 
+RUN_USER = f"/run/user/{os.geteuid()}"
+
+
 @pytest.mark.parametrize("damage", ["garbage", "short", "foreign", "group_writable"])
 def test_bad_table_is_refused_and_programs_keep_working(shim, server, damage):
+    if damage == "foreign" and os.path.isdir(RUN_USER):
+        pytest.skip(f"{RUN_USER} exists here: a foreign table is moved there (the next test), not refused")
     srv = server("http")
     shim.policy(POLICY)
     path = f"/dev/shm/{shim.table}"
@@ -48,6 +53,36 @@ def test_bad_table_is_refused_and_programs_keep_working(shim, server, damage):
         # loudly, with the way out (issue 20, defect 18)
         for text in (lines[0], p.stderr):
             assert "uid 65534" in text and f"rm -f {path}" in text and "NETSHIM_TABLE=" in text, text
+
+
+@pytest.mark.shim
+def test_a_table_squatted_by_another_user_moves_to_the_users_own_directory(shim, server):
+    """Another user made /dev/shm/NAME first: every process of this user
+    (programs, shimctl) uses /run/user/UID/NAME instead, with a warning that
+    says so and how to go back; the breakers keep working (issue 20, defect 18)."""
+    srv = server("silent")
+    shim.policy("[defaults]\nread_timeout = 300ms\nfailure_threshold = 2\n")
+    path, made = f"/dev/shm/{shim.table}", not os.path.isdir(RUN_USER)
+    with open(path, "wb") as f:
+        f.write(b"squatter")
+    os.chown(path, 65534, 65534)
+    if made:
+        os.makedirs(RUN_USER, mode=0o700)
+    try:
+        for _ in range(3):
+            r = shim.run([client("fclient"), srv.host, srv.port])
+            lines = [l for l in r.err.splitlines() if l.startswith("netshim:")]
+            assert any(f"using {RUN_USER}/{shim.table} instead" in l for l in lines), r.err
+        p = shim.ctl("status", "--json")
+        assert p.returncode == 0 and f"using {RUN_USER}/{shim.table} instead" in p.stderr, p.stderr
+        e = {x["destination"]: x for x in json.loads(p.stdout)["entries"]}[srv.dest]
+        assert (e["state"], e["timeouts"], e["rejected"]) == ("open", 2, 1), e
+    finally:
+        for f in (path, f"{RUN_USER}/{shim.table}"):
+            if os.path.exists(f):
+                os.unlink(f)
+        if made:
+            os.rmdir(RUN_USER)
 
 
 def test_missing_table_is_said_plainly(shim):
