@@ -54,10 +54,7 @@ static monotime cfg_next_ns;           /* atomic: no look before then (the next 
 static int cfg_reloading;              /* atomic: one thread reloads, the others go on */
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
 static int cfg_ready;                  /* atomic: cfg_load has run (pthread_once's call skipped) */
-/* The kept settings of a destination that no section names (the policy's
- * [defaults] over the built-in values), made when a policy is loaded: what
- * a new destination gets once the process keeps NS_SETTINGS_KEPT_MAX
- * distinct values, rather than no deadlines at all. */
+/* The fallback settings (cfg_fallback_get) last kept. */
 static const struct ns_settings *cfg_fallback = &ns_builtin_settings;   /* atomic */
 
 static struct ns_table tbl;
@@ -113,18 +110,29 @@ static int cfg_stat(void)
 	return 1;
 }
 
-static void cfg_fallback_for(const struct ns_policy *p)
+/* What a destination gets once the process keeps NS_SETTINGS_KEPT_MAX
+ * values: the settings of one that no section names (the policy's
+ * [defaults] over the built-in values) for the policy in force, kept (from
+ * the store's reserve) when first needed. NULL: the built-in ones. */
+static const struct ns_settings *cfg_fallback_get(void)
 {
+	static const struct ns_policy *for_pol;   /* atomic */
+	const struct ns_policy *p = __atomic_load_n(&cfg_cur, __ATOMIC_ACQUIRE);
+	const struct ns_settings *k = __atomic_load_n(&cfg_fallback, __ATOMIC_ACQUIRE);
 	struct ns_dest none;
 	struct ns_settings set;
-	const struct ns_settings *k;
 
+	if (!p || __atomic_load_n(&for_pol, __ATOMIC_ACQUIRE) == p)
+		return k;
 	memset(&none, 0, sizeof(none));
 	none.family = AF_INET;   /* 0.0.0.0 port 0, no name: only [defaults] (and a /0) match */
 	ns_policy_resolve(p, &none, &set, NULL);
-	k = ns_settings_intern(&set);
-	if (k)
+	k = ns_settings_intern_reserve(&set);
+	if (k) {
 		__atomic_store_n(&cfg_fallback, k, __ATOMIC_RELEASE);
+		__atomic_store_n(&for_pol, p, __ATOMIC_RELEASE);
+	}
+	return k;
 }
 
 static void cfg_load(void)
@@ -152,7 +160,6 @@ static void cfg_load(void)
 		       nerr > 1 ? " (and more; see shimctl check)" : "");
 		return;
 	}
-	cfg_fallback_for(p);
 	__atomic_store_n(&cfg_cur, p, __ATOMIC_RELEASE);
 	ns_fault_config(p);
 }
@@ -216,7 +223,6 @@ static void cfg_maybe_reload(monotime now)
 	if (cfg_stat() == 1) {
 		p = cfg_read(err, sizeof(err), &nerr);
 		if (p) {
-			cfg_fallback_for(p);
 			__atomic_store_n(&cfg_cur, p, __ATOMIC_RELEASE);
 			ns_fault_config(p);
 			NS_LOG(NS_LOG_WARN, "policy reloaded from %s", cfg_path);
@@ -1565,7 +1571,7 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		/* fail safe: past the kept values' limit a new destination is
 		 * governed by what [defaults] says (deadlines above all), never
 		 * passed through without any */
-		kept = ns_settings_keep(&set, __atomic_load_n(&cfg_fallback, __ATOMIC_ACQUIRE), &full);
+		kept = ns_settings_keep(&set, cfg_fallback_get, &full);
 		klen = ns_dest_key(&d, key, sizeof(key));
 		if (klen < 0)
 			return REAL(connect)(fd, sa, len);
@@ -1760,7 +1766,7 @@ int ns_exchange_proxied(struct ns_conn *c, const void *buf, size_t n)
 	ns_conn_key(c, cur);
 	if (set.mode == NS_MODE_BYPASS || klen < 0 || strcmp(key, cur) == 0)
 		return 0;
-	kept = ns_settings_keep(&set, __atomic_load_n(&cfg_fallback, __ATOMIC_ACQUIRE), &full);
+	kept = ns_settings_keep(&set, cfg_fallback_get, &full);
 	if (breaker_admit(key, NS_SLOT_UNKNOWN, &slot, kept, set.mode == NS_MODE_ENFORCE, now) < 0) {
 		NS_LOG(NS_LOG_DEBUG, "%s (through %s): breaker open, request refused", key, cur);
 		errno = ECONNREFUSED;

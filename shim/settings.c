@@ -64,14 +64,15 @@ static uint64_t st_hash(const uint64_t *w)
 	return h ^ (h >> 29);
 }
 
-/* A fresh arena entry holding w, or NULL when the arena is used up. */
-static struct ns_settings *st_take(const uint64_t *w)
+/* A fresh arena entry holding w, or NULL when the arena is used up (the
+ * last NS_SETTINGS_RESERVE entries are for reserve callers only). */
+static struct ns_settings *st_take(const uint64_t *w, int reserve)
 {
-	unsigned k = __atomic_load_n(&st_used, __ATOMIC_RELAXED);
+	unsigned k = __atomic_load_n(&st_used, __ATOMIC_RELAXED), cap = reserve ? ST_CAP : ST_CAP - NS_SETTINGS_RESERVE;
 	struct ns_settings *chunk;
 
 	do {
-		if (k >= ST_CAP)
+		if (k >= cap)
 			return NULL;
 	} while (!__atomic_compare_exchange_n(&st_used, &k, k + 1, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
 	chunk = st_map((void **)&st_chunk[k / ST_CHUNK], ST_CHUNK * sizeof(struct ns_settings));
@@ -81,7 +82,7 @@ static struct ns_settings *st_take(const uint64_t *w)
 	return &chunk[k % ST_CHUNK];
 }
 
-const struct ns_settings *ns_settings_intern(const struct ns_settings *s)
+static const struct ns_settings *intern(const struct ns_settings *s, int reserve)
 {
 	const struct ns_settings **tab = st_map((void **)&st_tab, ST_TAB * sizeof(*st_tab));
 	uint64_t w[ST_WORDS];
@@ -99,7 +100,7 @@ const struct ns_settings *ns_settings_intern(const struct ns_settings *s)
 		const struct ns_settings *p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
 
 		if (!p) {
-			if (!mine && !(mine = st_take(w)))
+			if (!mine && !(mine = st_take(w, reserve)))
 				break;
 			if (__atomic_compare_exchange_n(slot, &p, mine, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 				return mine;
@@ -111,11 +112,24 @@ const struct ns_settings *ns_settings_intern(const struct ns_settings *s)
 	return NULL;
 }
 
-const struct ns_settings *ns_settings_keep(const struct ns_settings *s, const struct ns_settings *fallback,
+const struct ns_settings *ns_settings_intern(const struct ns_settings *s)
+{
+	return intern(s, 0);
+}
+
+const struct ns_settings *ns_settings_keep(const struct ns_settings *s, const struct ns_settings *(*fallback)(void),
 					   int *full)
 {
-	const struct ns_settings *k = ns_settings_intern(s);
+	const struct ns_settings *k = intern(s, 0), *f;
 
 	*full = k == NULL;
-	return k ? k : fallback;
+	if (k)
+		return k;
+	f = fallback();
+	return f ? f : &ns_builtin_settings;
+}
+
+const struct ns_settings *ns_settings_intern_reserve(const struct ns_settings *s)
+{
+	return intern(s, 1);
 }

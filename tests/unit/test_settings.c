@@ -41,6 +41,15 @@ Test(settings, the_fault_list_is_not_part_of_the_value)
 	cr_assert_eq(kb->fault.n, 0);
 }
 
+/* What the connect path's fallback gives: the [defaults] value, from the
+ * store's reserve. */
+static const struct ns_settings *defaults_kept(void)
+{
+	struct ns_settings s = value(5555);
+
+	return ns_settings_intern_reserve(&s);
+}
+
 Test(settings, a_full_arena_says_null_and_keeps_what_it_has)
 {
 	const struct ns_settings *first = NULL, *k;
@@ -62,13 +71,16 @@ Test(settings, a_full_arena_says_null_and_keeps_what_it_has)
 		struct ns_settings s = value(42424242);
 		int full = 0;
 
-		cr_assert_eq(ns_settings_keep(&s, &ns_builtin_settings, &full), &ns_builtin_settings);
+		const struct ns_settings *f = ns_settings_keep(&s, defaults_kept, &full);
+
 		cr_assert_eq(full, 1);
-		cr_assert_eq(ns_settings_keep(first, &ns_builtin_settings, &full), first);   /* a kept value still is */
+		cr_assert_eq(f->read_timeout_ms, 5555);   /* kept from the reserve, though the store is full */
+		cr_assert_eq(ns_settings_keep(&s, defaults_kept, &full), f);
+		cr_assert_eq(ns_settings_keep(first, defaults_kept, &full), first);   /* a kept value still is */
 		cr_assert_eq(full, 0);
 	}
-	cr_assert_leq(got, NS_SETTINGS_KEPT_MAX);
-	cr_assert_geq(got, NS_SETTINGS_KEPT_MAX - 2);   /* the two values the tests before may have kept */
+	cr_assert_leq(got, NS_SETTINGS_KEPT_MAX - NS_SETTINGS_RESERVE);
+	cr_assert_geq(got, NS_SETTINGS_KEPT_MAX - NS_SETTINGS_RESERVE - 2);   /* the two values the tests before may have kept */
 	{
 		struct ns_settings s = value(1000000);   /* already kept: still found */
 
