@@ -64,7 +64,10 @@ def test_injected_fault_looks_like_the_real_one(shim, server, tmp_path, who, kin
     print(f"\nMATRIX {who:8} {kind:9} real {json.dumps(want, sort_keys=True)} {t_real:.2f}s"
           f" | injected {json.dumps(got, sort_keys=True)} {t_inj:.2f}s")
     assert got == want, f"{who} / {kind}: real {want}, injected {got}"
-    tol = max(0.3, 0.2 * t_real)
+    # whole runs of a program, start-up included, which swings by 0.4 s on
+    # a loaded 2-core machine; a fault of the wrong kind is off by the 1 s
+    # deadline or more
+    tol = max(0.7, 0.25 * t_real)
     assert abs(t_inj - t_real) <= tol, f"{who} / {kind}: real {t_real:.2f} s, injected {t_inj:.2f} s"
     if kind in ("refuse", "blackhole"):
         assert healthy.accepts() == 0, "a refused or blackholed connect reached the server"
