@@ -2,6 +2,9 @@
 
 PREFIX ?= /usr/local
 DESTDIR ?=
+# the library goes to $(LIBDIR)/netshim/ (the Debian package: the multiarch
+# directory); shimrun looks there too, after beside itself and ../lib/netshim
+LIBDIR ?= $(PREFIX)/lib
 # systemd reads units from $(PREFIX)/lib/systemd/system for /usr and /usr/local
 SYSTEMD_DIR ?= $(PREFIX)/lib/systemd/system
 CC ?= cc
@@ -43,7 +46,7 @@ TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench $(BU
 CLIENTS := $(BUILD)/fclient $(BUILD)/tracee $(BUILD)/vforkclose $(BUILD)/mmsg $(BUILD)/hammer \
 	$(BUILD)/fclient-static $(BUILD)/sigconnect $(BUILD)/sslhost $(BUILD)/deepbind $(BUILD)/libdeeplib.so $(BUILD)/libdeeplib-now.so $(BUILD)/libdeeplib-addr.so
 
-.PHONY: all test unit integration negative install uninstall bench bench-fleet demo deps clean tsan fuzz compat
+.PHONY: all test unit integration negative install uninstall bench bench-fleet demo deps clean tsan fuzz compat deb
 
 all: $(LIB) $(TOOLS) $(CLIENTS)
 
@@ -78,6 +81,10 @@ $(BUILD)/netshim-agent: $(BUILD)/tools/agent/agent.o $(AGENT_OBJ) $(POLICY_OBJ)
 
 $(BUILD)/fleetbench: $(BUILD)/tools/agent/fleetbench.o $(BUILD)/tools/agent/model.o $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis -lpthread
+
+$(BUILD)/tools/shimrun.o: tools/shimrun.c $(wildcard policy/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(FINAL_CFLAGS) -DNS_LIBDIR='"$(LIBDIR)"' -c -o $@ $<
 
 $(BUILD)/shimrun: $(BUILD)/tools/shimrun.o $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
@@ -203,10 +210,10 @@ demo: all
 deps:
 	tools/install-deps.sh
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/lib/netshim $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+install: $(LIB) $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/netshim-agent
+	install -d $(DESTDIR)$(LIBDIR)/netshim $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
 		$(DESTDIR)$(PREFIX)/share/man/man7 $(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(SYSTEMD_DIR)
-	install -m 0755 $(LIB) $(DESTDIR)$(PREFIX)/lib/netshim/libnetshim.so
+	install -m 0644 $(LIB) $(DESTDIR)$(LIBDIR)/netshim/libnetshim.so
 	install -m 0755 $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/netshim-agent $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 man/shimctl.1 man/shimrun.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 man/netshim.7 $(DESTDIR)$(PREFIX)/share/man/man7/
@@ -215,12 +222,19 @@ install: all
 	chmod 0644 $(DESTDIR)$(SYSTEMD_DIR)/netshim-agent.service
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/lib/netshim/libnetshim.so $(DESTDIR)$(PREFIX)/bin/shimctl \
+	rm -f $(DESTDIR)$(LIBDIR)/netshim/libnetshim.so $(DESTDIR)$(PREFIX)/bin/shimctl \
 		$(DESTDIR)$(PREFIX)/bin/shimrun $(DESTDIR)$(PREFIX)/share/man/man1/shimctl.1 \
 		$(DESTDIR)$(PREFIX)/share/man/man1/shimrun.1 $(DESTDIR)$(PREFIX)/share/man/man7/netshim.7 \
 		$(DESTDIR)$(PREFIX)/bin/netshim-agent $(DESTDIR)$(PREFIX)/share/man/man8/netshim-agent.8 \
 		$(DESTDIR)$(SYSTEMD_DIR)/netshim-agent.service
-	-rmdir $(DESTDIR)$(PREFIX)/lib/netshim
+	-rmdir $(DESTDIR)$(LIBDIR)/netshim
+
+# the Debian packages (debian/, debhelper 13) into build/deb/
+deb:
+	dpkg-buildpackage -us -uc -b -tc -rfakeroot
+	rm -rf build/deb && mkdir -p build/deb
+	mv ../netshim_*.deb ../netshim-agent_*.deb ../netshim_*.buildinfo ../netshim_*.changes build/deb/
+	-mv ../netshim-dbgsym_*.deb ../netshim-agent-dbgsym_*.deb build/deb/ 2>/dev/null
 
 clean:
 	rm -rf build build-address build-undefined build-thread build-fuzz

@@ -95,6 +95,10 @@ static int reach(const char *prog)
 
 /* The library beside this binary (build tree) or in ../lib/netshim
  * (installed), as an absolute path; NETSHIM_LIB overrides both. */
+#ifndef NS_LIBDIR
+#define NS_LIBDIR "/usr/local/lib"
+#endif
+
 static int find_lib(char *out, size_t len)
 {
 	const char *env = getenv("NETSHIM_LIB");
@@ -114,6 +118,10 @@ static int find_lib(char *out, size_t len)
 		if (access(cand, R_OK) == 0 && realpath(cand, out))
 			return 0;
 	}
+	/* where make install (LIBDIR) put it: the multiarch directory of the
+	 * Debian package */
+	if (access(NS_LIBDIR "/netshim/libnetshim.so", R_OK) == 0 && realpath(NS_LIBDIR "/netshim/libnetshim.so", out))
+		return 0;
 	(void)len;
 	return -1;
 }
