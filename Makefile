@@ -35,7 +35,7 @@ FINAL_CFLAGS := $(BASE_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
 FINAL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
 
 POLICY_SRC := policy/policy.c policy/fault.c policy/breaker.c policy/table.c policy/tablefile.c policy/faulttable.c policy/namemap.c
-SHIM_SRC := shim/real.c shim/fdtab.c shim/log.c shim/core.c shim/exchange.c shim/tls.c shim/fault.c shim/wait.c shim/names.c shim/trace.c shim/destcache.c shim/settings.c shim/deepbind.c shim/uring.c shim/stdio.c shim/wrappers.c
+SHIM_SRC := $(sort $(wildcard shim/*.c))
 POLICY_OBJ := $(POLICY_SRC:%.c=$(BUILD)/%.o)
 SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/%.o)
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
@@ -46,7 +46,7 @@ TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench $(BU
 CLIENTS := $(BUILD)/fclient $(BUILD)/tracee $(BUILD)/vforkclose $(BUILD)/mmsg $(BUILD)/hammer \
 	$(BUILD)/fclient-static $(BUILD)/sigconnect $(BUILD)/sslhost $(BUILD)/deepbind $(BUILD)/libdeeplib.so $(BUILD)/libdeeplib-now.so $(BUILD)/libdeeplib-addr.so
 
-.PHONY: all test unit integration negative install uninstall bench bench-fleet demo deps clean tsan fuzz compat deb
+.PHONY: compile_commands.json all test unit integration negative install uninstall bench bench-fleet demo deps clean tsan fuzz compat deb
 
 all: $(LIB) $(TOOLS) $(CLIENTS)
 
@@ -64,17 +64,23 @@ $(BUILD)/shimpolicy/%.o: policy/%.c $(wildcard policy/*.h) shim/nointercept.h
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) $(SHIM_SAN) $(CFLAGS) -fvisibility=hidden -include shim/nointercept.h -c -o $@ $<
 
-$(LIB): $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) shim/netshim.map
-	$(CC) -shared -o $@ $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) $(SHIM_SAN) \
-		-Wl,--version-script=shim/netshim.map -Wl,-z,now -Wl,-z,relro -ldl -lpthread $(LDFLAGS)
+# the version script: the list of exports (shim/exports.h), one per line
+$(BUILD)/netshim.map: shim/netshim.map.in shim/exports.h
+	@mkdir -p $(dir $@)
+	$(CC) -E -P -x c -Ishim shim/netshim.map.in | tr ' ' '\n' | grep -v '^$$' > $@.tmp
+	mv $@.tmp $@
 
-CTL_OBJ := $(BUILD)/tools/shimctl.o $(BUILD)/tools/ctl_common.o $(BUILD)/tools/ctl_faults.o
+$(LIB): $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) $(BUILD)/netshim.map
+	$(CC) -shared -o $@ $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) $(SHIM_SAN) \
+		-Wl,--version-script=$(BUILD)/netshim.map -Wl,-z,now -Wl,-z,relro -ldl -lpthread $(LDFLAGS)
+
+CTL_OBJ := $(BUILD)/tools/shimctl.o $(BUILD)/tools/tablekit.o $(BUILD)/tools/ctl_faults.o
 
 $(BUILD)/shimctl: $(CTL_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
 
 # the fleet agent: the only program that talks to Redis (hiredis)
-AGENT_OBJ := $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/hooks.o $(BUILD)/tools/ctl_common.o
+AGENT_OBJ := $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/hooks.o $(BUILD)/tools/tablekit.o
 
 $(BUILD)/netshim-agent: $(BUILD)/tools/agent/agent.o $(AGENT_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis
@@ -165,9 +171,9 @@ FUZZ_FLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefine
 FUZZ_TIME ?= 60
 
 $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(POLICY_SRC) $(wildcard policy/*.h) $(wildcard tools/shimctl* tools/ctl_*) \
-		shim/exchange.c shim/shim.h
+		shim/exchange.c $(wildcard shim/*.h)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(POLICY_SRC) $(if $(filter %table,$@),tools/ctl_common.c tools/ctl_faults.c)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(POLICY_SRC) $(if $(filter %table,$@),tools/tablekit.c tools/ctl_faults.c)
 
 $(FUZZ_DIR)/seed_table: tests/fuzz/seed_table.c $(POLICY_SRC) $(wildcard policy/*.h)
 	@mkdir -p $(dir $@)
@@ -235,6 +241,17 @@ deb:
 	rm -rf build/deb && mkdir -p build/deb
 	mv ../netshim_*.deb ../netshim-agent_*.deb ../netshim_*.buildinfo ../netshim_*.changes build/deb/
 	-mv ../netshim-dbgsym_*.deb ../netshim-agent-dbgsym_*.deb build/deb/ 2>/dev/null
+
+# For editors and clang tools: every C file with the flags it is built with
+# (the shim's with its visibility, policy/ as the programs build it).
+compile_commands.json:
+	$(PYTHON) -c 'import json, os, sys; d = os.getcwd(); \
+		shim, base = sys.argv[1], sys.argv[2]; \
+		files = sys.argv[3:]; \
+		print(json.dumps([{"directory": d, "file": f, \
+			"command": "$(CC) " + (shim if f.startswith("shim/") else base) + " -c " + f} for f in files], indent=1))' \
+		"$(BASE_CFLAGS) -fvisibility=hidden" "$(BASE_CFLAGS)" \
+		$(SHIM_SRC) $(POLICY_SRC) $(wildcard tools/*.c tools/agent/*.c tests/unit/*.c tests/clients/*.c tests/fuzz/*.c) > $@
 
 clean:
 	rm -rf build build-address build-undefined build-thread build-fuzz

@@ -31,15 +31,21 @@ void ns_brk_unpack(uint64_t w, struct ns_brk *b)
 	b->t_ms = w >> SH_TIME;
 }
 
-uint64_t ns_retry_delay_ms(uint64_t base_ms, unsigned attempt, uint64_t *rng)
+uint64_t ns_rng_next(uint64_t *rng)
 {
-	uint64_t x = *rng ? *rng : 0x9e3779b97f4a7c15ULL, scaled;
+	uint64_t x = *rng ? *rng : 0x9e3779b97f4a7c15ULL;
 
 	x ^= x >> 12;
 	x ^= x << 25;
 	x ^= x >> 27;
 	*rng = x;
-	x *= 0x2545f4914f6cdd1dULL;
+	return x * 0x2545f4914f6cdd1dULL;
+}
+
+uint64_t ns_retry_delay_ms(uint64_t base_ms, unsigned attempt, uint64_t *rng)
+{
+	uint64_t x = ns_rng_next(rng), scaled;
+
 	if (attempt > 20)
 		attempt = 20;   /* the policy allows 10 retries; keep the shift sane */
 	scaled = base_ms << attempt;

@@ -70,6 +70,9 @@ static inline int ns_brk_attempt_quick(uint64_t w, uint64_t now_ms)
 }
 void ns_brk_unpack(uint64_t word, struct ns_brk *b);
 
+/* The one random generator (xorshift64*): the next value from *rng (0: a
+ * fixed seed), for retry jitter and the choice of injected faults. */
+uint64_t ns_rng_next(uint64_t *rng);
 /* The delay before connect retry number attempt (0 for the first retry):
  * base_ms * 2^attempt * uniform(0.5, 1.5), drawn from *rng (xorshift64*,
  * any non-zero seed), in ms. */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "breaker.h"
 #include "policy.h"
 
 static const struct {
@@ -27,11 +28,6 @@ static const struct {
 	[NS_F_STATUS] = { "status", NS_FP_DATA, 3, 0 },
 	[NS_F_NXDOMAIN] = { "nxdomain", NS_FP_LOOKUP, 0, 0 },
 };
-
-const char *ns_fault_kind_name(uint32_t kind)
-{
-	return kind < NS_F_KINDS ? kinds[kind].name : "?";
-}
 
 int ns_fault_phase(uint32_t kind)
 {
@@ -272,13 +268,7 @@ void ns_faults_format(const struct ns_faults *f, char *buf, size_t len)
 
 uint32_t ns_fault_roll(uint64_t *rng)
 {
-	uint64_t x = *rng ? *rng : 0x9e3779b97f4a7c15ULL;
-
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	*rng = x;
-	return (uint32_t)(((x * 0x2545F4914F6CDD1DULL) >> 33) % 10000);
+	return (uint32_t)((ns_rng_next(rng) >> 33) % 10000);
 }
 
 uint32_t ns_faults_choose(const struct ns_faults *f, int phase, uint64_t *rng)

@@ -49,7 +49,6 @@ int ns_faults_parse(const char *s, struct ns_faults *out, char *why, size_t whyl
 /* The canonical text of a list ("reset after 1KiB 30%; latency 800ms"). */
 void ns_faults_format(const struct ns_faults *f, char *buf, size_t len);
 
-const char *ns_fault_kind_name(uint32_t kind);
 int ns_fault_phase(uint32_t kind);
 
 /* The faults of list f that act in phase and that this connection (or

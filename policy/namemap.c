@@ -14,10 +14,9 @@
 #include <sys/socket.h>
 
 /* uthash must never exit inside a host process */
-#define HASH_NONFATAL_OOM 1
 #define uthash_nonfatal_oom(obj) (oom_ = 1)
 static __thread int oom_;
-#include <uthash.h>
+#include "hash.h"
 
 struct addr_key {
 	uint8_t family;

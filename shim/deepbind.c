@@ -36,7 +36,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "shim.h"
+#include "config.h"
 
 /* libc's dlopen: set once before the stub can jump through it. */
 NS_HIDDEN __attribute__((used)) void *(*ns_real_dlopen)(const char *, int);

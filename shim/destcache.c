@@ -22,7 +22,9 @@
 
 #include <string.h>
 
-#include "shim.h"
+#include "destcache.h"
+
+#include "settings.h"
 
 #define DC_SIZE 128   /* entries, a power of two: ~40 KiB, touched as used */
 

@@ -15,10 +15,12 @@
  * that starts an exchange (NS_C_XNEXT) and the reads of an answer whose
  * status is not known yet (NS_C_PARSE); everything between is the fast
  * path. */
-#include "shim.h"
+#include "exchange.h"
 
 #include <errno.h>
 #include <string.h>
+
+#include "outcome.h"
 
 enum { HS_STATUS, HS_SKIP };
 
@@ -218,30 +220,7 @@ void ns_exchange_plain(struct ns_conn *c, int d, const void *buf, size_t n)
 	turn(c, d, buf, n, 1);
 }
 
-ssize_t ns_exchange_io(int fd, struct ns_conn *c, int d, ssize_t r, const void *buf, size_t len, int flags,
-		       uint32_t gen)
+void ns_exchange_turn(struct ns_conn *c, int d, const void *buf, size_t n)
 {
-	int e = errno;
-	uint32_t f;
-
-	if (__atomic_load_n(&c->gen, __ATOMIC_ACQUIRE) != gen || r <= 0 || (flags & MSG_PEEK))
-		return ns_after_io(fd, c, d, r, len, flags, gen);
-	f = LD(c->flags);
-	if (d == NS_OUT && !(f & (NS_C_HTTP | NS_C_NOTHTTP | NS_C_TLSWIRE)) && buf && r >= 2 &&
-	    ((const unsigned char *)buf)[0] == 0x16 && ((const unsigned char *)buf)[1] == 0x03) {
-		/* a TLS ClientHello: the handshake is the connection's first
-		 * outcome, and what follows is read at the record level (tls.c) */
-		__atomic_fetch_or(&c->flags, NS_C_TLSWIRE | NS_C_NOTHTTP, __ATOMIC_RELAXED);
-		f = LD(c->flags);
-	}
-	if (f & NS_C_TLSWIRE) {
-		ns_tls_note_fd(fd, d, r);
-		f = LD(c->flags);   /* a memory-BIO session may have just taken this socket (tls.c) */
-	}
-	/* a TLS connection's turns are its plaintext's (tls.c), once the
-	 * handshake had its outcome */
-	if (!((f & NS_C_TLS) || (d == NS_OUT && (f & NS_C_TLSWIRE) && (f & NS_C_HSDONE))))
-		turn(c, d, buf, d == NS_OUT ? (size_t)r : (size_t)r < len ? (size_t)r : len, 0);
-	errno = e;
-	return ns_after_io(fd, c, d, r, len, flags, gen);
+	turn(c, d, buf, n, 0);
 }

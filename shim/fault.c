@@ -14,7 +14,10 @@
  * holds input back (latency, bandwidth, stall), ends the stream (close),
  * fails it (reset), or answers itself (status); the waits learn of them
  * through ns_fault_wait, as they learn of deadlines. */
-#include "shim.h"
+#include "fault.h"
+
+#include "config.h"
+#include "outcome.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -31,97 +34,6 @@
 #include "../policy/fault.h"
 #include "real.h"
 
-/**** configuration ****/
-
-struct inj {
-	struct ns_section pat;
-	struct ns_faults f;
-};
-
-static struct inj *env_inj;       /* NETSHIM_INJECT, parsed once */
-static int env_n;
-int ns_fault_local;               /* atomic: the policy or NETSHIM_INJECT names a fault */
-const uint64_t *ns_fault_genp;    /* atomic: the table's flt_gen, once it is mapped */
-static uint64_t frng;             /* atomic: the fault random source */
-static int seeded;                /* a seed was given: a forked child goes on from it */
-static pthread_once_t env_once = PTHREAD_ONCE_INIT;
-
-static void fault_reseed(void)
-{
-	if (!seeded)
-		__atomic_store_n(&frng, (uint64_t)ns_now() ^ ((uint64_t)getpid() << 32) ^ 0x5bd1e995ULL,
-				 __ATOMIC_RELAXED);
-}
-
-static void env_load(void)
-{
-	const char *v = getenv("NETSHIM_INJECT");
-	char *copy, *line, *save = NULL;
-	int cap = 0;
-
-	if (!v || !*v)
-		return;
-	copy = strdup(v);
-	if (!copy)
-		return;
-	for (const char *p = v; *p; p++)
-		cap += *p == '\n';
-	env_inj = calloc((size_t)cap + 1, sizeof(*env_inj));
-	if (!env_inj) {
-		free(copy);
-		return;
-	}
-	for (line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		char why[300];
-
-		if (env_n > cap)
-			break;
-		if (ns_inject_parse(line, &env_inj[env_n].pat, &env_inj[env_n].f, why, sizeof(why)) < 0) {
-			ns_log(NS_LOG_ERROR, "NETSHIM_INJECT: %s; ignored", why);
-			continue;
-		}
-		/* never by accident: a run with injected faults says so */
-		ns_log(NS_LOG_WARN, "injecting faults in this run: %s", line);
-		env_n++;
-	}
-	free(copy);
-}
-
-void ns_fault_config(const struct ns_policy *pol)
-{
-	const char *seed = getenv("NETSHIM_FAULT_SEED");
-	uint64_t s = 0;
-
-	pthread_once(&env_once, env_load);
-	if (seed && *seed) {
-		s = strtoull(seed, NULL, 10);
-		if (!s)
-			ns_log(NS_LOG_ERROR, "NETSHIM_FAULT_SEED=%s is not a whole number from 1; ignored", seed);
-	}
-	if (!s && pol && pol->nsections > 0)
-		s = pol->sec[0].v.fault_seed;
-	if (s && !seeded) {
-		seeded = 1;
-		__atomic_store_n(&frng, s, __ATOMIC_RELAXED);
-	} else if (!seeded && !__atomic_load_n(&frng, __ATOMIC_RELAXED)) {
-		fault_reseed();
-		pthread_atfork(NULL, NULL, fault_reseed);
-	}
-	__atomic_store_n(&ns_fault_local, (pol && pol->has_faults) || env_n > 0, __ATOMIC_RELEASE);
-}
-
-/* Draw the choice for one connection (or lookup) from the shared source. */
-static uint32_t choose(const struct ns_faults *f, int phase)
-{
-	uint64_t old = __atomic_load_n(&frng, __ATOMIC_RELAXED), st;
-	uint32_t mask;
-
-	do {
-		st = old;
-		mask = ns_faults_choose(f, phase, &st);
-	} while (!__atomic_compare_exchange_n(&frng, &old, st, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-	return mask;
-}
 
 /**** runtime faults: a private copy of the table's, by generation ****/
 
@@ -225,12 +137,8 @@ static int faults_for(const struct ns_dest *d, const struct ns_faults *policy, m
 	*rt = rt_lookup(d, now, out);
 	if (*rt >= 0)
 		return out->n > 0;
-	for (int i = 0; i < env_n; i++) {
-		if (ns_pattern_match(&env_inj[i].pat, d)) {
-			*out = env_inj[i].f;
-			return 1;
-		}
-	}
+	if (ns_fault_env_match(d, out))
+		return 1;
 	if (policy && policy->n) {
 		*out = *policy;
 		return 1;
@@ -416,8 +324,8 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 
 	if (!faults_for(d, &set->fault, now, &f, &rt))
 		return NS_FC_NONE;
-	cm = choose(&f, NS_FP_CONNECT);
-	dm = choose(&f, NS_FP_DATA);
+	cm = ns_fault_choose(&f, NS_FP_CONNECT);
+	dm = ns_fault_choose(&f, NS_FP_DATA);
 	memset(cf, 0, sizeof(*cf));
 	ST(cf->rt_idx, rt);
 	for (uint32_t i = 0; i < f.n && !got; i++) {
@@ -537,7 +445,7 @@ int ns_fault_nxdomain(const char *name, const char *service)
 	ns_policy_faults_for(&d, &set);
 	if (!faults_for(&d, &set.fault, ns_now(), &f, &rt))
 		return 0;
-	if (!(choose(&f, NS_FP_LOOKUP) & ~0u))
+	if (!(ns_fault_choose(&f, NS_FP_LOOKUP) & ~0u))
 		return 0;
 	for (uint32_t i = 0; i < f.n; i++) {
 		if (f.f[i].kind != NS_F_NXDOMAIN)
@@ -812,3 +720,4 @@ void ns_fault_post(struct ns_conn *c, int d, ssize_t r)
 		ST(cf->awaiting, 1u);
 	}
 }
+

@@ -5,7 +5,7 @@
  * use cost memory, and the data path reads it with one load: no lock, no
  * allocation. */
 
-#include "shim.h"
+#include "conn.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -24,6 +24,11 @@
 uintptr_t *ns_fdtab;
 unsigned ns_fdmax;
 unsigned ns_fdhi;
+int ns_fdtab_failed;
+/* the epoll registry's (conn.h) */
+unsigned ns_ep_count;
+void (*ns_fd_watch_note)(int fd);
+void (*ns_fd_watch_forget)(int fd);
 
 /* The pid this copy of the process image belongs to: set at start and in
  * every fork child (atfork). A vfork child runs no atfork handler, so its
@@ -136,7 +141,7 @@ void ns_fd_init(void)
 	p = mmap(NULL, (size_t)n * sizeof(uintptr_t), PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (p == MAP_FAILED) {
-		ns_log(NS_LOG_ERROR, "cannot reserve the fd table; passing every call through");
+		ns_fdtab_failed = 1;   /* said when the configuration loads: logging is above this */
 		return;
 	}
 	ns_fdtab = p;
@@ -212,9 +217,7 @@ __attribute__((no_sanitize_thread)) void ns_conn_put_key(struct ns_conn *c, cons
 
 int ns_conn_status_fails(const struct ns_conn *c, unsigned code)
 {
-	if (code < 100 || code >= 612)
-		return 0;
-	return (int)(ns_conn_set(c)->failure_status[(code - 100) / 64] >> ((code - 100) % 64) & 1);
+	return ns_status_fails(ns_conn_set(c), code);
 }
 
 void ns_conn_key(const struct ns_conn *c, char out[NS_KEY_MAX])
@@ -245,8 +248,8 @@ static inline __attribute__((always_inline)) void fd_put(int fd, uintptr_t v)
 		__atomic_fetch_sub(&((struct ns_conn *)old)->fds, 1, __ATOMIC_RELAXED);
 		ns_conn_unref((struct ns_conn *)old);
 	}
-	if (v && !(v & NS_TAG))
-		ns_wait_note_fd(fd);   /* one load when no epoll set is in use */
+	if (v && !(v & NS_TAG) && __atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
+		__atomic_load_n(&ns_fd_watch_note, __ATOMIC_ACQUIRE)(fd);   /* one load when no epoll set is in use */
 }
 
 void ns_fd_set(int fd, uintptr_t v)
@@ -279,7 +282,8 @@ void ns_fd_forget_range(unsigned first, unsigned last)
 	for (unsigned fd = first; fd <= last && fd < hi; fd++) {
 		if (!__atomic_load_n(&ns_fdtab[fd], __ATOMIC_RELAXED))
 			continue;
-		ns_wait_forget_fd((int)fd);
+		if (__atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
+			__atomic_load_n(&ns_fd_watch_forget, __ATOMIC_ACQUIRE)((int)fd);
 		ns_fd_set((int)fd, 0);
 	}
 }

@@ -1,6 +1,6 @@
 /* log.c -- one line per event on stderr, prefixed "netshim:". */
 
-#include "shim.h"
+#include "base.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -4,7 +4,11 @@
  * The resolver wrappers pass every result and every error through untouched;
  * they only read the answer. The map is bounded (see policy/namemap.c) and
  * guarded by a lock held for a hash lookup, never across a system call. */
-#include "shim.h"
+#include "names.h"
+
+#include "config.h"
+#include "conn.h"
+#include "fault.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "shim.h"
+#include "settings.h"
 
 #define ST_CAP NS_SETTINGS_KEPT_MAX  /* distinct values per process */
 #define ST_CHUNK 1024u               /* values per mapped chunk */

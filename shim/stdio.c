@@ -24,7 +24,9 @@
 #include <errno.h>
 #include <stdio.h>
 
-#include "shim.h"
+#include "afterio.h"
+#include "conn.h"
+#include "real.h"
 
 /* What the stdio call did, in the data path's terms: it delivered bytes
  * (got), and it came back short (failed): a failure (ferror; errno says

@@ -11,7 +11,10 @@
  * line, status line), never held or changed; deadlines stay at the socket.
  * Programs whose TLS is linked in (node's OpenSSL) are not seen here: their
  * connections keep the outcomes of their encrypted bytes. */
-#include "shim.h"
+#include "tls.h"
+
+#include "conn.h"
+#include "exchange.h"
 
 #include <dlfcn.h>
 #include <errno.h>

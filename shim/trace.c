@@ -4,7 +4,7 @@
  * first time a trace is taken, so a program that never traces never loads
  * it, and nothing here is on the data path. Any failure to load or unwind
  * just yields no frames. */
-#include "shim.h"
+#include "trace.h"
 
 #include <dlfcn.h>
 #include <errno.h>

@@ -27,8 +27,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <unistd.h>
 
-#include "shim.h"
+#include "uring.h"
+
+#include "config.h"
+#include "fdops.h"
 
 static long (*real_syscall)(long, ...);
 static pthread_once_t once = PTHREAD_ONCE_INIT;

@@ -53,11 +53,8 @@ void ns_first_byte_latency(struct ns_conn *c)
 	(void)c;
 }
 
-void ns_tls_note_fd(int fd, int d, ssize_t r)
-{
-	(void)fd, (void)d, (void)r;
-}
-
+/* the data path's outcome after the call (afterio.c), as far as the
+ * reader's decisions go */
 ssize_t ns_after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len, int flags, uint32_t gen)
 {
 	(void)fd, (void)d, (void)len, (void)flags, (void)gen;

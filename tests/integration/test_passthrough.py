@@ -101,16 +101,20 @@ def test_a_program_without_tls_does_not_load_it_under_the_shim(shim, server):
     assert r.rc == 0 and r.out.strip() == "[]", (r.out, r.err)
 
 
+def exported_list():
+    """The list of exports (shim/exports.h) as the build made it into the
+    version script."""
+    text = (BUILD / "netshim.map").read_text()
+    return sorted(w.rstrip(";") for w in text.split()
+                  if w.endswith(";") and w not in ("*;", "};") and not w.endswith(":"))
+
+
 def test_library_exports_only_the_wrapped_symbols():
     out = subprocess.run(["nm", "-D", "--defined-only", str(BUILD / "libnetshim.so")],
                          capture_output=True, text=True).stdout
     names = sorted(l.split()[-1] for l in out.splitlines() if l.strip())
-    assert names == sorted("""__read_chk __recv_chk __recvfrom_chk close connect dup dup2 dup3 fcntl
-        fcntl64 getsockopt ioctl read readv recv recvfrom recvmsg send sendmsg sendto setsockopt
-        socket write writev poll ppoll __poll_chk __ppoll_chk select pselect epoll_ctl epoll_wait
-        epoll_pwait epoll_pwait2 getaddrinfo gethostbyname gethostbyname2 gethostbyname_r
-        gethostbyname2_r close_range closefrom fclose accept accept4 recvmmsg sendmmsg
-        sendfile sendfile64 splice SSL_read SSL_write SSL_read_ex SSL_write_ex gnutls_record_recv
-        gnutls_record_send dlopen syscall vfork __vfork fgets fgets_unlocked __fgets_chk __fgets_unlocked_chk
-        fread fread_unlocked __fread_chk __fread_unlocked_chk fgetc getc _IO_getc fgetc_unlocked
-        getc_unlocked __uflow getline getdelim __getdelim""".split())
+    listed = exported_list()
+    # the list holds every family the shim wraps
+    assert len(listed) > 70 and {"connect", "recv", "__recv_chk", "epoll_pwait2", "SSL_read", "fgets",
+                                 "vfork", "dlopen", "syscall", "sendfile64"} <= set(listed), listed
+    assert names == listed

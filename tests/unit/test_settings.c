@@ -2,7 +2,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "../../shim/shim.h"
+#include "../../shim/settings.h"
 
 static struct ns_settings value(uint64_t read_ms)
 {

@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <uthash.h>
+#include "../../policy/hash.h"
 
 #include "../shimctl.h"
 #include "agent.h"
@@ -111,24 +111,6 @@ void ag_log(const char *fmt, ...)
 	fprintf(stderr, "netshim-agent: %s\n", buf);
 }
 
-static uint64_t clock_ms(clockid_t id)
-{
-	struct timespec ts;
-
-	clock_gettime(id, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-uint64_t ag_mono_ms(void)
-{
-	return clock_ms(CLOCK_MONOTONIC);
-}
-
-uint64_t ag_wall_ms(void)
-{
-	return clock_ms(CLOCK_REALTIME);
-}
-
 static uint64_t cpu_ns(void)
 {
 	struct timespec ts;
@@ -160,7 +142,7 @@ static struct dst *dst_get(const char *key, int create)
 static int dst_slot(struct dst *d, int create)
 {
 	if (d->slot < 0)
-		d->slot = ns_table_find(&A.t, d->key, create, ag_mono_ms());
+		d->slot = ns_table_find(&A.t, d->key, create, ctl_mono_ms());
 	return d->slot;
 }
 
@@ -332,7 +314,7 @@ static void apply_command(struct dst *d, int op, const char *by)
 			ag_log("%s: forced open on node %s, but the table has no room for it here", d->key, by);
 			return;
 		}
-		ns_table_force_open(&A.t, slot, ag_mono_ms(), ag_wall_ms());
+		ns_table_force_open(&A.t, slot, ctl_mono_ms(), ctl_wall_ms());
 		d->want_t = 0;   /* held by hand now: no vote */
 		note(NS_E_FORCED_OPEN, d->key, detail);
 		ag_log("%s: forced open by an operator on node %s: forced open here", d->key, by);
@@ -509,7 +491,7 @@ static void lost(const char *why)
 		d->my_t = 0;
 	}
 	A.backoff_ms = BACKOFF_MIN_MS;
-	A.next_try = ag_mono_ms() + A.backoff_ms;
+	A.next_try = ctl_mono_ms() + A.backoff_ms;
 }
 
 static int try_connect(char *err, size_t len)
@@ -600,7 +582,7 @@ static void pass(uint64_t now)
 	__atomic_store_n(&A.t.hdr->agent_dests, A.n_total, __ATOMIC_RELAXED);
 	__atomic_store_n(&A.t.hdr->agent_flags, (A.connected ? NS_AGENT_CONNECTED : 0) |
 			 (A.suspect ? NS_AGENT_SUSPECT : 0), __ATOMIC_RELAXED);
-	__atomic_store_n(&A.t.hdr->agent_beat_ms, ag_wall_ms(), __ATOMIC_RELAXED);
+	__atomic_store_n(&A.t.hdr->agent_beat_ms, ctl_wall_ms(), __ATOMIC_RELAXED);
 	__atomic_fetch_add(&A.t.hdr->agent_cpu_ns, cpu_ns() - c0, __ATOMIC_RELAXED);
 }
 
@@ -717,7 +699,7 @@ int main(int argc, char **argv)
 	ag_log("node %s, fleet %s, quorum %d, table %s, redis %s:%d, poll every %d ms", A.node, A.fleet, A.quorum,
 	       A.t.path, A.url.host, A.url.port, A.poll_ms);
 	for (uint64_t next_pass = 0, last_pass = 0; !stopping;) {
-		uint64_t now = ag_mono_ms();
+		uint64_t now = ctl_mono_ms();
 		int hinted;
 
 		if (ns_table_broken(&A.t)) {
@@ -735,9 +717,9 @@ int main(int argc, char **argv)
 			hint_connect(now);
 		}
 		if (A.hooks)
-			hooks_pass(A.hooks, ag_mono_ms());
+			hooks_pass(A.hooks, ctl_mono_ms());
 		/* a hint that came too soon after a pass is served when the gap ends */
-		now = ag_mono_ms();
+		now = ctl_mono_ms();
 		hint_wait(A.connected && A.hinted > A.high ?
 			  (now >= last_pass + HINT_GAP_MS ? 0 : (int)(last_pass + HINT_GAP_MS - now)) : TICK_MS);
 	}

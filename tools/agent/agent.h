@@ -110,7 +110,5 @@ void hooks_free(struct hooks *h);
 
 /* agent.c */
 void ag_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-uint64_t ag_mono_ms(void);
-uint64_t ag_wall_ms(void);
 
 #endif

@@ -1,4 +1,6 @@
-/* ctl_common.c -- helpers every shimctl command uses (see shimctl.h). */
+/* tablekit.c -- what shimctl and the fleet agent share (see shimctl.h):
+ * opening the table by name, writing events into it and out as JSON, the
+ * clocks and timestamps, text escaping. */
 #include <err.h>
 #include <stdio.h>
 #include <stdlib.h>

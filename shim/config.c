@@ -1,0 +1,325 @@
+/* config.c -- the policy in force, the shared breaker table, and the
+ * events written into it.
+ *
+ * Both are loaded once, by the first call that needs them or by the
+ * constructor, whichever comes first (a call from another library's
+ * constructor may come before ours). A changed policy file is picked up
+ * from the connect path, looked at no more than once a second. */
+
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "faultcfg.h"
+#include "real.h"
+#include "settings.h"
+#include "trace.h"
+
+uint64_t ns_rng_state;   /* per process: connect retry jitter */
+int ns_trace_env;        /* NETSHIM_TRACE=1 */
+
+/* The policy in force. A reload swaps the pointer; the old policy is kept,
+ * since another thread may be resolving against it at that moment, and a
+ * reload happens at most once a second. NULL: a bad policy, pass through. */
+struct ns_policy *ns_cfg_cur;
+int ns_cfg_disabled;
+static char cfg_path[1024];            /* "" = built-in defaults, nothing to reload */
+static struct { int64_t sec, nsec, size, ino; } cfg_stamp;
+static int64_t cfg_checked_s;          /* atomic: the second of the last look at the file */
+monotime ns_cfg_next_ns;           /* atomic: no look before then (the next second) */
+static int cfg_reloading;              /* atomic: one thread reloads, the others go on */
+pthread_once_t ns_cfg_once = PTHREAD_ONCE_INIT;
+int ns_cfg_ready;                  /* atomic: cfg_load has run (pthread_once's call skipped) */
+/* The fallback settings (ns_cfg_fallback) last kept. */
+static const struct ns_settings *cfg_fallback = &ns_builtin_settings;   /* atomic */
+
+struct ns_table ns_breakers;
+int ns_breakers_ok;
+pthread_once_t ns_tbl_once = PTHREAD_ONCE_INIT;
+int ns_tbl_ready;                  /* atomic: tbl_load has run */
+
+/* This thread is inside the one-time set-up of the policy or the table.
+ * connect() is async-signal-safe: a signal handler's connect may run in
+ * the middle of that set-up on the same thread, where pthread_once would
+ * wait for ever on itself. It sees these and passes its call through (the
+ * policy's built-in defaults are not even needed: it is simply not
+ * governed, as a call before the set-up began would not be). */
+__thread int ns_cfg_loading __attribute__((tls_model("initial-exec")));
+__thread int ns_tbl_loading __attribute__((tls_model("initial-exec")));
+
+/* Load the policy file into a new heap policy. Returns it, or NULL with the
+ * first error line in err. */
+static struct ns_policy *cfg_read(char *err, size_t len, int *nerr)
+{
+	struct ns_policy *p = calloc(1, sizeof(*p));
+	char *nl;
+	int r;
+
+	if (!p) {
+		snprintf(err, len, "out of memory");
+		return NULL;
+	}
+	r = cfg_path[0] ? ns_policy_load(cfg_path, p, err, len) : (ns_policy_builtin(p) == 0 ? 0 : -1);
+	*nerr = r;
+	if (r == 0)
+		return p;
+	nl = strchr(err, '\n');
+	if (nl)
+		*nl = '\0';
+	free(p);
+	return NULL;
+}
+
+static int cfg_stat(void)
+{
+	struct stat st;
+
+	if (stat(cfg_path, &st) < 0)
+		return -1;
+	if (st.st_mtim.tv_sec == cfg_stamp.sec && st.st_mtim.tv_nsec == cfg_stamp.nsec &&
+	    st.st_size == cfg_stamp.size && (int64_t)st.st_ino == cfg_stamp.ino)
+		return 0;
+	cfg_stamp.sec = st.st_mtim.tv_sec;
+	cfg_stamp.nsec = st.st_mtim.tv_nsec;
+	cfg_stamp.size = st.st_size;
+	cfg_stamp.ino = (int64_t)st.st_ino;
+	return 1;
+}
+
+/* What a destination gets once the process keeps NS_SETTINGS_KEPT_MAX
+ * values: the settings of one that no section names (the policy's
+ * [defaults] over the built-in values) for the policy in force, kept (from
+ * the store's reserve) when first needed. NULL: the built-in ones. */
+const struct ns_settings *ns_cfg_fallback(void)
+{
+	static const struct ns_policy *for_pol;   /* atomic */
+	const struct ns_policy *p = __atomic_load_n(&ns_cfg_cur, __ATOMIC_ACQUIRE);
+	const struct ns_settings *k = __atomic_load_n(&cfg_fallback, __ATOMIC_ACQUIRE);
+	struct ns_dest none;
+	struct ns_settings set;
+
+	if (!p || __atomic_load_n(&for_pol, __ATOMIC_ACQUIRE) == p)
+		return k;
+	memset(&none, 0, sizeof(none));
+	none.family = AF_INET;   /* 0.0.0.0 port 0, no name: only [defaults] (and a /0) match */
+	ns_policy_resolve(p, &none, &set, NULL);
+	k = ns_settings_intern_reserve(&set);
+	if (k) {
+		__atomic_store_n(&cfg_fallback, k, __ATOMIC_RELEASE);
+		__atomic_store_n(&for_pol, p, __ATOMIC_RELEASE);
+	}
+	return k;
+}
+
+static void cfg_load(void)
+{
+	const char *disable = getenv("NETSHIM_DISABLE");
+	const char *path = ns_policy_path();
+	struct ns_policy *p;
+	char err[NS_ERRBUF];
+	int nerr;
+
+	ns_real_bind();   /* reached from a connect before our constructor ran */
+	ns_log_init();
+	if (ns_fdtab_failed)
+		ns_log(NS_LOG_ERROR, "cannot reserve the fd table; passing every call through");
+	ns_trace_env = getenv("NETSHIM_TRACE") && strcmp(getenv("NETSHIM_TRACE"), "1") == 0;
+	if (disable && strcmp(disable, "1") == 0) {
+		ns_cfg_disabled = 1;
+		return;
+	}
+	if (path && strlen(path) < sizeof(cfg_path)) {
+		snprintf(cfg_path, sizeof(cfg_path), "%s", path);
+		cfg_stat();
+	}
+	p = cfg_read(err, sizeof(err), &nerr);
+	if (!p) {
+		ns_log(NS_LOG_ERROR, "bad policy, passing every call through: %s%s", err,
+		       nerr > 1 ? " (and more; see shimctl check)" : "");
+		return;
+	}
+	__atomic_store_n(&ns_cfg_cur, p, __ATOMIC_RELEASE);
+	ns_fault_config(p);
+}
+
+/* pthread_once's own call, skipped once the flag is seen set */
+void ns_cfg_load_once(void)
+{
+	ns_cfg_loading = 1;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	cfg_load();
+	__atomic_store_n(&ns_cfg_ready, 1, __ATOMIC_RELEASE);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	ns_cfg_loading = 0;
+}
+
+/* 0 once the policy is loaded, -1 inside its loading on this thread */
+/* For the lookup faults (fault.c): the policy's faults for d, none when
+ * the shim is off or d is bypassed. */
+void ns_policy_faults_for(const struct ns_dest *d, struct ns_settings *set)
+{
+	const struct ns_policy *pol = ns_cfg_get(ns_now());
+
+	set->fault.n = 0;
+	if (!pol)
+		return;
+	ns_policy_resolve(pol, d, set, NULL);
+	if (set->mode == NS_MODE_BYPASS)
+		set->fault.n = 0;
+}
+
+/* Pick up a changed policy file: looked at no more than once a second, from
+ * the connect path. A file that does not parse is logged once and the
+ * policy in force stays. */
+void ns_cfg_maybe_reload(monotime now)
+{
+	int64_t sec = now / 1000000000, seen = __atomic_load_n(&cfg_checked_s, __ATOMIC_RELAXED);
+	struct ns_policy *p;
+	char err[NS_ERRBUF];
+	int nerr, busy = 0;
+
+	if (!cfg_path[0]) {
+		__atomic_store_n(&ns_cfg_next_ns, INT64_MAX, __ATOMIC_RELAXED);   /* built-in: nothing to reload */
+		return;
+	}
+	__atomic_store_n(&ns_cfg_next_ns, (sec + 1) * 1000000000, __ATOMIC_RELAXED);
+	if (sec == seen ||
+	    !__atomic_compare_exchange_n(&cfg_checked_s, &seen, sec, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		return;
+	if (!__atomic_compare_exchange_n(&cfg_reloading, &busy, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+		return;
+	if (cfg_stat() == 1) {
+		p = cfg_read(err, sizeof(err), &nerr);
+		if (p) {
+			__atomic_store_n(&ns_cfg_cur, p, __ATOMIC_RELEASE);
+			ns_fault_config(p);
+			NS_LOG(NS_LOG_WARN, "policy reloaded from %s", cfg_path);
+			if (ns_tbl_on())
+				ns_emit(NS_E_POLICY_RELOADED, -1, "", NULL, 0, cfg_path, 0);
+		} else {
+			NS_LOG(NS_LOG_ERROR, "changed policy rejected, keeping the one in force: %s", err);
+			if (ns_tbl_on())
+				ns_emit(NS_E_POLICY_REJECTED, -1, "", NULL, 0, err, 0);
+		}
+	}
+	__atomic_store_n(&cfg_reloading, 0, __ATOMIC_RELEASE);
+}
+
+
+static void tbl_load(void)
+{
+	const char *name = getenv("NETSHIM_TABLE");
+	const char *slots = getenv("NETSHIM_TABLE_SLOTS");
+	const char *events = getenv("NETSHIM_TABLE_EVENTS");
+	char def[64], err[NS_ERRBUF];
+	uint32_t nslots, nevents;
+
+	if (!name || !*name) {
+		ns_table_default_name(def, sizeof(def));
+		name = def;
+	}
+	if (ns_table_size_env(slots, NS_TABLE_MAX_SLOTS, &nslots) < 0)
+		ns_log(NS_LOG_ERROR, "NETSHIM_TABLE_SLOTS=%s is not a whole number from 1 to %u; a new table gets %u slots",
+		       slots, NS_TABLE_MAX_SLOTS, NS_TABLE_DEFAULT_SLOTS);
+	if (ns_table_size_env(events, NS_EVENTS_MAX, &nevents) < 0)
+		ns_log(NS_LOG_ERROR, "NETSHIM_TABLE_EVENTS=%s is not a whole number from 1 to %u; a new table gets %u events",
+		       events, NS_EVENTS_MAX, NS_EVENTS_DEFAULT);
+	if (ns_table_open(name, 1, nslots, nevents, &ns_breakers, err, sizeof(err)) != NS_TBL_OK) {
+		ns_log(NS_LOG_ERROR, "%s; breakers off, passing calls through", err);
+		return;
+	}
+	if (ns_breakers.moved)
+		ns_log(NS_LOG_WARN, "%s", err);
+	ns_breakers_ok = 1;
+	/* shimctl inject moves it: the one thing a connect checks for faults */
+	__atomic_store_n(&ns_fault_genp, &ns_breakers.hdr->flt_gen, __ATOMIC_RELEASE);
+}
+
+/* The table shrank under us (see ns_table_broken): say so once and leave
+ * it; the breakers are off for this process from here on. */
+__attribute__((noinline, cold)) void ns_tbl_broke(void)
+{
+	__atomic_store_n(&ns_fault_genp, NULL, __ATOMIC_RELEASE);
+	if (__atomic_exchange_n(&ns_breakers_ok, 0, __ATOMIC_ACQ_REL))
+		ns_log(NS_LOG_ERROR, "%s was truncated under this process; breakers off, passing calls through",
+		       ns_breakers.path);
+}
+
+void ns_tbl_load_once(void)
+{
+	ns_tbl_loading = 1;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	tbl_load();
+	__atomic_store_n(&ns_tbl_ready, 1, __ATOMIC_RELEASE);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	ns_tbl_loading = 0;
+}
+
+static void rng_seed(void)
+{
+	ns_rng_state = (uint64_t)ns_now() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&ns_rng_state;
+}
+
+__attribute__((constructor)) static void ns_init(void)
+{
+	ns_real_bind();
+	ns_cfg_init();
+	rng_seed();
+	/* a forked child draws its own jitter, not its parent's */
+	pthread_atfork(NULL, NULL, rng_seed);
+}
+
+
+/* Write one event into the shared ring: a transition, a traced failure, or
+ * a process-wide happening (key may then be ""). */
+void ns_emit(int type, int slot, const char *key, const struct ns_step *st, int err, const char *detail, int trace)
+{
+	struct ns_evrec ev;
+	struct ns_entry e;
+	int saved = errno;
+
+	if (!ns_breakers_ok)
+		return;
+	memset(&ev, 0, sizeof(ev));
+	ev.type = (uint32_t)type;
+	ev.pid = (uint32_t)getpid();
+	ev.err = (uint32_t)err;
+	snprintf(ev.dest, sizeof(ev.dest), "%s", key);
+	snprintf(ev.program, sizeof(ev.program), "%s", program_invocation_short_name);
+	if (detail)
+		snprintf(ev.detail, sizeof(ev.detail), "%s", detail);
+	if (st) {
+		ev.rule = (uint32_t)st->rule;
+		ev.consecutive = st->next.consec;
+	}
+	if (slot >= 0 && ns_table_read(&ns_breakers, slot, (uint64_t)(ns_now() / 1000000), &e) == 0)
+		ev.failures_in_window = e.failures_in_window;
+	if (trace)
+		ev.nframes = ns_trace_frames(ev.frames, NS_FRAMES);
+	ns_table_event(&ns_breakers, &ev, ns_wall_ms());
+	errno = saved;
+}
+
+int ns_shim_active(void)
+{
+	return ns_cfg_get(ns_now()) != NULL;
+}
+
+struct ns_table *ns_tbl(void)
+{
+	if (!ns_cfg_get(ns_now()))
+		return NULL;   /* NETSHIM_DISABLE=1 or a bad policy: no table either */
+	return ns_tbl_on() ? &ns_breakers : NULL;
+}
+
+void ns_note_event(int type, int slot, const char *key, const char *detail)
+{
+	if (ns_tbl_on())
+		ns_emit(type, slot, key, NULL, 0, detail, 0);
+}

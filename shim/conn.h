@@ -1,0 +1,283 @@
+/* conn.h -- a governed connection's record, and the fd table that leads
+ * to it (fdtab.c). */
+#ifndef NS_CONN_H
+#define NS_CONN_H
+
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "../policy/policy.h"
+#include "base.h"
+
+/**** per-connection state ****/
+
+/* One direction's receive or send timeout: the program's own, and what the
+ * shim put into the kernel (SO_RCVTIMEO/SO_SNDTIMEO) on its behalf. */
+enum { NS_SRC_NONE = 0, NS_SRC_PROGRAM, NS_SRC_SHIM_READ, NS_SRC_SHIM_TOTAL };
+struct ns_dir {
+	int64_t prog_ns;      /* the program's timeout, 0 = none */
+	int64_t kernel_ns;    /* what the kernel holds now, 0 = none */
+	uint32_t src;         /* whose timeout the kernel holds */
+};
+
+enum { NS_IN = 0, NS_OUT = 1 };
+
+/* Which deadline fired while the program waited in poll/select/epoll. From
+ * then on the connection answers ETIMEDOUT: SO_ERROR for a connect, every
+ * data call otherwise. */
+enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
+#define NS_EXP_MASK 0xffu
+/* Above the kind, in the same word: the connection has injected faults
+ * (fault.c). One word, so the data path's one check covers both. */
+#define NS_ATTN_FAULT 0x100u
+
+/* conn flags (atomic) */
+#define NS_C_NONBLOCK 0x1u
+#define NS_C_CONNECTING 0x2u
+#define NS_C_ENFORCE 0x4u
+#define NS_C_FAILED 0x8u          /* the connect failed: the socket may connect anew */
+#define NS_C_ARM_PENDING 0x10u    /* kernel timeouts to set once the socket turns blocking */
+#define NS_C_ERR_PENDING 0x20u    /* the connect deadline fired: report ETIMEDOUT once, as the kernel does */
+#define NS_C_FAULT 0x40u          /* injected faults: every data call takes the slow path */
+/* Mirrors of the other fields the data path must notice, so that its one
+ * check before and one after the real call are a single load each. */
+#define NS_C_WAITING 0x80u        /* rd_wait_start is set */
+#define NS_C_INTR 0x100u          /* intr_deadline is set */
+#define NS_C_TOTAL 0x200u         /* total_deadline is set */
+#define NS_C_EXPIRED 0x400u       /* a deadline fired in a wait (expired has its kind) */
+/* Exchanges (exchange.c): the next send starts one; its answer is being
+ * read for an HTTP status; this exchange had a request; what the first
+ * bytes sent said about the protocol. */
+#define NS_C_XNEXT 0x800u
+#define NS_C_PARSE 0x1000u
+#define NS_C_SENT 0x2000u
+#define NS_C_HTTP 0x4000u
+#define NS_C_NOTHTTP 0x8000u
+#define NS_C_TLS 0x10000u         /* its plaintext is seen (tls.c): turns are taken there */
+#define NS_C_TLSWIRE 0x20000u     /* the first bytes sent were a TLS ClientHello */
+#define NS_C_HSDONE 0x40000u      /* the TLS handshake had its outcome (not an exchange) */
+/* Keep-alive reuse: an exchange of this connection had its answer; the
+ * exchange in progress is not the connection's first. A reused connection
+ * that ends before any byte of the answer was closed by the server while
+ * idle (the race every keep-alive client loses now and then, and wins by
+ * sending again on a new connection): no outcome, counted apart. */
+#define NS_C_ANSWERED 0x80000u
+#define NS_C_REUSED 0x100000u
+/* The first bytes sent so far ("G", "GE") may still begin an HTTP method:
+ * the next sends are looked at too (exchange.c), until they tell. */
+#define NS_C_SNIFF 0x200000u
+/* A send or read that is a turn of the exchange (exchange.c) */
+#define NS_C_TURN (NS_C_XNEXT | NS_C_PARSE | NS_C_SNIFF)
+#define NS_C_PRE (NS_C_TOTAL | NS_C_INTR | NS_C_EXPIRED | NS_C_FAULT)
+#define NS_C_PRE_DIR(d) (NS_C_PRE | ((d) == NS_OUT ? (NS_C_XNEXT | NS_C_SNIFF) : NS_C_PARSE))
+#define NS_C_POST (NS_C_CONNECTING | NS_C_FAULT | NS_C_WAITING | NS_C_INTR)
+
+/* Injected faults of one connection (fault.c): set at connect, read only
+ * while NS_ATTN_FAULT is set in the connection's expired word. */
+struct ns_cfault {
+	uint32_t end_kind;          /* NS_F_STALL, _RESET, _CLOSE, _STATUS, or 0 */
+	uint32_t status;            /* status: the code */
+	uint64_t after;             /* stall/reset/close: bytes that arrive first */
+	int64_t latency_ns;         /* latency: 0 = none */
+	uint64_t rate;              /* bandwidth: bytes/s, 0 = none */
+	uint64_t got;               /* bytes the program has received */
+	monotime resp_due;          /* latency: input held until then */
+	uint32_t awaiting;          /* latency: sent, the answer not yet begun */
+	uint32_t sent;              /* status: the request was sent (and swallowed) */
+	monotime bw_start;          /* bandwidth: the clock of the rate */
+	monotime delay_until;       /* delay: the real connect starts then; 0 = done */
+	uint32_t synth_off;         /* status: bytes of the answer handed out */
+	uint32_t end_done;          /* reset: reported (then end of stream) */
+	monotime end_at;            /* reset after 0: not before then (see fault.c) */
+	int32_t rt_idx;             /* runtime fault record, -1 = policy or shimrun */
+	socklen_t real_len;
+	struct sockaddr_storage real_sa;   /* delay: the address to connect to */
+};
+
+/* A governed connection, shared by every fd dup'ed from the one that
+ * connected. Records come from a pool and are never unmapped, so a thread
+ * that races a close reads stale fields, never freed memory. */
+struct ns_conn {
+	uint32_t gen;             /* atomic: bumped when the record is freed and reused */
+	uint32_t refs;            /* atomic: holders of the record (fds, epoll registrations) */
+	uint32_t fds;             /* atomic: fd table entries pointing here */
+	uint32_t outcome;         /* atomic: 1 once the one outcome is counted */
+	uint32_t flags;           /* atomic NS_C_* */
+	int32_t slot;             /* breaker table slot, -1 = none */
+	monotime start;
+	monotime connect_deadline;/* absolute, 0 = none; for the event-loop waits */
+	monotime total_deadline;  /* absolute, 0 = none */
+	monotime intr_deadline;   /* the rest of a read a signal interrupted, 0 = none */
+	monotime rd_wait_start;   /* an event loop began waiting for input (or, during that
+				   * wait, the program sent): the read clock; 0 = not waiting */
+	uint32_t expired;         /* atomic NS_EXP_*: a deadline fired inside a wait */
+	int64_t read_timeout_ns;  /* 0 = none */
+	struct ns_dir dir[2];
+	const struct ns_settings *set;   /* atomic: a kept value (settings.c); NULL until the first connect */
+	/* written at once (ns_conn_put_key), read through a copy (ns_conn_key): see LD/ST below */
+	union { char key[NS_KEY_MAX]; uint64_t key_w[NS_KEY_MAX / 8]; };
+	struct ns_cfault fault;
+	/* the destination's address as connect() named it (family << 16 | port,
+	 * and 16 bytes), for conn_still: is the number still this socket? */
+	uint32_t peer_fp;
+	uint64_t peer_a[2];
+	/* the exchange in progress (exchange.c; its thread's slow path only) */
+	monotime xstart;          /* when its request went out; 0 = the connect's */
+	uint32_t hstate;          /* HTTP answer: status line, or 1xx headers to skip */
+	uint32_t hlen;            /* bytes of the status line (or of "\r\n\r\n") seen */
+	char hbuf[16];            /* "HTTP/1.1 503" */
+	struct ns_conn *next_free;
+};
+_Static_assert(NS_KEY_MAX % 8 == 0, "copied in words");
+
+
+/* fd table entries: 0 unknown, a struct ns_conn pointer, or a tag (bit 0 set). */
+#define NS_TAG 0x1u
+#define NS_TAG_STREAM 0x2u      /* an AF_INET/AF_INET6 stream socket not yet connected */
+#define NS_TAG_NONBLOCK 0x4u
+#define NS_TAG_EPOLL 0x8u        /* an epoll fd the shim keeps registrations for */
+#define NS_TAG_TIMEO 0x10u       /* the program may have set SO_RCVTIMEO/SO_SNDTIMEO: ask the kernel */
+#define NS_TAG_REFUSED 0x20u     /* an open breaker refused its non-blocking connect (see refuse_open) */
+
+extern uintptr_t *ns_fdtab NS_HIDDEN;
+extern unsigned ns_fdmax NS_HIDDEN;
+extern unsigned ns_fdhi NS_HIDDEN;   /* atomic: above the highest fd ever given an entry */
+
+/* The connection behind fd, or NULL: the one lookup every wrapper makes. */
+static inline struct ns_conn *ns_conn_of(int fd)
+{
+	uintptr_t v;
+
+	if ((unsigned)fd >= ns_fdmax)
+		return NULL;
+	v = __atomic_load_n(&ns_fdtab[fd], __ATOMIC_ACQUIRE);
+	return (v & NS_TAG) ? NULL : (struct ns_conn *)v;
+}
+
+static inline uintptr_t ns_fd_get(int fd)
+{
+	return (unsigned)fd < ns_fdmax ? __atomic_load_n(&ns_fdtab[fd], __ATOMIC_ACQUIRE) : 0;
+}
+
+/* The shim's own file I/O, straight to libc (see nointercept.h). */
+
+NS_HIDDEN void ns_fd_init(void);
+/* Put v at fd (taking a reference if it is a conn) and drop what was there. */
+NS_HIDDEN void ns_fd_set(int fd, uintptr_t v);
+/* ...for a record from ns_conn_alloc: its one reference passes to fd's entry. */
+NS_HIDDEN void ns_fd_publish(int fd, struct ns_conn *c);
+/* ...for a tag (or 0) at a number the kernel just handed out: the common
+ * case, a free entry below the high-water mark, is one load and a store
+ * (the number is the caller's: no other thread writes its entry). */
+static inline void ns_fd_tag(int fd, uintptr_t tag)
+{
+	if ((unsigned)fd < __atomic_load_n(&ns_fdhi, __ATOMIC_RELAXED) &&
+	    !__atomic_load_n(&ns_fdtab[fd], __ATOMIC_RELAXED)) {
+		if (tag)
+			__atomic_store_n(&ns_fdtab[fd], tag, __ATOMIC_RELEASE);
+		return;
+	}
+	ns_fd_set(fd, tag);
+}
+NS_HIDDEN struct ns_conn *ns_conn_alloc(void);
+NS_HIDDEN void ns_conn_ref(struct ns_conn *c);
+NS_HIDDEN void ns_conn_unref(struct ns_conn *c);
+/* A record's key: set once at connect, copied out whole. */
+NS_HIDDEN void ns_conn_put_key(struct ns_conn *c, const char *key, size_t klen);
+/* A record's settings: a kept value, never freed, so a record read while
+ * it is reused still gives whole settings (the built-in ones before its
+ * first connect set any). */
+static inline const struct ns_settings *ns_conn_set(const struct ns_conn *c)
+{
+	const struct ns_settings *s = __atomic_load_n(&c->set, __ATOMIC_ACQUIRE);
+
+	return s ? s : &ns_builtin_settings;
+}
+NS_HIDDEN void ns_conn_key(const struct ns_conn *c, char out[NS_KEY_MAX]);
+/* Is HTTP status code a failure under the record's failure_status? */
+NS_HIDDEN int ns_conn_status_fails(const struct ns_conn *c, unsigned code);
+/* Drop the entries of fds first..last (both included), as their closing
+ * behind the shim's back (close_range, closefrom, fclose) requires. */
+NS_HIDDEN void ns_fd_forget_range(unsigned first, unsigned last);
+/* 1 inside a vfork child: it must not touch the parent's descriptor
+ * state. One load until the program first calls vfork, then a getpid. */
+extern int ns_vforked NS_HIDDEN;
+NS_HIDDEN void *ns_vfork_bind(void);   /* libc's vfork for the exported stub */
+NS_HIDDEN int ns_vfork_pid_differs(void);
+static inline int ns_in_vfork_child(void)
+{
+	return __atomic_load_n(&ns_vforked, __ATOMIC_RELAXED) && ns_vfork_pid_differs();
+}
+
+static inline uint32_t ns_exp_kind(struct ns_conn *c)
+{
+	return __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE) & NS_EXP_MASK;
+}
+
+/* Set a time field and the flag bit that says it is set: the field first,
+ * so a thread that sees the bit finds the value (or a newer one). */
+static inline void ns_set_flagged(struct ns_conn *c, monotime *field, monotime v, uint32_t bit)
+{
+	__atomic_store_n(field, v, __ATOMIC_RELAXED);
+	if (v)
+		__atomic_fetch_or(&c->flags, bit, __ATOMIC_RELEASE);
+	else
+		__atomic_fetch_and(&c->flags, ~bit, __ATOMIC_RELEASE);
+}
+
+#define ns_set_rd_wait(c, v) ns_set_flagged((c), &(c)->rd_wait_start, (v), NS_C_WAITING)
+#define ns_set_intr(c, v) ns_set_flagged((c), &(c)->intr_deadline, (v), NS_C_INTR)
+
+
+/* A fired connect deadline is told once (connect() or SO_ERROR), as the
+ * kernel tells its own: 1 for the one caller that takes it. */
+static inline int ns_take_err_pending(struct ns_conn *c)
+{
+	return (__atomic_fetch_and(&c->flags, ~NS_C_ERR_PENDING, __ATOMIC_RELAXED) & NS_C_ERR_PENDING) != 0;
+}
+
+
+/* d (its name left empty) from an AF_INET or AF_INET6 address: 0, or -1. */
+static inline __attribute__((always_inline)) int ns_dest_from_sa(const struct sockaddr *sa, socklen_t len, struct ns_dest *d)
+{
+	d->name[0] = '\0';   /* (all of it would be 280 bytes to clear on every connect) */
+	memset(d->addr, 0, sizeof(d->addr));
+	if (sa->sa_family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in)) {
+		const struct sockaddr_in *s4 = (const struct sockaddr_in *)sa;
+
+		d->family = AF_INET;
+		memcpy(d->addr, &s4->sin_addr, 4);
+		d->port = ntohs(s4->sin_port);
+		return 0;
+	}
+	if (sa->sa_family == AF_INET6 && len >= (socklen_t)sizeof(struct sockaddr_in6)) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
+
+		if (IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
+			d->family = AF_INET;
+			memcpy(d->addr, &s6->sin6_addr.s6_addr[12], 4);
+		} else {
+			d->family = AF_INET6;
+			memcpy(d->addr, &s6->sin6_addr, 16);
+		}
+		d->port = ntohs(s6->sin6_port);
+		return 0;
+	}
+	return -1;
+}
+
+
+/* The epoll registry (wait_epoll.c) keeps registrations by fd number, so
+ * the fd table tells it of a number that now stands for another connection
+ * and of one that closed: through these, set before its first registration,
+ * and only while ns_ep_count (its registrations) is not 0, one load. */
+extern unsigned ns_ep_count NS_HIDDEN;
+extern void (*ns_fd_watch_note)(int fd) NS_HIDDEN;
+extern void (*ns_fd_watch_forget)(int fd) NS_HIDDEN;
+/* The table could not be reserved (the shim passes every call through;
+ * the configuration's loading says so). */
+extern int ns_fdtab_failed NS_HIDDEN;
+
+#endif

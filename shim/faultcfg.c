@@ -1,0 +1,113 @@
+/* faultcfg.c -- which faults this process may inject, and the random
+ * source that picks the connections they act on: NETSHIM_INJECT (shimrun
+ * --inject), NETSHIM_FAULT_SEED or the policy's fault_seed, read when the
+ * policy is loaded (config.c). What they then do is fault.c's. */
+#include "faultcfg.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../policy/fault.h"
+
+struct inj {
+	struct ns_section pat;
+	struct ns_faults f;
+};
+
+static struct inj *env_inj;       /* NETSHIM_INJECT, parsed once */
+static int env_n;
+int ns_fault_local;               /* atomic: the policy or NETSHIM_INJECT names a fault */
+const uint64_t *ns_fault_genp;    /* atomic: the table's flt_gen, once it is mapped */
+static uint64_t frng;             /* atomic: the fault random source */
+static int seeded;                /* a seed was given: a forked child goes on from it */
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+static void fault_reseed(void)
+{
+	if (!seeded)
+		__atomic_store_n(&frng, (uint64_t)ns_now() ^ ((uint64_t)getpid() << 32) ^ 0x5bd1e995ULL,
+				 __ATOMIC_RELAXED);
+}
+
+static void env_load(void)
+{
+	const char *v = getenv("NETSHIM_INJECT");
+	char *copy, *line, *save = NULL;
+	int cap = 0;
+
+	if (!v || !*v)
+		return;
+	copy = strdup(v);
+	if (!copy)
+		return;
+	for (const char *p = v; *p; p++)
+		cap += *p == '\n';
+	env_inj = calloc((size_t)cap + 1, sizeof(*env_inj));
+	if (!env_inj) {
+		free(copy);
+		return;
+	}
+	for (line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char why[300];
+
+		if (env_n > cap)
+			break;
+		if (ns_inject_parse(line, &env_inj[env_n].pat, &env_inj[env_n].f, why, sizeof(why)) < 0) {
+			ns_log(NS_LOG_ERROR, "NETSHIM_INJECT: %s; ignored", why);
+			continue;
+		}
+		/* never by accident: a run with injected faults says so */
+		ns_log(NS_LOG_WARN, "injecting faults in this run: %s", line);
+		env_n++;
+	}
+	free(copy);
+}
+
+void ns_fault_config(const struct ns_policy *pol)
+{
+	const char *seed = getenv("NETSHIM_FAULT_SEED");
+	uint64_t s = 0;
+
+	pthread_once(&env_once, env_load);
+	if (seed && *seed) {
+		s = strtoull(seed, NULL, 10);
+		if (!s)
+			ns_log(NS_LOG_ERROR, "NETSHIM_FAULT_SEED=%s is not a whole number from 1; ignored", seed);
+	}
+	if (!s && pol && pol->nsections > 0)
+		s = pol->sec[0].v.fault_seed;
+	if (s && !seeded) {
+		seeded = 1;
+		__atomic_store_n(&frng, s, __ATOMIC_RELAXED);
+	} else if (!seeded && !__atomic_load_n(&frng, __ATOMIC_RELAXED)) {
+		fault_reseed();
+		pthread_atfork(NULL, NULL, fault_reseed);
+	}
+	__atomic_store_n(&ns_fault_local, (pol && pol->has_faults) || env_n > 0, __ATOMIC_RELEASE);
+}
+
+/* Draw the choice for one connection (or lookup) from the shared source. */
+uint32_t ns_fault_choose(const struct ns_faults *f, int phase)
+{
+	uint64_t old = __atomic_load_n(&frng, __ATOMIC_RELAXED), st;
+	uint32_t mask;
+
+	do {
+		st = old;
+		mask = ns_faults_choose(f, phase, &st);
+	} while (!__atomic_compare_exchange_n(&frng, &old, st, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+	return mask;
+}
+
+int ns_fault_env_match(const struct ns_dest *d, struct ns_faults *out)
+{
+	for (int i = 0; i < env_n; i++) {
+		if (ns_pattern_match(&env_inj[i].pat, d)) {
+			*out = env_inj[i].f;
+			return 1;
+		}
+	}
+	return 0;
+}

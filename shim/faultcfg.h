@@ -1,0 +1,30 @@
+/* faultcfg.h -- the faults this process may inject, and their random
+ * source (faultcfg.c). */
+#ifndef NS_FAULTCFG_H
+#define NS_FAULTCFG_H
+
+#include "../policy/policy.h"
+#include "base.h"
+
+/* The policy in force changed (or was loaded): what faults keep of it. */
+NS_HIDDEN void ns_fault_config(const struct ns_policy *pol);
+/* Could any fault act in this process? The policy or NETSHIM_INJECT names
+ * one (ns_fault_local), or the table's fault generation ever moved (someone
+ * ran shimctl inject). Two loads and a test: the whole cost of fault
+ * injection to a connect or a lookup when nobody injects anything. */
+extern int ns_fault_local NS_HIDDEN;
+extern const uint64_t *ns_fault_genp NS_HIDDEN;
+static inline int ns_fault_possible(void)
+{
+	const uint64_t *g = __atomic_load_n(&ns_fault_genp, __ATOMIC_ACQUIRE);
+
+	return __atomic_load_n(&ns_fault_local, __ATOMIC_RELAXED) || (g && __atomic_load_n(g, __ATOMIC_RELAXED));
+}
+/* Draw which of f's faults of a phase (NS_FP_*) act, from the shared
+ * random source: a mask of f's entries. */
+NS_HIDDEN uint32_t ns_fault_choose(const struct ns_faults *f, int phase);
+/* shimrun --inject (NETSHIM_INJECT): the faults of its first line that
+ * matches d, 1; or 0. */
+NS_HIDDEN int ns_fault_env_match(const struct ns_dest *d, struct ns_faults *out);
+
+#endif

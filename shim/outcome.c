@@ -1,0 +1,206 @@
+/* outcome.c -- what a connection's calls mean for its destination's
+ * breaker: the one outcome of each exchange (success, failure, timeout, or
+ * a stale keep-alive reuse that counts as nothing), the latencies, the HTTP
+ * status, and the breaker's admission of a connect. Each is counted in the
+ * shared table (config.c), logged, and, when it moves a breaker, written
+ * to the events ring. */
+#include "outcome.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "config.h"
+
+
+static void log_step(int slot, const char *key, const struct ns_step *st, int err, int trace, const char *what)
+{
+	switch (st->transition) {
+	case NS_TR_OPENED:
+		NS_LOG(NS_LOG_WARN, "breaker for %s opened by rule %s (%u failures in a row)%s%s",
+		       key, ns_rule_name(st->rule), st->next.consec, what ? "; the last " : "", what ? what : "");
+		ns_emit(NS_E_OPENED, slot, key, st, err, what, trace);
+		break;
+	case NS_TR_REOPENED:
+		NS_LOG(NS_LOG_WARN, "breaker for %s reopened: half-open probe failed", key);
+		ns_emit(NS_E_REOPENED, slot, key, st, err, what, trace);
+		break;
+	case NS_TR_CLOSED:
+		NS_LOG(NS_LOG_WARN, "breaker for %s closed: probe succeeded", key);
+		ns_emit(NS_E_CLOSED, slot, key, st, 0, NULL, 0);
+		break;
+	}
+}
+
+/* When the exchange in progress began: its request, or the connect for
+ * the first. */
+static monotime exchange_start(const struct ns_conn *c)
+{
+	return LD(c->xstart) ? LD(c->xstart) : LD(c->start);
+}
+
+/* Count the connection's one outcome. kind is NS_OUT_*. */
+void ns_conn_outcome(struct ns_conn *c, int kind, int err)
+{
+	struct ns_step st;
+	char key[NS_KEY_MAX];
+	uint64_t now_ms;
+	uint32_t was;
+	int saved = errno, trace, slot;
+	const char *what = NULL;
+
+	was = __atomic_fetch_and(&c->flags, ~(NS_C_CONNECTING | NS_C_PARSE | NS_C_SENT), __ATOMIC_RELAXED);
+	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
+		return;
+	/* decided: the next send starts the next exchange */
+	__atomic_fetch_or(&c->flags, NS_C_XNEXT, __ATOMIC_RELAXED);
+	slot = LD(c->slot);
+	if ((was & NS_C_TLSWIRE) && !(was & NS_C_HSDONE) && !(was & NS_C_CONNECTING)) {
+		__atomic_fetch_or(&c->flags, NS_C_HSDONE, __ATOMIC_RELAXED);   /* the handshake: no exchange */
+	} else if (!(was & NS_C_CONNECTING)) {
+		/* an answer came: the connection's next exchange is a reuse */
+		if (kind == NS_OUT_SUCCESS && (was & NS_C_SENT))
+			__atomic_fetch_or(&c->flags, NS_C_ANSWERED, __ATOMIC_RELAXED);
+		if (slot >= 0 && ns_breakers_ok)
+			ns_table_exchange(&ns_breakers, slot);
+	}
+	if (kind == NS_OUT_SUCCESS && (slot < 0 || !ns_breakers_ok))
+		goto out;
+	/* the key is for the log and events: a success needs it only when it
+	 * moves the breaker (every exchange of a keep-alive loop comes here) */
+	key[0] = '\0';
+	if (kind != NS_OUT_SUCCESS || ns_log_level >= NS_LOG_INFO)
+		ns_conn_key(c, key);
+	/* the bank-transfer lesson: a connect that failed never reached the
+	 * server (safe to retry); a failure after the request went out is an
+	 * unknown outcome (never retry it blindly) */
+	if (kind != NS_OUT_SUCCESS)
+		what = (was & NS_C_CONNECTING) ? "connect failed (nothing sent)" :
+		       !(was & NS_C_SENT) ? NULL : kind == NS_OUT_TIMEOUT ?
+		       "timed out after the request was sent (outcome unknown)" :
+		       "failed after the request was sent (outcome unknown)";
+	if (kind != NS_OUT_SUCCESS)
+		NS_LOG(NS_LOG_INFO, "%s: %s%s%s", key, kind == NS_OUT_TIMEOUT ? "deadline expired" :
+		       err ? strerror(err) : "closed before the answer", what ? ": " : "", what ? what : "");
+	if (slot >= 0 && ns_breakers_ok) {
+		monotime now = ns_now(), from = exchange_start(c);
+
+		const struct ns_settings *set = ns_conn_set(c);
+
+		now_ms = (uint64_t)(now / 1000000);
+		ns_table_outcome_at(&ns_breakers, slot, kind, err, kind == NS_OUT_SUCCESS ? (uint64_t)(now - from) / 1000 : 0,
+				    now_ms, ns_wall_ms(), set, &st);
+		trace = kind != NS_OUT_SUCCESS && (ns_trace_env || set->trace);
+		if (st.transition != NS_TR_NONE && !key[0])
+			ns_conn_key(c, key);
+		if (st.transition != NS_TR_NONE)
+			log_step(slot, key, &st, err, trace, what);
+		else if (trace)
+			ns_emit(NS_E_CONNECT_FAILED, slot, key, &st, err, what, 1);
+	}
+out:
+	errno = saved;
+}
+
+/* A reused connection ended (end of stream, or err) before any byte of the
+ * answer to its request (ns_exchange_stale): the server closed it while it
+ * sat idle, and the client's answer to that is a new connection, whose
+ * outcome is the one that counts. The exchange is settled without an
+ * outcome and counted as a stale reuse. */
+void ns_conn_stale(struct ns_conn *c, int err)
+{
+	int saved = errno, slot = LD(c->slot);
+
+	__atomic_fetch_and(&c->flags, ~(NS_C_PARSE | NS_C_SENT), __ATOMIC_RELAXED);
+	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
+		return;
+	__atomic_fetch_or(&c->flags, NS_C_XNEXT, __ATOMIC_RELAXED);
+	if (slot >= 0 && ns_breakers_ok)
+		ns_table_stale_reuse(&ns_breakers, slot);
+	if (unlikely(ns_log_level >= NS_LOG_INFO)) {
+		char key[NS_KEY_MAX];
+
+		ns_conn_key(c, key);
+		ns_log(NS_LOG_INFO, "%s: reused connection %s before the answer: stale keep-alive, not counted",
+		       key, err ? strerror(err) : "closed");
+	}
+	errno = saved;
+}
+
+
+
+void ns_first_byte_latency(struct ns_conn *c)
+{
+	if (LD(c->slot) >= 0 && ns_breakers_ok)
+		ns_table_latency(&ns_breakers, LD(c->slot), 1, (uint64_t)(ns_now() - exchange_start(c)) / 1000);
+}
+
+void ns_conn_http(struct ns_conn *c, unsigned code, int failed)
+{
+	int slot = LD(c->slot);
+
+	if (LD(c->outcome))
+		return;
+	__atomic_fetch_and(&c->flags, ~NS_C_PARSE, __ATOMIC_RELAXED);   /* the status decides, not the bytes */
+	if (slot >= 0 && ns_breakers_ok)
+		ns_table_http(&ns_breakers, slot, code, failed);
+	__atomic_fetch_or(&c->flags, NS_C_ANSWERED, __ATOMIC_RELAXED);   /* an answer, whatever its status */
+	if (failed)
+		NS_LOG(NS_LOG_INFO, "exchange failed: HTTP %u", code);
+	ns_conn_outcome(c, failed ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 0);
+}
+
+
+/* ...out of line, for the paths that are not a connect's own */
+__attribute__((noinline)) void ns_conn_connected(struct ns_conn *c)
+{
+	ns_conn_connected_now(c);
+}
+
+void ns_conn_fail_errno(struct ns_conn *c, int e)
+{
+	/* a connect that failed leaves the socket free for a new attempt */
+	if (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING)
+		__atomic_fetch_or(&c->flags, NS_C_FAILED, __ATOMIC_RELAXED);
+	ns_conn_outcome(c, e == ETIMEDOUT ? NS_OUT_TIMEOUT : NS_OUT_FAILURE, e);
+}
+
+
+/* Ask the breaker whether a connect to key may go out: 0, or -1 when it is
+ * open. *slot: the key's slot (hint, a slot remembered for it, or the one found), or -1
+ * when uncounted. */
+static int tbl_full_said;
+
+int ns_breaker_admit(const char *key, int hint, int *slotp, const struct ns_settings *set,
+			 int enforce, monotime now)
+{
+	struct ns_step st;
+	int slot;
+
+	*slotp = -1;
+	if (!ns_tbl_on())
+		return 0;
+	/* a slot keeps its key for the table's life: a remembered one is used as it is */
+	slot = hint >= 0 ? hint : ns_table_find(&ns_breakers, key, 1, (uint64_t)(now / 1000000));
+	if (unlikely(ns_table_broken(&ns_breakers))) {
+		ns_tbl_broke();
+		return 0;
+	}
+	if (slot == NS_SLOT_FULL && !__atomic_exchange_n(&tbl_full_said, 1, __ATOMIC_RELAXED)) {
+		/* once per process: the table says so too, and shimctl shows the count */
+		NS_LOG(NS_LOG_WARN, "breaker table full; %s and other new destinations pass through uncounted", key);
+		ns_emit(NS_E_TABLE_FULL, -1, key, NULL, 0, "new destinations pass through uncounted", 0);
+	}
+	if (slot < 0)
+		return 0;
+	*slotp = slot;
+	if (ns_table_attempt(&ns_breakers, slot, enforce, (uint64_t)(now / 1000000), set, &st) == NS_REJECT) {
+		NS_LOG(NS_LOG_DEBUG, "%s: breaker open, connect refused", key);
+		return -1;
+	}
+	if (st.transition == NS_TR_HALF_OPENED) {
+		NS_LOG(NS_LOG_INFO, "breaker for %s half-open: letting a probe through", key);
+		ns_emit(NS_E_HALF_OPEN, slot, key, &st, 0, NULL, 0);
+	}
+	return 0;
+}
+

@@ -1,0 +1,21 @@
+/* tls.h -- the TLS record calls of OpenSSL and GnuTLS (tls.c). */
+#ifndef NS_TLS_H
+#define NS_TLS_H
+
+#include <sys/types.h>
+#include "base.h"
+
+/* tls.c: the record calls of OpenSSL and GnuTLS (opaque session pointers). */
+/* caller: the return address of the exported wrapper's call */
+NS_HIDDEN int ns_ssl_read(void *ssl, void *buf, int num, const void *caller);
+NS_HIDDEN int ns_ssl_write(void *ssl, const void *buf, int num, const void *caller);
+NS_HIDDEN int ns_ssl_read_ex(void *ssl, void *buf, size_t num, size_t *got, const void *caller);
+NS_HIDDEN int ns_ssl_write_ex(void *ssl, const void *buf, size_t num, size_t *put, const void *caller);
+NS_HIDDEN ssize_t ns_gnutls_record_recv(void *session, void *data, size_t size, const void *caller);
+NS_HIDDEN ssize_t ns_gnutls_record_send(void *session, const void *data, size_t size, const void *caller);
+/* A TLS socket (a ClientHello went out on it) moved r bytes in direction d:
+ * inside a record call, the session's socket; outside, maybe the socket of
+ * a memory-BIO session's pending write (tls.c). */
+NS_HIDDEN void ns_tls_note_fd(int fd, int d, ssize_t r);
+
+#endif
