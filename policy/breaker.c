@@ -87,7 +87,8 @@ static void open_now(struct ns_step *r, uint64_t now_ms, const struct ns_setting
 	r->next.t_ms = add_ms(now_ms, s->open_duration_ms);
 }
 
-/* share/outcomes >= rate, in integers, once min_calls are in the window */
+/* share/outcomes >= rate, in integers (49 % of 100 does not trip 50 %),
+ * once min_calls are in the window */
 static int rate_reached(uint32_t share, uint32_t rate_bp, const struct ns_window *w, const struct ns_settings *s)
 {
 	return rate_bp && w && w->outcomes >= s->min_calls && w->outcomes > 0 &&
@@ -112,9 +113,7 @@ static int trip_rule(const struct ns_brk *b, const struct ns_window *w, const st
 		return NS_RULE_THRESHOLD;
 	if (s->consecutive_failures && b->consec >= s->consecutive_failures)
 		return NS_RULE_CONSECUTIVE;
-	/* failures/outcomes >= rate, in integers: 49 % of 100 does not trip 50 % */
-	if (s->failure_rate_bp && w && w->outcomes >= s->min_calls && w->outcomes > 0 &&
-	    (uint64_t)w->failures * 10000 >= (uint64_t)s->failure_rate_bp * w->outcomes)
+	if (w && rate_reached(w->failures, s->failure_rate_bp, w, s))
 		return NS_RULE_RATE;
 	if (w && rate_reached(w->timeouts, s->timeout_rate_bp, w, s))
 		return NS_RULE_TIMEOUT_RATE;

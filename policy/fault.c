@@ -84,33 +84,7 @@ static void fmt_size(uint64_t v, char *buf, size_t len)
 /* "30%", "2.5%": basis points in (0, 10000]. */
 static int parse_pct(const char *s, uint32_t *bp)
 {
-	uint64_t whole = 0, frac = 0;
-	int digits = 0, fd = 0;
-
-	while (isdigit((unsigned char)*s) && digits < 4) {
-		whole = whole * 10 + (uint64_t)(*s++ - '0');
-		digits++;
-	}
-	if (!digits)
-		return -1;
-	if (*s == '.') {
-		s++;
-		while (isdigit((unsigned char)*s) && fd < 2) {
-			frac = frac * 10 + (uint64_t)(*s++ - '0');
-			fd++;
-		}
-		if (!fd)
-			return -1;
-		if (fd == 1)
-			frac *= 10;
-	}
-	if (strcmp(s, "%") != 0)
-		return -1;
-	whole = whole * 100 + frac;
-	if (whole == 0 || whole > 10000)
-		return -1;
-	*bp = (uint32_t)whole;
-	return 0;
+	return ns_pct_parse(s, bp) == 0 && *bp > 0 ? 0 : -1;
 }
 
 static int parse_one(char *text, struct ns_fault *f, char *why, size_t whylen)

@@ -118,6 +118,12 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
  * or -1 when it is not of that form. */
 int ns_dest_parse(const char *s, struct ns_dest *d);
 
+/* A percentage, "50%" or "2.5%" (at most two decimals), into basis points
+ * (0 to 10000): 0, or NS_PCT_FORM (not a number followed by %),
+ * NS_PCT_NUMBER (a bad number) or NS_PCT_OVER (over 100%). */
+enum { NS_PCT_FORM = -1, NS_PCT_NUMBER = -2, NS_PCT_OVER = -3 };
+int ns_pct_parse(const char *s, uint32_t *bp);
+
 /* Is HTTP status code an exchange failure under s->failure_status? */
 static inline int ns_status_fails(const struct ns_settings *s, unsigned code)
 {

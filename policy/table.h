@@ -235,8 +235,6 @@ int ns_table_validate(const void *map, size_t size, char *err, size_t errlen);
 #define NS_SLOT_MISSING (-1)
 #define NS_SLOT_FULL (-2)
 #define NS_SLOT_BUSY (-3)
-/* Does slot idx hold key (n bytes), ready? A remembered slot is checked
- * so before use: slots can be taken over. */
 /* An attempt on slot idx that changes no state (closed: NS_ALLOW; open
  * and not due, or forced open: NS_REJECT, or NS_ALLOW when not enforcing),
  * counted as ns_table_attempt counts it. -1: the breaker must step

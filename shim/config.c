@@ -148,18 +148,24 @@ static void cfg_load(void)
 	ns_fault_config(p);
 }
 
-/* pthread_once's own call, skipped once the flag is seen set */
-void ns_cfg_load_once(void)
+/* A one-time set-up as pthread_once runs it (its call is skipped once
+ * *ready is seen set): this thread marked as inside it (*loading, this
+ * thread's) so that a signal handler's call there passes through. */
+static void load_marked(int *loading, int *ready, void (*load)(void))
 {
-	ns_cfg_loading = 1;
+	*loading = 1;
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	cfg_load();
-	__atomic_store_n(&ns_cfg_ready, 1, __ATOMIC_RELEASE);
+	load();
+	__atomic_store_n(ready, 1, __ATOMIC_RELEASE);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	ns_cfg_loading = 0;
+	*loading = 0;
 }
 
-/* 0 once the policy is loaded, -1 inside its loading on this thread */
+void ns_cfg_load_once(void)
+{
+	load_marked(&ns_cfg_loading, &ns_cfg_ready, cfg_load);
+}
+
 /* For the lookup faults (fault.c): the policy's faults for d, none when
  * the shim is off or d is bypassed. */
 void ns_policy_faults_for(const struct ns_dest *d, struct ns_settings *set)
@@ -253,12 +259,7 @@ __attribute__((noinline, cold)) void ns_tbl_broke(void)
 
 void ns_tbl_load_once(void)
 {
-	ns_tbl_loading = 1;
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	tbl_load();
-	__atomic_store_n(&ns_tbl_ready, 1, __ATOMIC_RELEASE);
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	ns_tbl_loading = 0;
+	load_marked(&ns_tbl_loading, &ns_tbl_ready, tbl_load);
 }
 
 static void rng_seed(void)

@@ -14,14 +14,10 @@
  * govern goes straight to libc, with no other work and no stack frame. */
 #define NS_PASS(fd, fn, args, worker) do { \
 	struct ns_conn *c_ = ns_conn_of(fd); \
-	if (likely(!c_)) { \
-		if (likely(ns_real.fn != NULL)) \
-			return ns_real.fn args; \
-		return ns_unbound_##fn args;   /* before any binding: see real.c */ \
-	} \
+	if (likely(!c_)) \
+		return REAL_CALL(fn, args); \
 	return worker; \
 } while (0)
-
 
 NS_HIDDEN ssize_t ns_send(int fd, const void *buf, size_t n, int flags, struct ns_conn *c);
 NS_HIDDEN ssize_t ns_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len, struct ns_conn *c);

@@ -16,9 +16,6 @@
  * through ns_fault_wait, as they learn of deadlines. */
 #include "fault.h"
 
-#include "config.h"
-#include "outcome.h"
-
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -32,7 +29,10 @@
 #include <unistd.h>
 
 #include "../policy/fault.h"
+#include "config.h"
+#include "outcome.h"
 #include "real.h"
+#include "timeo.h"
 
 
 /**** runtime faults: a private copy of the table's, by generation ****/
@@ -406,16 +406,13 @@ int ns_fault_delay_due(int fd, struct ns_conn *c, monotime now)
 {
 	struct ns_cfault *cf = &c->fault;
 	monotime due = LD(cf->delay_until);
-	struct sockaddr un = { .sa_family = AF_UNSPEC };
-	int saved = errno, err;
-	socklen_t l = sizeof(err);
+	int saved = errno;
 
 	if (!(__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE) & NS_ATTN_FAULT) || !due || now < due ||
 	    !__atomic_compare_exchange_n(&cf->delay_until, &due, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 		return 0;
 	/* leave the target that never answers; connect for real, from now */
-	REAL(connect)(fd, &un, sizeof(un));
-	REAL(getsockopt)(fd, SOL_SOCKET, SO_ERROR, &err, &l);
+	ns_drop_attempt(fd);
 	REAL(connect)(fd, (struct sockaddr *)&cf->real_sa, LD(cf->real_len));
 	errno = saved;
 	return 1;

@@ -6,10 +6,6 @@
  * guarded by a lock held for a hash lookup, never across a system call. */
 #include "names.h"
 
-#include "config.h"
-#include "conn.h"
-#include "fault.h"
-
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -17,6 +13,9 @@
 #include <string.h>
 
 #include "../policy/namemap.h"
+#include "config.h"
+#include "conn.h"
+#include "fault.h"
 #include "real.h"
 
 #define NAMES_MAX 4096u

@@ -46,7 +46,12 @@ void ns_real_bind(void);
 NS_EXPORTS(NS_UNBOUND_DECL, NS_UNBOUND_NONE, NS_UNBOUND_NONE, NS_UNBOUND_NONE)
 int ns_unbound_select(int, fd_set *, fd_set *, fd_set *, struct timeval *);
 
-/* The real function, bound on first use. */
+/* The two ways to libc. REAL(fn): the real function, bound on first use
+ * (REAL_CALL(fn, args) calls it the same way, the binding kept out of line
+ * in ns_unbound_fn so that a wrapper's fast path needs no stack frame).
+ * ns_real.fn: where the table is known bound (a governed connection was
+ * made through it). */
 #define REAL(fn) (__builtin_expect(ns_real.fn != NULL, 1) ? ns_real.fn : (ns_real_bind(), ns_real.fn))
+#define REAL_CALL(fn, args) (__builtin_expect(ns_real.fn != NULL, 1) ? ns_real.fn args : ns_unbound_##fn args)
 
 #endif

@@ -53,8 +53,10 @@ NS_HIDDEN int ns_deadline_check(int fd, struct ns_conn *c, int d);
 /* After a read that a signal interrupted (e: EINTR), or the first that
  * was not: the rest of the interrupted wait, kept. */
 NS_HIDDEN void ns_note_interrupted(int fd, struct ns_conn *c, int e);
-/* End a connect the shim timed out: the half-open attempt dropped, its
- * pending error read away. errno is kept. */
+/* Disconnect and drain: a connect in progress dropped (AF_UNSPEC, no SYN
+ * retried, the socket free to connect anew), the error that leaves pending
+ * read away. For a connect the shim timed out, and an injected delay that
+ * ends. errno is kept. */
 NS_HIDDEN void ns_drop_attempt(int fd);
 /* The kernel's timeouts back to the program's own. */
 NS_HIDDEN void ns_conn_release_kernel(int fd, struct ns_conn *c);

@@ -13,15 +13,14 @@
  * connections keep the outcomes of their encrypted bytes. */
 #include "tls.h"
 
-#include "conn.h"
-#include "exchange.h"
-
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "conn.h"
+#include "exchange.h"
 #include "real.h"
 
 typedef int (*ssl_io_fn)(void *, void *, int);

@@ -49,7 +49,8 @@ static void sel_init(struct selcall *s, int nfds, fd_set *r, fd_set *w, fd_set *
 	s->faults = 0;
 }
 
-/* Call fn on each governed fd asked for in the read or write set. */
+/* A loop over the governed fds asked for in the read or write set: fd,
+ * and c its connection, in the body. */
 #define FOR_GOVERNED(s, fd, c) \
 	for (int w_ = 0, fd = 0; w_ < (int)NWORDS && w_ * (int)BITS < (s)->nfds; w_++) \
 		for (unsigned long b_ = (((s)->set[0] ? words(&(s)->in[0])[w_] : 0) | \
@@ -341,9 +342,6 @@ static __attribute__((noinline)) int sel_one(int nfds_fd, fd_set *r, fd_set *w, 
 	return res;
 }
 
-/* libc's select, as a jump (before anything was bound: see real.c) */
-#define SEL_REAL(...) (likely(ns_real.select != NULL) ? ns_real.select(__VA_ARGS__) : ns_unbound_select(__VA_ARGS__))
-
 int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 {
 	struct ns_conn *c;
@@ -362,7 +360,7 @@ int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 		fd = b ? __builtin_ctzl(b) : 0;
 		c = b ? ns_conn_of(fd) : NULL;
 		if (likely(!c) || !((br | bw) & b))
-			return SEL_REAL(nfds, r, w, e, tv);
+			return REAL_CALL(select, (nfds, r, w, e, tv));
 		if (tv && !(tv->tv_sec | tv->tv_usec) &&
 		    likely(!(__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE) & (NS_EXP_MASK | NS_ATTN_FAULT)))) {
 			/* a zero timeout (a look at the socket's state, which a
@@ -376,21 +374,21 @@ int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 			monotime now = ns_now(), nearest = ns_wait_deadline(c, (br & b) != 0, (bw & b) != 0, now);
 
 			if (likely(!nearest || now < nearest))
-				return SEL_REAL(nfds, r, w, e, tv);
+				return REAL_CALL(select, (nfds, r, w, e, tv));
 		}
 		return sel_one(nfds | fd << 16, r, w, e, tv, c);
 	}
 	/* sets larger than FD_SETSIZE, or a bad timeout: the kernel's business */
 	if (nfds <= 0 || nfds > FD_SETSIZE || (!r && !w) ||
 	    (tv && (tv->tv_sec < 0 || tv->tv_usec < 0 || tv->tv_usec >= 1000000)))
-		return SEL_REAL(nfds, r, w, e, tv);
+		return REAL_CALL(select, (nfds, r, w, e, tv));
 	fd = sel_single(nfds, r, w, e, &in);
 	if (fd == -2)
 		return sel_multi(nfds, r, w, e, tv);
 	/* one fd asked for */
 	c = fd >= 0 ? ns_conn_of(fd) : NULL;
 	if (likely(!c || !(in & 3)))
-		return SEL_REAL(nfds, r, w, e, tv);
+		return REAL_CALL(select, (nfds, r, w, e, tv));
 	return sel_one(nfds | fd << 16, r, w, e, tv, c);
 }
 

@@ -85,7 +85,7 @@ static void pct_json(const char *name, const struct ns_hist *h, unsigned p)
 		printf(", \"%s\": %g", name, (double)us / 1000.0);
 }
 
-/**** status ****/
+/**** status, reset, open ****/
 
 struct row {
 	struct ns_entry e;
@@ -719,6 +719,8 @@ static int cmd_watch(const char *name)
 	ctl_close_table(&t);
 	return 0;
 }
+
+/**** check, explain: the policy, no table ****/
 
 static int cmd_check(char **files, int n)
 {

@@ -1,0 +1,500 @@
+/* values.c -- the policy's keys and their values: the built-in settings,
+ * each key's type and limits, and the text of a value read (durations,
+ * percentages, counts, status lists, fault lists) and written back. */
+#include "internal.h"
+
+#include "policy.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const struct ns_settings ns_builtin_settings = {
+	.connect_timeout_ms = 5000,
+	.read_timeout_ms = 30000,
+	.total_timeout_ms = 0,
+	.failure_threshold = 5,
+	.window_ms = 30000,
+	.consecutive_failures = 0,
+	.failure_rate_bp = 0,
+	.min_calls = 10,
+	.recovery = NS_RECOVERY_AUTO,
+	.open_duration_ms = 30000,
+	.half_open_probes = 1,
+	.connect_retries = 0,
+	.retry_backoff_ms = 1000,
+	.mode = NS_MODE_ENFORCE,
+	.trace = 0,
+	/* 429 and 500-599: bits 329 and 400-499 */
+	.failure_status = { 0, 0, 0, 0, 0, 1ULL << 9, 0xffffffffffff0000ULL, 0x000fffffffffffffULL },
+	.fault_seed = 0,
+	.fault = { 0, 0, { { 0, 0, 0, 0 } } },
+};
+
+const char *const ns_key_names[NS_K_COUNT] = {
+	"connect_timeout", "read_timeout", "total_timeout",
+	"failure_threshold", "window", "consecutive_failures",
+	"failure_rate", "min_calls", "recovery", "open_duration",
+	"half_open_probes", "connect_retries", "retry_backoff", "mode", "trace",
+	"fault", "fault_seed", "failure_status",
+	"slow_call", "slow_call_rate", "timeout_rate", "latency_p99",
+};
+
+#define OFF(f) offsetof(struct ns_settings, f)
+const struct keydef ns_keydefs[NS_K_COUNT] = {
+	[NS_K_CONNECT_TIMEOUT] = { T_DUR, OFF(connect_timeout_ms), 1, NS_MAX_DURATION_MS },
+	[NS_K_READ_TIMEOUT] = { T_DUR, OFF(read_timeout_ms), 1, NS_MAX_DURATION_MS },
+	[NS_K_TOTAL_TIMEOUT] = { T_DUR, OFF(total_timeout_ms), 1, NS_MAX_DURATION_MS },
+	[NS_K_FAILURE_THRESHOLD] = { T_UINT, OFF(failure_threshold), 0, 65535 },
+	/* The window has 32 buckets; below 100 ms they would be too fine to mean anything. */
+	[NS_K_WINDOW] = { T_DUR, OFF(window_ms), 100, NS_MAX_DURATION_MS },
+	/* The state word keeps 12 bits of consecutive failures. */
+	[NS_K_CONSECUTIVE_FAILURES] = { T_UINT, OFF(consecutive_failures), 0, 4095 },
+	[NS_K_FAILURE_RATE] = { T_PCT, OFF(failure_rate_bp), 0, 10000 },
+	[NS_K_MIN_CALLS] = { T_UINT, OFF(min_calls), 1, 65535 },
+	[NS_K_RECOVERY] = { T_RECOVERY, OFF(recovery), 0, 0 },
+	[NS_K_OPEN_DURATION] = { T_DUR, OFF(open_duration_ms), 1, NS_MAX_DURATION_MS },
+	/* The state word keeps 8 bits of probes. */
+	[NS_K_HALF_OPEN_PROBES] = { T_UINT, OFF(half_open_probes), 1, 255 },
+	[NS_K_CONNECT_RETRIES] = { T_UINT, OFF(connect_retries), 0, 10 },
+	[NS_K_RETRY_BACKOFF] = { T_DUR, OFF(retry_backoff_ms), 1, NS_MAX_DURATION_MS },
+	[NS_K_MODE] = { T_MODE, OFF(mode), 0, 0 },
+	[NS_K_TRACE] = { T_BOOL, OFF(trace), 0, 0 },
+	[NS_K_FAULT] = { T_FAULT, OFF(fault), 0, 0 },
+	[NS_K_FAULT_SEED] = { T_SEED, OFF(fault_seed), 1, UINT64_MAX },
+	[NS_K_FAILURE_STATUS] = { T_STATUSES, OFF(failure_status), 0, 0 },
+	[NS_K_SLOW_CALL] = { T_DUR, OFF(slow_call_ms), 1, NS_MAX_DURATION_MS },
+	[NS_K_SLOW_CALL_RATE] = { T_PCT, OFF(slow_call_rate_bp), 0, 10000 },
+	[NS_K_TIMEOUT_RATE] = { T_PCT, OFF(timeout_rate_bp), 0, 10000 },
+	[NS_K_LATENCY_P99] = { T_DUR, OFF(latency_p99_ms), 1, NS_MAX_DURATION_MS },
+};
+/**** errors ****/
+
+/**** errors ****/
+
+void ns_perr_add(struct perr *e, int line, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	e->count++;
+	if (!e->buf || e->used + 1 >= e->len)
+		return;
+	if (line > 0)
+		n = snprintf(e->buf + e->used, e->len - e->used, "%s:%d: ", e->fname, line);
+	else
+		n = snprintf(e->buf + e->used, e->len - e->used, "%s: ", e->fname);
+	if (n < 0 || (size_t)n >= e->len - e->used) {
+		e->used = e->len - 1;
+		return;
+	}
+	e->used += (size_t)n;
+	va_start(ap, fmt);
+	n = vsnprintf(e->buf + e->used, e->len - e->used, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= e->len - e->used) {
+		e->used = e->len - 1;
+		return;
+	}
+	e->used += (size_t)n;
+	if (e->used + 1 < e->len) {
+		e->buf[e->used++] = '\n';
+		e->buf[e->used] = '\0';
+	}
+}
+
+/**** values ****/
+
+const char *ns_trim(char *s)
+{
+	char *end;
+
+	while (*s == ' ' || *s == '\t')
+		s++;
+	end = s + strlen(s);
+	while (end > s && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r'))
+		*--end = '\0';
+	return s;
+}
+
+/* Parse "12", "12.5" into thousandths. Returns the end or NULL. */
+static const char *parse_milli(const char *s, uint64_t *out)
+{
+	uint64_t v = 0;
+	int digits = 0, frac = 0;
+
+	while (isdigit((unsigned char)*s)) {
+		if (v > UINT64_MAX / 100000)
+			return NULL;
+		v = v * 10 + (uint64_t)(*s++ - '0');
+		digits++;
+	}
+	if (!digits)
+		return NULL;
+	v *= 1000;
+	if (*s == '.') {
+		uint64_t scale = 100;
+
+		s++;
+		while (isdigit((unsigned char)*s)) {
+			if (frac++ >= 3)
+				return NULL;
+			v += (uint64_t)(*s++ - '0') * scale;
+			scale /= 10;
+		}
+		if (!frac)
+			return NULL;
+	}
+	*out = v;
+	return s;
+}
+
+int ns_pct_parse(const char *s, uint32_t *bp)
+{
+	size_t n = strlen(s);
+	char num[32];
+	const char *end;
+	uint64_t v;
+
+	if (n < 2 || s[n - 1] != '%' || n - 1 >= sizeof(num))
+		return NS_PCT_FORM;
+	memcpy(num, s, n - 1);
+	num[n - 1] = '\0';
+	end = parse_milli(num, &v);   /* thousandths of a percent */
+	if (!end || *end || v % 10)
+		return NS_PCT_NUMBER;
+	if (v / 10 > 10000)
+		return NS_PCT_OVER;
+	*bp = (uint32_t)(v / 10);     /* basis points */
+	return 0;
+}
+
+/* Duration with a unit into milliseconds. Returns 0, or -1 with a reason. */
+int ns_duration_parse(const char *s, uint64_t *ms, const char **why)
+{
+	uint64_t milli, mult;
+	const char *u;
+
+	if (strcmp(s, "0") == 0) {
+		*ms = 0;
+		return 0;
+	}
+	u = parse_milli(s, &milli);
+	if (!u) {
+		*why = "expected a number with a unit (ms, s, m, h), such as 250ms or 3s";
+		return -1;
+	}
+	if (*u == '\0') {
+		*why = "a duration needs a unit (ms, s, m, h), such as 250ms or 3s";
+		return -1;
+	}
+	if (strcmp(u, "ms") == 0)
+		mult = 1;
+	else if (strcmp(u, "s") == 0)
+		mult = 1000;
+	else if (strcmp(u, "m") == 0)
+		mult = 60000;
+	else if (strcmp(u, "h") == 0)
+		mult = 3600000;
+	else {
+		*why = "unknown unit (use ms, s, m or h)";
+		return -1;
+	}
+	if (milli > UINT64_MAX / mult) {
+		*why = "too large";
+		return -1;
+	}
+	/* milli is in thousandths of the unit */
+	if ((milli * mult) % 1000) {
+		*why = "finer than a millisecond";
+		return -1;
+	}
+	*ms = milli * mult / 1000;
+	return 0;
+}
+
+int ns_parse_uint(const char *s, uint64_t *v)
+{
+	uint64_t x = 0;
+
+	if (!*s)
+		return -1;
+	for (; *s; s++) {
+		if (!isdigit((unsigned char)*s) || x > 100000000)
+			return -1;
+		x = x * 10 + (uint64_t)(*s - '0');
+	}
+	*v = x;
+	return 0;
+}
+
+static void fmt_duration(uint64_t ms, char *buf, size_t len)
+{
+	if (ms == 0)
+		snprintf(buf, len, "0");
+	else if (ms % 3600000 == 0)
+		snprintf(buf, len, "%lluh", (unsigned long long)(ms / 3600000));
+	else if (ms % 60000 == 0)
+		snprintf(buf, len, "%llum", (unsigned long long)(ms / 60000));
+	else if (ms % 1000 == 0)
+		snprintf(buf, len, "%llus", (unsigned long long)(ms / 1000));
+	else
+		snprintf(buf, len, "%llums", (unsigned long long)ms);
+}
+
+void ns_setting_format(int key, const struct ns_settings *s, char *buf, size_t len)
+{
+	const struct keydef *k;
+	const char *base = (const char *)s;
+
+	if (key < 0 || key >= NS_K_COUNT) {
+		snprintf(buf, len, "?");
+		return;
+	}
+	k = &ns_keydefs[key];
+	switch (k->type) {
+	case T_DUR:
+		fmt_duration(*(const uint64_t *)(base + k->off), buf, len);
+		break;
+	case T_UINT:
+		snprintf(buf, len, "%u", *(const uint32_t *)(base + k->off));
+		break;
+	case T_PCT: {
+		uint32_t bp = *(const uint32_t *)(base + k->off);
+
+		if (bp == 0)
+			snprintf(buf, len, "0");
+		else if (bp % 100 == 0)
+			snprintf(buf, len, "%u%%", bp / 100);
+		else
+			snprintf(buf, len, "%u.%02u%%", bp / 100, bp % 100);
+		break;
+	}
+	case T_RECOVERY:
+		snprintf(buf, len, "%s", s->recovery == NS_RECOVERY_MANUAL ? "manual" : "auto");
+		break;
+	case T_MODE:
+		snprintf(buf, len, "%s", s->mode == NS_MODE_BYPASS ? "bypass" :
+			 s->mode == NS_MODE_MONITOR ? "monitor" : "enforce");
+		break;
+	case T_BOOL:
+		snprintf(buf, len, "%s", *(const uint32_t *)(base + k->off) ? "on" : "off");
+		break;
+	case T_FAULT:
+		if (s->fault.n)
+			ns_faults_format(&s->fault, buf, len);
+		else
+			snprintf(buf, len, "none");
+		break;
+	case T_SEED:
+		if (s->fault_seed)
+			snprintf(buf, len, "%llu", (unsigned long long)s->fault_seed);
+		else
+			snprintf(buf, len, "none");
+		break;
+	case T_STATUSES: {
+		size_t o = 0;
+
+		buf[0] = '\0';
+		for (unsigned c = 100; c < 612 && o + 16 < len; c++) {
+			unsigned e = c;
+
+			if (!ns_status_fails(s, c))
+				continue;
+			while (e + 1 < 612 && ns_status_fails(s, e + 1))
+				e++;
+			o += (size_t)(e > c ? snprintf(buf + o, len - o, "%s%u-%u", o ? ", " : "", c, e) :
+				      snprintf(buf + o, len - o, "%s%u", o ? ", " : "", c));
+			c = e;
+		}
+		if (!o)
+			snprintf(buf, len, "none");
+		break;
+	}
+	}
+}
+
+/* Set one key from its text. Returns 0 or -1 after reporting. */
+int ns_set_value(struct perr *e, int line, int key, const char *val, struct ns_settings *s)
+{
+	const struct keydef *k = &ns_keydefs[key];
+	char *base = (char *)s;
+	const char *why = NULL;
+	uint64_t v;
+
+	if (!*val) {
+		ns_perr_add(e, line, "%s: missing value", ns_key_names[key]);
+		return -1;
+	}
+	switch (k->type) {
+	case T_DUR:
+		if (ns_duration_parse(val, &v, &why) < 0) {
+			ns_perr_add(e, line, "%s: bad duration '%s': %s", ns_key_names[key], val, why);
+			return -1;
+		}
+		if (v != 0 && (v < k->min || v > k->max)) {
+			char lo[32], hi[32];
+
+			fmt_duration(k->min, lo, sizeof(lo));
+			fmt_duration(k->max, hi, sizeof(hi));
+			ns_perr_add(e, line, "%s: %s is out of range (%s to %s, or 0 for off)",
+				 ns_key_names[key], val, lo, hi);
+			return -1;
+		}
+		if (v == 0 && key == NS_K_WINDOW) {
+			ns_perr_add(e, line, "window: cannot be 0 (failures are counted in it)");
+			return -1;
+		}
+		if (v == 0 && (key == NS_K_OPEN_DURATION || key == NS_K_RETRY_BACKOFF)) {
+			ns_perr_add(e, line, "%s: cannot be 0", ns_key_names[key]);
+			return -1;
+		}
+		*(uint64_t *)(base + k->off) = v;
+		return 0;
+	case T_UINT:
+		if (ns_parse_uint(val, &v) < 0) {
+			ns_perr_add(e, line, "%s: bad number '%s': expected a whole number", ns_key_names[key], val);
+			return -1;
+		}
+		if (v < k->min || v > k->max) {
+			ns_perr_add(e, line, "%s: %s is out of range (%llu to %llu)", ns_key_names[key], val,
+				 (unsigned long long)k->min, (unsigned long long)k->max);
+			return -1;
+		}
+		*(uint32_t *)(base + k->off) = (uint32_t)v;
+		return 0;
+	case T_PCT: {
+		uint32_t bp;
+		int r;
+
+		if (strcmp(val, "0") == 0) {
+			*(uint32_t *)(base + k->off) = 0;
+			return 0;
+		}
+		r = ns_pct_parse(val, &bp);
+		if (r == NS_PCT_FORM) {
+			ns_perr_add(e, line, "%s: bad percentage '%s': expected a value such as 50%%", ns_key_names[key], val);
+			return -1;
+		}
+		if (r == NS_PCT_NUMBER) {
+			ns_perr_add(e, line, "%s: bad percentage '%s': expected a value such as 50%% (at most two decimals)",
+				 ns_key_names[key], val);
+			return -1;
+		}
+		if (r == NS_PCT_OVER) {
+			ns_perr_add(e, line, "%s: %s is over 100%%", ns_key_names[key], val);
+			return -1;
+		}
+		v = bp;
+		*(uint32_t *)(base + k->off) = (uint32_t)v;
+		return 0;
+	}
+	case T_RECOVERY:
+		if (strcmp(val, "auto") == 0)
+			s->recovery = NS_RECOVERY_AUTO;
+		else if (strcmp(val, "manual") == 0)
+			s->recovery = NS_RECOVERY_MANUAL;
+		else {
+			ns_perr_add(e, line, "recovery: bad value '%s': expected auto or manual", val);
+			return -1;
+		}
+		return 0;
+	case T_MODE:
+		if (strcmp(val, "enforce") == 0)
+			s->mode = NS_MODE_ENFORCE;
+		else if (strcmp(val, "monitor") == 0)
+			s->mode = NS_MODE_MONITOR;
+		else if (strcmp(val, "bypass") == 0)
+			s->mode = NS_MODE_BYPASS;
+		else {
+			ns_perr_add(e, line, "mode: bad value '%s': expected enforce, monitor or bypass", val);
+			return -1;
+		}
+		return 0;
+	case T_BOOL:
+		if (strcmp(val, "on") == 0)
+			*(uint32_t *)(base + k->off) = 1;
+		else if (strcmp(val, "off") == 0)
+			*(uint32_t *)(base + k->off) = 0;
+		else {
+			ns_perr_add(e, line, "%s: bad value '%s': expected on or off", ns_key_names[key], val);
+			return -1;
+		}
+		return 0;
+	case T_FAULT: {
+		char fwhy[200];
+
+		if (strcmp(val, "none") == 0) {
+			memset(&s->fault, 0, sizeof(s->fault));
+			return 0;
+		}
+		if (ns_faults_parse(val, &s->fault, fwhy, sizeof(fwhy)) < 0) {
+			ns_perr_add(e, line, "fault: %s", fwhy);
+			return -1;
+		}
+		return 0;
+	}
+	case T_STATUSES: {
+		/* "429, 500-599", or "none" */
+		uint64_t bits[8] = { 0 };
+		const char *p = val;
+
+		if (strcmp(val, "none") != 0) {
+			for (;;) {
+				unsigned long lo, hi;
+				char *end;
+
+				while (*p == ' ' || *p == '\t')
+					p++;
+				lo = strtoul(p, &end, 10);
+				hi = lo;
+				if (end == p || lo < 100 || lo > 599)
+					goto bad_status;
+				p = end;
+				if (*p == '-') {
+					hi = strtoul(p + 1, &end, 10);
+					if (end == p + 1 || hi < lo || hi > 599)
+						goto bad_status;
+					p = end;
+				}
+				for (unsigned long c = lo; c <= hi; c++)
+					bits[(c - 100) / 64] |= 1ULL << ((c - 100) % 64);
+				while (*p == ' ' || *p == '\t')
+					p++;
+				if (!*p)
+					break;
+				if (*p++ != ',')
+					goto bad_status;
+			}
+		}
+		memcpy(s->failure_status, bits, sizeof(bits));
+		return 0;
+bad_status:
+		ns_perr_add(e, line, "failure_status: bad value '%s': expected codes and ranges from 100 to 599, "
+			 "such as '429, 500-599', or none", val);
+		return -1;
+	}
+	case T_SEED: {
+		uint64_t x = 0;
+		const char *c = val;
+
+		for (; isdigit((unsigned char)*c) && x <= UINT64_MAX / 10 - 1; c++)
+			x = x * 10 + (uint64_t)(*c - '0');
+		if (*c || c == val || x == 0) {
+			ns_perr_add(e, line, "fault_seed: bad value '%s': expected a whole number from 1", val);
+			return -1;
+		}
+		s->fault_seed = x;
+		return 0;
+	}
+	}
+	return -1;
+}
