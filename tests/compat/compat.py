@@ -365,14 +365,22 @@ def case_healthy(c, servers, tmp, policy):
         bares.append(run(c, port, tmp, table, policy, shim=False, extra=key))
         unders.append(run(c, port, tmp, table, policy, extra=key))
     drop(table)
-    bare, under = bares[0], unders[0]
     startup[c.name] = min(r.secs for r in bares)
     if any(r.rc is None for r in unders):
         return "FAIL", "hung under the shim"
-    if any(r.rc != under.rc or c.norm(r.out) != c.norm(under.out) for r in unders + bares[1:]):
-        bare = next(r for r in bares + unders if r.rc != under.rc or c.norm(r.out) != c.norm(under.out))
-    if under.rc is None:
-        return "FAIL", "hung under the shim"
+    under = unders[0]
+    odd = [r for r in unders if r.rc != under.rc or c.norm(r.out) != c.norm(under.out)]
+    if odd:   # the runs under the shim disagree among themselves
+        return "FAIL", f"under the shim: rc {under.rc} and {odd[0].rc}; {short(odd[0].out)!r} {short(odd[0].err)}"
+    # a bare run (no shim at all) that fails where the others agree is the
+    # machine's (an sshd refusing under load): it is run again, twice at most
+    for i, r in enumerate(bares):
+        for _ in range(2):
+            if r.rc == under.rc and c.norm(r.out) == c.norm(under.out):
+                break
+            print(f"{c.name}: a run without the shim gave rc {r.rc} {short(r.err)!r}; run again", flush=True)
+            r = bares[i] = run(c, port, tmp, table, policy, shim=False, extra=key)
+    bare = next((r for r in bares if r.rc != under.rc or c.norm(r.out) != c.norm(under.out)), bares[0])
     same = bare.rc == under.rc and c.norm(bare.out) == c.norm(under.out)
     tb, tu = min(r.secs for r in bares), min(r.secs for r in unders)
     ratio = tu / tb if tb else 0
