@@ -10,6 +10,7 @@
 #define NS_ERRBUF 512
 #define NS_HOST_MAX 254   /* a DNS name is at most 253 characters */
 #define NS_KEY_MAX 264    /* "name:65535" or "[v6]:65535" plus NUL */
+#define NS_PLACES 32      /* max_connections at most: the places a table slot holds */
 
 enum ns_mode { NS_MODE_ENFORCE = 0, NS_MODE_MONITOR = 1, NS_MODE_BYPASS = 2 };
 enum ns_recovery { NS_RECOVERY_AUTO = 0, NS_RECOVERY_MANUAL = 1 };
@@ -36,6 +37,10 @@ struct ns_settings {
 	uint32_t timeout_rate_bp;   /* open when timeouts reach this share of the window */
 	uint64_t latency_p99_ms;    /* open when the window's p99 first-byte time reaches this */
 	uint64_t failure_status[8]; /* HTTP codes 100-611 (bit code-100) that fail an exchange */
+	/* shaping (DESIGN part 3): 0 = off */
+	uint32_t max_connections;   /* connections open at once, machine-wide (at most NS_PLACES) */
+	uint32_t pad_shape;
+	uint64_t queue_timeout_ms;  /* how long a connect over the cap waits for a place */
 	uint64_t fault_seed;        /* [defaults] only: repeatable fault choices; 0 = none */
 	struct ns_faults fault;     /* faults to inject; n = 0: none. Last: see ns_policy_resolve */
 };
@@ -46,7 +51,8 @@ enum ns_key_id {
 	NS_K_FAILURE_RATE, NS_K_MIN_CALLS, NS_K_RECOVERY, NS_K_OPEN_DURATION,
 	NS_K_HALF_OPEN_PROBES, NS_K_CONNECT_RETRIES, NS_K_RETRY_BACKOFF,
 	NS_K_MODE, NS_K_TRACE, NS_K_FAULT, NS_K_FAULT_SEED, NS_K_FAILURE_STATUS,
-	NS_K_SLOW_CALL, NS_K_SLOW_CALL_RATE, NS_K_TIMEOUT_RATE, NS_K_LATENCY_P99, NS_K_COUNT
+	NS_K_SLOW_CALL, NS_K_SLOW_CALL_RATE, NS_K_TIMEOUT_RATE, NS_K_LATENCY_P99,
+	NS_K_MAX_CONNECTIONS, NS_K_QUEUE_TIMEOUT, NS_K_COUNT
 };
 
 /* What a section's pattern matches. */

@@ -403,6 +403,33 @@ void ns_table_http(struct ns_table *t, int idx, unsigned code, int failed)
 		ADD(&s->http_failures, 1);
 }
 
+/**** places (max_connections) ****/
+
+int ns_table_throttled(struct ns_table *t, int idx, uint64_t now_ms)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	uint64_t last;
+
+	if (!s)
+		return 0;
+	ADD(&s->throttled, 1);
+	ADD(&s->calls, (uint64_t)-1);   /* the breaker counted it a call; it never went out */
+	last = LOAD(&s->throttle_event_ms);
+	return (last == 0 || now_ms >= last + 60000) && CAS(&s->throttle_event_ms, &last, now_ms ? now_ms : 1);
+}
+
+void ns_table_waited(struct ns_table *t, int idx, uint64_t ms)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	uint32_t b = 0;
+
+	if (!s)
+		return;
+	while (b + 1 < NS_WAIT_BUCKETS && ms >= (1ull << b))
+		b++;
+	ADD(&s->waited[b], 1);
+}
+
 void ns_table_add_retry(struct ns_table *t, int idx)
 {
 	struct ns_slot *s = slot_at(t, idx);
@@ -525,6 +552,24 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 	e->exchanges = LOAD(&s->exchanges);
 	e->http_failures = LOAD(&s->http_failures);
 	e->stale_reuses = LOAD(&s->stale_reuses);
+	e->inflight = 0;
+	for (uint32_t p = 0; p < NS_PLACES; p++)
+		e->inflight += LOAD(&s->place[p]) != 0;
+	e->throttled = LOAD(&s->throttled);
+	{
+		uint64_t n = 0, seen = 0, wb[NS_WAIT_BUCKETS];
+
+		for (uint32_t b = 0; b < NS_WAIT_BUCKETS; b++)
+			n += wb[b] = LOAD(&s->waited[b]);
+		e->waited_ms_p99 = 0;
+		for (uint32_t b = 0; n && b < NS_WAIT_BUCKETS; b++) {
+			seen += wb[b];
+			if (seen * 100 >= n * 99) {
+				e->waited_ms_p99 = 1ull << b;   /* the bucket's upper bound */
+				break;
+			}
+		}
+	}
 	e->last_status = LOAD(&s->last_status);
 	e->opened_wall_ms = LOAD(&s->opened_wall_ms);
 	for (uint32_t b = 0; b < NS_HIST_BUCKETS; b++) {
@@ -662,6 +707,7 @@ const char *ns_event_name(uint32_t type)
 	case NS_E_FAULT_CLEARED: return "fault_cleared";
 	case NS_E_FLEET_OPEN: return "fleet_open";
 	case NS_E_FLEET_CLOSED: return "fleet_closed";
+	case NS_E_THROTTLING: return "throttling";
 	default: return "unknown";
 	}
 }

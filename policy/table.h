@@ -26,6 +26,7 @@
 #define NS_FRAMES 4u
 #define NS_FRAME_LEN 150u
 #define NS_FAULT_RECS 64u       /* runtime faults (shimctl inject) a table holds */
+#define NS_WAIT_BUCKETS 16u
 
 struct ns_table_hdr {
 	uint64_t magic;
@@ -110,13 +111,23 @@ struct ns_slot {
 	uint32_t fleet_count;       /* nodes that report it open */
 	uint32_t pad2;
 	char fleet_nodes[NS_FLEET_NODES_LEN]; /* their names, comma-separated */
-	uint8_t reserved2[304];
+	/* shaping (max_connections): the places held, one word each, 0 free,
+	 * else its holder (ns_place_holder: pid and a tag of its start time).
+	 * A holder that died is found out and its place freed by the next
+	 * connect that finds the cap full. */
+	uint32_t place[NS_PLACES];  /* atomic */
+	uint32_t place_wake;        /* atomic: bumped when a place frees (the blocked waiters' futex) */
+	uint32_t place_waiters;     /* atomic: processes blocked waiting for a place */
+	uint64_t throttled;         /* atomic: connects turned away by the cap (never a failure) */
+	uint64_t throttle_event_ms; /* atomic: CLOCK_MONOTONIC ms of the last throttling event */
+	uint32_t waited[NS_WAIT_BUCKETS]; /* atomic: waits for a place by time: [0] under 1 ms, [i] under 2^i ms */
+	uint8_t reserved2[88];
 };
 
 enum ns_event_type {
 	NS_E_OPENED = 1, NS_E_HALF_OPEN, NS_E_CLOSED, NS_E_REOPENED, NS_E_RESET, NS_E_FORCED_OPEN,
 	NS_E_TABLE_FULL, NS_E_POLICY_RELOADED, NS_E_POLICY_REJECTED, NS_E_CONNECT_FAILED,
-	NS_E_FAULT_SET, NS_E_FAULT_CLEARED, NS_E_FLEET_OPEN, NS_E_FLEET_CLOSED,
+	NS_E_FAULT_SET, NS_E_FAULT_CLEARED, NS_E_FLEET_OPEN, NS_E_FLEET_CLOSED, NS_E_THROTTLING,
 };
 
 /* A runtime fault (shimctl inject), in the table for every process to
@@ -189,6 +200,9 @@ struct ns_entry {
 	uint32_t monitor;
 	uint64_t injected, exchanges, http_failures, stale_reuses;
 	uint32_t last_status;
+	uint32_t inflight;          /* places held (max_connections) */
+	uint64_t throttled;
+	uint64_t waited_ms_p99;     /* waits for a place: their p99's upper bound, 0 = none */
 	uint64_t opened_wall_ms, half_open_wall_ms;
 	struct ns_hist connect_hist, first_byte_hist;
 	int fleet_open;             /* the fleet holds it open now */
@@ -318,6 +332,89 @@ void ns_table_add_injected(struct ns_table *t, int idx);
 /* An exchange got its outcome; one got an HTTP status (failed: by it). */
 void ns_table_exchange(struct ns_table *t, int idx);
 void ns_table_http(struct ns_table *t, int idx, unsigned code, int failed);
+
+/* Places (max_connections) of slot idx. take: one of places [0, cap) for
+ * holder (never 0): its number, or -1 when all are held. release: place p
+ * freed if it holds holder (1, and *waiters: processes blocked waiting to
+ * be woken), else 0; a dead holder's place is freed the same way. holder:
+ * the holder of place p (0 free, or out of range). wake: the futex word
+ * waiters wait on. throttled: a connect turned away, waited: one that waited
+ * ms for its place (both counted; a throttled connect is no call); the
+ * throttling event is due (1 at most once a minute per destination,
+ * now_ms). */
+/* A place's holder: pid << NS_PLACE_TAG_BITS | its start time's low bits
+ * (a reused pid is another holder). lives: the holder is still running (a
+ * signal 0, and /proc/PID/stat; system calls: only where every place is
+ * held). */
+#define NS_PLACE_TAG_BITS 10u
+#define NS_PLACE_PID_MAX ((1u << (32 - NS_PLACE_TAG_BITS)) - 1)
+uint32_t ns_place_holder(unsigned pid, uint64_t start);
+uint64_t ns_proc_start_time(unsigned pid);
+int ns_place_holder_lives(uint32_t holder);
+/* Places of slot idx held by running processes (system calls: for shimctl). */
+uint32_t ns_table_inflight_live(const struct ns_table *t, int idx);
+static inline struct ns_slot *ns_table_slot_(struct ns_table *t, int idx)
+{
+	return idx >= 0 && (uint32_t)idx < t->nslots ? &t->slots[idx] : NULL;
+}
+
+/* (inline: a connect under max_connections takes one, its close gives it back) */
+static inline int ns_table_place_take(struct ns_table *t, int idx, uint32_t cap, uint32_t holder)
+{
+	struct ns_slot *s = ns_table_slot_(t, idx);
+
+	if (!s || !holder)
+		return -1;
+	if (cap > NS_PLACES)
+		cap = NS_PLACES;
+	for (uint32_t p = 0; p < cap; p++) {
+		uint32_t free_ = 0;
+
+		if (!__atomic_load_n(&s->place[p], __ATOMIC_RELAXED) &&
+		    __atomic_compare_exchange_n(&s->place[p], &free_, holder, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+			return (int)p;
+	}
+	return -1;
+}
+
+static inline int ns_table_place_release(struct ns_table *t, int idx, int p, uint32_t holder, uint32_t *waiters)
+{
+	struct ns_slot *s = ns_table_slot_(t, idx);
+	uint32_t h = holder;
+
+	*waiters = 0;
+	if (!s || p < 0 || p >= (int)NS_PLACES || !holder ||
+	    !__atomic_compare_exchange_n(&s->place[p], &h, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		return 0;
+	__atomic_fetch_add(&s->place_wake, 1, __ATOMIC_SEQ_CST);
+	*waiters = __atomic_load_n(&s->place_waiters, __ATOMIC_SEQ_CST);
+	return 1;
+}
+
+static inline uint32_t ns_table_place_holder(struct ns_table *t, int idx, int p)
+{
+	struct ns_slot *s = ns_table_slot_(t, idx);
+
+	return s && p >= 0 && p < (int)NS_PLACES ? __atomic_load_n(&s->place[p], __ATOMIC_ACQUIRE) : 0;
+}
+
+static inline uint32_t *ns_table_place_wake(struct ns_table *t, int idx)
+{
+	struct ns_slot *s = ns_table_slot_(t, idx);
+
+	return s ? &s->place_wake : NULL;
+}
+
+static inline void ns_table_place_waiting(struct ns_table *t, int idx, int delta)
+{
+	struct ns_slot *s = ns_table_slot_(t, idx);
+
+	if (s)
+		__atomic_fetch_add(&s->place_waiters, (uint32_t)delta, __ATOMIC_SEQ_CST);
+}
+
+int ns_table_throttled(struct ns_table *t, int idx, uint64_t now_ms);
+void ns_table_waited(struct ns_table *t, int idx, uint64_t ms);
 /* A reused connection ended before the answer to its request: counted
  * apart, never in the window (the client's new connection decides). */
 void ns_table_stale_reuse(struct ns_table *t, int idx);

@@ -121,6 +121,68 @@ static void guard_remove(const struct ns_table *t)
 			__atomic_store_n(&guards[i].start, 0, __ATOMIC_RELEASE);
 }
 
+/**** place holders (max_connections) ****/
+
+uint64_t ns_proc_start_time(unsigned pid)
+{
+	char path[64], buf[512], *p;
+	ssize_t n;
+	int fd, saved = errno;
+	uint64_t v = 0;
+
+	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		errno = saved;
+		return 0;
+	}
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	errno = saved;
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	p = strrchr(buf, ')');   /* the command name may hold spaces and parentheses */
+	for (int field = 2; p && field < 22; field++)
+		p = strchr(p + 1, ' ');
+	if (p)
+		v = strtoull(p + 1, NULL, 10);
+	return v;
+}
+
+uint32_t ns_place_holder(unsigned pid, uint64_t start)
+{
+	return (uint32_t)pid << NS_PLACE_TAG_BITS | (uint32_t)(start & ((1u << NS_PLACE_TAG_BITS) - 1));
+}
+
+int ns_place_holder_lives(uint32_t h)
+{
+	unsigned pid = h >> NS_PLACE_TAG_BITS;
+	int saved = errno, dead;
+	uint64_t start;
+
+	if (pid <= 1)
+		return pid == 1;   /* (no holder writes such a word: 0 is freed, init never signalled) */
+	dead = kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+	errno = saved;
+	if (dead)
+		return 0;
+	start = ns_proc_start_time(pid);
+	return start == 0 || ns_place_holder(pid, start) == h;   /* unreadable: taken as alive */
+}
+
+uint32_t ns_table_inflight_live(const struct ns_table *t, int idx)
+{
+	uint32_t n = 0;
+
+	for (int p = 0; p < (int)NS_PLACES; p++) {
+		uint32_t h = ns_table_place_holder((struct ns_table *)t, idx, p);
+
+		n += h && ns_place_holder_lives(h);
+	}
+	return n;
+}
+
 void ns_table_default_name(char *buf, size_t len)
 {
 	snprintf(buf, len, "netshim.%u", (unsigned)geteuid());

@@ -46,6 +46,7 @@ const char *const ns_key_names[NS_K_COUNT] = {
 	"half_open_probes", "connect_retries", "retry_backoff", "mode", "trace",
 	"fault", "fault_seed", "failure_status",
 	"slow_call", "slow_call_rate", "timeout_rate", "latency_p99",
+	"max_connections", "queue_timeout",
 };
 
 #define OFF(f) offsetof(struct ns_settings, f)
@@ -75,6 +76,8 @@ const struct keydef ns_keydefs[NS_K_COUNT] = {
 	[NS_K_SLOW_CALL_RATE] = { T_PCT, OFF(slow_call_rate_bp), 0, 10000 },
 	[NS_K_TIMEOUT_RATE] = { T_PCT, OFF(timeout_rate_bp), 0, 10000 },
 	[NS_K_LATENCY_P99] = { T_DUR, OFF(latency_p99_ms), 1, NS_MAX_DURATION_MS },
+	[NS_K_MAX_CONNECTIONS] = { T_UINT, OFF(max_connections), 0, NS_PLACES },
+	[NS_K_QUEUE_TIMEOUT] = { T_DUR, OFF(queue_timeout_ms), 1, NS_MAX_DURATION_MS },
 };
 /**** errors ****/
 

@@ -68,6 +68,13 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
 /* The first bytes sent so far ("G", "GE") may still begin an HTTP method:
  * the next sends are looked at too (exchange.c), until they tell. */
 #define NS_C_SNIFF 0x200000u
+/* A queued connect (shape.c) ran out of queue_timeout: the kernel refuses
+ * it (the local refusing target); the program's next connect() is told so */
+#define NS_C_THROTTLED 0x400000u
+/* shape.c: the connection holds a place (c->place); a non-blocking connect
+ * waits for one (held as an injected delay is: fault.c) */
+#define NS_C_PLACE 0x800000u
+#define NS_C_QUEUED 0x1000000u
 /* A send or read that is a turn of the exchange (exchange.c) */
 #define NS_C_TURN (NS_C_XNEXT | NS_C_PARSE | NS_C_SNIFF)
 #define NS_C_PRE (NS_C_TOTAL | NS_C_INTR | NS_C_EXPIRED | NS_C_FAULT)
@@ -128,6 +135,13 @@ struct ns_conn {
 	uint32_t hstate;          /* HTTP answer: status line, or 1xx headers to skip */
 	uint32_t hlen;            /* bytes of the status line (or of "\r\n\r\n") seen */
 	char hbuf[16];            /* "HTTP/1.1 503" */
+	/* shaping (shape.c): the place held under max_connections (valid with
+	 * NS_C_PLACE; -1 once given back) */
+	int32_t place;            /* atomic */
+	int32_t place_slot;       /* the slot it is a place of */
+	uint32_t place_holder;    /* the process that took it */
+	monotime queue_start;     /* a queued non-blocking connect: since then, */
+	monotime queue_deadline;  /* ...until then (with NS_C_QUEUED) */
 	struct ns_conn *next_free;
 };
 _Static_assert(NS_KEY_MAX % 8 == 0, "copied in words");
@@ -239,6 +253,18 @@ static inline int ns_take_err_pending(struct ns_conn *c)
 }
 
 
+/* A fresh attempt on c: its clock, deadlines and outcome start over (the
+ * total budget runs from the first attempt). */
+static inline __attribute__((always_inline)) void ns_conn_clock(struct ns_conn *c, const struct ns_settings *set, monotime now)
+{
+	ST(c->start, now);
+	ST(c->outcome, 0);
+	ST(c->xstart, 0);
+	ST(c->rd_wait_start, 0);
+	ST(c->connect_deadline, (LD(c->flags) & NS_C_ENFORCE) && set->connect_timeout_ms ?
+		now + (int64_t)set->connect_timeout_ms * 1000000 : 0);
+}
+
 /* d (its name left empty) from an AF_INET or AF_INET6 address: 0, or -1. */
 static inline __attribute__((always_inline)) int ns_dest_from_sa(const struct sockaddr *sa, socklen_t len, struct ns_dest *d)
 {
@@ -276,6 +302,9 @@ static inline __attribute__((always_inline)) int ns_dest_from_sa(const struct so
 extern unsigned ns_ep_count NS_HIDDEN;
 extern void (*ns_fd_watch_note)(int fd) NS_HIDDEN;
 extern void (*ns_fd_watch_forget)(int fd) NS_HIDDEN;
+/* A record ends (its last reference gone) holding a place: shape.c gives
+ * it back through this, set when the process first takes one. */
+extern void (*ns_conn_end_hook)(struct ns_conn *c) NS_HIDDEN;
 /* The table could not be reserved (the shim passes every call through;
  * the configuration's loading says so). */
 extern int ns_fdtab_failed NS_HIDDEN;

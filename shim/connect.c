@@ -20,6 +20,7 @@
 #include "outcome.h"
 #include "real.h"
 #include "settings.h"
+#include "shape.h"
 #include "timeo.h"
 #include "wait.h"
 
@@ -61,7 +62,7 @@ static uintptr_t classify(int fd, int family)
  * ETIMEDOUT with the attempt dropped. ask: the program may have set its own
  * SO_SNDTIMEO before the shim saw the socket. now: the clock, read at most
  * the shim's own few microseconds ago. */
-static int connect_bounded(int fd, struct ns_conn *c, const struct ns_settings *set, const struct sockaddr *sa,
+static inline __attribute__((always_inline)) int connect_bounded(int fd, struct ns_conn *c, const struct ns_settings *set, const struct sockaddr *sa,
 			   socklen_t len, int ask, monotime now)
 {
 	int64_t prog = ask ? ns_prog_timeout(fd, SO_SNDTIMEO) : 0, lim = 0, before, left;
@@ -108,6 +109,23 @@ static int connect_bounded(int fd, struct ns_conn *c, const struct ns_settings *
 	return r;
 }
 
+/* connect() on a socket whose queued connect was throttled (fault.c,
+ * throttle_held): the kernel's answer from the refusing target it went to,
+ * once; the connect after that is a new attempt. */
+static __attribute__((noinline, cold)) int throttled_again(int fd, struct ns_conn *c)
+{
+	struct sockaddr_storage to;
+	socklen_t tolen;
+
+	__atomic_fetch_and(&c->flags, ~NS_C_THROTTLED, __ATOMIC_RELAXED);
+	__atomic_fetch_or(&c->flags, NS_C_FAILED, __ATOMIC_RELAXED);
+	if (ns_fault_refusing_target(c->fault.real_sa.ss_family, &to, &tolen) < 0) {
+		errno = ECONNREFUSED;
+		return -1;
+	}
+	return REAL(connect)(fd, (struct sockaddr *)&to, tolen);
+}
+
 /* connect() again on a socket whose connect is in progress or done: how a
  * non-blocking program learns the result (0 or EISCONN once connected). */
 static int connect_again(int fd, struct ns_conn *c, const struct sockaddr *sa, socklen_t len)
@@ -118,8 +136,11 @@ static int connect_again(int fd, struct ns_conn *c, const struct sockaddr *sa, s
 		errno = ETIMEDOUT;
 		return -1;
 	}
-	if (unlikely(LD(c->expired) & NS_ATTN_FAULT))
+	if (unlikely(LD(c->expired) & NS_ATTN_FAULT)) {
 		ns_fault_delay_due(fd, c, ns_now());
+		if (LD(c->flags) & NS_C_THROTTLED)
+			return throttled_again(fd, c);
+	}
 	r = REAL(connect)(fd, sa, len);
 	e = errno;
 
@@ -150,22 +171,11 @@ static uintptr_t conn_detach(int fd, struct ns_conn *c)
 	return v;
 }
 
-/* A fresh attempt on c: its clock, deadlines and outcome start over (the
- * total budget runs from the first attempt). */
-static inline __attribute__((always_inline)) void conn_clock(struct ns_conn *c, const struct ns_settings *set, monotime now)
-{
-	ST(c->start, now);
-	ST(c->outcome, 0);
-	ST(c->xstart, 0);
-	ST(c->rd_wait_start, 0);
-	ST(c->connect_deadline, (LD(c->flags) & NS_C_ENFORCE) && set->connect_timeout_ms ?
-		now + (int64_t)set->connect_timeout_ms * 1000000 : 0);
-}
 
 /* ...on a record others may see (a retry): its flags change bit by bit */
 static void conn_begin(struct ns_conn *c, const struct ns_settings *set, monotime now)
 {
-	conn_clock(c, set, now);
+	ns_conn_clock(c, set, now);
 	__atomic_fetch_and(&c->flags, ~(NS_C_WAITING | NS_C_FAILED), __ATOMIC_RELEASE);
 	__atomic_fetch_or(&c->flags, NS_C_XNEXT | NS_C_CONNECTING, __ATOMIC_RELAXED);
 }
@@ -379,6 +389,7 @@ struct attempt {
 	struct ns_conn *c;
 	const char *kp;                 /* the key: key, or the record's */
 	int fr;                         /* what the injected faults made of it: NS_FC_* */
+	int shape;                      /* NS_SHAPE_* (with max_connections only), or -1 */
 	socklen_t tolen;
 	struct sockaddr_storage to;
 	struct ns_settings set;
@@ -402,6 +413,10 @@ static inline __attribute__((always_inline)) int prior_record(struct attempt *a,
 		 * where the program learns it, once, as from the kernel */
 		errno = ETIMEDOUT;
 		*r = -1;
+		return STEP_DONE;
+	}
+	if (unlikely(f & NS_C_THROTTLED)) {
+		*r = throttled_again(a->fd, c);
 		return STEP_DONE;
 	}
 	if (!(f & NS_C_FAILED)) {
@@ -577,7 +592,7 @@ static inline __attribute__((always_inline)) void record(struct attempt *a)
 		}
 	}
 	ST(c->flags, f);
-	conn_clock(c, a->sp, a->now);
+	ns_conn_clock(c, a->sp, a->now);
 	a->fr = NS_FC_NONE;
 	a->tolen = 0;
 }
@@ -585,11 +600,12 @@ static inline __attribute__((always_inline)) void record(struct attempt *a)
 /* Injected faults at connect: a failure now, or a local target the kernel
  * connects to instead (which makes the fault real), maybe after a delay.
  * The record is published into the fd table here, faults or not. */
-static int faults_and_publish(struct attempt *a, int *r)
+static inline __attribute__((always_inline)) int faults_and_publish(struct attempt *a, int *r)
 {
 	struct ns_conn *c = a->c;
 
-	if (unlikely(ns_fault_possible())) {
+	/* (a queued connect, NS_FC_TARGET already, gets no injected fault) */
+	if (unlikely(ns_fault_possible()) && a->fr == NS_FC_NONE) {
 		name_needed(&a->d, &a->named, a->now);
 		a->fr = ns_fault_at_connect(c, &a->d, a->sp, a->slot, a->sa, a->len, &a->to, &a->tolen);
 		if (a->fr == NS_FC_FAIL) {
@@ -664,6 +680,53 @@ static inline __attribute__((always_inline)) int make(struct attempt *a, int sav
 	return r;
 }
 
+/* Shaping (shape.c), for a destination with max_connections: a place
+ * taken before the record is filled in (a blocking connect may wait for
+ * it here, before its clock starts), or a non-blocking one to be held
+ * until its turn (shaped_record). One turned away is throttled: refused
+ * as an open breaker refuses, counted apart, never a failure. */
+static __attribute__((noinline)) int shaped(struct attempt *a, int *r)
+{
+	a->shape = ns_shape_connect(a->c, a->sp, a->slot, (a->v & NS_TAG_NONBLOCK) != 0, a->now);
+	if (a->shape == NS_SHAPE_REFUSE) {
+		ns_shape_throttled(a->c, a->slot, a->kp);
+		ns_conn_unref(a->c);   /* (not published) */
+		*r = refuse_open(a->fd, a->v, a->sa->sa_family);
+		return STEP_DONE;
+	}
+	if (a->shape == NS_SHAPE_WAITED)
+		a->now = ns_now();   /* the wait is not the connection's time */
+	return STEP_ON;
+}
+
+/* ...and the record filled in (not published: plain stores): it holds its
+ * place, or (shaped_queued) it is held at the local target that never
+ * answers, its deadlines to start with its turn. */
+static __attribute__((noinline, cold)) int shaped_queued(struct attempt *a, int *r)
+{
+	struct ns_conn *c = a->c;
+
+	if (ns_fault_hold_connect(c, a->sa, a->len, a->now + NS_SHAPE_TICK_NS, &a->to, &a->tolen) < 0) {
+		ns_shape_throttled(c, a->slot, a->kp);   /* no local target to hold it at */
+		ns_conn_unref(c);
+		*r = refuse_open(a->fd, a->v, a->sa->sa_family);
+		return STEP_DONE;
+	}
+	ST(c->connect_deadline, 0);
+	ST(c->total_deadline, 0);
+	ST(c->flags, (LD(c->flags) & ~NS_C_TOTAL) | NS_C_QUEUED | NS_C_FAULT);
+	a->fr = NS_FC_TARGET;
+	return STEP_ON;
+}
+
+static inline __attribute__((always_inline)) int shaped_record(struct attempt *a, int *r)
+{
+	if (unlikely(a->shape == NS_SHAPE_QUEUED))
+		return shaped_queued(a, r);
+	ST(a->c->flags, LD(a->c->flags) | NS_C_PLACE);
+	return STEP_ON;
+}
+
 /* What is not governed passes through: no address, a descriptor past the
  * table, a family other than inet, no policy (NETSHIM_DISABLE=1, a bad
  * one). A disconnect (AF_UNSPEC) ends the connection as a close would;
@@ -722,7 +785,14 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		return REAL(connect)(fd, sa, len);
 	if (k == STEP_DONE)
 		return r;
+	if (unlikely(a.sp->max_connections)) {
+		a.shape = -1;
+		if (a.enforce && a.slot >= 0 && shaped(&a, &r) == STEP_DONE)
+			return r;
+	}
 	record(&a);
+	if (unlikely(a.sp->max_connections) && a.shape >= 0 && shaped_record(&a, &r) == STEP_DONE)
+		return r;
 	if (faults_and_publish(&a, &r) == STEP_DONE)
 		return r;
 	return make(&a, saved);

@@ -32,6 +32,7 @@
 #include "config.h"
 #include "outcome.h"
 #include "real.h"
+#include "shape.h"
 #include "timeo.h"
 
 
@@ -402,18 +403,70 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 	return r;
 }
 
+int ns_fault_hold_connect(struct ns_conn *c, const struct sockaddr *sa, socklen_t len, monotime until,
+			  struct sockaddr_storage *to, socklen_t *tolen)
+{
+	struct ns_cfault *cf = &c->fault;
+
+	if (len > (socklen_t)sizeof(cf->real_sa) || target_for(NS_F_BLACKHOLE, sa->sa_family, to, tolen) < 0)
+		return -1;
+	memcpy(&cf->real_sa, sa, len);
+	ST(cf->real_len, len);
+	ST(cf->delay_until, until);
+	__atomic_fetch_or(&c->expired, NS_ATTN_FAULT, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/* A queued connect (shape.c) whose queue_timeout passed: refused by the
+ * kernel, as a throttled connect is (the local target that refuses), with
+ * no outcome counted. */
+static void throttle_held(int fd, struct ns_conn *c)
+{
+	struct sockaddr_storage to;
+	socklen_t tolen;
+	char key[NS_KEY_MAX];
+
+	ns_conn_key(c, key);
+	ns_shape_throttled(c, LD(c->slot), key);
+	__atomic_store_n(&c->outcome, 1, __ATOMIC_RELEASE);   /* throttled: no failure */
+	__atomic_fetch_or(&c->flags, NS_C_THROTTLED, __ATOMIC_RELAXED);
+	ns_drop_attempt(fd);
+	if (ns_fault_refusing_target(c->fault.real_sa.ss_family, &to, &tolen) == 0)
+		REAL(connect)(fd, (struct sockaddr *)&to, tolen);
+}
+
 int ns_fault_delay_due(int fd, struct ns_conn *c, monotime now)
 {
 	struct ns_cfault *cf = &c->fault;
 	monotime due = LD(cf->delay_until);
-	int saved = errno;
+	int saved = errno, queued;
 
+	/* the thread that takes delay_until (to 0) acts; the others leave it */
 	if (!(__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE) & NS_ATTN_FAULT) || !due || now < due ||
 	    !__atomic_compare_exchange_n(&cf->delay_until, &due, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 		return 0;
+	queued = (LD(c->flags) & NS_C_QUEUED) != 0;
+	if (queued) {
+		int k = ns_shape_due(c, now);
+
+		if (k == 0) {
+			ST(cf->delay_until, now + NS_SHAPE_TICK_NS);   /* not yet: look again */
+			return 0;
+		}
+		if (k < 0) {
+			throttle_held(fd, c);
+			errno = saved;
+			return 1;
+		}
+	}
 	/* leave the target that never answers; connect for real, from now */
 	ns_drop_attempt(fd);
 	REAL(connect)(fd, (struct sockaddr *)&cf->real_sa, LD(cf->real_len));
+	if (queued && !LD(cf->latency_ns) && !LD(cf->rate) && !LD(cf->end_kind)) {
+		/* nothing injected: the data path is the healthy one again */
+		__atomic_fetch_and(&c->expired, ~NS_ATTN_FAULT, __ATOMIC_RELEASE);
+		__atomic_fetch_and(&c->flags, ~NS_C_FAULT, __ATOMIC_RELAXED);
+	}
 	errno = saved;
 	return 1;
 }

@@ -21,7 +21,13 @@ NS_HIDDEN int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, co
 NS_HIDDEN int ns_fault_own_fds(int *out, int max);
 /* The local socket that refuses, as an address for family: 0, or -1. */
 NS_HIDDEN int ns_fault_refusing_target(int family, struct sockaddr_storage *to, socklen_t *tolen);
-/* A delay whose time came: the real connect starts. 1 if it did. */
+/* Hold a connect back until `until` (a queued one: shape.c): it goes to
+ * the local target that never answers (*to) and to sa once
+ * ns_fault_delay_due lets it. 0, or -1 (no target: not held). */
+NS_HIDDEN int ns_fault_hold_connect(struct ns_conn *c, const struct sockaddr *sa, socklen_t len, monotime until,
+				    struct sockaddr_storage *to, socklen_t *tolen);
+/* A delay whose time came: the real connect starts (a queued one: when a
+ * place is its, else it is throttled). 1 if it did. */
 NS_HIDDEN int ns_fault_delay_due(int fd, struct ns_conn *c, monotime now);
 /* Should this lookup of name fail (nxdomain)? */
 NS_HIDDEN int ns_fault_nxdomain(const char *name, const char *service);

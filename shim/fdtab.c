@@ -29,6 +29,7 @@ int ns_fdtab_failed;
 unsigned ns_ep_count;
 void (*ns_fd_watch_note)(int fd);
 void (*ns_fd_watch_forget)(int fd);
+void (*ns_conn_end_hook)(struct ns_conn *c);
 
 /* The pid this copy of the process image belongs to: set at start and in
  * every fork child (atfork). A vfork child runs no atfork handler, so its
@@ -155,14 +156,34 @@ void ns_conn_ref(struct ns_conn *c)
 	__atomic_fetch_add(&c->refs, 1, __ATOMIC_RELAXED);
 }
 
+/* The record's last reference went: back to the pool. A call that was
+ * blocked on this connection when it ended finds the generation changed
+ * and leaves the record alone (see after_io). */
+static inline __attribute__((always_inline)) void conn_free(struct ns_conn *c)
+{
+	__atomic_fetch_add(&c->gen, 1, __ATOMIC_RELEASE);
+	pool_push(c, c);
+}
+
+/* ...holding a place: shape.c gives it back first. */
+static __attribute__((noinline, cold)) void conn_free_hooked(struct ns_conn *c)
+{
+	void (*hook)(struct ns_conn *) = __atomic_load_n(&ns_conn_end_hook, __ATOMIC_ACQUIRE);
+
+	if (hook)
+		hook(c);
+	conn_free(c);
+}
+
 void ns_conn_unref(struct ns_conn *c)
 {
 	if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0)
 		return;
-	/* a call that was blocked on this connection when it ended finds the
-	 * generation changed and leaves the record alone (see after_io) */
-	__atomic_fetch_add(&c->gen, 1, __ATOMIC_RELEASE);
-	pool_push(c, c);
+	if (unlikely(LD(c->flags) & NS_C_PLACE)) {
+		conn_free_hooked(c);
+		return;
+	}
+	conn_free(c);
 }
 
 struct ns_conn *ns_conn_alloc(void)
@@ -244,12 +265,13 @@ static inline __attribute__((always_inline)) void fd_put(int fd, uintptr_t v)
 			;
 	}
 	old = __atomic_exchange_n(&ns_fdtab[fd], v, __ATOMIC_ACQ_REL);
+	if (v && !(v & NS_TAG) && __atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
+		__atomic_load_n(&ns_fd_watch_note, __ATOMIC_ACQUIRE)(fd);   /* one load when no epoll set is in use */
+	/* last, so that it is a jump: nothing here waits for its registers */
 	if (old && !(old & NS_TAG)) {
 		__atomic_fetch_sub(&((struct ns_conn *)old)->fds, 1, __ATOMIC_RELAXED);
 		ns_conn_unref((struct ns_conn *)old);
 	}
-	if (v && !(v & NS_TAG) && __atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
-		__atomic_load_n(&ns_fd_watch_note, __ATOMIC_ACQUIRE)(fd);   /* one load when no epoll set is in use */
 }
 
 void ns_fd_set(int fd, uintptr_t v)

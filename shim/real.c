@@ -18,6 +18,7 @@
 #include "conn.h"
 
 struct ns_real ns_real;
+long (*ns_real_syscall)(long, ...);
 
 static pthread_once_t bind_once = PTHREAD_ONCE_INIT;
 
@@ -44,6 +45,7 @@ static void *must(const char *name, void *self)
 static void bind_all(void)
 {
 	NS_EXPORTS(BIND, BIND, BIND, BIND_NONE)
+	ns_real_syscall = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall");
 	if (!ns_real.fcntl64)
 		ns_real.fcntl64 = ns_real.fcntl;
 	ns_vfork_bind();   /* the exported vfork's target (fdtab.c), bound before any call */

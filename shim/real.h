@@ -33,7 +33,11 @@ struct ns_real {
 	NS_EXPORTS(NS_REAL_FIELD, NS_REAL_FIELD, NS_REAL_FIELD, NS_REAL_NONE)
 };
 
+#define NS_REAL_HIDDEN __attribute__((visibility("hidden")))
 extern struct ns_real ns_real;
+
+/* libc's syscall() (the exported one is uring.c's), bound with the rest. */
+extern long (*ns_real_syscall)(long, ...) NS_REAL_HIDDEN;
 
 /* Bind every entry (once, thread-safe, callable before the constructor). */
 void ns_real_bind(void);

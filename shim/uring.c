@@ -33,8 +33,8 @@
 
 #include "config.h"
 #include "fdops.h"
+#include "real.h"
 
-static long (*real_syscall)(long, ...);
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int allow;
 
@@ -42,7 +42,7 @@ static void bind_syscall(void)
 {
 	const char *v = getenv("NETSHIM_IO_URING");
 
-	real_syscall = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall");
+	ns_real_bind();   /* ns_real_syscall */
 	allow = v && strcmp(v, "allow") == 0;
 }
 
@@ -93,9 +93,9 @@ long ns_syscall(long n, long a, long b, long c, long d, long e, long f)
 		errno = ENOSYS;
 		return -1;
 	}
-	if (!real_syscall) {
+	if (!ns_real_syscall) {
 		errno = ENOSYS;
 		return -1;
 	}
-	return real_syscall(n, a, b, c, d, e, f);
+	return ns_real_syscall(n, a, b, c, d, e, f);
 }

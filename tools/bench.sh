@@ -59,8 +59,8 @@ if command -v valgrind >/dev/null; then
 		local label=$1 n=$2 lim=$3; shift 3
 		local b0 b1 s0 s1 v a0 a1
 		mapfile -t a0 < <(withn 0 "$@"); mapfile -t a1 < <(withn "$n" "$@")
-		b0=$(ir "${a0[@]}" -- X=1); s0=$(ir "${a0[@]}" -- LD_PRELOAD="$LIB")
-		b1=$(ir "${a1[@]}" -- X=1); s1=$(ir "${a1[@]}" -- LD_PRELOAD="$LIB")
+		b0=$(ir "${a0[@]}" -- X=1); s0=$(ir "${a0[@]}" -- LD_PRELOAD="$LIB" ${SHIM_ENV:-})
+		b1=$(ir "${a1[@]}" -- X=1); s1=$(ir "${a1[@]}" -- LD_PRELOAD="$LIB" ${SHIM_ENV:-})
 		v=$(awk -v b0="$b0" -v b1="$b1" -v s0="$s0" -v s1="$s1" -v n="$n" 'BEGIN { printf "%.1f", ((s1 - s0) - (b1 - b0)) / n }')
 		printf "  %-46s %8s" "$label" "$v"
 		if [ "$lim" != "-" ]; then printf "   (bar <= %s: %s)" "$lim" "$(bar "$v" "$lim" "<=")"; fi
@@ -74,7 +74,13 @@ if command -v valgrind >/dev/null; then
 	added "write, pipe (not a socket)" 20000 14 calls pipe-write
 	# the server end accepted and closed with raw system calls (counted by
 	# neither run): the client's own socket, connect and close
-	added "socket+connect+close, by address" 1000 800 calls connect-client
+	line=$(added "socket+connect+close, by address" 1000 800 calls connect-client); echo "$line"
+	plain=$(awk '{print $(NF-4)}' <<<"$line")
+	printf '[defaults]\nmax_connections = 8\n' >"$work/cap.conf"
+	line=$(SHIM_ENV="NETSHIM_POLICY=$work/cap.conf" added "  the same with max_connections = 8 (a place free)" 1000 - calls connect-client)
+	echo "$line"
+	c=$(awk -v a="$(awk '{print $NF}' <<<"$line")" -v p="$plain" 'BEGIN { printf "%.1f", a - p }')
+	echo "    max_connections adds $c (bar <= 150: $(bar "$c" 150 "<="))"
 	added "socket+connect+close, by name (localhost)" 1000 800 calls connect-client-name
 	added "  the same with the server's accept+close (libc)" 1000 - calls connect
 	added "poll, governed socket, read deadline armed" 20000 120 poll
@@ -103,6 +109,10 @@ if command -v valgrind >/dev/null; then
 else
 	echo "  valgrind not installed: skipped"
 fi
+echo
+
+echo "## 1a. Waiting for a place (max_connections): how soon a freed place is taken again"
+"$PY" "$TOOLS/queuebench.py" "$BUILD"
 echo
 
 echo "## 1b. Exchanges: a keep-alive request loop, plain and TLS (python client, one connection)"

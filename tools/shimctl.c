@@ -219,6 +219,12 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 		pct_json("connect_ms_p99", &e->connect_hist, 99);
 		pct_json("first_byte_ms_p50", &e->first_byte_hist, 50);
 		pct_json("first_byte_ms_p99", &e->first_byte_hist, 99);
+		printf(", \"inflight\": %u, \"throttled\": %llu, \"waited_ms_p99\": ", e->inflight,
+		       (unsigned long long)e->throttled);
+		if (e->waited_ms_p99)
+			printf("%llu", (unsigned long long)e->waited_ms_p99);
+		else
+			printf("null");
 		printf(", \"fleet_open_nodes\": [");
 		print_fleet_nodes(e);
 		printf("]}");
@@ -240,8 +246,8 @@ static void print_text(const struct ns_table *t, struct row *rows, int n, int co
 {
 	static const char *const hdr[] = { "DESTINATION", "STATE", "WIN_FAIL", "CONSEC", "CALLS", "OK",
 		"FAIL", "TIMEOUT", "REJECTED", "RETRIES", "CONN_P50", "CONN_P99", "FB_P50", "FB_P99",
-		"LAST_ERROR", "OPENED_AT", "HALF_OPEN_AT", "FLEET" };
-	enum { NC = 18 };
+		"LAST_ERROR", "OPENED_AT", "HALF_OPEN_AT", "FLEET", "INFLIGHT", "THROTTLED" };
+	enum { NC = 20 };
 	struct agent_view a;
 	char (*cells)[NC][NS_KEY_MAX * 4] = calloc((size_t)n + 1, sizeof(*cells));
 	int w[NC] = { 0 };
@@ -286,6 +292,8 @@ static void print_text(const struct ns_table *t, struct row *rows, int n, int co
 			ctl_escape_text(e->fleet_nodes[0] ? e->fleet_nodes : "?", r[17], sizeof(r[17]));
 		else
 			snprintf(r[17], sizeof(r[17]), "-");
+		snprintf(r[18], sizeof(r[18]), "%u", e->inflight);
+		snprintf(r[19], sizeof(r[19]), "%llu", (unsigned long long)e->throttled);
 	}
 	for (int i = 0; i <= n; i++)
 		for (int c = 0; c < NC; c++) {
@@ -363,6 +371,9 @@ static struct row *load_rows(const struct ns_table *t, int only, int *n)
 			/* closed here, held open by the fleet: fleet_open */
 			rows[*n].state = rows[*n].e.brk.state == NS_CLOSED && rows[*n].e.fleet_open ? "fleet_open" :
 				ns_state_name(rows[*n].e.brk.state);
+			/* places whose holders died are not connections open */
+			if (rows[*n].e.inflight)
+				rows[*n].e.inflight = ns_table_inflight_live(t, (int)i);
 			(*n)++;
 		}
 	}
@@ -654,6 +665,8 @@ static int cmd_metrics(const char *name)
 	prom_counter("netshim_rejected_total", "Connects refused at once by an open breaker.", "counter", rows, n, OFFE(rejected), 0);
 	prom_counter("netshim_retries_total", "Connect retries made by the policy.", "counter", rows, n, OFFE(retries), 0);
 	prom_counter("netshim_failures_in_window", "Failures in the sliding window.", "gauge", rows, n, OFFE(failures_in_window), 1);
+	prom_counter("netshim_inflight", "Connections holding a place under max_connections.", "gauge", rows, n, OFFE(inflight), 1);
+	prom_counter("netshim_throttled_total", "Connects turned away by max_connections (never failures).", "counter", rows, n, OFFE(throttled), 0);
 	printf("# HELP netshim_breaker_state Breaker state: 0 closed, 1 open, 2 half_open, 3 forced_open, 4 fleet_open.\n"
 	       "# TYPE netshim_breaker_state gauge\n");
 	for (int i = 0; i < n; i++) {

@@ -126,6 +126,9 @@ Test(policy, zero_switches_a_limit_off_and_empty_file_is_builtin)
 Test(policy_errors, each_with_file_and_line)
 {
 	expect_error("[defaults]\nbogus = 1\n", "t.conf:2: unknown key 'bogus'\n");
+	expect_error("[defaults]\nmax_connections = 33\n", "t.conf:2: max_connections: 33 is out of range (0 to 32)\n");
+	expect_error("[defaults]\nqueue_timeout = 30\n",
+		     "t.conf:2: queue_timeout: bad duration '30': a duration needs a unit (ms, s, m, h), such as 250ms or 3s\n");
 	expect_error("[defaults]\nread_timeout = 5\n",
 		     "t.conf:2: read_timeout: bad duration '5': a duration needs a unit (ms, s, m, h), such as 250ms or 3s\n");
 	expect_error("[defaults]\nread_timeout = 5 s\n",

@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -65,6 +66,9 @@ Test(layout, offsets_and_sizes_are_pinned)
 	cr_assert_eq(offsetof(struct ns_slot, stale_reuses), 992);   /* in what was reserved: old tables read 0 */
 	cr_assert_eq(offsetof(struct ns_slot, bucket2), 1024);
 	cr_assert_eq(offsetof(struct ns_slot, lat), 1304);
+	/* the places (max_connections) are in what was reserved: old tables read free */
+	cr_assert_eq(offsetof(struct ns_slot, place), 1744);
+	cr_assert_eq(offsetof(struct ns_slot, waited), 1896);
 	cr_assert_eq(offsetof(struct ns_table_hdr, flt_off), 80);
 	cr_assert_eq(offsetof(struct ns_table_hdr, flt_gen), 96);
 	cr_assert_eq(sizeof(struct ns_fltrec), 512);
@@ -134,6 +138,58 @@ Test(table, a_claim_abandoned_by_a_killed_process_is_taken_over)
 	__atomic_store_n(&t.slots[a].tag, (t.slots[a].tag & ~(3ULL << 62)) | (1ULL << 62), __ATOMIC_RELEASE);
 	cr_assert_eq(ns_table_find(&t, "k:1", 1, 1500), NS_SLOT_BUSY);
 	cr_assert_eq(ns_table_find(&t, "k:1", 1, 1000 + 2001), a);
+}
+
+Test(table, places_are_taken_up_to_the_cap_and_given_back_by_their_holder_only)
+{
+	struct ns_table t;
+	struct ns_entry e;
+	uint32_t waiters;
+	int a, p[3];
+
+	mem_table(&t, 2);
+	a = ns_table_find(&t, "k:1", 1, 1000);
+	p[0] = ns_table_place_take(&t, a, 2, 111 << NS_PLACE_TAG_BITS);
+	p[1] = ns_table_place_take(&t, a, 2, 222 << NS_PLACE_TAG_BITS);
+	p[2] = ns_table_place_take(&t, a, 2, 333 << NS_PLACE_TAG_BITS);
+	cr_assert(p[0] >= 0 && p[1] >= 0 && p[0] != p[1]);
+	cr_assert_eq(p[2], -1, "a third place under a cap of 2");
+	cr_assert_geq(ns_table_place_take(&t, a, 3, 333 << NS_PLACE_TAG_BITS), 0, "another process's cap of 3");
+	cr_assert_eq(ns_table_place_take(&t, a, 99, 0), -1, "holder 0 is no holder");
+	/* only the holder's word gives a place back; a second release is nothing */
+	cr_assert_eq(ns_table_place_release(&t, a, p[0], 222 << NS_PLACE_TAG_BITS, &waiters), 0);
+	ns_table_place_waiting(&t, a, 1);
+	cr_assert_eq(ns_table_place_release(&t, a, p[0], 111 << NS_PLACE_TAG_BITS, &waiters), 1);
+	cr_assert_eq(waiters, 1);
+	cr_assert_eq(ns_table_place_release(&t, a, p[0], 111 << NS_PLACE_TAG_BITS, &waiters), 0);
+	cr_assert_eq(ns_table_place_release(&t, a, 99, 111 << NS_PLACE_TAG_BITS, &waiters), 0, "out of range");
+	cr_assert_eq(ns_table_read(&t, a, 1000, &e), 0);
+	cr_assert_eq(e.inflight, 2);
+	/* throttled: counted, no call; the event once a minute */
+	cr_assert_eq(ns_table_throttled(&t, a, 5000), 1);
+	cr_assert_eq(ns_table_throttled(&t, a, 6000), 0);
+	cr_assert_eq(ns_table_throttled(&t, a, 65000), 1);
+	ns_table_waited(&t, a, 0);
+	ns_table_waited(&t, a, 300);
+	cr_assert_eq(ns_table_read(&t, a, 1000, &e), 0);
+	cr_assert_eq(e.throttled, 3);
+	cr_assert_eq(e.waited_ms_p99, 512, "p99 of {0, 300} ms: the 256-512 bucket");
+}
+
+Test(table, a_dead_holder_is_told_from_a_living_one)
+{
+	uint32_t me = ns_place_holder((unsigned)getpid(), ns_proc_start_time((unsigned)getpid()));
+	pid_t child = fork();
+	int st;
+
+	if (child == 0)
+		_exit(0);
+	waitpid(child, &st, 0);
+	cr_assert(ns_place_holder_lives(me));
+	cr_assert_not(ns_place_holder_lives(ns_place_holder((unsigned)child, 0)), "a reaped child");
+	/* this pid, but another start time: a reused pid is another process */
+	cr_assert_not(ns_place_holder_lives(me ^ 1));
+	cr_assert_not(ns_place_holder_lives(0));
 }
 
 Test(table, window_counts_and_expires)
@@ -254,7 +310,10 @@ Test(table, concurrent_updates_from_forked_processes_are_exact)
 	s.failure_threshold = 0;   /* never open: every attempt is a call */
 	mem_table(&t, 16);
 	for (int p = 0; p < PROCS; p++) {
-		if (fork() == 0) {
+		pid_t pid = fork();
+
+		cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+		if (pid == 0) {
 			for (int k = 0; k < PER; k++) {
 				int idx = ns_table_find(&t, "shared:1", 1, 5);
 
@@ -266,7 +325,7 @@ Test(table, concurrent_updates_from_forked_processes_are_exact)
 		}
 	}
 	for (int p = 0; p < PROCS; p++) {
-		wait(&status);
+		cr_assert_gt(wait(&status), 0, "a child is missing: %s", strerror(errno));
 		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	}
 	i = ns_table_find(&t, "shared:1", 0, 5);

@@ -1,0 +1,235 @@
+/* shape.c -- shaping traffic machine-wide: connection caps with a queue
+ * (max_connections, queue_timeout).
+ *
+ * A destination's places are words of its table slot: 0 free, else the
+ * holder, this process's pid with a tag of its start time. A connect takes
+ * one of the first max_connections with one compare-and-swap, and the
+ * connection gives it back when its record ends (its last descriptor
+ * closed): nothing is counted that a process killed at any instruction
+ * could leave wrong. The connect that finds every place held asks whether
+ * their holders still live (kill 0, and /proc for a reused pid) and frees
+ * the places of the dead.
+ *
+ * A blocking connect over the cap waits here, on the slot's futex word,
+ * which a release bumps (and wakes, when someone waits); it looks again at
+ * least every 50 ms, for holders that died. A non-blocking one is held as
+ * an injected delay is (fault.c): connected to the local target that never
+ * answers, so the program sees EINPROGRESS and a socket that is not yet
+ * writable, and the waits look again every few milliseconds until a place
+ * frees or queue_timeout passes. A connect turned away is throttled:
+ * ECONNREFUSED, never a failure of the destination. */
+#include "shape.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "real.h"
+
+#define BLOCKED_LOOK_NS (50 * 1000000LL)   /* a blocked waiter looks for dead holders this often */
+
+static uint32_t self_holder;   /* atomic: this process's holder word, 0 until first needed */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void forget_holder(void)
+{
+	__atomic_store_n(&self_holder, 0, __ATOMIC_RELAXED);   /* a forked child is another holder */
+}
+
+static void set_atfork(void)
+{
+	pthread_atfork(NULL, NULL, forget_holder);
+}
+
+static __attribute__((noinline)) uint32_t place_self_slow(void)
+{
+	unsigned pid;
+	uint32_t h;
+
+	pthread_once(&atfork_once, set_atfork);
+	pid = (unsigned)getpid();
+	if (pid > NS_PLACE_PID_MAX)
+		return 0;   /* a pid past 22 bits: no places (never with Linux's pid_max) */
+	h = ns_place_holder(pid, ns_proc_start_time(pid));
+	__atomic_store_n(&self_holder, h, __ATOMIC_RELAXED);
+	return h;
+}
+
+static inline uint32_t place_self(void)
+{
+	uint32_t h = __atomic_load_n(&self_holder, __ATOMIC_RELAXED);
+
+	return likely(h) ? h : place_self_slow();
+}
+
+uint32_t ns_place_self(void)
+{
+	return place_self();
+}
+
+/* Free the places of [0, cap) whose holders died: how many. */
+static int reclaim(int slot, uint32_t cap)
+{
+	int freed = 0;
+
+	for (uint32_t p = 0; p < cap && p < NS_PLACES; p++) {
+		uint32_t h = ns_table_place_holder(&ns_breakers, slot, (int)p), waiters;
+
+		if (h && !ns_place_holder_lives(h) && ns_table_place_release(&ns_breakers, slot, (int)p, h, &waiters)) {
+			freed++;
+			NS_LOG(NS_LOG_INFO, "a place held by pid %u (no longer running) freed", h >> NS_PLACE_TAG_BITS);
+		}
+	}
+	return freed;
+}
+
+/* A place for c: 1, or 0 when every one of [0, cap) is held by the living.
+ * published: c is in the fd table (its flags change bit by bit); else the
+ * caller writes NS_C_PLACE into them itself. */
+static int take(struct ns_conn *c, int slot, uint32_t cap, uint32_t holder, int published)
+{
+	int p = ns_table_place_take(&ns_breakers, slot, cap, holder);
+
+	if (p < 0 && reclaim(slot, cap) > 0)
+		p = ns_table_place_take(&ns_breakers, slot, cap, holder);
+	if (p < 0)
+		return 0;
+	if (unlikely(!__atomic_load_n(&ns_conn_end_hook, __ATOMIC_RELAXED)))
+		__atomic_store_n(&ns_conn_end_hook, ns_shape_release, __ATOMIC_RELEASE);
+	ST(c->place_slot, slot);
+	ST(c->place_holder, holder);
+	__atomic_store_n(&c->place, p, __ATOMIC_RELEASE);
+	if (published)
+		__atomic_fetch_or(&c->flags, NS_C_PLACE, __ATOMIC_RELEASE);
+	return 1;
+}
+
+static void futex_wait(uint32_t *word, uint32_t seen, int64_t ns)
+{
+	struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000) };
+	int saved = errno;
+
+	/* EINTR (a signal: the connect waits on), EAGAIN (the word moved),
+	 * ETIMEDOUT: each is a reason to look again */
+	ns_real_syscall(SYS_futex, word, FUTEX_WAIT, seen, &ts, NULL, 0);
+	errno = saved;
+}
+
+static void futex_wake(uint32_t *word)
+{
+	int saved = errno;
+
+	ns_real_syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+	errno = saved;
+}
+
+/* A blocking connect waits for a place until deadline: 1 taken, 0 not. */
+static int wait_blocking(struct ns_conn *c, int slot, uint32_t cap, uint32_t holder, monotime deadline)
+{
+	uint32_t *wake = ns_table_place_wake(&ns_breakers, slot);
+	int got = 0;
+
+	if (!wake)
+		return 0;
+	ns_table_place_waiting(&ns_breakers, slot, 1);
+	for (;;) {
+		uint32_t seen = __atomic_load_n(wake, __ATOMIC_ACQUIRE);
+		monotime now;
+
+		if (take(c, slot, cap, holder, 0)) {
+			got = 1;
+			break;
+		}
+		now = ns_now();
+		if (now >= deadline)
+			break;
+		futex_wait(wake, seen, deadline - now < BLOCKED_LOOK_NS ? deadline - now : BLOCKED_LOOK_NS);
+	}
+	ns_table_place_waiting(&ns_breakers, slot, -1);
+	return got;
+}
+
+static void note_waited(int slot, monotime from, monotime now)
+{
+	ns_table_waited(&ns_breakers, slot, (uint64_t)(now - from) / 1000000);
+}
+
+void ns_shape_throttled(struct ns_conn *c, int slot, const char *key)
+{
+	uint64_t now_ms = (uint64_t)(ns_now() / 1000000);
+
+	(void)c;
+	NS_LOG(NS_LOG_DEBUG, "%s: every place held (max_connections), connect turned away", key);
+	if (ns_table_throttled(&ns_breakers, slot, now_ms))
+		ns_note_event(NS_E_THROTTLING, slot, key, "max_connections reached: connects turned away");
+}
+
+int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set, int slot, int nonblock, monotime now)
+{
+	uint32_t holder = place_self();
+
+	if (unlikely(!holder || !ns_tbl_on())) {
+		ST(c->place, -1);     /* (the caller marks it as holding one) */
+		return NS_SHAPE_GO;   /* no way to count places: the cap is not kept */
+	}
+	if (take(c, slot, set->max_connections, holder, 0))
+		return NS_SHAPE_GO;
+	ST(c->place, -1);
+	if (!set->queue_timeout_ms)
+		return NS_SHAPE_REFUSE;
+	if (nonblock) {
+		ST(c->queue_deadline, now + (int64_t)set->queue_timeout_ms * 1000000);
+		ST(c->queue_start, now);
+		return NS_SHAPE_QUEUED;
+	}
+	if (wait_blocking(c, slot, set->max_connections, holder, now + (int64_t)set->queue_timeout_ms * 1000000)) {
+		note_waited(slot, now, ns_now());
+		return NS_SHAPE_WAITED;
+	}
+	return NS_SHAPE_REFUSE;
+}
+
+int ns_shape_due(struct ns_conn *c, monotime now)
+{
+	const struct ns_settings *set = ns_conn_set(c);
+	int slot = LD(c->slot);
+
+	if (take(c, slot, set->max_connections, place_self(), 1)) {
+		note_waited(slot, LD(c->queue_start), now);
+		__atomic_fetch_and(&c->flags, ~NS_C_QUEUED, __ATOMIC_RELEASE);
+		/* its turn: the connection's clock and deadlines start now */
+		ST(c->start, now);
+		if ((LD(c->flags) & NS_C_ENFORCE) && set->connect_timeout_ms)
+			ST(c->connect_deadline, now + (int64_t)set->connect_timeout_ms * 1000000);
+		if ((LD(c->flags) & NS_C_ENFORCE) && set->total_timeout_ms) {
+			ST(c->total_deadline, now + (int64_t)set->total_timeout_ms * 1000000);
+			__atomic_fetch_or(&c->flags, NS_C_TOTAL, __ATOMIC_RELEASE);
+		}
+		return 1;
+	}
+	return now >= LD(c->queue_deadline) ? -1 : 0;
+}
+
+void ns_shape_release(struct ns_conn *c)
+{
+	int p = __atomic_exchange_n(&c->place, -1, __ATOMIC_ACQ_REL);
+	uint32_t waiters;
+
+	/* a forked child's copy of its parent's record is not the holder */
+	if (!(LD(c->flags) & NS_C_PLACE) || p < 0 || LD(c->place_holder) != place_self() || !ns_breakers_ok)
+		return;
+	if (ns_table_place_release(&ns_breakers, LD(c->place_slot), p, LD(c->place_holder), &waiters) && waiters) {
+		uint32_t *wake = ns_table_place_wake(&ns_breakers, LD(c->place_slot));
+
+		if (wake)
+			futex_wake(wake);
+	}
+}

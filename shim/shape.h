@@ -1,0 +1,27 @@
+/* shape.h -- shaping traffic: connection caps with a queue (shape.c). */
+#ifndef NS_SHAPE_H
+#define NS_SHAPE_H
+
+#include "../policy/policy.h"
+#include "conn.h"
+
+/* At connect, after the breaker admitted it, for a destination with
+ * max_connections (c's slot: slot; not yet published). NS_SHAPE_GO: a place
+ * is c's; NS_SHAPE_WAITED: the same, after a blocking wait; NS_SHAPE_QUEUED: a
+ * non-blocking connect waits for one (ns_shape_due, from the waits);
+ * NS_SHAPE_REFUSE: turned away (throttled: ns_shape_throttled). */
+enum { NS_SHAPE_GO, NS_SHAPE_WAITED, NS_SHAPE_QUEUED, NS_SHAPE_REFUSE };
+NS_HIDDEN int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set, int slot, int nonblock, monotime now);
+/* A queued connect's turn? 1: a place is c's now; 0: not yet; -1: its
+ * queue_timeout passed. */
+NS_HIDDEN int ns_shape_due(struct ns_conn *c, monotime now);
+/* Count a connect turned away (and the throttling event, once a minute). */
+NS_HIDDEN void ns_shape_throttled(struct ns_conn *c, int slot, const char *key);
+/* c's place back (its record ends). */
+NS_HIDDEN void ns_shape_release(struct ns_conn *c);
+/* This process as the holder of a place (0: it cannot hold one). */
+NS_HIDDEN uint32_t ns_place_self(void);
+/* How often a queued non-blocking connect looks for a place. */
+#define NS_SHAPE_TICK_NS (2 * 1000000LL)
+
+#endif

@@ -1,0 +1,410 @@
+"""Shaping traffic machine-wide: max_connections with queue_timeout.
+
+The server here counts the connections it holds at once: from accept until
+it answers (each holds `hold` seconds first). It stops counting one just
+before it sends the answer, so before the client can read it, close and
+give its place back; a connection let in over the cap overlaps the others'
+holds and is counted.
+Real programs (python requests, curl, node, asyncio and hand-written poll,
+select and epoll loops) run under the shim in several processes at once."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import BUILD, NEGATIVE, PY, base_env, py_script
+
+
+class CountingServer:
+    """HTTP/1.1 on loopback: one thread per connection; each request is
+    answered after `hold` seconds with Connection: close."""
+
+    def __init__(self, hold=0.05):
+        self.hold = hold
+        self.lock = threading.Lock()
+        self.cur = self.peak = self.total = 0
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(1024)
+        self.port = self.sock.getsockname()[1]
+        self.dest = f"127.0.0.1:{self.port}"
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.stopping = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stopping:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        with self.lock:
+            self.cur += 1
+            self.total += 1
+            self.peak = max(self.peak, self.cur)
+        counted = True
+        try:
+            c.settimeout(30)
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                d = c.recv(4096)
+                if not d:
+                    break
+                buf += d
+            if buf:
+                time.sleep(self.hold)
+                with self.lock:
+                    self.cur -= 1
+                counted = False
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        except OSError:
+            pass
+        finally:
+            if counted:
+                with self.lock:
+                    self.cur -= 1
+            c.close()
+
+    def holding(self):
+        with self.lock:
+            return self.cur
+
+    def stop(self):
+        self.stopping = True
+        self.sock.close()
+
+
+@pytest.fixture
+def counting():
+    made = []
+
+    def start(hold=0.05):
+        s = CountingServer(hold)
+        made.append(s)
+        return s
+
+    yield start
+    for s in made:
+        s.stop()
+
+
+def spawn(shim, args, env=None):
+    cmd = [str(BUILD / "shimrun"), "--policy", str(shim.policy_path), "--"] + [str(a) for a in args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=base_env(shim.table, shim.policy_path, env))
+
+
+REQUESTS = """
+import json, sys, requests
+ok = 0
+for _ in range(int(sys.argv[2])):
+    ok += requests.get(sys.argv[1], timeout=60).status_code == 200
+print(json.dumps({"ok": ok}))
+"""
+
+
+def wait_all(procs, timeout=120):
+    out = []
+    for p in procs:
+        o, e = p.communicate(timeout=timeout)
+        out.append((p.returncode, o, e))
+    return out
+
+
+@pytest.mark.shim
+def test_sixteen_processes_never_hold_more_than_max_connections(shim, counting, tmp_path):
+    srv = counting(hold=0.05)
+    shim.policy("[defaults]\nmax_connections = 4\nqueue_timeout = 30s\n")
+    py = py_script(tmp_path, REQUESTS)
+    procs = []
+    for i in range(16):
+        if i % 2:
+            procs.append(spawn(shim, py + [srv.url, 10]))
+        else:
+            procs.append(spawn(shim, ["curl", "-s", "-w", "%{http_code}\\n", "--max-time", "60"]
+                               + ["-o", "/dev/null", srv.url] * 10))
+    results = wait_all(procs)
+    ok = 0
+    for i, (rc, o, e) in enumerate(results):
+        assert rc == 0, (i, o, e)
+        ok += json.loads(o.strip().splitlines()[-1])["ok"] if i % 2 else o.split().count("200")
+    assert ok == 160
+    assert srv.total == 160
+    assert srv.peak == 4, f"the server held {srv.peak} connections at once"
+    e = shim.entry(srv.dest)
+    assert e["state"] == "closed" and e["failures"] == 0 and e["throttled"] == 0 and e["calls"] == 160, e
+    assert e["inflight"] == 0, e
+    assert e["waited_ms_p99"] is not None, e   # they did wait
+
+
+HOLD = """
+import json, socket, sys, time
+s = socket.socket()
+s.connect(("127.0.0.1", int(sys.argv[1])))
+print(json.dumps({"connected": True}), flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def hold_places(shim, tmp_path, srv, n, seconds):
+    """n processes that each connect and hold the connection (no request)."""
+    procs = [spawn(shim, py_script(tmp_path, HOLD) + [srv.port, seconds]) for _ in range(n)]
+    for p in procs:
+        line = p.stdout.readline()
+        assert "connected" in line, (line, p.stderr.read() if p.poll() is not None else "")
+    return procs
+
+
+CONNECT = """
+import errno, json, socket, sys, time
+s = socket.socket()
+if sys.argv[2] == "nonblocking":
+    s.settimeout(10)
+t0 = time.monotonic()
+try:
+    s.connect(("127.0.0.1", int(sys.argv[1])))
+    e = 0
+except OSError as x:
+    e = x.errno
+print(json.dumps({"errno": e, "ms": (time.monotonic() - t0) * 1000}))
+"""
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("how", ["blocking", "nonblocking"])
+def test_without_a_queue_the_excess_connect_is_refused_at_once_and_throttled(shim, counting, tmp_path, how):
+    srv = counting()
+    shim.policy("[defaults]\nmax_connections = 2\n")
+    holders = hold_places(shim, tmp_path, srv, 2, 30)
+    try:
+        r = shim.run(py_script(tmp_path, CONNECT) + [srv.port, how])
+        rep = r.last_json()
+        assert rep["errno"] == 111 and rep["ms"] < 500, rep   # ECONNREFUSED, at once
+        e = shim.entry(srv.dest)
+        assert e["throttled"] == 1 and e["failures"] == 0 and e["state"] == "closed", e
+        assert e["calls"] == 2 and e["inflight"] == 2, e
+    finally:
+        for p in holders:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.shim
+def test_a_place_held_by_a_killed_process_is_given_back_at_the_next_connect(shim, counting, tmp_path):
+    srv = counting()
+    shim.policy("[defaults]\nmax_connections = 4\nqueue_timeout = 30s\n")
+    holders = hold_places(shim, tmp_path, srv, 4, 60)
+    assert shim.entry(srv.dest)["inflight"] == 4
+    for p in holders:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    # the places are still marked as theirs in the table; shimctl counts
+    # only the living, and the next connect frees them
+    assert shim.entry(srv.dest)["inflight"] == 0
+    r = shim.run(py_script(tmp_path, CONNECT) + [srv.port, "blocking"])
+    rep = r.last_json()
+    assert rep["errno"] == 0 and rep["ms"] < 1000, rep
+
+
+CHURN = """
+import socket, sys, time
+port = int(sys.argv[1])
+while True:
+    s = socket.socket()
+    s.connect(("127.0.0.1", port))
+    time.sleep(0.01)
+    s.close()
+"""
+
+
+@pytest.mark.shim
+def test_processes_killed_at_random_while_connecting_lose_no_place(shim, counting, tmp_path):
+    import random
+
+    srv = counting()
+    shim.policy("[defaults]\nmax_connections = 6\nqueue_timeout = 30s\n")
+    rnd = random.Random(7)
+    script = py_script(tmp_path, CHURN)
+    procs = [spawn(shim, script + [srv.port]) for _ in range(8)]
+    end = time.monotonic() + 5
+    kills = 0
+    while time.monotonic() < end:
+        time.sleep(rnd.uniform(0.05, 0.2))
+        i = rnd.randrange(len(procs))
+        procs[i].send_signal(signal.SIGKILL)
+        procs[i].wait()
+        kills += 1
+        procs[i] = spawn(shim, script + [srv.port])
+    for p in procs:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    assert kills > 15
+    # two connections really open: the table says two
+    holders = hold_places(shim, tmp_path, srv, 2, 30)
+    try:
+        e = shim.entry(srv.dest)
+        assert e["inflight"] == 2, e
+        # and the cap is whole: four more fit at once (any dead holder's
+        # place is freed by the connect that finds the rest held)
+        more = hold_places(shim, tmp_path, srv, 4, 30)
+        assert shim.entry(srv.dest)["inflight"] == 6
+        for p in more:
+            p.kill()
+            p.wait()
+    finally:
+        for p in holders:
+            p.kill()
+            p.wait()
+
+
+LOOP = r"""
+import errno, json, select, selectors, socket, sys, time
+port, n, kind = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+req = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+socks, state, got = [], {}, {}
+for i in range(n):
+    s = socket.socket()
+    s.setblocking(False)
+    r = s.connect_ex(("127.0.0.1", port))
+    assert r == errno.EINPROGRESS, r
+    socks.append(s)
+    state[s.fileno()] = "connecting"
+    got[s.fileno()] = b""
+done = 0
+if kind == "epoll-et":
+    ep = select.epoll()
+    for s in socks:
+        ep.register(s.fileno(), select.EPOLLOUT | select.EPOLLIN | select.EPOLLET)
+    byfd = {s.fileno(): s for s in socks}
+    deadline = time.monotonic() + 60
+    while done < n and time.monotonic() < deadline:
+        for fd, ev in ep.poll(1):
+            s = byfd[fd]
+            if state[fd] == "connecting" and ev & select.EPOLLOUT:
+                assert s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+                s.send(req)
+                state[fd] = "reading"
+            if state[fd] == "reading":
+                while True:
+                    try:
+                        d = s.recv(4096)
+                    except BlockingIOError:
+                        break
+                    if not d:
+                        state[fd] = "done"
+                        done += 1
+                        s.close()
+                        break
+                    got[fd] += d
+else:
+    sel = {"poll": selectors.PollSelector, "select": selectors.SelectSelector,
+           "epoll": selectors.EpollSelector}[kind]()
+    for s in socks:
+        sel.register(s, selectors.EVENT_WRITE)
+    deadline = time.monotonic() + 60
+    while done < n and time.monotonic() < deadline:
+        for key, ev in sel.select(1):
+            s, fd = key.fileobj, key.fileobj.fileno()
+            if state[fd] == "connecting":
+                assert s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+                s.send(req)
+                state[fd] = "reading"
+                sel.modify(s, selectors.EVENT_READ)
+            else:
+                d = s.recv(4096)
+                got[fd] += d
+                if not d:
+                    state[fd] = "done"
+                    done += 1
+                    sel.unregister(s)
+                    s.close()
+ok = sum(v.startswith(b"HTTP/1.1 200") for v in got.values())
+print(json.dumps({"done": done, "ok": ok}))
+"""
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("kind", ["poll", "select", "epoll", "epoll-et"])
+def test_event_loops_wait_their_turn_without_blocking(shim, counting, tmp_path, kind):
+    srv = counting(hold=0.1)
+    shim.policy("[defaults]\nmax_connections = 3\nqueue_timeout = 30s\n")
+    r = shim.run(py_script(tmp_path, LOOP) + [srv.port, 20, kind], timeout=90)
+    assert r.rc == 0, (r.out, r.err)
+    assert r.last_json() == {"done": 20, "ok": 20}
+    assert srv.peak == 3, srv.peak
+    e = shim.entry(srv.dest)
+    assert e["throttled"] == 0 and e["failures"] == 0 and e["inflight"] == 0, e
+    # 20 answers of 0.1 s, three at a time: at least 7 rounds
+    assert r.elapsed >= 0.6
+
+
+ASYNCIO = """
+import asyncio, json, sys
+async def one(port):
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(b"GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+    data = await r.read()
+    w.close()
+    return data.startswith(b"HTTP/1.1 200")
+async def main():
+    port = int(sys.argv[1])
+    res = await asyncio.gather(*(one(port) for _ in range(20)))
+    print(json.dumps({"ok": sum(res)}))
+asyncio.run(main())
+"""
+
+NODE = """
+const http = require('http');
+const port = +process.argv[2];
+let ok = 0, done = 0;
+for (let i = 0; i < 20; i++) {
+  http.get({host: '127.0.0.1', port, path: '/', agent: false}, res => {
+    res.resume();
+    res.on('end', () => { ok += res.statusCode === 200; if (++done === 20) console.log(JSON.stringify({ok})); });
+  }).on('error', e => { console.log(JSON.stringify({error: e.code})); process.exit(1); });
+}
+"""
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("prog", ["asyncio", "node"])
+def test_asyncio_and_node_open_twenty_under_a_cap_of_three(shim, counting, tmp_path, prog):
+    srv = counting(hold=0.1)
+    shim.policy("[defaults]\nmax_connections = 3\nqueue_timeout = 30s\n")
+    if prog == "node":
+        p = tmp_path / "client.js"
+        p.write_text(NODE)
+        args = ["node", str(p), srv.port]
+    else:
+        args = py_script(tmp_path, ASYNCIO) + [srv.port]
+    r = shim.run(args, timeout=90)
+    assert r.rc == 0, (r.out, r.err)
+    assert r.last_json() == {"ok": 20}
+    assert srv.peak == 3, srv.peak
+    assert shim.entry(srv.dest)["throttled"] == 0
+
+
+@pytest.mark.shim
+def test_a_queued_nonblocking_connect_past_its_queue_timeout_is_refused(shim, counting, tmp_path):
+    srv = counting()
+    shim.policy("[defaults]\nmax_connections = 1\nqueue_timeout = 500ms\n")
+    holders = hold_places(shim, tmp_path, srv, 1, 30)
+    try:
+        r = shim.run(["curl", "-s", "-o", "/dev/null", "--max-time", "10", srv.url])
+        assert r.rc == 7, (r.rc, r.err)   # curl: couldn't connect (refused)
+        assert 450 <= r.elapsed * 1000 <= 450 + 1500, r.elapsed
+        e = shim.entry(srv.dest)
+        assert e["throttled"] == 1 and e["failures"] == 0 and e["state"] == "closed", e
+    finally:
+        for p in holders:
+            p.kill()
+            p.wait()
