@@ -79,12 +79,32 @@ static uint64_t add_ms(uint64_t a, uint64_t b)
 	return (a > NS_BRK_TIME_MAX - b) ? NS_BRK_TIME_MAX : a + b;
 }
 
-static void open_now(struct ns_step *r, uint64_t now_ms, const struct ns_settings *s)
+uint64_t ns_open_period_ms(const struct ns_settings *s, uint32_t reopens, uint32_t draw)
+{
+	uint64_t d = s->open_duration_ms, max = s->open_duration_max_ms ? s->open_duration_max_ms : UINT64_MAX;
+
+	if (s->open_backoff_milli > 1000)
+		for (uint32_t i = 0; i < reopens && d < max; i++)
+			d = d > UINT64_MAX / s->open_backoff_milli ? UINT64_MAX : d * s->open_backoff_milli / 1000;
+	if (d > max)
+		d = max;
+	if (s->open_jitter_bp && d) {
+		/* uniform in d * (1 - jitter, 1 + jitter) */
+		uint64_t spread = d * (s->open_jitter_bp > 10000 ? 10000 : s->open_jitter_bp) / 10000;
+		uint32_t x = draw > 10000 ? 10000 : draw;
+
+		d = d - spread + spread * 2 * x / 10000;
+	}
+	return d;
+}
+
+static void open_now(struct ns_step *r, uint64_t now_ms, const struct ns_settings *s, const struct ns_window *w,
+		     uint32_t reopens)
 {
 	r->next.state = NS_OPEN;
 	r->next.probes = 0;
 	r->next.manual = s->recovery == NS_RECOVERY_MANUAL;
-	r->next.t_ms = add_ms(now_ms, s->open_duration_ms);
+	r->next.t_ms = add_ms(now_ms, ns_open_period_ms(s, reopens, w ? w->jitter : 5000));
 }
 
 /* share/outcomes >= rate, in integers (49 % of 100 does not trip 50 %),
@@ -165,7 +185,7 @@ struct ns_step ns_brk_step(const struct ns_brk *cur, int event, const struct ns_
 		r.next.consec = 0;
 		if (cur->state == NS_CLOSED && (r.rule = slow_rule(w, s)) != NS_RULE_NONE) {
 			/* answered, but slowly: the slow-call rules open on successes */
-			open_now(&r, now_ms, s);
+			open_now(&r, now_ms, s, w, 0);
 			r.transition = NS_TR_OPENED;
 		} else if (cur->state == NS_HALF_OPEN) {
 			r.next.state = NS_CLOSED;
@@ -179,11 +199,12 @@ struct ns_step ns_brk_step(const struct ns_brk *cur, int event, const struct ns_
 		if (cur->state == NS_CLOSED) {
 			r.rule = trip_rule(&r.next, w, s);
 			if (r.rule != NS_RULE_NONE) {
-				open_now(&r, now_ms, s);
+				open_now(&r, now_ms, s, w, 0);
 				r.transition = NS_TR_OPENED;
 			}
 		} else if (cur->state == NS_HALF_OPEN) {
-			open_now(&r, now_ms, s);
+			/* one more failed probe in a row */
+			open_now(&r, now_ms, s, w, w ? w->reopens + 1 : 1);
 			r.rule = NS_RULE_PROBE;
 			r.transition = NS_TR_REOPENED;
 		}

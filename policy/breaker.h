@@ -35,7 +35,15 @@ enum ns_rule { NS_RULE_NONE, NS_RULE_THRESHOLD, NS_RULE_CONSECUTIVE, NS_RULE_RAT
 /* Outcomes in the sliding window, this event's included: failures, all,
  * slow calls, timeouts, and the p99 of first-byte time (us, the upper bound
  * of its histogram bucket; 0 = no sample). */
-struct ns_window { uint32_t failures, outcomes, slow, timeouts; uint64_t p99_us; };
+/* What an outcome is judged with: the window's counts, the p99, and for
+ * the length of an open period the failed probes in a row so far
+ * (reopens) and a draw from 0 to 10000 for its jitter. */
+struct ns_window { uint32_t failures, outcomes, slow, timeouts; uint64_t p99_us; uint32_t reopens, jitter; };
+
+/* How long the breaker stays open after `reopens` failed probes in a row:
+ * open_duration, times open_backoff per reopen up to open_duration_max,
+ * spread by open_jitter with draw (0 to 10000). */
+uint64_t ns_open_period_ms(const struct ns_settings *s, uint32_t reopens, uint32_t draw);
 
 struct ns_step {
 	struct ns_brk next;

@@ -13,7 +13,7 @@
 #define NS_LINE_MAX 1024
 #define NS_MAX_DURATION_MS (7ULL * 24 * 3600 * 1000)
 
-enum vtype { T_DUR, T_UINT, T_PCT, T_RECOVERY, T_MODE, T_BOOL, T_FAULT, T_SEED, T_STATUSES };
+enum vtype { T_DUR, T_UINT, T_PCT, T_RECOVERY, T_MODE, T_BOOL, T_FAULT, T_SEED, T_STATUSES, T_FACTOR };
 
 struct keydef {
 	int type;
@@ -36,6 +36,8 @@ void ns_perr_add(struct perr *e, int line, const char *fmt, ...) __attribute__((
 
 /* values.c: s without its leading and trailing blanks (in place). */
 const char *ns_trim(char *s);
+/* "12", "12.5" into thousandths: the end, or NULL. */
+const char *ns_parse_milli(const char *s, uint64_t *out);
 /* A whole number of at most 9 digits: 0, or -1. */
 int ns_parse_uint(const char *s, uint64_t *v);
 /* Set one key from its text. Returns 0 or -1 after reporting. */

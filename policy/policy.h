@@ -41,6 +41,9 @@ struct ns_settings {
 	uint32_t max_connections;   /* connections open at once, machine-wide (at most NS_PLACES) */
 	uint32_t pad_shape;
 	uint64_t queue_timeout_ms;  /* how long a connect over the cap waits for a place */
+	uint32_t open_backoff_milli;/* each reopen in a row multiplies open_duration: 2000 = x2; 0 = off */
+	uint32_t open_jitter_bp;    /* each open period spread by up to this share either way */
+	uint64_t open_duration_max_ms; /* the growth stops here; 0 = no bound but the key's maximum */
 	uint64_t fault_seed;        /* [defaults] only: repeatable fault choices; 0 = none */
 	struct ns_faults fault;     /* faults to inject; n = 0: none. Last: see ns_policy_resolve */
 };
@@ -52,7 +55,8 @@ enum ns_key_id {
 	NS_K_HALF_OPEN_PROBES, NS_K_CONNECT_RETRIES, NS_K_RETRY_BACKOFF,
 	NS_K_MODE, NS_K_TRACE, NS_K_FAULT, NS_K_FAULT_SEED, NS_K_FAILURE_STATUS,
 	NS_K_SLOW_CALL, NS_K_SLOW_CALL_RATE, NS_K_TIMEOUT_RATE, NS_K_LATENCY_P99,
-	NS_K_MAX_CONNECTIONS, NS_K_QUEUE_TIMEOUT, NS_K_COUNT
+	NS_K_MAX_CONNECTIONS, NS_K_QUEUE_TIMEOUT, NS_K_OPEN_BACKOFF, NS_K_OPEN_DURATION_MAX, NS_K_OPEN_JITTER,
+	NS_K_COUNT
 };
 
 /* What a section's pattern matches. */

@@ -237,7 +237,7 @@ static uint64_t lat_p99(const struct ns_slot *s, uint64_t now_ms, uint64_t windo
  * for display; the other rules need only the counts. */
 static struct ns_window window_count(const struct ns_slot *s, uint64_t now_ms, uint64_t window_ms, int with_p99)
 {
-	struct ns_window w = { 0, 0, 0, 0, 0 };
+	struct ns_window w = { 0, 0, 0, 0, 0, 0, 5000 };
 	uint64_t width = ns_bucket_width(window_ms);
 	uint32_t cur = (uint32_t)(now_ms / width) & EPOCH_MASK;
 
@@ -269,6 +269,18 @@ static void window_clear(struct ns_slot *s)
 }
 
 /**** transitions ****/
+
+/* A draw from 0 to 10000 for an open period's jitter: a mix of the clock
+ * and the slot, so processes and destinations that open together spread. */
+static uint32_t jitter_draw(const struct ns_slot *s, uint64_t now_ms)
+{
+	uint64_t x = now_ms * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(uintptr_t)s;
+
+	x ^= x >> 31;
+	x *= 0xbf58476d1ce4e5b9ULL;
+	x ^= x >> 29;
+	return (uint32_t)(x % 10001);
+}
 
 static void note_open(struct ns_slot *s, const struct ns_step *st, uint64_t now_ms, uint64_t wall_ms)
 {
@@ -356,10 +368,18 @@ void ns_table_outcome_at(struct ns_table *t, int idx, int outcome, int err, uint
 	if (!failed && latency_us)
 		lat_add(s, now_ms, set->window_ms, latency_us);
 	w = window_count(s, now_ms, set->window_ms, set->latency_p99_ms != 0);
+	w.reopens = LOAD(&s->open_level);
+	if (w.reopens > 64)
+		w.reopens = 64;   /* (shared memory: bounded before use) */
+	w.jitter = jitter_draw(s, now_ms);
 	st = apply(s, failed ? NS_EV_FAILURE : NS_EV_SUCCESS, &w, now_ms, set);
-	if (st.transition == NS_TR_OPENED || st.transition == NS_TR_REOPENED)
+	if (st.transition == NS_TR_OPENED || st.transition == NS_TR_REOPENED) {
+		/* the open period's growth: one more failed probe in a row, or a first open */
+		STORE(&s->open_level, st.transition == NS_TR_REOPENED ? w.reopens + 1 : 0);
 		note_open(s, &st, now_ms, wall_ms);
+	}
 	if (st.transition == NS_TR_CLOSED) {
+		STORE(&s->open_level, 0);
 		window_clear(s);
 		STORE(&s->opened_wall_ms, 0);
 		STORE(&s->half_open_wall_ms, 0);
@@ -445,6 +465,7 @@ void ns_table_reset(struct ns_table *t, int idx)
 	if (!s)
 		return;
 	apply(s, NS_EV_RESET, NULL, 0, &ns_builtin_settings);
+	STORE(&s->open_level, 0);
 	STORE(&s->fleet_until_ms, 0);
 	window_clear(s);
 	STORE(&s->opened_wall_ms, 0);

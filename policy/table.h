@@ -121,7 +121,9 @@ struct ns_slot {
 	uint64_t throttled;         /* atomic: connects turned away by the cap (never a failure) */
 	uint64_t throttle_event_ms; /* atomic: CLOCK_MONOTONIC ms of the last throttling event */
 	uint32_t waited[NS_WAIT_BUCKETS]; /* atomic: waits for a place by time: [0] under 1 ms, [i] under 2^i ms */
-	uint8_t reserved2[88];
+	uint32_t open_level;        /* atomic: failed probes in a row (open_backoff); 0 once closed */
+	uint32_t pad3;
+	uint8_t reserved2[80];
 };
 
 enum ns_event_type {

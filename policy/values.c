@@ -46,7 +46,7 @@ const char *const ns_key_names[NS_K_COUNT] = {
 	"half_open_probes", "connect_retries", "retry_backoff", "mode", "trace",
 	"fault", "fault_seed", "failure_status",
 	"slow_call", "slow_call_rate", "timeout_rate", "latency_p99",
-	"max_connections", "queue_timeout",
+	"max_connections", "queue_timeout", "open_backoff", "open_duration_max", "open_jitter",
 };
 
 #define OFF(f) offsetof(struct ns_settings, f)
@@ -78,6 +78,10 @@ const struct keydef ns_keydefs[NS_K_COUNT] = {
 	[NS_K_LATENCY_P99] = { T_DUR, OFF(latency_p99_ms), 1, NS_MAX_DURATION_MS },
 	[NS_K_MAX_CONNECTIONS] = { T_UINT, OFF(max_connections), 0, NS_PLACES },
 	[NS_K_QUEUE_TIMEOUT] = { T_DUR, OFF(queue_timeout_ms), 1, NS_MAX_DURATION_MS },
+	/* a factor from 1 to 100 (thousandths) */
+	[NS_K_OPEN_BACKOFF] = { T_FACTOR, OFF(open_backoff_milli), 1000, 100000 },
+	[NS_K_OPEN_DURATION_MAX] = { T_DUR, OFF(open_duration_max_ms), 1, NS_MAX_DURATION_MS },
+	[NS_K_OPEN_JITTER] = { T_PCT, OFF(open_jitter_bp), 0, 10000 },
 };
 /**** errors ****/
 
@@ -129,7 +133,7 @@ const char *ns_trim(char *s)
 }
 
 /* Parse "12", "12.5" into thousandths. Returns the end or NULL. */
-static const char *parse_milli(const char *s, uint64_t *out)
+const char *ns_parse_milli(const char *s, uint64_t *out)
 {
 	uint64_t v = 0;
 	int digits = 0, frac = 0;
@@ -171,7 +175,7 @@ int ns_pct_parse(const char *s, uint32_t *bp)
 		return NS_PCT_FORM;
 	memcpy(num, s, n - 1);
 	num[n - 1] = '\0';
-	end = parse_milli(num, &v);   /* thousandths of a percent */
+	end = ns_parse_milli(num, &v);   /* thousandths of a percent */
 	if (!end || *end || v % 10)
 		return NS_PCT_NUMBER;
 	if (v / 10 > 10000)
@@ -190,7 +194,7 @@ int ns_duration_parse(const char *s, uint64_t *ms, const char **why)
 		*ms = 0;
 		return 0;
 	}
-	u = parse_milli(s, &milli);
+	u = ns_parse_milli(s, &milli);
 	if (!u) {
 		*why = "expected a number with a unit (ms, s, m, h), such as 250ms or 3s";
 		return -1;
@@ -297,6 +301,17 @@ void ns_setting_format(int key, const struct ns_settings *s, char *buf, size_t l
 		else
 			snprintf(buf, len, "none");
 		break;
+	case T_FACTOR: {
+		uint32_t m = *(const uint32_t *)(base + k->off);
+
+		if (m == 0)
+			snprintf(buf, len, "off");
+		else if (m % 1000 == 0)
+			snprintf(buf, len, "%u", m / 1000);
+		else
+			snprintf(buf, len, "%u.%03u", m / 1000, m % 1000);
+		break;
+	}
 	case T_SEED:
 		if (s->fault_seed)
 			snprintf(buf, len, "%llu", (unsigned long long)s->fault_seed);
@@ -484,6 +499,26 @@ bad_status:
 		ns_perr_add(e, line, "failure_status: bad value '%s': expected codes and ranges from 100 to 599, "
 			 "such as '429, 500-599', or none", val);
 		return -1;
+	}
+	case T_FACTOR: {
+		const char *end;
+
+		if (strcmp(val, "off") == 0) {
+			*(uint32_t *)(base + k->off) = 0;
+			return 0;
+		}
+		end = ns_parse_milli(val, &v);
+		if (!end || *end) {
+			ns_perr_add(e, line, "%s: bad factor '%s': expected a number such as 2 or 1.5 (at most three decimals)",
+				    ns_key_names[key], val);
+			return -1;
+		}
+		if (v < k->min || v > k->max) {
+			ns_perr_add(e, line, "%s: %s is out of range (1 to 100)", ns_key_names[key], val);
+			return -1;
+		}
+		*(uint32_t *)(base + k->off) = (uint32_t)v;
+		return 0;
 	}
 	case T_SEED: {
 		uint64_t x = 0;

@@ -408,3 +408,63 @@ def test_a_queued_nonblocking_connect_past_its_queue_timeout_is_refused(shim, co
         for p in holders:
             p.kill()
             p.wait()
+
+
+# ---- open periods that grow: open_backoff, open_duration_max, open_jitter
+
+# Connects in a loop against a server that resets every request: a connect
+# that reaches the server (the kernel's handshake succeeds) is a probe, or
+# the failure that opened the breaker; while it is open the shim refuses at
+# once. The times of those that reached it, apart, are the open periods.
+PROBER = """
+import json, socket, sys, time
+port, seconds = int(sys.argv[1]), float(sys.argv[2])
+end = time.monotonic() + seconds
+reached = []
+while time.monotonic() < end:
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+        reached.append(time.monotonic())
+        s.sendall(b"GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+        s.recv(100)
+    except OSError:
+        pass
+    s.close()
+    time.sleep(0.01)
+print(json.dumps({"periods": [b - a for a, b in zip(reached, reached[1:])]}))
+"""
+
+
+@pytest.mark.shim
+def test_failed_probes_in_a_row_open_for_longer_and_a_success_starts_over(shim, server, tmp_path):
+    srv = server("reset")
+    shim.policy("[defaults]\nconsecutive_failures = 1\nfailure_threshold = 0\nopen_duration = 1s\n"
+                "open_backoff = 2\nopen_duration_max = 4s\n")
+    script = py_script(tmp_path, PROBER)
+    r = shim.run(script + [srv.port, 11.6], timeout=60)
+    periods = r.last_json()["periods"]
+    assert len(periods) == 4, periods
+    for got, want in zip(periods, [1, 2, 4, 4]):
+        assert want - 0.01 <= got <= want + 0.3, periods
+    # a success (the probe answered) closes it; the next failure opens for 1 s again
+    srv.heal()
+    r = shim.run(script + [srv.port, 4.5], timeout=60)
+    assert shim.entry(srv.dest)["state"] == "closed", shim.entry(srv.dest)
+    srv.stop()
+    srv2 = server("reset", port=srv.port)
+    r = shim.run(script + [srv2.port, 1.6], timeout=60)
+    periods = r.last_json()["periods"]
+    assert len(periods) == 1 and 0.99 <= periods[0] <= 1.3, periods
+
+
+@pytest.mark.shim
+def test_open_jitter_spreads_the_open_periods(shim, server, tmp_path):
+    srv = server("reset")
+    shim.policy("[defaults]\nconsecutive_failures = 1\nfailure_threshold = 0\nopen_duration = 1s\n"
+                "open_jitter = 20%\n")
+    r = shim.run(py_script(tmp_path, PROBER) + [srv.port, 7.5], timeout=60)
+    periods = r.last_json()["periods"]
+    assert len(periods) >= 5, periods
+    assert all(0.79 <= p <= 1.2 + 0.3 for p in periods), periods
+    assert max(periods) - min(periods) > 0.05, periods   # spread, not one length

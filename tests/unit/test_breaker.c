@@ -14,7 +14,7 @@ static struct ns_settings S(void)
 
 static struct ns_step fail(struct ns_brk *b, uint32_t wf, uint32_t wo, uint64_t now, const struct ns_settings *s)
 {
-	struct ns_window w = { wf, wo, 0, 0, 0 };
+	struct ns_window w = { wf, wo, 0, 0, 0, 0, 5000 };
 	struct ns_step st = ns_brk_step(b, NS_EV_FAILURE, &w, now, s);
 
 	*b = st.next;
@@ -192,6 +192,57 @@ Test(breaker, pack_round_trips_and_saturates)
 	cr_assert_eq(c.consec, 4095);
 	cr_assert_eq(c.t_ms, (1ULL << 40) - 1);
 	cr_assert_eq(c.state, NS_HALF_OPEN);
+}
+
+Test(breaker, open_periods_grow_by_the_backoff_up_to_the_maximum)
+{
+	struct ns_settings s = S();
+
+	cr_assert_eq(ns_open_period_ms(&s, 0, 0), 1000);
+	cr_assert_eq(ns_open_period_ms(&s, 5, 10000), 1000, "no backoff, no jitter: always the same");
+	s.open_backoff_milli = 2000;
+	s.open_duration_max_ms = 4000;
+	cr_assert_eq(ns_open_period_ms(&s, 0, 5000), 1000);
+	cr_assert_eq(ns_open_period_ms(&s, 1, 5000), 2000);
+	cr_assert_eq(ns_open_period_ms(&s, 2, 5000), 4000);
+	cr_assert_eq(ns_open_period_ms(&s, 3, 5000), 4000);
+	cr_assert_eq(ns_open_period_ms(&s, 64, 5000), 4000);
+	s.open_backoff_milli = 1500;
+	s.open_duration_max_ms = 0;
+	cr_assert_eq(ns_open_period_ms(&s, 2, 5000), 2250);
+	/* the jitter spreads within +- its share: the draw's ends and middle */
+	s.open_backoff_milli = 0;
+	s.open_jitter_bp = 2000;
+	cr_assert_eq(ns_open_period_ms(&s, 0, 0), 800);
+	cr_assert_eq(ns_open_period_ms(&s, 0, 5000), 1000);
+	cr_assert_eq(ns_open_period_ms(&s, 0, 10000), 1200);
+}
+
+Test(breaker, each_failed_probe_in_a_row_opens_longer)
+{
+	struct ns_settings s = S();
+	struct ns_brk b = { 0 };
+	struct ns_window w = { 3, 3, 0, 0, 0, 0, 5000 };
+	struct ns_step st;
+
+	s.open_backoff_milli = 2000;
+	s.open_duration_max_ms = 4000;
+	fail(&b, 1, 1, 0, &s);
+	fail(&b, 2, 2, 0, &s);
+	st = fail(&b, 3, 3, 0, &s);
+	cr_assert_eq(st.transition, NS_TR_OPENED);
+	cr_assert_eq(b.t_ms, 1000);
+	/* the table keeps the failed probes in a row (w.reopens) */
+	for (uint32_t k = 0, at = 1000; k < 3; k++) {
+		cr_assert_eq(ev(&b, NS_EV_ATTEMPT, at, &s).verdict, NS_ALLOW_PROBE);
+		w.reopens = k;
+		st = ns_brk_step(&b, NS_EV_FAILURE, &w, at, &s);
+		b = st.next;
+		cr_assert_eq(st.transition, NS_TR_REOPENED);
+		cr_assert_eq(b.t_ms - at, k == 0 ? 2000 : 4000, "reopen %u: %llu ms", k,
+			     (unsigned long long)(b.t_ms - at));
+		at = (uint32_t)b.t_ms;
+	}
 }
 
 Test(retry, delay_bounds_with_a_seeded_source)

@@ -127,6 +127,9 @@ Test(policy_errors, each_with_file_and_line)
 {
 	expect_error("[defaults]\nbogus = 1\n", "t.conf:2: unknown key 'bogus'\n");
 	expect_error("[defaults]\nmax_connections = 33\n", "t.conf:2: max_connections: 33 is out of range (0 to 32)\n");
+	expect_error("[defaults]\nopen_backoff = 0.5\n", "t.conf:2: open_backoff: 0.5 is out of range (1 to 100)\n");
+	expect_error("[defaults]\nopen_backoff = twice\n",
+		     "t.conf:2: open_backoff: bad factor 'twice': expected a number such as 2 or 1.5 (at most three decimals)\n");
 	expect_error("[defaults]\nqueue_timeout = 30\n",
 		     "t.conf:2: queue_timeout: bad duration '30': a duration needs a unit (ms, s, m, h), such as 250ms or 3s\n");
 	expect_error("[defaults]\nread_timeout = 5\n",
