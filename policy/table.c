@@ -141,7 +141,8 @@ static inline int slot_attempt_quick(const struct ns_slot *s, uint64_t w, uint64
 {
 	int v = ns_brk_attempt_quick(w, now_ms);
 
-	if (v == NS_ALLOW && LOAD(&s->fleet_until_ms) > now_ms)
+	/* closed here, but the fleet holds it open or a Retry-After asked to wait */
+	if (v == NS_ALLOW && (LOAD(&s->fleet_until_ms) > now_ms || LOAD(&s->cooldown_until_ms) > now_ms))
 		return NS_REJECT;
 	return v;
 }
@@ -438,6 +439,18 @@ int ns_table_throttled(struct ns_table *t, int idx, uint64_t now_ms)
 	return (last == 0 || now_ms >= last + 60000) && CAS(&s->throttle_event_ms, &last, now_ms ? now_ms : 1);
 }
 
+void ns_table_cooldown(struct ns_table *t, int idx, uint64_t until_ms)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	uint64_t cur;
+
+	if (!s)
+		return;
+	cur = LOAD(&s->cooldown_until_ms);
+	while (cur < until_ms && !CAS(&s->cooldown_until_ms, &cur, until_ms))
+		;
+}
+
 void ns_table_waited(struct ns_table *t, int idx, uint64_t ms)
 {
 	struct ns_slot *s = slot_at(t, idx);
@@ -466,6 +479,7 @@ void ns_table_reset(struct ns_table *t, int idx)
 		return;
 	apply(s, NS_EV_RESET, NULL, 0, &ns_builtin_settings);
 	STORE(&s->open_level, 0);
+	STORE(&s->cooldown_until_ms, 0);
 	STORE(&s->fleet_until_ms, 0);
 	window_clear(s);
 	STORE(&s->opened_wall_ms, 0);
@@ -577,6 +591,11 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 	for (uint32_t p = 0; p < NS_PLACES; p++)
 		e->inflight += LOAD(&s->place[p]) != 0;
 	e->throttled = LOAD(&s->throttled);
+	{
+		uint64_t cd = LOAD(&s->cooldown_until_ms);
+
+		e->cooldown_left_ms = cd > now_ms ? cd - now_ms : 0;
+	}
 	{
 		uint64_t n = 0, seen = 0, wb[NS_WAIT_BUCKETS];
 
@@ -729,6 +748,7 @@ const char *ns_event_name(uint32_t type)
 	case NS_E_FLEET_OPEN: return "fleet_open";
 	case NS_E_FLEET_CLOSED: return "fleet_closed";
 	case NS_E_THROTTLING: return "throttling";
+	case NS_E_COOLDOWN: return "cooldown";
 	default: return "unknown";
 	}
 }

@@ -123,13 +123,14 @@ struct ns_slot {
 	uint32_t waited[NS_WAIT_BUCKETS]; /* atomic: waits for a place by time: [0] under 1 ms, [i] under 2^i ms */
 	uint32_t open_level;        /* atomic: failed probes in a row (open_backoff); 0 once closed */
 	uint32_t pad3;
-	uint8_t reserved2[80];
+	uint64_t cooldown_until_ms; /* atomic: CLOCK_MONOTONIC ms: a Retry-After's connects refused until then */
+	uint8_t reserved2[72];
 };
 
 enum ns_event_type {
 	NS_E_OPENED = 1, NS_E_HALF_OPEN, NS_E_CLOSED, NS_E_REOPENED, NS_E_RESET, NS_E_FORCED_OPEN,
 	NS_E_TABLE_FULL, NS_E_POLICY_RELOADED, NS_E_POLICY_REJECTED, NS_E_CONNECT_FAILED,
-	NS_E_FAULT_SET, NS_E_FAULT_CLEARED, NS_E_FLEET_OPEN, NS_E_FLEET_CLOSED, NS_E_THROTTLING,
+	NS_E_FAULT_SET, NS_E_FAULT_CLEARED, NS_E_FLEET_OPEN, NS_E_FLEET_CLOSED, NS_E_THROTTLING, NS_E_COOLDOWN,
 };
 
 /* A runtime fault (shimctl inject), in the table for every process to
@@ -205,6 +206,7 @@ struct ns_entry {
 	uint32_t inflight;          /* places held (max_connections) */
 	uint64_t throttled;
 	uint64_t waited_ms_p99;     /* waits for a place: their p99's upper bound, 0 = none */
+	uint64_t cooldown_left_ms;  /* a Retry-After's cooldown: what is left of it, 0 = none */
 	uint64_t opened_wall_ms, half_open_wall_ms;
 	struct ns_hist connect_hist, first_byte_hist;
 	int fleet_open;             /* the fleet holds it open now */
@@ -416,6 +418,9 @@ static inline void ns_table_place_waiting(struct ns_table *t, int idx, int delta
 }
 
 int ns_table_throttled(struct ns_table *t, int idx, uint64_t now_ms);
+/* A Retry-After: connects to slot idx refused (counted as rejected) until
+ * until_ms (CLOCK_MONOTONIC ms), or later if a longer one is in force. */
+void ns_table_cooldown(struct ns_table *t, int idx, uint64_t until_ms);
 void ns_table_waited(struct ns_table *t, int idx, uint64_t ms);
 /* A reused connection ended before the answer to its request: counted
  * apart, never in the window (the client's new connection decides). */

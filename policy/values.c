@@ -35,6 +35,8 @@ const struct ns_settings ns_builtin_settings = {
 	.trace = 0,
 	/* 429 and 500-599: bits 329 and 400-499 */
 	.failure_status = { 0, 0, 0, 0, 0, 1ULL << 9, 0xffffffffffff0000ULL, 0x000fffffffffffffULL },
+	.retry_after = 1,
+	.retry_after_max_ms = 600000,
 	.fault_seed = 0,
 	.fault = { 0, 0, { { 0, 0, 0, 0 } } },
 };
@@ -47,6 +49,7 @@ const char *const ns_key_names[NS_K_COUNT] = {
 	"fault", "fault_seed", "failure_status",
 	"slow_call", "slow_call_rate", "timeout_rate", "latency_p99",
 	"max_connections", "queue_timeout", "open_backoff", "open_duration_max", "open_jitter",
+	"retry_after", "retry_after_max",
 };
 
 #define OFF(f) offsetof(struct ns_settings, f)
@@ -82,6 +85,8 @@ const struct keydef ns_keydefs[NS_K_COUNT] = {
 	[NS_K_OPEN_BACKOFF] = { T_FACTOR, OFF(open_backoff_milli), 1000, 100000 },
 	[NS_K_OPEN_DURATION_MAX] = { T_DUR, OFF(open_duration_max_ms), 1, NS_MAX_DURATION_MS },
 	[NS_K_OPEN_JITTER] = { T_PCT, OFF(open_jitter_bp), 0, 10000 },
+	[NS_K_RETRY_AFTER] = { T_BOOL, OFF(retry_after), 0, 0 },
+	[NS_K_RETRY_AFTER_MAX] = { T_DUR, OFF(retry_after_max_ms), 1, NS_MAX_DURATION_MS },
 };
 /**** errors ****/
 

@@ -75,10 +75,12 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
  * waits for one (held as an injected delay is: fault.c) */
 #define NS_C_PLACE 0x800000u
 #define NS_C_QUEUED 0x1000000u
+/* The headers of a 429 or 503 answer are read for Retry-After (exchange.c) */
+#define NS_C_HDRS 0x2000000u
 /* A send or read that is a turn of the exchange (exchange.c) */
-#define NS_C_TURN (NS_C_XNEXT | NS_C_PARSE | NS_C_SNIFF)
+#define NS_C_TURN (NS_C_XNEXT | NS_C_PARSE | NS_C_SNIFF | NS_C_HDRS)
 #define NS_C_PRE (NS_C_TOTAL | NS_C_INTR | NS_C_EXPIRED | NS_C_FAULT)
-#define NS_C_PRE_DIR(d) (NS_C_PRE | ((d) == NS_OUT ? (NS_C_XNEXT | NS_C_SNIFF) : NS_C_PARSE))
+#define NS_C_PRE_DIR(d) (NS_C_PRE | ((d) == NS_OUT ? (NS_C_XNEXT | NS_C_SNIFF) : (NS_C_PARSE | NS_C_HDRS)))
 #define NS_C_POST (NS_C_CONNECTING | NS_C_FAULT | NS_C_WAITING | NS_C_INTR)
 
 /* Injected faults of one connection (fault.c): set at connect, read only
@@ -135,6 +137,8 @@ struct ns_conn {
 	uint32_t hstate;          /* HTTP answer: status line, or 1xx headers to skip */
 	uint32_t hlen;            /* bytes of the status line (or of "\r\n\r\n") seen */
 	char hbuf[16];            /* "HTTP/1.1 503" */
+	char hval[32];            /* a Retry-After's value, as it arrives */
+	uint32_t hvlen;
 	/* shaping (shape.c): the place held under max_connections (valid with
 	 * NS_C_PLACE; -1 once given back) */
 	int32_t place;            /* atomic */

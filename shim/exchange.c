@@ -22,7 +22,7 @@
 
 #include "outcome.h"
 
-enum { HS_STATUS, HS_SKIP };
+enum { HS_STATUS, HS_SKIP, HS_HDR_LINE, HS_HDR_VALUE };
 
 /* "GET ", "POST " ...: an HTTP/1.x request line begins so. HTTP/2's
  * preface ("PRI * HTTP/2.0") and TLS (0x16) do not. Of the first n bytes
@@ -109,6 +109,75 @@ static void decide(struct ns_conn *c, const char *hb)
 		return;
 	}
 	ns_conn_http(c, code, ns_conn_status_fails(c, code));
+	if ((code == 429 || code == 503) && ns_conn_set(c)->retry_after) {
+		/* its headers may say when to come back (Retry-After) */
+		ST(c->hstate, (uint32_t)HS_HDR_LINE);
+		ST(c->hlen, 0u);   /* inside the status line */
+		ST(c->hvlen, 0u);
+		__atomic_fetch_or(&c->flags, NS_C_HDRS, __ATOMIC_RELAXED);
+	}
+}
+
+/* The header block of a 429 or 503 answer, read as it passes, for its
+ * Retry-After (seconds, or an HTTP date), up to the blank line. hlen: 0
+ * inside a line, 1 at a line's start, 2 after a "\r" there, 3 + k with k
+ * bytes of "retry-after:" matched from a line's start; then the value is
+ * kept in hval up to its line's end. */
+static void headers(struct ns_conn *c, const char *b, size_t n)
+{
+	static const char name[] = "retry-after:";
+
+	for (size_t i = 0; i < n && (LD(c->flags) & NS_C_HDRS); i++) {
+		char ch = b[i];
+		uint32_t m = LD(c->hlen);
+
+		if (LD(c->hstate) == HS_HDR_VALUE) {
+			uint32_t v = LD(c->hvlen);
+
+			if (ch == '\n') {
+				char val[sizeof(c->hval) + 1];
+
+				if (v > sizeof(c->hval))
+					v = 0;   /* in bounds, whatever another thread did */
+				for (uint32_t j = 0; j < v; j++)
+					val[j] = LD(c->hval[j]);
+				val[v] = '\0';
+				__atomic_fetch_and(&c->flags, ~NS_C_HDRS, __ATOMIC_RELAXED);
+				ns_conn_retry_after(c, val);
+				return;
+			}
+			if (ch != '\r' && v < sizeof(c->hval) && !(v == 0 && (ch == ' ' || ch == '\t'))) {
+				ST(c->hval[v], ch);
+				ST(c->hvlen, v + 1);
+			}
+			continue;
+		}
+		if (ch == '\n') {
+			if (m == 1 || m == 2) {   /* the blank line: no Retry-After */
+				__atomic_fetch_and(&c->flags, ~NS_C_HDRS, __ATOMIC_RELAXED);
+				return;
+			}
+			ST(c->hlen, 1u);
+			continue;
+		}
+		if (m == 1 && ch == '\r') {
+			ST(c->hlen, 2u);
+			continue;
+		}
+		{
+			uint32_t k = m >= 3 && m < 3 + sizeof(name) - 1 ? m - 3 : (m == 1 || m == 2) ? 0 : UINT32_MAX;
+			char lc = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
+
+			if (k == UINT32_MAX || lc != name[k]) {
+				ST(c->hlen, 0u);
+			} else if (k + 1 == sizeof(name) - 1) {
+				ST(c->hstate, (uint32_t)HS_HDR_VALUE);
+				ST(c->hvlen, 0u);
+			} else {
+				ST(c->hlen, 3 + k + 1);
+			}
+		}
+	}
 }
 
 int ns_exchange_stale(const struct ns_conn *c)
@@ -130,6 +199,8 @@ static void feed(struct ns_conn *c, const char *b, size_t n)
 	/* the usual case: the whole status line in this read */
 	if (n >= 12 && LD(c->hlen) == 0 && LD(c->hstate) == HS_STATUS && !interim(status_of(b))) {
 		decide(c, b);
+		if (unlikely(LD(c->flags) & NS_C_HDRS))
+			headers(c, b + 12, n - 12);
 		return;
 	}
 	for (size_t i = 0; i < n && (LD(c->flags) & NS_C_PARSE); i++) {
@@ -169,6 +240,10 @@ static void feed(struct ns_conn *c, const char *b, size_t n)
 			continue;
 		}
 		decide(c, hb);
+		if (unlikely(LD(c->flags) & NS_C_HDRS)) {
+			headers(c, b + i + 1, n - i - 1);
+			return;
+		}
 	}
 }
 
@@ -193,10 +268,17 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 			ST(c->hstate, (uint32_t)HS_STATUS);
 			if (!(LD(c->flags) & NS_C_SNIFF))
 				ST(c->hlen, 0);   /* (while sniffing it holds the request's first bytes) */
-			__atomic_fetch_and(&c->flags, ~(NS_C_XNEXT | NS_C_REUSED), __ATOMIC_RELAXED);
+			__atomic_fetch_and(&c->flags, ~(NS_C_XNEXT | NS_C_REUSED | NS_C_HDRS), __ATOMIC_RELAXED);
 			__atomic_fetch_or(&c->flags, again | NS_C_SENT | ((LD(c->flags) & NS_C_HTTP) ? NS_C_PARSE : 0),
 					  __ATOMIC_RELAXED);
 		}
+		return;
+	}
+	if (unlikely(LD(c->flags) & NS_C_HDRS)) {
+		if (buf)
+			headers(c, buf, n);
+		else
+			__atomic_fetch_and(&c->flags, ~NS_C_HDRS, __ATOMIC_RELAXED);
 		return;
 	}
 	if (LD(c->outcome))

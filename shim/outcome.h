@@ -32,6 +32,9 @@ NS_HIDDEN void ns_conn_stale(struct ns_conn *c, int err);
 NS_HIDDEN void ns_conn_fail_errno(struct ns_conn *c, int e);
 /* The answer's first byte came: its time since the exchange began. */
 NS_HIDDEN void ns_first_byte_latency(struct ns_conn *c);
+/* A 429 or 503 answer's Retry-After value (seconds, or an HTTP date): the
+ * destination is put in cooldown for that long, at most retry_after_max. */
+NS_HIDDEN void ns_conn_retry_after(struct ns_conn *c, const char *value);
 /* An exchange's outcome from its HTTP status. */
 NS_HIDDEN void ns_conn_http(struct ns_conn *c, unsigned code, int failed);
 

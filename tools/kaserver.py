@@ -9,7 +9,8 @@ An answer is "CODE", "100+CODE" (an interim 100 first), "100lf+CODE" (the
 interim 100's lines end in a bare LF, as some servers send), "silent" (never
 answers) or "stallbody" (a 200 whose body ends with the stream: 1,000 bytes
 of it, then nothing), with ",drip" to send it a byte at a time, ",close" to close
-after it (saying so: "Connection: close") and ",drop" to close after it
+after it (saying so: "Connection: close"), ",ra=N" to add "Retry-After: N"
+(",radate=N": the HTTP date N seconds from now), and ",drop" to close after it
 without saying so, as a server does with a keep-alive connection whose idle
 time ran out (the client's next request on it meets the end of the stream);
 steps are separated by ";". Prints "PORT n" once listening."""
@@ -41,7 +42,15 @@ def serve(c):
         elif code.startswith("100lf+"):
             out += b"HTTP/1.1 100 Continue\nX-Note: bare LF\n\n"; code = code[6:]
         body = b"x" * 5
-        out += b"HTTP/1.1 %s Whatever\r\nContent-Length: 5\r\n%s\r\n" % (code.encode(),
+        ra = b""
+        for opt in step[1:]:
+            if opt.startswith("ra="):
+                ra += b"Retry-After: %s\r\n" % opt[3:].encode()
+            elif opt.startswith("radate="):
+                import email.utils
+                ra += b"Retry-After: %s\r\n" % email.utils.formatdate(time.time() + float(opt[7:]),
+                                                                        usegmt=True).encode()
+        out += b"HTTP/1.1 %s Whatever\r\nContent-Length: 5\r\n%s%s\r\n" % (code.encode(), ra,
                b"Connection: close\r\n" if "close" in step else b"") + body
         if "drip" in step:
             for i in range(len(out)):

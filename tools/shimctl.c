@@ -225,6 +225,13 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 			printf("%llu", (unsigned long long)e->waited_ms_p99);
 		else
 			printf("null");
+		printf(", \"cooldown_until\": ");
+		if (e->cooldown_left_ms) {
+			ctl_rfc3339(ctl_wall_ms() + e->cooldown_left_ms, ts, sizeof(ts));
+			printf("\"%s\"", ts);
+		} else {
+			printf("null");
+		}
 		printf(", \"fleet_open_nodes\": [");
 		print_fleet_nodes(e);
 		printf("]}");
@@ -370,6 +377,7 @@ static struct row *load_rows(const struct ns_table *t, int only, int *n)
 		if (ns_table_read(t, (int)i, now, &rows[*n].e) == 0) {
 			/* closed here, held open by the fleet: fleet_open */
 			rows[*n].state = rows[*n].e.brk.state == NS_CLOSED && rows[*n].e.fleet_open ? "fleet_open" :
+				rows[*n].e.brk.state == NS_CLOSED && rows[*n].e.cooldown_left_ms ? "cooldown" :
 				ns_state_name(rows[*n].e.brk.state);
 			/* places whose holders died are not connections open */
 			if (rows[*n].e.inflight)

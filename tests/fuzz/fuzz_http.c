@@ -53,6 +53,15 @@ void ns_first_byte_latency(struct ns_conn *c)
 	(void)c;
 }
 
+/* a 429/503's Retry-After (outcome.c): the value the reader kept must be
+ * a string of at most 32 bytes */
+void ns_conn_retry_after(struct ns_conn *c, const char *value)
+{
+	(void)c;
+	if (strlen(value) > sizeof(c->hval))
+		__builtin_trap();
+}
+
 /* the data path's outcome after the call (afterio.c), as far as the
  * reader's decisions go */
 ssize_t ns_after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len, int flags, uint32_t gen)

@@ -171,3 +171,28 @@ def py_script(tmp_path, body):
     p = tmp_path / f"client_{uuid.uuid4().hex[:6]}.py"
     p.write_text(body)
     return [PY, str(p)]
+
+
+# The keep-alive HTTP/1.1 (and HTTPS) server: tools/kaserver.py.
+KASERVER = ROOT / "tools" / "kaserver.py"
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    procs = []
+
+    def start(script, tls=False):
+        extra = []
+        if tls:   # a self-signed certificate, made here
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+                            "-keyout", tmp_path / "key.pem", "-out", tmp_path / "cert.pem", "-days", "2"],
+                           check=True, capture_output=True)
+            extra = [str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")]
+        proc = subprocess.Popen([sys.executable, str(KASERVER), script] + extra, stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        port = int(proc.stdout.readline().split()[1])
+        return port
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()

@@ -10,34 +10,6 @@ import pytest
 
 from conftest import PY, py_script
 
-# The keep-alive HTTP/1.1 (and HTTPS) server: tools/kaserver.py.
-SERVER = (pathlib.Path(__file__).resolve().parents[2] / "tools" / "kaserver.py").read_text()
-
-
-
-@pytest.fixture
-def http_server(tmp_path):
-    procs = []
-
-    def start(script, tls=False):
-        p = tmp_path / f"srv{len(procs)}.py"
-        p.write_text(SERVER)
-        extra = []
-        if tls:   # a self-signed certificate, made here
-            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
-                            "-keyout", tmp_path / "key.pem", "-out", tmp_path / "cert.pem", "-days", "2"],
-                           check=True, capture_output=True)
-            extra = [str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")]
-        proc = subprocess.Popen([sys.executable, str(p), script] + extra, stdout=subprocess.PIPE, text=True)
-        procs.append(proc)
-        port = int(proc.stdout.readline().split()[1])
-        return port
-    yield start
-    for p in procs:
-        p.kill()
-        p.wait()
-
-
 SESSION = r'''
 import json, sys, requests
 s = requests.Session()

@@ -468,3 +468,99 @@ def test_open_jitter_spreads_the_open_periods(shim, server, tmp_path):
     assert len(periods) >= 5, periods
     assert all(0.79 <= p <= 1.2 + 0.3 for p in periods), periods
     assert max(periods) - min(periods) > 0.05, periods   # spread, not one length
+
+
+# ---- Retry-After: a 429 or 503 that says when to come back
+
+# Requests in a loop, each on a new connection (requests.get): when the
+# first answer came, when each refusal by the shim (a connect refused at
+# once, nothing sent) and each answer arrived.
+ASKER = """
+import json, sys, time, requests
+url, seconds = sys.argv[1], float(sys.argv[2])
+end = time.monotonic() + seconds
+log = []
+while time.monotonic() < end:
+    t = time.monotonic()
+    try:
+        log.append((t, requests.get(url, timeout=10).status_code))
+    except requests.exceptions.ConnectionError:
+        log.append((t, "refused"))
+    time.sleep(0.05)
+print(json.dumps({"log": log}))
+"""
+
+
+def cooldown_of(log):
+    """The first 429/503, and the first answer after it: the cooldown, s."""
+    first = next(i for i, (_, s) in enumerate(log) if s in (429, 503))
+    refused = [t for t, s in log[first + 1:] if s == "refused"]
+    after = next(t for t, s in log[first + 1:] if s != "refused")
+    return after - log[first][0], len(refused)
+
+
+@pytest.mark.shim
+def test_a_429_with_retry_after_holds_every_process_off_for_that_long(shim, http_server, tmp_path):
+    port = http_server("429,ra=3,close;200,close")
+    url = f"http://127.0.0.1:{port}/"
+    shim.policy("[defaults]\nfailure_threshold = 0\n")
+    asker = spawn(shim, py_script(tmp_path, ASKER) + [url, 4.5])
+    time.sleep(1.2)
+    # another process, during the cooldown: refused at once, nothing sent
+    r = shim.run(["curl", "-s", "-o", "/dev/null", "--max-time", "10", url])
+    assert r.rc == 7 and r.elapsed < 1.0, (r.rc, r.elapsed, r.err)
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert e["state"] == "cooldown" and e["cooldown_until"] is not None, e
+    out, err = asker.communicate(timeout=60)
+    log = json.loads(out.strip().splitlines()[-1])["log"]
+    held, refused = cooldown_of(log)
+    assert 2.8 <= held <= 3.0 + 0.3, (held, log)
+    assert refused >= 10, log
+    assert log[-1][1] == 200, log
+    evs = [json.loads(l) for l in shim.ctl("events", "--json").stdout.splitlines()]
+    cd = [e for e in evs if e["event"] == "cooldown"]
+    assert len(cd) == 1 and "Retry-After: 3 s asked" in cd[0]["detail"], evs
+    assert shim.entry(f"127.0.0.1:{port}")["state"] == "closed"
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("script,policy,lo,hi", [
+    ("503,radate=3,close;200,close", "", 1.8, 3.4),            # the HTTP-date form (whole seconds)
+    ("429,ra=30,close;200,close", "retry_after_max = 1s\n", 0.9, 1.4),   # capped
+])
+def test_retry_after_as_a_date_and_capped(shim, http_server, tmp_path, script, policy, lo, hi):
+    port = http_server(script)
+    shim.policy("[defaults]\nfailure_threshold = 0\n" + policy)
+    r = shim.run(py_script(tmp_path, ASKER) + [f"http://127.0.0.1:{port}/", hi + 1.2], timeout=60)
+    held, _ = cooldown_of(r.last_json()["log"])
+    assert lo <= held <= hi, (held, r.last_json())
+
+
+@pytest.mark.shim
+def test_retry_after_off_ignores_it(shim, http_server, tmp_path):
+    port = http_server("429,ra=30,close;200,close")
+    shim.policy("[defaults]\nfailure_threshold = 0\nretry_after = off\n")
+    r = shim.run(py_script(tmp_path, ASKER) + [f"http://127.0.0.1:{port}/", 0.5])
+    log = r.last_json()["log"]
+    assert log[0][1] == 429 and log[1][1] == 200, log
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert e["state"] == "closed" and e["cooldown_until"] is None and e["last_status"] == 200, e
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("prog", ["curl", "wget"])
+def test_retry_after_is_read_through_tls(shim, http_server, prog):
+    port = http_server("429,ra=30,close;200,close", tls=True)
+    shim.policy("[defaults]\nfailure_threshold = 0\n")
+    url = f"https://127.0.0.1:{port}/"
+    if prog == "curl":
+        args = ["curl", "-sk", "-o", "/dev/null", url]
+    else:
+        args = ["wget", "-q", "--no-check-certificate", "-t", "1", "-O", "/dev/null", url]
+    shim.run(args)   # the 429
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert e["state"] == "cooldown" and e["last_status"] == 429, e
+    r = shim.run(args)
+    assert r.rc != 0 and r.elapsed < 2, (r.rc, r.elapsed)
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert e["rejected"] == 1, e
