@@ -160,6 +160,21 @@ int ns_policy_builtin(struct ns_policy *out)
 	return 0;
 }
 
+/* Keys that mean nothing without another: slow_start ramps max_connections,
+ * which the section or [defaults] must set (rate, which it also ramps, is
+ * not built yet). Reported at the key's line. */
+static void check_together(struct perr *e, const struct ns_policy *p)
+{
+	for (int i = 0; i < p->nsections; i++) {
+		const struct ns_section *s = &p->sec[i];
+
+		if ((s->set & (1u << NS_K_SLOW_START)) && s->v.slow_start_ms &&
+		    !((s->set | p->sec[0].set) & (1u << NS_K_MAX_CONNECTIONS)))
+			ns_perr_add(e, s->key_line[NS_K_SLOW_START],
+				    "slow_start: ramps max_connections, which this section (or [defaults]) does not set");
+	}
+}
+
 int ns_policy_parse(const char *text, size_t len, const char *fname,
 		    struct ns_policy *out, char *err, size_t errlen)
 {
@@ -213,6 +228,8 @@ int ns_policy_parse(const char *text, size_t len, const char *fname,
 			parse_keyline(&e, line, s, out, cur, in_section);
 		}
 	}
+	if (e.count >= 0)
+		check_together(&e, out);
 	if (e.count < 0) {
 		ns_policy_free(out);
 		return -1;

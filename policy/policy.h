@@ -47,6 +47,7 @@ struct ns_settings {
 	uint32_t retry_after;       /* 1: a 429/503 with Retry-After puts the destination in cooldown */
 	uint32_t pad_ra;
 	uint64_t retry_after_max_ms;/* the longest cooldown a Retry-After may ask */
+	uint64_t slow_start_ms;     /* after a breaker closes, max_connections ramps up over this */
 	uint64_t fault_seed;        /* [defaults] only: repeatable fault choices; 0 = none */
 	struct ns_faults fault;     /* faults to inject; n = 0: none. Last: see ns_policy_resolve */
 };
@@ -59,7 +60,7 @@ enum ns_key_id {
 	NS_K_MODE, NS_K_TRACE, NS_K_FAULT, NS_K_FAULT_SEED, NS_K_FAILURE_STATUS,
 	NS_K_SLOW_CALL, NS_K_SLOW_CALL_RATE, NS_K_TIMEOUT_RATE, NS_K_LATENCY_P99,
 	NS_K_MAX_CONNECTIONS, NS_K_QUEUE_TIMEOUT, NS_K_OPEN_BACKOFF, NS_K_OPEN_DURATION_MAX, NS_K_OPEN_JITTER,
-	NS_K_RETRY_AFTER, NS_K_RETRY_AFTER_MAX, NS_K_COUNT
+	NS_K_RETRY_AFTER, NS_K_RETRY_AFTER_MAX, NS_K_SLOW_START, NS_K_COUNT
 };
 
 /* What a section's pattern matches. */

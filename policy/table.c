@@ -381,6 +381,7 @@ void ns_table_outcome_at(struct ns_table *t, int idx, int outcome, int err, uint
 	}
 	if (st.transition == NS_TR_CLOSED) {
 		STORE(&s->open_level, 0);
+		STORE(&s->closed_ms, now_ms ? now_ms : 1);   /* slow_start ramps from here */
 		window_clear(s);
 		STORE(&s->opened_wall_ms, 0);
 		STORE(&s->half_open_wall_ms, 0);
@@ -449,6 +450,19 @@ void ns_table_cooldown(struct ns_table *t, int idx, uint64_t until_ms)
 	cur = LOAD(&s->cooldown_until_ms);
 	while (cur < until_ms && !CAS(&s->cooldown_until_ms, &cur, until_ms))
 		;
+}
+
+uint32_t ns_table_cap_now(struct ns_table *t, int idx, uint32_t cap, uint64_t slow_start_ms, uint64_t now_ms)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	uint64_t closed, gone, c;
+
+	if (!s || !slow_start_ms || !(closed = LOAD(&s->closed_ms)) || now_ms < closed ||
+	    (gone = now_ms - closed) >= slow_start_ms)
+		return cap;
+	/* 10 % + 90 % of the way, rounded up */
+	c = ((uint64_t)cap * (100 * slow_start_ms + 900 * gone) + 1000 * slow_start_ms - 1) / (1000 * slow_start_ms);
+	return c < 1 ? 1 : c > cap ? cap : (uint32_t)c;
 }
 
 void ns_table_waited(struct ns_table *t, int idx, uint64_t ms)

@@ -124,7 +124,8 @@ struct ns_slot {
 	uint32_t open_level;        /* atomic: failed probes in a row (open_backoff); 0 once closed */
 	uint32_t pad3;
 	uint64_t cooldown_until_ms; /* atomic: CLOCK_MONOTONIC ms: a Retry-After's connects refused until then */
-	uint8_t reserved2[72];
+	uint64_t closed_ms;         /* atomic: CLOCK_MONOTONIC ms of the last close (slow_start); 0 = none */
+	uint8_t reserved2[64];
 };
 
 enum ns_event_type {
@@ -421,6 +422,9 @@ int ns_table_throttled(struct ns_table *t, int idx, uint64_t now_ms);
 /* A Retry-After: connects to slot idx refused (counted as rejected) until
  * until_ms (CLOCK_MONOTONIC ms), or later if a longer one is in force. */
 void ns_table_cooldown(struct ns_table *t, int idx, uint64_t until_ms);
+/* max_connections now, under slow_start: from 10 % (at least 1) when the
+ * breaker closed to all of cap over slow_start_ms. */
+uint32_t ns_table_cap_now(struct ns_table *t, int idx, uint32_t cap, uint64_t slow_start_ms, uint64_t now_ms);
 void ns_table_waited(struct ns_table *t, int idx, uint64_t ms);
 /* A reused connection ended before the answer to its request: counted
  * apart, never in the window (the client's new connection decides). */

@@ -49,7 +49,7 @@ const char *const ns_key_names[NS_K_COUNT] = {
 	"fault", "fault_seed", "failure_status",
 	"slow_call", "slow_call_rate", "timeout_rate", "latency_p99",
 	"max_connections", "queue_timeout", "open_backoff", "open_duration_max", "open_jitter",
-	"retry_after", "retry_after_max",
+	"retry_after", "retry_after_max", "slow_start",
 };
 
 #define OFF(f) offsetof(struct ns_settings, f)
@@ -87,6 +87,7 @@ const struct keydef ns_keydefs[NS_K_COUNT] = {
 	[NS_K_OPEN_JITTER] = { T_PCT, OFF(open_jitter_bp), 0, 10000 },
 	[NS_K_RETRY_AFTER] = { T_BOOL, OFF(retry_after), 0, 0 },
 	[NS_K_RETRY_AFTER_MAX] = { T_DUR, OFF(retry_after_max_ms), 1, NS_MAX_DURATION_MS },
+	[NS_K_SLOW_START] = { T_DUR, OFF(slow_start_ms), 1, NS_MAX_DURATION_MS },
 };
 /**** errors ****/
 

@@ -112,6 +112,15 @@ static int take(struct ns_conn *c, int slot, uint32_t cap, uint32_t holder, int 
 	return 1;
 }
 
+/* max_connections now: all of it, or under slow_start its share so far */
+static inline uint32_t cap_now(const struct ns_settings *set, int slot)
+{
+	if (likely(!set->slow_start_ms))
+		return set->max_connections;
+	return ns_table_cap_now(&ns_breakers, slot, set->max_connections, set->slow_start_ms,
+				(uint64_t)(ns_now() / 1000000));
+}
+
 static void futex_wait(uint32_t *word, uint32_t seen, int64_t ns)
 {
 	struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000) };
@@ -132,7 +141,8 @@ static void futex_wake(uint32_t *word)
 }
 
 /* A blocking connect waits for a place until deadline: 1 taken, 0 not. */
-static int wait_blocking(struct ns_conn *c, int slot, uint32_t cap, uint32_t holder, monotime deadline)
+static int wait_blocking(struct ns_conn *c, int slot, const struct ns_settings *set, uint32_t holder,
+			 monotime deadline)
 {
 	uint32_t *wake = ns_table_place_wake(&ns_breakers, slot);
 	int got = 0;
@@ -144,7 +154,7 @@ static int wait_blocking(struct ns_conn *c, int slot, uint32_t cap, uint32_t hol
 		uint32_t seen = __atomic_load_n(wake, __ATOMIC_ACQUIRE);
 		monotime now;
 
-		if (take(c, slot, cap, holder, 0)) {
+		if (take(c, slot, cap_now(set, slot), holder, 0)) {
 			got = 1;
 			break;
 		}
@@ -180,7 +190,7 @@ int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set, int slot,
 		ST(c->place, -1);     /* (the caller marks it as holding one) */
 		return NS_SHAPE_GO;   /* no way to count places: the cap is not kept */
 	}
-	if (take(c, slot, set->max_connections, holder, 0))
+	if (take(c, slot, cap_now(set, slot), holder, 0))
 		return NS_SHAPE_GO;
 	ST(c->place, -1);
 	if (!set->queue_timeout_ms)
@@ -190,7 +200,7 @@ int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set, int slot,
 		ST(c->queue_start, now);
 		return NS_SHAPE_QUEUED;
 	}
-	if (wait_blocking(c, slot, set->max_connections, holder, now + (int64_t)set->queue_timeout_ms * 1000000)) {
+	if (wait_blocking(c, slot, set, holder, now + (int64_t)set->queue_timeout_ms * 1000000)) {
 		note_waited(slot, now, ns_now());
 		return NS_SHAPE_WAITED;
 	}
@@ -202,7 +212,7 @@ int ns_shape_due(struct ns_conn *c, monotime now)
 	const struct ns_settings *set = ns_conn_set(c);
 	int slot = LD(c->slot);
 
-	if (take(c, slot, set->max_connections, place_self(), 1)) {
+	if (take(c, slot, cap_now(set, slot), place_self(), 1)) {
 		note_waited(slot, LD(c->queue_start), now);
 		__atomic_fetch_and(&c->flags, ~NS_C_QUEUED, __ATOMIC_RELEASE);
 		/* its turn: the connection's clock and deadlines start now */

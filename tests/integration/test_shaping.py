@@ -26,6 +26,9 @@ class CountingServer:
 
     def __init__(self, hold=0.05):
         self.hold = hold
+        self.failing = False       # close every connection at once, unanswered
+        self.first_ok = None       # when the first answer after failing went out
+        self.samples = []          # (time, connections held), every 20 ms
         self.lock = threading.Lock()
         self.cur = self.peak = self.total = 0
         self.sock = socket.socket()
@@ -37,6 +40,13 @@ class CountingServer:
         self.url = f"http://127.0.0.1:{self.port}/"
         self.stopping = False
         threading.Thread(target=self._accept, daemon=True).start()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self):
+        while not self.stopping:
+            with self.lock:
+                self.samples.append((time.monotonic(), self.cur))
+            time.sleep(0.02)
 
     def _accept(self):
         while not self.stopping:
@@ -47,6 +57,9 @@ class CountingServer:
             threading.Thread(target=self._serve, args=(c,), daemon=True).start()
 
     def _serve(self, c):
+        if self.failing:
+            c.close()
+            return
         with self.lock:
             self.cur += 1
             self.total += 1
@@ -64,6 +77,8 @@ class CountingServer:
                 time.sleep(self.hold)
                 with self.lock:
                     self.cur -= 1
+                    if self.first_ok is None:
+                        self.first_ok = time.monotonic()
                 counted = False
                 c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
         except OSError:
@@ -564,3 +579,43 @@ def test_retry_after_is_read_through_tls(shim, http_server, prog):
     assert r.rc != 0 and r.elapsed < 2, (r.rc, r.elapsed)
     e = shim.entry(f"127.0.0.1:{port}")
     assert e["rejected"] == 1, e
+
+
+
+# ---- slow_start: after the breaker closes, the cap ramps up
+
+WANTS_TEN = """
+import sys, threading, time, requests
+url, seconds = sys.argv[1], float(sys.argv[2])
+end = time.monotonic() + seconds
+def loop():
+    while time.monotonic() < end:
+        try:
+            requests.get(url, timeout=30)
+        except requests.exceptions.RequestException:
+            time.sleep(0.05)
+ts = [threading.Thread(target=loop) for _ in range(10)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print("{}")
+"""
+
+
+@pytest.mark.shim
+def test_after_the_breaker_closes_the_cap_ramps_over_slow_start(shim, counting, tmp_path):
+    srv = counting(hold=0.2)
+    shim.policy("[defaults]\nconsecutive_failures = 1\nfailure_threshold = 0\nopen_duration = 1s\n"
+                "max_connections = 10\nqueue_timeout = 30s\nslow_start = 5s\n")
+    srv.failing = True
+    shim.run(["curl", "-s", "-o", "/dev/null", srv.url])   # closed unanswered: the breaker opens
+    assert shim.entry(srv.dest)["state"] == "open", shim.entry(srv.dest)
+    srv.failing = False
+    r = shim.run(py_script(tmp_path, WANTS_TEN) + [srv.url, 8.5], timeout=60)
+    assert r.rc == 0, r.err
+    t0 = srv.first_ok   # the probe's answer: the breaker closed then
+    assert t0 is not None
+    held = lambda a, b: max([n for t, n in srv.samples if t0 + a <= t < t0 + b] or [0])
+    # the cap over time: 10 x (10 % + 90 % of the time gone), rounded up
+    assert held(0, 0.4) <= 2, srv.samples
+    assert 3 <= held(2.0, 2.4) <= 6, [s for s in srv.samples if s[0] >= t0]
+    assert held(5.2, 7.0) == 10, [s for s in srv.samples if s[0] >= t0 + 5]

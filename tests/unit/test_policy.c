@@ -128,6 +128,8 @@ Test(policy_errors, each_with_file_and_line)
 	expect_error("[defaults]\nbogus = 1\n", "t.conf:2: unknown key 'bogus'\n");
 	expect_error("[defaults]\nmax_connections = 33\n", "t.conf:2: max_connections: 33 is out of range (0 to 32)\n");
 	expect_error("[defaults]\nopen_backoff = 0.5\n", "t.conf:2: open_backoff: 0.5 is out of range (1 to 100)\n");
+	expect_error("[defaults]\nread_timeout = 5s\n\n[host \"a.example\"]\nslow_start = 5s\n",
+		     "t.conf:5: slow_start: ramps max_connections, which this section (or [defaults]) does not set\n");
 	expect_error("[defaults]\nopen_backoff = twice\n",
 		     "t.conf:2: open_backoff: bad factor 'twice': expected a number such as 2 or 1.5 (at most three decimals)\n");
 	expect_error("[defaults]\nqueue_timeout = 30\n",
