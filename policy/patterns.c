@@ -331,6 +331,8 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 			break;
 		}
 	}
+	/* one test on the connect path says whether any shaping applies */
+	out->shaping = out->max_connections || out->retry_budget_bp || out->retry_budget_min_mps;
 }
 
 

@@ -48,6 +48,9 @@ struct ns_settings {
 	uint32_t pad_ra;
 	uint64_t retry_after_max_ms;/* the longest cooldown a Retry-After may ask */
 	uint64_t slow_start_ms;     /* after a breaker closes, max_connections ramps up over this */
+	uint32_t retry_budget_bp;   /* a process's retries let through: this share of the destination's calls... */
+	uint32_t retry_budget_min_mps; /* ...plus this many per second (in thousandths); both 0: no budget */
+	uint32_t shaping;           /* not a key: max_connections or retry_budget is set (ns_policy_resolve) */
 	uint64_t fault_seed;        /* [defaults] only: repeatable fault choices; 0 = none */
 	struct ns_faults fault;     /* faults to inject; n = 0: none. Last: see ns_policy_resolve */
 };
@@ -60,7 +63,8 @@ enum ns_key_id {
 	NS_K_MODE, NS_K_TRACE, NS_K_FAULT, NS_K_FAULT_SEED, NS_K_FAILURE_STATUS,
 	NS_K_SLOW_CALL, NS_K_SLOW_CALL_RATE, NS_K_TIMEOUT_RATE, NS_K_LATENCY_P99,
 	NS_K_MAX_CONNECTIONS, NS_K_QUEUE_TIMEOUT, NS_K_OPEN_BACKOFF, NS_K_OPEN_DURATION_MAX, NS_K_OPEN_JITTER,
-	NS_K_RETRY_AFTER, NS_K_RETRY_AFTER_MAX, NS_K_SLOW_START, NS_K_COUNT
+	NS_K_RETRY_AFTER, NS_K_RETRY_AFTER_MAX, NS_K_SLOW_START, NS_K_RETRY_BUDGET, NS_K_RETRY_BUDGET_MIN,
+	NS_K_COUNT
 };
 
 /* What a section's pattern matches. */

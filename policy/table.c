@@ -465,6 +465,42 @@ uint32_t ns_table_cap_now(struct ns_table *t, int idx, uint32_t cap, uint64_t sl
 	return c < 1 ? 1 : c > cap ? cap : (uint32_t)c;
 }
 
+int ns_table_retry_budget(struct ns_table *t, int idx, int retry, uint32_t budget_bp, uint32_t min_mps,
+			  uint64_t now_ms)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	uint64_t old, nw, tokens, cap = 1000 + (uint64_t)min_mps;
+	uint32_t now32 = (uint32_t)now_ms, last;
+	int ok;
+
+	if (!s)
+		return 0;
+	old = LOAD(&s->retry_bucket);
+	do {
+		tokens = old >> 32;
+		last = (uint32_t)old;
+		if (old == 0)
+			tokens = cap;   /* a fresh slot: a full bucket */
+		else
+			tokens += (uint64_t)(uint32_t)(now32 - last) * min_mps / 1000;
+		if (tokens > cap)
+			tokens = cap;
+		ok = !retry || tokens >= 1000;
+		if (retry && ok)
+			tokens -= 1000;
+		if (ok)
+			tokens += budget_bp / 10;   /* a call earns its share of a retry */
+		if (tokens > cap)
+			tokens = cap;
+		nw = tokens << 32 | (now32 ? now32 : 1);
+	} while (!CAS(&s->retry_bucket, &old, nw));
+	if (!ok) {
+		ADD(&s->retry_throttled, 1);
+		ADD(&s->calls, (uint64_t)-1);   /* the breaker counted it a call; it never went out */
+	}
+	return ok ? 0 : -1;
+}
+
 void ns_table_waited(struct ns_table *t, int idx, uint64_t ms)
 {
 	struct ns_slot *s = slot_at(t, idx);
@@ -605,6 +641,7 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 	for (uint32_t p = 0; p < NS_PLACES; p++)
 		e->inflight += LOAD(&s->place[p]) != 0;
 	e->throttled = LOAD(&s->throttled);
+	e->retry_throttled = LOAD(&s->retry_throttled);
 	{
 		uint64_t cd = LOAD(&s->cooldown_until_ms);
 

@@ -125,7 +125,9 @@ struct ns_slot {
 	uint32_t pad3;
 	uint64_t cooldown_until_ms; /* atomic: CLOCK_MONOTONIC ms: a Retry-After's connects refused until then */
 	uint64_t closed_ms;         /* atomic: CLOCK_MONOTONIC ms of the last close (slow_start); 0 = none */
-	uint8_t reserved2[64];
+	uint64_t retry_bucket;      /* atomic: retry_budget's tokens (thousandths) 32 | the ms they were counted 32 */
+	uint64_t retry_throttled;   /* atomic: a process's retries turned away by retry_budget */
+	uint8_t reserved2[48];
 };
 
 enum ns_event_type {
@@ -208,6 +210,7 @@ struct ns_entry {
 	uint64_t throttled;
 	uint64_t waited_ms_p99;     /* waits for a place: their p99's upper bound, 0 = none */
 	uint64_t cooldown_left_ms;  /* a Retry-After's cooldown: what is left of it, 0 = none */
+	uint64_t retry_throttled;
 	uint64_t opened_wall_ms, half_open_wall_ms;
 	struct ns_hist connect_hist, first_byte_hist;
 	int fleet_open;             /* the fleet holds it open now */
@@ -425,6 +428,13 @@ void ns_table_cooldown(struct ns_table *t, int idx, uint64_t until_ms);
 /* max_connections now, under slow_start: from 10 % (at least 1) when the
  * breaker closed to all of cap over slow_start_ms. */
 uint32_t ns_table_cap_now(struct ns_table *t, int idx, uint32_t cap, uint64_t slow_start_ms, uint64_t now_ms);
+/* retry_budget: a connect let through (retry: it is a process's retry).
+ * Every call earns budget_bp of a retry, time earns min_mps thousandths
+ * per second (at most one second's and one retry's worth kept); a retry
+ * spends one. 0, or -1 when a retry finds none left (counted
+ * retry_throttled; not a call). */
+int ns_table_retry_budget(struct ns_table *t, int idx, int retry, uint32_t budget_bp, uint32_t min_mps,
+			  uint64_t now_ms);
 void ns_table_waited(struct ns_table *t, int idx, uint64_t ms);
 /* A reused connection ended before the answer to its request: counted
  * apart, never in the window (the client's new connection decides). */

@@ -49,7 +49,7 @@ const char *const ns_key_names[NS_K_COUNT] = {
 	"fault", "fault_seed", "failure_status",
 	"slow_call", "slow_call_rate", "timeout_rate", "latency_p99",
 	"max_connections", "queue_timeout", "open_backoff", "open_duration_max", "open_jitter",
-	"retry_after", "retry_after_max", "slow_start",
+	"retry_after", "retry_after_max", "slow_start", "retry_budget", "retry_budget_min",
 };
 
 #define OFF(f) offsetof(struct ns_settings, f)
@@ -88,6 +88,9 @@ const struct keydef ns_keydefs[NS_K_COUNT] = {
 	[NS_K_RETRY_AFTER] = { T_BOOL, OFF(retry_after), 0, 0 },
 	[NS_K_RETRY_AFTER_MAX] = { T_DUR, OFF(retry_after_max_ms), 1, NS_MAX_DURATION_MS },
 	[NS_K_SLOW_START] = { T_DUR, OFF(slow_start_ms), 1, NS_MAX_DURATION_MS },
+	[NS_K_RETRY_BUDGET] = { T_PCT, OFF(retry_budget_bp), 0, 10000 },
+	/* a rate, "1/s", "30/m", "100/h", in thousandths per second */
+	[NS_K_RETRY_BUDGET_MIN] = { T_RATE, OFF(retry_budget_min_mps), 1, 1000000000 },
 };
 /**** errors ****/
 
@@ -307,6 +310,19 @@ void ns_setting_format(int key, const struct ns_settings *s, char *buf, size_t l
 		else
 			snprintf(buf, len, "none");
 		break;
+	case T_RATE: {
+		uint32_t r = *(const uint32_t *)(base + k->off);
+
+		if (r == 0)
+			snprintf(buf, len, "0");
+		else if (r % 1000 == 0)
+			snprintf(buf, len, "%u/s", r / 1000);
+		else if (r * 60ull % 1000 == 0)
+			snprintf(buf, len, "%llu/m", (unsigned long long)r * 60 / 1000);
+		else
+			snprintf(buf, len, "%llu/h", (unsigned long long)r * 3600 / 1000);
+		break;
+	}
 	case T_FACTOR: {
 		uint32_t m = *(const uint32_t *)(base + k->off);
 
@@ -505,6 +521,29 @@ bad_status:
 		ns_perr_add(e, line, "failure_status: bad value '%s': expected codes and ranges from 100 to 599, "
 			 "such as '429, 500-599', or none", val);
 		return -1;
+	}
+	case T_RATE: {
+		const char *end;
+		uint64_t per;
+
+		if (strcmp(val, "0") == 0) {
+			*(uint32_t *)(base + k->off) = 0;
+			return 0;
+		}
+		end = ns_parse_milli(val, &v);
+		per = !end ? 0 : strcmp(end, "/s") == 0 ? 1 : strcmp(end, "/m") == 0 ? 60 : strcmp(end, "/h") == 0 ? 3600 : 0;
+		if (!per) {
+			ns_perr_add(e, line, "%s: bad rate '%s': expected a number per second, minute or hour, such as 1/s or 30/m",
+				    ns_key_names[key], val);
+			return -1;
+		}
+		v /= per;   /* thousandths per second */
+		if (v < k->min || v > k->max) {
+			ns_perr_add(e, line, "%s: %s is out of range (from 1/h to 1000000/s)", ns_key_names[key], val);
+			return -1;
+		}
+		*(uint32_t *)(base + k->off) = (uint32_t)v;
+		return 0;
 	}
 	case T_FACTOR: {
 		const char *end;

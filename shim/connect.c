@@ -680,13 +680,22 @@ static inline __attribute__((always_inline)) int make(struct attempt *a, int sav
 	return r;
 }
 
-/* Shaping (shape.c), for a destination with max_connections: a place
+/* Shaping (shape.c): a retry beyond retry_budget refused; then, for a
+ * destination with max_connections, a place
  * taken before the record is filled in (a blocking connect may wait for
  * it here, before its clock starts), or a non-blocking one to be held
  * until its turn (shaped_record). One turned away is throttled: refused
  * as an open breaker refuses, counted apart, never a failure. */
 static __attribute__((noinline)) int shaped(struct attempt *a, int *r)
 {
+	if ((a->sp->retry_budget_bp | a->sp->retry_budget_min_mps) && ns_shape_retry(a->slot, a->sp, a->now) < 0) {
+		NS_LOG(NS_LOG_DEBUG, "%s: a retry beyond retry_budget, refused", a->kp);
+		ns_conn_unref(a->c);   /* (not published) */
+		*r = refuse_open(a->fd, a->v, a->sa->sa_family);
+		return STEP_DONE;
+	}
+	if (!a->sp->max_connections)
+		return STEP_ON;   /* (a->shape stays -1: no place) */
 	a->shape = ns_shape_connect(a->c, a->sp, a->slot, (a->v & NS_TAG_NONBLOCK) != 0, a->now);
 	if (a->shape == NS_SHAPE_REFUSE) {
 		ns_shape_throttled(a->c, a->slot, a->kp);
@@ -785,13 +794,13 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		return REAL(connect)(fd, sa, len);
 	if (k == STEP_DONE)
 		return r;
-	if (unlikely(a.sp->max_connections)) {
+	if (unlikely(a.sp->shaping)) {
 		a.shape = -1;
 		if (a.enforce && a.slot >= 0 && shaped(&a, &r) == STEP_DONE)
 			return r;
 	}
 	record(&a);
-	if (unlikely(a.sp->max_connections) && a.shape >= 0 && shaped_record(&a, &r) == STEP_DONE)
+	if (unlikely(a.sp->shaping) && a.shape >= 0 && shaped_record(&a, &r) == STEP_DONE)
 		return r;
 	if (faults_and_publish(&a, &r) == STEP_DONE)
 		return r;

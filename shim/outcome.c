@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "shape.h"
 
 
 static void log_step(int slot, const char *key, const struct ns_step *st, int err, int trace, const char *what)
@@ -88,6 +89,8 @@ void ns_conn_outcome(struct ns_conn *c, int kind, int err)
 
 		const struct ns_settings *set = ns_conn_set(c);
 
+		if (kind != NS_OUT_SUCCESS && (set->retry_budget_bp | set->retry_budget_min_mps))
+			ns_shape_note_failure(slot, now);   /* a connect soon after is a retry */
 		now_ms = (uint64_t)(now / 1000000);
 		ns_table_outcome_at(&ns_breakers, slot, kind, err, kind == NS_OUT_SUCCESS ? (uint64_t)(now - from) / 1000 : 0,
 				    now_ms, ns_wall_ms(), set, &st);

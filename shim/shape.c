@@ -243,3 +243,31 @@ void ns_shape_release(struct ns_conn *c)
 			futex_wake(wake);
 	}
 }
+
+/**** retry_budget ****/
+
+/* This process's last failure per destination (its slot; a few share an
+ * entry, then the later one is kept): slot << 32 | CLOCK_MONOTONIC ms. */
+#define RECENT 256u
+static uint64_t recent[RECENT];   /* atomic */
+
+void ns_shape_note_failure(int slot, monotime now)
+{
+	uint32_t ms = (uint32_t)(now / 1000000);
+
+	__atomic_store_n(&recent[(uint32_t)slot % RECENT], (uint64_t)(uint32_t)slot << 32 | (ms ? ms : 1),
+			 __ATOMIC_RELAXED);
+}
+
+int ns_shape_retry(int slot, const struct ns_settings *set, monotime now)
+{
+	uint64_t e = __atomic_load_n(&recent[(uint32_t)slot % RECENT], __ATOMIC_RELAXED);
+	uint32_t ms = (uint32_t)(now / 1000000);
+	/* a retry: a connect within a second of a failure to it from here */
+	int retry = e && (uint32_t)(e >> 32) == (uint32_t)slot && (uint32_t)(ms - (uint32_t)e) <= 1000;
+
+	if (!ns_tbl_on())
+		return 0;
+	return ns_table_retry_budget(&ns_breakers, slot, retry, set->retry_budget_bp, set->retry_budget_min_mps,
+				     (uint64_t)ms);
+}

@@ -21,6 +21,11 @@ NS_HIDDEN void ns_shape_throttled(struct ns_conn *c, int slot, const char *key);
 NS_HIDDEN void ns_shape_release(struct ns_conn *c);
 /* This process as the holder of a place (0: it cannot hold one). */
 NS_HIDDEN uint32_t ns_place_self(void);
+/* retry_budget: this process's failure to slot (now), and whether a
+ * connect to it may go out: 0, or -1 when it is a retry beyond the budget
+ * (counted retry_throttled). */
+NS_HIDDEN void ns_shape_note_failure(int slot, monotime now);
+NS_HIDDEN int ns_shape_retry(int slot, const struct ns_settings *set, monotime now);
 /* How often a queued non-blocking connect looks for a place. */
 #define NS_SHAPE_TICK_NS (2 * 1000000LL)
 

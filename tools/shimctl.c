@@ -225,6 +225,7 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 			printf("%llu", (unsigned long long)e->waited_ms_p99);
 		else
 			printf("null");
+		printf(", \"retry_throttled\": %llu", (unsigned long long)e->retry_throttled);
 		printf(", \"cooldown_until\": ");
 		if (e->cooldown_left_ms) {
 			ctl_rfc3339(ctl_wall_ms() + e->cooldown_left_ms, ts, sizeof(ts));

@@ -619,3 +619,43 @@ def test_after_the_breaker_closes_the_cap_ramps_over_slow_start(shim, counting, 
     assert held(0, 0.4) <= 2, srv.samples
     assert 3 <= held(2.0, 2.4) <= 6, [s for s in srv.samples if s[0] >= t0]
     assert held(5.2, 7.0) == 10, [s for s in srv.samples if s[0] >= t0 + 5]
+
+
+# ---- retry_budget: a program's own retry storm is cut to its budget
+
+STORM = """
+import errno, json, socket, sys, time
+port, seconds = int(sys.argv[1]), float(sys.argv[2])
+end = time.monotonic() + seconds
+n = refused = 0
+while time.monotonic() < end:
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+    except ConnectionRefusedError:
+        refused += 1
+    s.close()
+    n += 1
+print(json.dumps({"tries": n, "refused": refused}))
+"""
+
+
+@pytest.mark.shim
+def test_a_tight_retry_loop_is_held_to_its_budget_and_a_healthy_client_beside_it_is_not(
+        shim, server, counting, tmp_path):
+    bad = server("refuse")
+    good = counting(hold=0)
+    shim.policy("[defaults]\nfailure_threshold = 0\nretry_budget = 20%\nretry_budget_min = 1/s\n")
+    healthy = spawn(shim, py_script(tmp_path, REQUESTS) + [good.url, 30])
+    r = shim.run(py_script(tmp_path, STORM) + [bad.port, 2.0])
+    rep = r.last_json()
+    assert rep["tries"] == rep["refused"] > 200, rep
+    e = shim.entry(bad.dest)
+    # 2 retries banked, about one more a second, a fifth of one per call
+    assert 2 <= e["calls"] <= 8 and e["failures"] == e["calls"], e
+    assert e["retry_throttled"] == rep["tries"] - e["calls"], (e, rep)
+    assert e["state"] == "closed", e
+    out, err = healthy.communicate(timeout=60)
+    assert json.loads(out.strip().splitlines()[-1])["ok"] == 30, (out, err)
+    g = shim.entry(good.dest)
+    assert g["retry_throttled"] == 0 and g["calls"] == 30 and g["failures"] == 0, g

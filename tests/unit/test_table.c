@@ -176,6 +176,29 @@ Test(table, places_are_taken_up_to_the_cap_and_given_back_by_their_holder_only)
 	cr_assert_eq(e.waited_ms_p99, 512, "p99 of {0, 300} ms: the 256-512 bucket");
 }
 
+Test(table, a_retry_budget_spends_what_calls_and_time_earn)
+{
+	struct ns_table t;
+	struct ns_entry e;
+	int a;
+
+	mem_table(&t, 2);
+	a = ns_table_find(&t, "k:1", 1, 1000);
+	/* 20 %, 1/s: a fresh bucket holds one second and one retry */
+	cr_assert_eq(ns_table_retry_budget(&t, a, 1, 2000, 1000, 10000), 0);
+	cr_assert_eq(ns_table_retry_budget(&t, a, 1, 2000, 1000, 10000), 0);
+	cr_assert_eq(ns_table_retry_budget(&t, a, 1, 2000, 1000, 10000), -1, "0.4 of a retry left");
+	/* three calls earn 0.6: with the 0.4, one retry */
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(ns_table_retry_budget(&t, a, 0, 2000, 1000, 10000), 0);
+	cr_assert_eq(ns_table_retry_budget(&t, a, 1, 2000, 1000, 10000), 0);
+	cr_assert_eq(ns_table_retry_budget(&t, a, 1, 2000, 1000, 10000), -1);
+	/* a second later, the minimum rate's one */
+	cr_assert_eq(ns_table_retry_budget(&t, a, 1, 2000, 1000, 11000), 0);
+	cr_assert_eq(ns_table_read(&t, a, 11000, &e), 0);
+	cr_assert_eq(e.retry_throttled, 2);
+}
+
 Test(table, a_dead_holder_is_told_from_a_living_one)
 {
 	uint32_t me = ns_place_holder((unsigned)getpid(), ns_proc_start_time((unsigned)getpid()));
