@@ -233,8 +233,10 @@ void ns_shape_release(struct ns_conn *c)
 	int p = __atomic_exchange_n(&c->place, -1, __ATOMIC_ACQ_REL);
 	uint32_t waiters;
 
-	/* a forked child's copy of its parent's record is not the holder */
-	if (!(LD(c->flags) & NS_C_PLACE) || p < 0 || LD(c->place_holder) != place_self() || !ns_breakers_ok)
+	/* a forked child's copy of its parent's record is not the holder (and
+	 * its own holder word is not even made here: this runs inside close) */
+	if (!(LD(c->flags) & NS_C_PLACE) || p < 0 || !ns_breakers_ok ||
+	    LD(c->place_holder) != __atomic_load_n(&self_holder, __ATOMIC_RELAXED))
 		return;
 	if (ns_table_place_release(&ns_breakers, LD(c->place_slot), p, LD(c->place_holder), &waiters) && waiters) {
 		uint32_t *wake = ns_table_place_wake(&ns_breakers, LD(c->place_slot));

@@ -659,3 +659,34 @@ def test_a_tight_retry_loop_is_held_to_its_budget_and_a_healthy_client_beside_it
     assert json.loads(out.strip().splitlines()[-1])["ok"] == 30, (out, err)
     g = shim.entry(good.dest)
     assert g["retry_throttled"] == 0 and g["calls"] == 30 and g["failures"] == 0, g
+
+
+FORKER = """
+import json, os, socket, sys, time
+s = socket.socket()
+s.connect(("127.0.0.1", int(sys.argv[1])))
+pid = os.fork()
+if pid == 0:
+    s.close()          # the child's copy: not the holder
+    os._exit(0)
+os.waitpid(pid, 0)
+print(json.dumps({"forked": True}), flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+@pytest.mark.shim
+def test_a_forked_childs_close_leaves_its_parents_place_held(shim, counting, tmp_path):
+    srv = counting()
+    shim.policy("[defaults]\nmax_connections = 1\n")
+    p = spawn(shim, py_script(tmp_path, FORKER) + [srv.port, 30])
+    try:
+        assert "forked" in p.stdout.readline()
+        assert shim.entry(srv.dest)["inflight"] == 1
+        r = shim.run(py_script(tmp_path, CONNECT) + [srv.port, "blocking"])
+        assert r.last_json()["errno"] == 111, r.last_json()   # still held: throttled
+    finally:
+        p.kill()
+        p.wait()
+    r = shim.run(py_script(tmp_path, CONNECT) + [srv.port, "blocking"])
+    assert r.last_json()["errno"] == 0   # its holder died: the place is free again
