@@ -18,6 +18,7 @@
 #include "fault.h"
 #include "names.h"
 #include "outcome.h"
+#include "refuse.h"
 #include "real.h"
 #include "settings.h"
 #include "shape.h"
@@ -109,23 +110,6 @@ static inline __attribute__((always_inline)) int connect_bounded(int fd, struct 
 	return r;
 }
 
-/* connect() on a socket whose queued connect was throttled (fault.c,
- * throttle_held): the kernel's answer from the refusing target it went to,
- * once; the connect after that is a new attempt. */
-static __attribute__((noinline, cold)) int throttled_again(int fd, struct ns_conn *c)
-{
-	struct sockaddr_storage to;
-	socklen_t tolen;
-
-	__atomic_fetch_and(&c->flags, ~NS_C_THROTTLED, __ATOMIC_RELAXED);
-	__atomic_fetch_or(&c->flags, NS_C_FAILED, __ATOMIC_RELAXED);
-	if (ns_fault_refusing_target(c->fault.real_sa.ss_family, &to, &tolen) < 0) {
-		errno = ECONNREFUSED;
-		return -1;
-	}
-	return REAL(connect)(fd, (struct sockaddr *)&to, tolen);
-}
-
 /* connect() again on a socket whose connect is in progress or done: how a
  * non-blocking program learns the result (0 or EISCONN once connected). */
 static int connect_again(int fd, struct ns_conn *c, const struct sockaddr *sa, socklen_t len)
@@ -139,7 +123,7 @@ static int connect_again(int fd, struct ns_conn *c, const struct sockaddr *sa, s
 	if (unlikely(LD(c->expired) & NS_ATTN_FAULT)) {
 		ns_fault_delay_due(fd, c, ns_now());
 		if (LD(c->flags) & NS_C_THROTTLED)
-			return throttled_again(fd, c);
+			return ns_throttled_again(fd, c);
 	}
 	r = REAL(connect)(fd, sa, len);
 	e = errno;
@@ -309,53 +293,6 @@ static inline void memo_put(const void *pol, const struct ns_dest *d, uint64_t g
 }
 
 
-/* An open breaker refuses a connect on fd (v: its tag). A blocking socket
- * is told ECONNREFUSED at once, as the kernel tells it of a refusal. A
- * non-blocking one gets what a real refusal gives it, which event loops
- * rely on (Mojo, ab): EINPROGRESS, then ready with POLLERR and SO_ERROR
- * ECONNREFUSED in poll, select and epoll alike, and a connect() again
- * reports the error. The kernel makes it so: the connect goes to the
- * shim's local refusing socket (loopback; nothing reaches the destination).
- * The mark on fd sends the program's next connect(), which asks for the
- * outcome, there too, uncounted (refused_again). */
-static __attribute__((noinline)) int refuse_open(int fd, uintptr_t v, int family)
-{
-	struct sockaddr_storage to;
-	socklen_t tolen;
-	int r;
-
-	if (!(v & NS_TAG_NONBLOCK) || ns_fault_refusing_target(family, &to, &tolen) < 0) {
-		errno = ECONNREFUSED;
-		return -1;
-	}
-	r = REAL(connect)(fd, (struct sockaddr *)&to, tolen);
-	if (r < 0 && errno == EINPROGRESS) {
-		int e = errno;
-
-		ns_fd_set(fd, v | NS_TAG_REFUSED);
-		errno = e;
-	} else if (r == 0) {
-		errno = ECONNREFUSED;   /* never: nothing listens there */
-		r = -1;
-	}
-	return r;
-}
-
-/* The connect() after refuse_open's: the kernel's answer for that attempt
- * (ECONNREFUSED, or ECONNABORTED once SO_ERROR took it), mark cleared. */
-static __attribute__((noinline)) int refused_again(int fd, uintptr_t v, int family)
-{
-	struct sockaddr_storage to;
-	socklen_t tolen;
-
-	ns_fd_set(fd, v & ~(uintptr_t)NS_TAG_REFUSED);
-	if (ns_fault_refusing_target(family, &to, &tolen) < 0) {
-		errno = ECONNREFUSED;
-		return -1;
-	}
-	return REAL(connect)(fd, (struct sockaddr *)&to, tolen);
-}
-
 /* d found by the per-thread memo (*unnamed set) has no name looked up yet:
  * look it up now, once, for the code that needs it in d */
 static inline void name_needed(struct ns_dest *d, int *unnamed, monotime now)
@@ -416,7 +353,7 @@ static inline __attribute__((always_inline)) int prior_record(struct attempt *a,
 		return STEP_DONE;
 	}
 	if (unlikely(f & NS_C_THROTTLED)) {
-		*r = throttled_again(a->fd, c);
+		*r = ns_throttled_again(a->fd, c);
 		return STEP_DONE;
 	}
 	if (!(f & NS_C_FAILED)) {
@@ -470,7 +407,7 @@ static inline __attribute__((always_inline)) int remembered(struct attempt *a, i
 		if (unlikely(ns_log_level >= NS_LOG_DEBUG) && ns_destcache_copy(&a->ref, &kept, a->key) == 0)
 			ns_log(NS_LOG_DEBUG, "%s: breaker open, connect refused", a->key);
 		if (unlikely(a->v & NS_TAG_NONBLOCK)) {
-			*r = refuse_open(a->fd, a->v, a->sa->sa_family);
+			*r = ns_refuse_open(a->fd, a->v, a->sa->sa_family);
 			return STEP_DONE;
 		}
 		errno = ECONNREFUSED;
@@ -558,7 +495,7 @@ static inline __attribute__((always_inline)) int admit(struct attempt *a, int *r
 		ns_destcache_put(a->pol, &a->d, a->sp->fault.n ? NULL : a->kept, a->key, (size_t)a->klen, a->slot);
 	}
 	if (k < 0) {
-		*r = refuse_open(a->fd, a->v, a->sa->sa_family);   /* (no record: only an admitted connect has one) */
+		*r = ns_refuse_open(a->fd, a->v, a->sa->sa_family);   /* (no record: only an admitted connect has one) */
 		return STEP_DONE;
 	}
 	if (!a->c) {
@@ -691,7 +628,7 @@ static __attribute__((noinline)) int shaped(struct attempt *a, int *r)
 	if ((a->sp->retry_budget_bp | a->sp->retry_budget_min_mps) && ns_shape_retry(a->slot, a->sp, a->now) < 0) {
 		NS_LOG(NS_LOG_DEBUG, "%s: a retry beyond retry_budget, refused", a->kp);
 		ns_conn_unref(a->c);   /* (not published) */
-		*r = refuse_open(a->fd, a->v, a->sa->sa_family);
+		*r = ns_refuse_open(a->fd, a->v, a->sa->sa_family);
 		return STEP_DONE;
 	}
 	if (!a->sp->max_connections)
@@ -700,7 +637,7 @@ static __attribute__((noinline)) int shaped(struct attempt *a, int *r)
 	if (a->shape == NS_SHAPE_REFUSE) {
 		ns_shape_throttled(a->c, a->slot, a->kp);
 		ns_conn_unref(a->c);   /* (not published) */
-		*r = refuse_open(a->fd, a->v, a->sa->sa_family);
+		*r = ns_refuse_open(a->fd, a->v, a->sa->sa_family);
 		return STEP_DONE;
 	}
 	if (a->shape == NS_SHAPE_WAITED)
@@ -718,7 +655,7 @@ static __attribute__((noinline, cold)) int shaped_queued(struct attempt *a, int 
 	if (ns_fault_hold_connect(c, a->sa, a->len, a->now + NS_SHAPE_TICK_NS, &a->to, &a->tolen) < 0) {
 		ns_shape_throttled(c, a->slot, a->kp);   /* no local target to hold it at */
 		ns_conn_unref(c);
-		*r = refuse_open(a->fd, a->v, a->sa->sa_family);
+		*r = ns_refuse_open(a->fd, a->v, a->sa->sa_family);
 		return STEP_DONE;
 	}
 	ST(c->connect_deadline, 0);
@@ -779,7 +716,7 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	if (a.v == 0)
 		a.v = classify(fd, sa->sa_family);
 	if (unlikely(a.v & NS_TAG_REFUSED))
-		return refused_again(fd, a.v, sa->sa_family);
+		return ns_refused_again(fd, a.v, sa->sa_family);
 	if (!(a.v & NS_TAG_STREAM) || ns_dest_from_sa(sa, len, &a.d) < 0)
 		return REAL(connect)(fd, sa, len);
 	a.admitted = -1;
