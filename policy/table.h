@@ -357,8 +357,9 @@ void ns_table_http(struct ns_table *t, int idx, unsigned code, int failed);
 #define NS_PLACE_TAG_BITS 10u
 #define NS_PLACE_PID_MAX ((1u << (32 - NS_PLACE_TAG_BITS)) - 1)
 uint32_t ns_place_holder(unsigned pid, uint64_t start);
-uint64_t ns_proc_start_time(unsigned pid);
-int ns_place_holder_lives(uint32_t holder);
+uint64_t ns_proc_start_time(unsigned pid, char *state);   /* state: its letter (NULL: not wanted) */
+/* deep: also a reused pid or a zombie (/proc read); else kill() alone */
+int ns_place_holder_lives(uint32_t holder, int deep);
 /* Places of slot idx held by running processes (system calls: for shimctl). */
 uint32_t ns_table_inflight_live(const struct ns_table *t, int idx);
 static inline struct ns_slot *ns_table_slot_(struct ns_table *t, int idx)

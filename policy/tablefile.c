@@ -123,7 +123,7 @@ static void guard_remove(const struct ns_table *t)
 
 /**** place holders (max_connections) ****/
 
-uint64_t ns_proc_start_time(unsigned pid)
+uint64_t ns_proc_start_time(unsigned pid, char *state)
 {
 	char path[64], buf[512], *p;
 	ssize_t n;
@@ -143,6 +143,8 @@ uint64_t ns_proc_start_time(unsigned pid)
 		return 0;
 	buf[n] = '\0';
 	p = strrchr(buf, ')');   /* the command name may hold spaces and parentheses */
+	if (state && p && p[1] == ' ')
+		*state = p[2];   /* field 3: R, S, D, Z (a zombie: it died) ... */
 	for (int field = 2; p && field < 22; field++)
 		p = strchr(p + 1, ' ');
 	if (p)
@@ -155,11 +157,12 @@ uint32_t ns_place_holder(unsigned pid, uint64_t start)
 	return (uint32_t)pid << NS_PLACE_TAG_BITS | (uint32_t)(start & ((1u << NS_PLACE_TAG_BITS) - 1));
 }
 
-int ns_place_holder_lives(uint32_t h)
+int ns_place_holder_lives(uint32_t h, int deep)
 {
 	unsigned pid = h >> NS_PLACE_TAG_BITS;
 	int saved = errno, dead;
 	uint64_t start;
+	char state = 0;
 
 	if (pid <= 1)
 		return pid == 1;   /* (no holder writes such a word: 0 is freed, init never signalled) */
@@ -167,7 +170,11 @@ int ns_place_holder_lives(uint32_t h)
 	errno = saved;
 	if (dead)
 		return 0;
-	start = ns_proc_start_time(pid);
+	if (!deep)
+		return 1;
+	start = ns_proc_start_time(pid, &state);
+	if (state == 'Z' || state == 'X')
+		return 0;   /* killed, not yet reaped by its parent */
 	return start == 0 || ns_place_holder(pid, start) == h;   /* unreadable: taken as alive */
 }
 
@@ -178,7 +185,7 @@ uint32_t ns_table_inflight_live(const struct ns_table *t, int idx)
 	for (int p = 0; p < (int)NS_PLACES; p++) {
 		uint32_t h = ns_table_place_holder((struct ns_table *)t, idx, p);
 
-		n += h && ns_place_holder_lives(h);
+		n += h && ns_place_holder_lives(h, 1);
 	}
 	return n;
 }

@@ -58,7 +58,7 @@ static __attribute__((noinline)) uint32_t place_self_slow(void)
 	pid = (unsigned)getpid();
 	if (pid > NS_PLACE_PID_MAX)
 		return 0;   /* a pid past 22 bits: no places (never with Linux's pid_max) */
-	h = ns_place_holder(pid, ns_proc_start_time(pid));
+	h = ns_place_holder(pid, ns_proc_start_time(pid, NULL));
 	__atomic_store_n(&self_holder, h, __ATOMIC_RELAXED);
 	return h;
 }
@@ -78,12 +78,21 @@ uint32_t ns_place_self(void)
 /* Free the places of [0, cap) whose holders died: how many. */
 static int reclaim(int slot, uint32_t cap)
 {
+	static uint64_t deep_ms;   /* atomic: the last look at /proc (a reused pid) */
+	uint32_t self = __atomic_load_n(&self_holder, __ATOMIC_RELAXED);
+	uint64_t now_ms = (uint64_t)(ns_now() / 1000000), last = __atomic_load_n(&deep_ms, __ATOMIC_RELAXED);
+	/* a holder gone is seen by kill() at once; one whose pid was reused
+	 * (three more system calls each) at most once a second per process */
+	int deep = now_ms >= last + 1000 &&
+		   __atomic_compare_exchange_n(&deep_ms, &last, now_ms, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 	int freed = 0;
 
 	for (uint32_t p = 0; p < cap && p < NS_PLACES; p++) {
 		uint32_t h = ns_table_place_holder(&ns_breakers, slot, (int)p), waiters;
 
-		if (h && !ns_place_holder_lives(h) && ns_table_place_release(&ns_breakers, slot, (int)p, h, &waiters)) {
+		if (!h || h == self)
+			continue;   /* free, or this process's own: alive, no system call */
+		if (!ns_place_holder_lives(h, deep) && ns_table_place_release(&ns_breakers, slot, (int)p, h, &waiters)) {
 			freed++;
 			NS_LOG(NS_LOG_INFO, "a place held by pid %u (no longer running) freed", h >> NS_PLACE_TAG_BITS);
 		}

@@ -201,18 +201,30 @@ Test(table, a_retry_budget_spends_what_calls_and_time_earn)
 
 Test(table, a_dead_holder_is_told_from_a_living_one)
 {
-	uint32_t me = ns_place_holder((unsigned)getpid(), ns_proc_start_time((unsigned)getpid()));
+	uint32_t me = ns_place_holder((unsigned)getpid(), ns_proc_start_time((unsigned)getpid(), NULL));
 	pid_t child = fork();
 	int st;
 
 	if (child == 0)
 		_exit(0);
+	/* a zombie (dead, not reaped) is no holder either */
+	for (int i = 0; i < 500; i++) {
+		char state = 0;
+
+		ns_proc_start_time((unsigned)child, &state);
+		if (state == 'Z')
+			break;
+		usleep(10000);
+	}
+	cr_assert_not(ns_place_holder_lives(ns_place_holder((unsigned)child, ns_proc_start_time((unsigned)child, NULL)), 1),
+		      "a zombie");
 	waitpid(child, &st, 0);
-	cr_assert(ns_place_holder_lives(me));
-	cr_assert_not(ns_place_holder_lives(ns_place_holder((unsigned)child, 0)), "a reaped child");
+	cr_assert(ns_place_holder_lives(me, 1));
+	cr_assert_not(ns_place_holder_lives(ns_place_holder((unsigned)child, 0), 1), "a reaped child");
 	/* this pid, but another start time: a reused pid is another process */
-	cr_assert_not(ns_place_holder_lives(me ^ 1));
-	cr_assert_not(ns_place_holder_lives(0));
+	cr_assert_not(ns_place_holder_lives(me ^ 1, 1));
+	cr_assert(ns_place_holder_lives(me ^ 1, 0), "without the deep look, a live pid is taken as the holder");
+	cr_assert_not(ns_place_holder_lives(0, 1));
 }
 
 Test(table, window_counts_and_expires)
