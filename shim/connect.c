@@ -635,7 +635,7 @@ static __attribute__((noinline)) int shaped(struct attempt *a, int *r)
 		return STEP_ON;   /* (a->shape stays -1: no place) */
 	a->shape = ns_shape_connect(a->c, a->sp, a->slot, (a->v & NS_TAG_NONBLOCK) != 0, a->now);
 	if (a->shape == NS_SHAPE_REFUSE) {
-		ns_shape_throttled(a->c, a->slot, a->kp);
+		ns_shape_throttled(a->slot, a->kp);
 		ns_conn_unref(a->c);   /* (not published) */
 		*r = ns_refuse_open(a->fd, a->v, a->sa->sa_family);
 		return STEP_DONE;
@@ -653,7 +653,7 @@ static __attribute__((noinline, cold)) int shaped_queued(struct attempt *a, int 
 	struct ns_conn *c = a->c;
 
 	if (ns_fault_hold_connect(c, a->sa, a->len, a->now + NS_SHAPE_TICK_NS, &a->to, &a->tolen) < 0) {
-		ns_shape_throttled(c, a->slot, a->kp);   /* no local target to hold it at */
+		ns_shape_throttled(a->slot, a->kp);   /* no local target to hold it at */
 		ns_conn_unref(c);
 		*r = ns_refuse_open(a->fd, a->v, a->sa->sa_family);
 		return STEP_DONE;

@@ -256,7 +256,7 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 	if (d == NS_OUT) {
 		uint32_t f = LD(c->flags);
 
-		/* buf holds at least min(n, 8) bytes (see FIRST8 in core.c) */
+		/* buf holds at least min(n, 8) bytes (see first8 in datapath.c) */
 		if (!(f & (NS_C_HTTP | NS_C_NOTHTTP)))
 			sniff(c, buf, n);
 		if (LD(c->flags) & NS_C_XNEXT) {

@@ -21,13 +21,8 @@
 #include "shape.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -70,10 +65,6 @@ static inline uint32_t place_self(void)
 	return likely(h) ? h : place_self_slow();
 }
 
-uint32_t ns_place_self(void)
-{
-	return place_self();
-}
 
 /* Free the places of [0, cap) whose holders died: how many. */
 static int reclaim(int slot, uint32_t cap)
@@ -181,11 +172,10 @@ static void note_waited(int slot, monotime from, monotime now)
 	ns_table_waited(&ns_breakers, slot, (uint64_t)(now - from) / 1000000);
 }
 
-void ns_shape_throttled(struct ns_conn *c, int slot, const char *key)
+void ns_shape_throttled(int slot, const char *key)
 {
 	uint64_t now_ms = (uint64_t)(ns_now() / 1000000);
 
-	(void)c;
 	NS_LOG(NS_LOG_DEBUG, "%s: every place held (max_connections), connect turned away", key);
 	if (ns_table_throttled(&ns_breakers, slot, now_ms))
 		ns_note_event(NS_E_THROTTLING, slot, key, "max_connections reached: connects turned away");

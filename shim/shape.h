@@ -16,11 +16,9 @@ NS_HIDDEN int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set,
  * queue_timeout passed. */
 NS_HIDDEN int ns_shape_due(struct ns_conn *c, monotime now);
 /* Count a connect turned away (and the throttling event, once a minute). */
-NS_HIDDEN void ns_shape_throttled(struct ns_conn *c, int slot, const char *key);
+NS_HIDDEN void ns_shape_throttled(int slot, const char *key);
 /* c's place back (its record ends). */
 NS_HIDDEN void ns_shape_release(struct ns_conn *c);
-/* This process as the holder of a place (0: it cannot hold one). */
-NS_HIDDEN uint32_t ns_place_self(void);
 /* retry_budget: this process's failure to slot (now), and whether a
  * connect to it may go out: 0, or -1 when it is a retry beyond the budget
  * (counted retry_throttled). */
