@@ -290,7 +290,7 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 	for (int k = 0; k < NS_K_COUNT; k++) {
 		best[k] = -1;
 		score[k] = -1;
-		if (p->nsections > 0 && (p->sec[0].set & (1u << k))) {
+		if (p->nsections > 0 && (p->sec[0].set & NS_KBIT(k))) {
 			best[k] = 0;
 			score[k] = 0;
 		}
@@ -301,7 +301,7 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 		if (sc < 0)
 			continue;
 		for (int k = 0; k < NS_K_COUNT; k++)
-			if ((p->sec[i].set & (1u << k)) && sc > score[k]) {
+			if ((p->sec[i].set & NS_KBIT(k)) && sc > score[k]) {
 				best[k] = i;
 				score[k] = sc;
 			}
@@ -324,6 +324,7 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 			break;
 		case T_DUR:
 		case T_SEED:
+		case T_RATEH:
 			memcpy((char *)out + ns_keydefs[k].off, (const char *)&p->sec[best[k]].v + ns_keydefs[k].off, 8);
 			break;
 		default:
@@ -331,8 +332,12 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 			break;
 		}
 	}
+	/* rate's interval: 3.6e12 microsecond-thousandths an hour over the rate */
+	out->rate_interval_us = out->rate_mph ? 3600000000000ULL / out->rate_mph : 0;
+	if (out->rate_mph && !out->rate_interval_us)
+		out->rate_interval_us = 1;
 	/* one test on the connect path says whether any shaping applies */
-	out->shaping = out->max_connections || out->retry_budget_bp || out->retry_budget_min_mps;
+	out->shaping = out->max_connections || out->rate_mph || out->retry_budget_bp || out->retry_budget_min_mps;
 }
 
 

@@ -135,12 +135,12 @@ static void parse_keyline(struct perr *e, int line, char *s, struct ns_policy *p
 		ns_perr_add(e, line, "fault_seed: only in [defaults] (one random source per process)");
 		return;
 	}
-	if (p->sec[cur].set & (1u << k)) {
+	if (p->sec[cur].set & NS_KBIT(k)) {
 		ns_perr_add(e, line, "duplicate key '%s' (first set at line %d)", key, p->sec[cur].key_line[k]);
 		return;
 	}
 	if (ns_set_value(e, line, k, val, &p->sec[cur].v) == 0) {
-		p->sec[cur].set |= 1u << k;
+		p->sec[cur].set |= NS_KBIT(k);
 		p->sec[cur].key_line[k] = line;
 		if (k == NS_K_FAULT && p->sec[cur].v.fault.n)
 			p->has_faults = 1;
@@ -160,18 +160,24 @@ int ns_policy_builtin(struct ns_policy *out)
 	return 0;
 }
 
-/* Keys that mean nothing without another: slow_start ramps max_connections,
- * which the section or [defaults] must set (rate, which it also ramps, is
- * not built yet). Reported at the key's line. */
+/* Keys that mean nothing without another: slow_start ramps max_connections
+ * and rate, one of which the section or [defaults] must set; burst and
+ * rate_jitter shape a rate. Reported at the key's line. */
 static void check_together(struct perr *e, const struct ns_policy *p)
 {
 	for (int i = 0; i < p->nsections; i++) {
 		const struct ns_section *s = &p->sec[i];
 
-		if ((s->set & (1u << NS_K_SLOW_START)) && s->v.slow_start_ms &&
-		    !((s->set | p->sec[0].set) & (1u << NS_K_MAX_CONNECTIONS)))
+		uint64_t both = s->set | p->sec[0].set;
+
+		if ((s->set & NS_KBIT(NS_K_SLOW_START)) && s->v.slow_start_ms &&
+		    !(both & (NS_KBIT(NS_K_MAX_CONNECTIONS) | NS_KBIT(NS_K_RATE))))
 			ns_perr_add(e, s->key_line[NS_K_SLOW_START],
-				    "slow_start: ramps max_connections, which this section (or [defaults]) does not set");
+				    "slow_start: ramps max_connections and rate, neither of which this section (or [defaults]) sets");
+		for (int k = NS_K_BURST; k <= NS_K_RATE_JITTER; k++)
+			if ((s->set & NS_KBIT(k)) && !(both & NS_KBIT(NS_K_RATE)))
+				ns_perr_add(e, s->key_line[k], "%s: shapes rate, which this section (or [defaults]) does not set",
+					    ns_key_names[k]);
 	}
 }
 

@@ -50,7 +50,13 @@ struct ns_settings {
 	uint64_t slow_start_ms;     /* after a breaker closes, max_connections ramps up over this */
 	uint32_t retry_budget_bp;   /* a process's retries let through: this share of the destination's calls... */
 	uint32_t retry_budget_min_mps; /* ...plus this many per second (in thousandths); both 0: no budget */
-	uint32_t shaping;           /* not a key: max_connections or retry_budget is set (ns_policy_resolve) */
+	uint64_t rate_mph;          /* rate: new connections and HTTP/1.x requests, thousandths per hour; 0 = off */
+	uint32_t burst;             /* rate's bucket: this many at once (0 and 1: one) */
+	uint32_t rate_jitter_bp;    /* each wait for a token spread by up to this share either way */
+	/* not keys (ns_policy_resolve): */
+	uint64_t rate_interval_us;  /* rate's interval between tokens, microseconds; 0 = no rate */
+	uint32_t shaping;           /* max_connections, rate or retry_budget is set */
+	uint32_t pad_shaping;
 	uint64_t fault_seed;        /* [defaults] only: repeatable fault choices; 0 = none */
 	struct ns_faults fault;     /* faults to inject; n = 0: none. Last: see ns_policy_resolve */
 };
@@ -64,6 +70,7 @@ enum ns_key_id {
 	NS_K_SLOW_CALL, NS_K_SLOW_CALL_RATE, NS_K_TIMEOUT_RATE, NS_K_LATENCY_P99,
 	NS_K_MAX_CONNECTIONS, NS_K_QUEUE_TIMEOUT, NS_K_OPEN_BACKOFF, NS_K_OPEN_DURATION_MAX, NS_K_OPEN_JITTER,
 	NS_K_RETRY_AFTER, NS_K_RETRY_AFTER_MAX, NS_K_SLOW_START, NS_K_RETRY_BUDGET, NS_K_RETRY_BUDGET_MIN,
+	NS_K_RATE, NS_K_BURST, NS_K_RATE_JITTER,
 	NS_K_COUNT
 };
 
@@ -79,10 +86,13 @@ struct ns_section {
 	uint8_t addr[16];
 	int prefix;
 	int port;                   /* 0 = any port */
-	uint32_t set;               /* bit per enum ns_key_id */
+	uint64_t set;               /* bit per enum ns_key_id (NS_KBIT) */
 	int key_line[NS_K_COUNT];
 	struct ns_settings v;
 };
+
+#define NS_KBIT(k) (1ull << (k))
+_Static_assert(NS_K_COUNT <= 64, "a section's set keys are one 64-bit word");
 
 struct ns_policy {
 	char path[256];

@@ -3,14 +3,11 @@
  * No system calls here: the clock comes from the caller, so the unit tests
  * drive it with a fake one. Mapping the file is in tablefile.c. */
 #include "table.h"
+#include "slot.h"
 
 #include <errno.h>
 #include <string.h>
 
-#define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
-#define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
-#define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
-#define CAS(p, oldp, v) __atomic_compare_exchange_n((p), (oldp), (v), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
 
 /* tag: state 2 | hash 30 | claim time 32 (ms, low bits) */
 #define TAG_CLAIMING 1ULL
@@ -110,13 +107,6 @@ int ns_table_find(struct ns_table *t, const char *key, int create, uint64_t now_
 	if (create)
 		ADD(&t->hdr->full_count, 1);
 	return NS_SLOT_FULL;
-}
-
-static struct ns_slot *slot_at(const struct ns_table *t, int idx)
-{
-	if (idx < 0 || (uint32_t)idx >= t->nslots)
-		return NULL;
-	return &t->slots[idx];
 }
 
 /* An attempt's verdict, counted: the slot's mode noted, a refusal that
@@ -425,94 +415,6 @@ void ns_table_http(struct ns_table *t, int idx, unsigned code, int failed)
 		ADD(&s->http_failures, 1);
 }
 
-/**** places (max_connections) ****/
-
-int ns_table_throttled(struct ns_table *t, int idx, uint64_t now_ms)
-{
-	struct ns_slot *s = slot_at(t, idx);
-	uint64_t last;
-
-	if (!s)
-		return 0;
-	ADD(&s->throttled, 1);
-	ADD(&s->calls, (uint64_t)-1);   /* the breaker counted it a call; it never went out */
-	last = LOAD(&s->throttle_event_ms);
-	return (last == 0 || now_ms >= last + 60000) && CAS(&s->throttle_event_ms, &last, now_ms ? now_ms : 1);
-}
-
-void ns_table_cooldown(struct ns_table *t, int idx, uint64_t until_ms)
-{
-	struct ns_slot *s = slot_at(t, idx);
-	uint64_t cur;
-
-	if (!s)
-		return;
-	cur = LOAD(&s->cooldown_until_ms);
-	while (cur < until_ms && !CAS(&s->cooldown_until_ms, &cur, until_ms))
-		;
-}
-
-uint32_t ns_table_cap_now(struct ns_table *t, int idx, uint32_t cap, uint64_t slow_start_ms, uint64_t now_ms)
-{
-	struct ns_slot *s = slot_at(t, idx);
-	uint64_t closed, gone, c;
-
-	if (!s || !slow_start_ms || !(closed = LOAD(&s->closed_ms)) || now_ms < closed ||
-	    (gone = now_ms - closed) >= slow_start_ms)
-		return cap;
-	/* 10 % + 90 % of the way, rounded up */
-	c = ((uint64_t)cap * (100 * slow_start_ms + 900 * gone) + 1000 * slow_start_ms - 1) / (1000 * slow_start_ms);
-	return c < 1 ? 1 : c > cap ? cap : (uint32_t)c;
-}
-
-int ns_table_retry_budget(struct ns_table *t, int idx, int retry, uint32_t budget_bp, uint32_t min_mps,
-			  uint64_t now_ms)
-{
-	struct ns_slot *s = slot_at(t, idx);
-	uint64_t old, nw, tokens, cap = 1000 + (uint64_t)min_mps;
-	uint32_t now32 = (uint32_t)now_ms, last;
-	int ok;
-
-	if (!s)
-		return 0;
-	old = LOAD(&s->retry_bucket);
-	do {
-		tokens = old >> 32;
-		last = (uint32_t)old;
-		if (old == 0)
-			tokens = cap;   /* a fresh slot: a full bucket */
-		else
-			tokens += (uint64_t)(uint32_t)(now32 - last) * min_mps / 1000;
-		if (tokens > cap)
-			tokens = cap;
-		ok = !retry || tokens >= 1000;
-		if (retry && ok)
-			tokens -= 1000;
-		if (ok)
-			tokens += budget_bp / 10;   /* a call earns its share of a retry */
-		if (tokens > cap)
-			tokens = cap;
-		nw = tokens << 32 | (now32 ? now32 : 1);
-	} while (!CAS(&s->retry_bucket, &old, nw));
-	if (!ok) {
-		ADD(&s->retry_throttled, 1);
-		ADD(&s->calls, (uint64_t)-1);   /* the breaker counted it a call; it never went out */
-	}
-	return ok ? 0 : -1;
-}
-
-void ns_table_waited(struct ns_table *t, int idx, uint64_t ms)
-{
-	struct ns_slot *s = slot_at(t, idx);
-	uint32_t b = 0;
-
-	if (!s)
-		return;
-	while (b + 1 < NS_WAIT_BUCKETS && ms >= (1ull << b))
-		b++;
-	ADD(&s->waited[b], 1);
-}
-
 void ns_table_add_retry(struct ns_table *t, int idx)
 {
 	struct ns_slot *s = slot_at(t, idx);
@@ -642,6 +544,7 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 		e->inflight += LOAD(&s->place[p]) != 0;
 	e->throttled = LOAD(&s->throttled);
 	e->retry_throttled = LOAD(&s->retry_throttled);
+	e->paced = LOAD(&s->paced);
 	{
 		uint64_t cd = LOAD(&s->cooldown_until_ms);
 

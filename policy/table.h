@@ -127,7 +127,9 @@ struct ns_slot {
 	uint64_t closed_ms;         /* atomic: CLOCK_MONOTONIC ms of the last close (slow_start); 0 = none */
 	uint64_t retry_bucket;      /* atomic: retry_budget's tokens (thousandths) 32 | the ms they were counted 32 */
 	uint64_t retry_throttled;   /* atomic: a process's retries turned away by retry_budget */
-	uint8_t reserved2[48];
+	uint64_t rate_tat;          /* atomic: rate's bucket (GCRA): CLOCK_MONOTONIC us when it is next full */
+	uint64_t paced;             /* atomic: connects and requests that waited for a token */
+	uint8_t reserved2[32];
 };
 
 enum ns_event_type {
@@ -211,6 +213,7 @@ struct ns_entry {
 	uint64_t waited_ms_p99;     /* waits for a place: their p99's upper bound, 0 = none */
 	uint64_t cooldown_left_ms;  /* a Retry-After's cooldown: what is left of it, 0 = none */
 	uint64_t retry_throttled;
+	uint64_t paced;             /* connects and requests that waited for rate's token */
 	uint64_t opened_wall_ms, half_open_wall_ms;
 	struct ns_hist connect_hist, first_byte_hist;
 	int fleet_open;             /* the fleet holds it open now */
@@ -362,7 +365,7 @@ uint64_t ns_proc_start_time(unsigned pid, char *state);   /* state: its letter (
 int ns_place_holder_lives(uint32_t holder, int deep);
 /* Places of slot idx held by running processes (system calls: for shimctl). */
 uint32_t ns_table_inflight_live(const struct ns_table *t, int idx);
-static inline struct ns_slot *ns_table_slot_(struct ns_table *t, int idx)
+static inline struct ns_slot *ns_table_slot_(const struct ns_table *t, int idx)
 {
 	return idx >= 0 && (uint32_t)idx < t->nslots ? &t->slots[idx] : NULL;
 }
@@ -426,9 +429,23 @@ int ns_table_throttled(struct ns_table *t, int idx, uint64_t now_ms);
 /* A Retry-After: connects to slot idx refused (counted as rejected) until
  * until_ms (CLOCK_MONOTONIC ms), or later if a longer one is in force. */
 void ns_table_cooldown(struct ns_table *t, int idx, uint64_t until_ms);
-/* max_connections now, under slow_start: from 10 % (at least 1) when the
- * breaker closed to all of cap over slow_start_ms. */
-uint32_t ns_table_cap_now(struct ns_table *t, int idx, uint32_t cap, uint64_t slow_start_ms, uint64_t now_ms);
+/* slow_start: the share (thousandths) of max_connections and rate in force
+ * now: from 100 when the breaker closed to 1000 over slow_start_ms. cap_now:
+ * max_connections under it (rounded up, at least 1). */
+uint32_t ns_table_share_now(const struct ns_table *t, int idx, uint64_t slow_start_ms, uint64_t now_ms);
+uint32_t ns_table_cap_now(const struct ns_table *t, int idx, uint32_t cap, uint64_t slow_start_ms, uint64_t now_ms);
+/* rate: a token of slot idx's bucket (GCRA), at now_us (CLOCK_MONOTONIC
+ * microseconds). Taken: 0, and the next is due step_us later (the
+ * interval, spread by rate_jitter, stretched by slow_start); tolerance_us
+ * lets (burst - 1) intervals' worth go at once; *tat_out: the bucket's time
+ * it left. None: the time (us) the next is due, when the call may ask
+ * again. paced: one waited (counted). */
+int64_t ns_table_token(struct ns_table *t, int idx, uint64_t step_us, uint64_t tolerance_us, uint64_t now_us,
+		       uint64_t *tat_out);
+/* A token taken at base_us (the bucket then at tat) counted from later,
+ * now_us, when nobody took one since: the next is due that much later. */
+void ns_table_token_later(struct ns_table *t, int idx, uint64_t tat, uint64_t base_us, uint64_t now_us);
+void ns_table_paced(struct ns_table *t, int idx);
 /* retry_budget: a connect let through (retry: it is a process's retry).
  * Every call earns budget_bp of a retry, time earns min_mps thousandths
  * per second (at most one second's and one retry's worth kept); a retry

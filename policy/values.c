@@ -36,6 +36,7 @@ const struct ns_settings ns_builtin_settings = {
 	/* 429 and 500-599: bits 329 and 400-499 */
 	.failure_status = { 0, 0, 0, 0, 0, 1ULL << 9, 0xffffffffffff0000ULL, 0x000fffffffffffffULL },
 	.retry_after = 1,
+	.burst = 1,
 	.retry_after_max_ms = 600000,
 	.fault_seed = 0,
 	.fault = { 0, 0, { { 0, 0, 0, 0 } } },
@@ -50,6 +51,7 @@ const char *const ns_key_names[NS_K_COUNT] = {
 	"slow_call", "slow_call_rate", "timeout_rate", "latency_p99",
 	"max_connections", "queue_timeout", "open_backoff", "open_duration_max", "open_jitter",
 	"retry_after", "retry_after_max", "slow_start", "retry_budget", "retry_budget_min",
+	"rate", "burst", "rate_jitter",
 };
 
 #define OFF(f) offsetof(struct ns_settings, f)
@@ -91,6 +93,10 @@ const struct keydef ns_keydefs[NS_K_COUNT] = {
 	[NS_K_RETRY_BUDGET] = { T_PCT, OFF(retry_budget_bp), 0, 10000 },
 	/* a rate, "1/s", "30/m", "100/h", in thousandths per second */
 	[NS_K_RETRY_BUDGET_MIN] = { T_RATE, OFF(retry_budget_min_mps), 1, 1000000000 },
+	/* a rate, "5/s", "30/m", "100/h", in thousandths per hour (1/h to 1000000/s) */
+	[NS_K_RATE] = { T_RATEH, OFF(rate_mph), 1000, 3600000000000ULL },
+	[NS_K_BURST] = { T_UINT, OFF(burst), 1, 100000 },
+	[NS_K_RATE_JITTER] = { T_PCT, OFF(rate_jitter_bp), 0, 10000 },
 };
 /**** errors ****/
 
@@ -323,6 +329,21 @@ void ns_setting_format(int key, const struct ns_settings *s, char *buf, size_t l
 			snprintf(buf, len, "%llu/h", (unsigned long long)r * 3600 / 1000);
 		break;
 	}
+	case T_RATEH: {
+		unsigned long long r = *(const uint64_t *)(base + k->off);
+
+		if (r == 0)
+			snprintf(buf, len, "off");
+		else if (r % 3600000 == 0)
+			snprintf(buf, len, "%llu/s", r / 3600000);
+		else if (r % 60000 == 0)
+			snprintf(buf, len, "%llu/m", r / 60000);
+		else if (r % 1000 == 0)
+			snprintf(buf, len, "%llu/h", r / 1000);
+		else
+			snprintf(buf, len, "%llu.%03llu/h", r / 1000, r % 1000);
+		break;
+	}
 	case T_FACTOR: {
 		uint32_t m = *(const uint32_t *)(base + k->off);
 
@@ -522,27 +543,46 @@ bad_status:
 			 "such as '429, 500-599', or none", val);
 		return -1;
 	}
-	case T_RATE: {
+	case T_RATE:
+	case T_RATEH: {
 		const char *end;
 		uint64_t per;
 
-		if (strcmp(val, "0") == 0) {
-			*(uint32_t *)(base + k->off) = 0;
+		if (strcmp(val, k->type == T_RATE ? "0" : "off") == 0) {
+			if (k->type == T_RATE)
+				*(uint32_t *)(base + k->off) = 0;
+			else
+				*(uint64_t *)(base + k->off) = 0;
 			return 0;
 		}
 		end = ns_parse_milli(val, &v);
-		per = !end ? 0 : strcmp(end, "/s") == 0 ? 1 : strcmp(end, "/m") == 0 ? 60 : strcmp(end, "/h") == 0 ? 3600 : 0;
+		per = !end ? 0 : strcmp(end, "/s") == 0 ? 3600 : strcmp(end, "/m") == 0 ? 60 : strcmp(end, "/h") == 0 ? 1 : 0;
+		if (end && v == 0) {
+			ns_perr_add(e, line, "%s: %s lets nothing through (write %s to have no %s)", ns_key_names[key], val,
+				    k->type == T_RATE ? "0" : "off", ns_key_names[key]);
+			return -1;
+		}
 		if (!per) {
 			ns_perr_add(e, line, "%s: bad rate '%s': expected a number per second, minute or hour, such as 1/s or 30/m",
 				    ns_key_names[key], val);
 			return -1;
 		}
-		v /= per;   /* thousandths per second */
-		if (v < k->min || v > k->max) {
-			ns_perr_add(e, line, "%s: %s is out of range (from 1/h to 1000000/s)", ns_key_names[key], val);
+		if (v > UINT64_MAX / 3600) {
+			ns_perr_add(e, line, "%s: %s is out of range", ns_key_names[key], val);
 			return -1;
 		}
-		*(uint32_t *)(base + k->off) = (uint32_t)v;
+		v *= per;   /* thousandths per hour */
+		if (k->type == T_RATE)
+			v /= 3600;   /* thousandths per second */
+		if (v < k->min || v > k->max) {
+			ns_perr_add(e, line, "%s: %s is out of range (from %s to 1000000/s)", ns_key_names[key], val,
+				    k->type == T_RATE ? "4/h" : "1/h");
+			return -1;
+		}
+		if (k->type == T_RATE)
+			*(uint32_t *)(base + k->off) = (uint32_t)v;
+		else
+			*(uint64_t *)(base + k->off) = v;
 		return 0;
 	}
 	case T_FACTOR: {

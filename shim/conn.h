@@ -32,6 +32,10 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
 /* Above the kind, in the same word: the connection has injected faults
  * (fault.c). One word, so the data path's one check covers both. */
 #define NS_ATTN_FAULT 0x100u
+/* ...a send waits for rate's token (NS_C_PACED): the waits hold its
+ * output back until pace_until. Either makes the waits look closer. */
+#define NS_ATTN_PACE 0x200u
+#define NS_ATTN_GATE (NS_ATTN_FAULT | NS_ATTN_PACE)
 
 /* conn flags (atomic) */
 #define NS_C_NONBLOCK 0x1u
@@ -77,10 +81,15 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
 #define NS_C_QUEUED 0x1000000u
 /* The headers of a 429 or 503 answer are read for Retry-After (exchange.c) */
 #define NS_C_HDRS 0x2000000u
+/* shape.c: a send that starts a request waits for rate's token until
+ * pace_until (a non-blocking one: EAGAIN, and not writable in the waits) */
+#define NS_C_PACED 0x4000000u
+/* ...its connect took a token (tok_tat): its first bytes out count it from then */
+#define NS_C_TOKEN 0x8000000u
 /* A send or read that is a turn of the exchange (exchange.c) */
 #define NS_C_TURN (NS_C_XNEXT | NS_C_PARSE | NS_C_SNIFF | NS_C_HDRS)
 #define NS_C_PRE (NS_C_TOTAL | NS_C_INTR | NS_C_EXPIRED | NS_C_FAULT)
-#define NS_C_PRE_DIR(d) (NS_C_PRE | ((d) == NS_OUT ? (NS_C_XNEXT | NS_C_SNIFF) : (NS_C_PARSE | NS_C_HDRS)))
+#define NS_C_PRE_DIR(d) (NS_C_PRE | ((d) == NS_OUT ? (NS_C_XNEXT | NS_C_SNIFF | NS_C_PACED) : (NS_C_PARSE | NS_C_HDRS)))
 #define NS_C_POST (NS_C_CONNECTING | NS_C_FAULT | NS_C_WAITING | NS_C_INTR)
 
 /* Injected faults of one connection (fault.c): set at connect, read only
@@ -146,6 +155,9 @@ struct ns_conn {
 	uint32_t place_holder;    /* the process that took it */
 	monotime queue_start;     /* a queued non-blocking connect: since then, */
 	monotime queue_deadline;  /* ...until then (with NS_C_QUEUED) */
+	monotime pace_until;      /* atomic: rate's next token is due then (a queued connect, NS_C_PACED) */
+	uint64_t tok_tat;         /* the connect's token (NS_C_TOKEN): the bucket's time it left, */
+	uint64_t tok_base;        /* ...and the time it was counted from (us) */
 	struct ns_conn *next_free;
 };
 _Static_assert(NS_KEY_MAX % 8 == 0, "copied in words");

@@ -618,11 +618,11 @@ static inline __attribute__((always_inline)) int make(struct attempt *a, int sav
 }
 
 /* Shaping (shape.c): a retry beyond retry_budget refused; then, for a
- * destination with max_connections, a place
- * taken before the record is filled in (a blocking connect may wait for
- * it here, before its clock starts), or a non-blocking one to be held
- * until its turn (shaped_record). One turned away is throttled: refused
- * as an open breaker refuses, counted apart, never a failure. */
+ * destination with max_connections or rate, a place and a token taken
+ * before the record is filled in (a blocking connect may wait for them
+ * here, before its clock starts), or a non-blocking one to be held until
+ * its turn (shaped_record). One turned away is throttled: refused as an
+ * open breaker refuses, counted apart, never a failure. */
 static __attribute__((noinline)) int shaped(struct attempt *a, int *r)
 {
 	if ((a->sp->retry_budget_bp | a->sp->retry_budget_min_mps) && ns_shape_retry(a->slot, a->sp, a->now) < 0) {
@@ -631,8 +631,8 @@ static __attribute__((noinline)) int shaped(struct attempt *a, int *r)
 		*r = ns_refuse_open(a->fd, a->v, a->sa->sa_family);
 		return STEP_DONE;
 	}
-	if (!a->sp->max_connections)
-		return STEP_ON;   /* (a->shape stays -1: no place) */
+	if (!a->sp->max_connections && !a->sp->rate_interval_us)
+		return STEP_ON;   /* (a->shape stays -1: no place, no token) */
 	a->shape = ns_shape_connect(a->c, a->sp, a->slot, (a->v & NS_TAG_NONBLOCK) != 0, a->now);
 	if (a->shape == NS_SHAPE_REFUSE) {
 		ns_shape_throttled(a->slot, a->kp);
@@ -652,7 +652,9 @@ static __attribute__((noinline, cold)) int shaped_queued(struct attempt *a, int 
 {
 	struct ns_conn *c = a->c;
 
-	if (ns_fault_hold_connect(c, a->sa, a->len, a->now + NS_SHAPE_TICK_NS, &a->to, &a->tolen) < 0) {
+	monotime look = LD(c->pace_until) ? LD(c->pace_until) : a->now + NS_SHAPE_TICK_NS;
+
+	if (ns_fault_hold_connect(c, a->sa, a->len, look, &a->to, &a->tolen) < 0) {
 		ns_shape_throttled(a->slot, a->kp);   /* no local target to hold it at */
 		ns_conn_unref(c);
 		*r = ns_refuse_open(a->fd, a->v, a->sa->sa_family);
@@ -660,7 +662,8 @@ static __attribute__((noinline, cold)) int shaped_queued(struct attempt *a, int 
 	}
 	ST(c->connect_deadline, 0);
 	ST(c->total_deadline, 0);
-	ST(c->flags, (LD(c->flags) & ~NS_C_TOTAL) | NS_C_QUEUED | NS_C_FAULT);
+	/* (a place taken while a token is awaited is held from now) */
+	ST(c->flags, (LD(c->flags) & ~NS_C_TOTAL) | NS_C_QUEUED | NS_C_FAULT | (LD(c->place) >= 0 ? NS_C_PLACE : 0));
 	a->fr = NS_FC_TARGET;
 	return STEP_ON;
 }
@@ -669,7 +672,7 @@ static inline __attribute__((always_inline)) int shaped_record(struct attempt *a
 {
 	if (unlikely(a->shape == NS_SHAPE_QUEUED))
 		return shaped_queued(a, r);
-	ST(a->c->flags, LD(a->c->flags) | NS_C_PLACE);
+	ST(a->c->flags, LD(a->c->flags) | NS_C_PLACE | (LD(a->c->tok_tat) ? NS_C_TOKEN : 0));
 	return STEP_ON;
 }
 

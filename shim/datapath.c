@@ -5,8 +5,9 @@
  * connection with nothing pending costs a few loads of its record around
  * the real call, and its frame keeps what ns_after_io would need in memory
  * (struct io_ctx) rather than in six saved registers. The second, out of
- * line, is everything a flag asks for before the call (io_pre: deadlines,
- * injected faults, a request to a forward proxy) and after it (io_post: a
+ * line, is everything a flag asks for before the call (io_pre: rate's
+ * token for a request, deadlines, injected faults, a request to a forward
+ * proxy) and after it (io_post: a
  * turn of the exchange, the outcome). A governed connection was made
  * through the bound table, so the real functions are called as ns_real.fn
  * with no check. */
@@ -20,6 +21,7 @@
 #include "fault.h"
 #include "proxy.h"
 #include "real.h"
+#include "shape.h"
 #include "timeo.h"
 #include "tls.h"
 
@@ -135,7 +137,15 @@ static ssize_t turn_io(struct ns_conn *c, const struct io_req *q, ssize_t r)
  * q->r is the call's result, errno set. */
 static int io_pre(struct ns_conn *c, struct io_req *q)
 {
-	int k = ns_deadline_check(q->fd, c, q->d);
+	int k;
+
+	/* a request held for rate's token (the wait is not the deadlines': they are looked at after it) */
+	if (q->d == NS_OUT && unlikely(ns_shape_wants_token(c, LD(c->flags), 0)) &&
+	    ns_shape_request(q->fd, c, (LD(c->flags) & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) {
+		q->r = -1;
+		return IO_DONE;
+	}
+	k = ns_deadline_check(q->fd, c, q->d);
 
 	if (k < 0) {
 		q->r = -1;

@@ -447,10 +447,11 @@ int ns_fault_delay_due(int fd, struct ns_conn *c, monotime now)
 		return 0;
 	queued = (LD(c->flags) & NS_C_QUEUED) != 0;
 	if (queued) {
-		int k = ns_shape_due(c, now);
+		monotime next;
+		int k = ns_shape_due(c, now, &next);
 
 		if (k == 0) {
-			ST(cf->delay_until, now + NS_SHAPE_TICK_NS);   /* not yet: look again */
+			ST(cf->delay_until, next);   /* not yet: look again */
 			return 0;
 		}
 		if (k < 0) {

@@ -1,5 +1,5 @@
 /* shape.c -- shaping traffic machine-wide: connection caps with a queue
- * (max_connections, queue_timeout).
+ * (max_connections, queue_timeout) and pacing (rate, burst, rate_jitter).
  *
  * A destination's places are words of its table slot: 0 free, else the
  * holder, this process's pid with a tag of its start time. A connect takes
@@ -17,14 +17,27 @@
  * answers, so the program sees EINPROGRESS and a socket that is not yet
  * writable, and the waits look again every few milliseconds until a place
  * frees or queue_timeout passes. A connect turned away is throttled:
- * ECONNREFUSED, never a failure of the destination. */
+ * ECONNREFUSED, never a failure of the destination.
+ *
+ * rate's bucket is one word of the slot (GCRA: the time the bucket is next
+ * full), so a token is one compare-and-swap and a process killed while
+ * waiting holds nothing. A new connection takes a token (held like a
+ * connect over the cap while none is due), and so does each HTTP/1.x
+ * request after a connection's first (the first rides on the connect's).
+ * A blocking call sleeps until the token is due and asks again; a
+ * non-blocking send gets EAGAIN and its socket is not writable in the
+ * waits until then (NS_C_PACED). Waits for a token never fail, except
+ * where the program's own send timeout or the total deadline ends them. */
 #include "shape.h"
 
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "../policy/breaker.h"
 
 #include "config.h"
 #include "real.h"
@@ -181,50 +194,224 @@ void ns_shape_throttled(int slot, const char *key)
 		ns_note_event(NS_E_THROTTLING, slot, key, "max_connections reached: connects turned away");
 }
 
-int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set, int slot, int nonblock, monotime now)
-{
-	uint32_t holder = place_self();
+/**** rate ****/
 
-	if (unlikely(!holder || !ns_tbl_on())) {
-		ST(c->place, -1);     /* (the caller marks it as holding one) */
-		return NS_SHAPE_GO;   /* no way to count places: the cap is not kept */
-	}
-	if (take(c, slot, cap_now(set, slot), holder, 0))
-		return NS_SHAPE_GO;
-	ST(c->place, -1);
-	if (!set->queue_timeout_ms)
-		return NS_SHAPE_REFUSE;
-	if (nonblock) {
-		ST(c->queue_deadline, now + (int64_t)set->queue_timeout_ms * 1000000);
-		ST(c->queue_start, now);
-		return NS_SHAPE_QUEUED;
-	}
-	if (wait_blocking(c, slot, set, holder, now + (int64_t)set->queue_timeout_ms * 1000000)) {
-		note_waited(slot, now, ns_now());
-		return NS_SHAPE_WAITED;
-	}
-	return NS_SHAPE_REFUSE;
+/* Sleep until due (CLOCK_MONOTONIC ns); a signal ends it early (the caller
+ * asks again). */
+static void sleep_until(monotime due)
+{
+	struct timespec ts = { .tv_sec = (time_t)(due / 1000000000), .tv_nsec = (long)(due % 1000000000) };
+	int saved = errno;
+
+	clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+	errno = saved;
 }
 
-int ns_shape_due(struct ns_conn *c, monotime now)
+/* A token of slot's bucket at now: 0 taken, else the time one is due.
+ * c: a connect's (kept, for its first bytes out), or NULL. */
+static monotime token_for(struct ns_conn *c, int slot, const struct ns_settings *set, monotime now)
+{
+	static __thread uint64_t rng;
+	uint64_t step = set->rate_interval_us, tol = set->burst > 1 ? (uint64_t)(set->burst - 1) * step : 0, tat;
+	int64_t due;
+
+	if (unlikely(set->slow_start_ms)) {
+		uint32_t share = ns_table_share_now(&ns_breakers, slot, set->slow_start_ms, (uint64_t)(now / 1000000));
+
+		step = step * 1000 / share;   /* (share: 100 to 1000) */
+	}
+	if (set->rate_jitter_bp) {
+		/* uniform in [1 - j, 1 + j] of the interval, in ten-thousandths */
+		uint64_t u;
+
+		rng ^= (uint64_t)now;   /* (a forked child draws its own) */
+		u = ns_rng_next(&rng) % (2 * (uint64_t)set->rate_jitter_bp + 1);
+		step = step * (10000 - set->rate_jitter_bp + u) / 10000;
+	}
+	due = ns_table_token(&ns_breakers, slot, step, tol, (uint64_t)now / 1000, &tat);
+	if (due > 0)
+		return (monotime)due * 1000;
+	if (c && tat) {
+		ST(c->tok_tat, tat);
+		ST(c->tok_base, tat > step ? tat - step : 0);
+	}
+	return 0;
+}
+
+static monotime token(int slot, const struct ns_settings *set, monotime now)
+{
+	return token_for(NULL, slot, set, now);
+}
+
+/* A connect's token was taken before the connection could send: counted
+ * from its first bytes out, so that the destination never sees two closer
+ * than the interval (a client builds its first request after connecting). */
+static void first_bytes(struct ns_conn *c, int slot)
+{
+	__atomic_fetch_and(&c->flags, ~NS_C_TOKEN, __ATOMIC_RELAXED);
+	ns_table_token_later(&ns_breakers, slot, LD(c->tok_tat), LD(c->tok_base), (uint64_t)ns_now() / 1000);
+}
+
+/* A blocking connect's token: sleeps until it has one. 1: it waited. */
+static int token_blocking(struct ns_conn *c, int slot, const struct ns_settings *set, monotime now)
+{
+	monotime due = token_for(c, slot, set, now);
+
+	if (!due)
+		return 0;
+	ns_table_paced(&ns_breakers, slot);
+	while (due) {
+		sleep_until(due);
+		due = token_for(c, slot, set, ns_now());
+	}
+	return 1;
+}
+
+int ns_shape_request(int fd, struct ns_conn *c, int nonblock)
+{
+	const struct ns_settings *set = ns_conn_set(c);
+	int slot = LD(c->slot);
+	uint32_t f = LD(c->flags);
+	monotime now = ns_now(), due, limit = 0;
+
+	if (unlikely(!set->rate_interval_us || slot < 0 || !ns_tbl_on()))
+		goto go;
+	if (f & NS_C_TOKEN) {
+		first_bytes(c, slot);
+		if (!(f & (NS_C_PACED | NS_C_ANSWERED)))
+			return 0;   /* the connection's first request: it rides on the connect's token */
+	}
+	if ((f & NS_C_PACED) && now < LD(c->pace_until) && nonblock) {
+		if (fd >= 0 && __atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
+			__atomic_load_n(&ns_fd_watch_note, __ATOMIC_ACQUIRE)(fd);
+		errno = EAGAIN;   /* asked again before its time */
+		return -1;
+	}
+	due = token(slot, set, now);
+	if (!due)
+		goto go;
+	if (!(f & NS_C_PACED)) {
+		ns_table_paced(&ns_breakers, slot);
+		ST(c->queue_start, now);
+	}
+	ST(c->pace_until, due);
+	if (nonblock) {
+		/* the waits hold its output back from now (an epoll set
+		 * watching fd computes it again) */
+		__atomic_fetch_or(&c->flags, NS_C_PACED, __ATOMIC_RELEASE);
+		__atomic_fetch_or(&c->expired, NS_ATTN_PACE, __ATOMIC_RELEASE);
+		if (fd >= 0 && __atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
+			__atomic_load_n(&ns_fd_watch_note, __ATOMIC_ACQUIRE)(fd);
+		errno = EAGAIN;
+		return -1;
+	}
+	/* blocking: the program's send timeout and the total budget still
+	 * bound the call (the wait is the send's) */
+	if (LD(c->dir[NS_OUT].prog_ns))
+		limit = LD(c->queue_start) + LD(c->dir[NS_OUT].prog_ns);
+	if (LD(c->total_deadline) && (!limit || LD(c->total_deadline) < limit))
+		limit = LD(c->total_deadline);
+	while (due) {
+		if (limit && due > limit) {
+			sleep_until(limit);
+			__atomic_fetch_and(&c->flags, ~NS_C_PACED, __ATOMIC_RELEASE);
+			if (LD(c->total_deadline) && ns_now() >= LD(c->total_deadline))
+				return 0;   /* the caller's deadline check fails the call */
+			errno = EAGAIN;   /* as the send itself would end */
+			return -1;
+		}
+		sleep_until(due);
+		due = token(slot, set, ns_now());
+	}
+	f |= NS_C_PACED;
+go:
+	if (f & NS_C_PACED) {
+		note_waited(slot, LD(c->queue_start), ns_now());
+		__atomic_fetch_and(&c->flags, ~NS_C_PACED, __ATOMIC_RELEASE);
+		__atomic_fetch_and(&c->expired, ~NS_ATTN_PACE, __ATOMIC_RELEASE);
+	}
+	return 0;
+}
+
+/**** connects ****/
+
+int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set, int slot, int nonblock, monotime now)
+{
+	uint32_t holder;
+	int waited = 0;
+
+	ST(c->place, -1);
+	ST(c->pace_until, 0);
+	ST(c->tok_tat, 0);
+	if (unlikely(!ns_tbl_on()))
+		return NS_SHAPE_GO;   /* no table: nothing is kept */
+	if (set->max_connections) {
+		holder = place_self();
+		if (unlikely(!holder)) {
+			/* no way to count places: the cap is not kept */
+		} else if (!take(c, slot, cap_now(set, slot), holder, 0)) {
+			if (!set->queue_timeout_ms)
+				return NS_SHAPE_REFUSE;
+			if (nonblock) {
+				ST(c->queue_deadline, now + (int64_t)set->queue_timeout_ms * 1000000);
+				ST(c->queue_start, now);
+				return NS_SHAPE_QUEUED;
+			}
+			if (!wait_blocking(c, slot, set, holder, now + (int64_t)set->queue_timeout_ms * 1000000))
+				return NS_SHAPE_REFUSE;
+			note_waited(slot, now, ns_now());
+			waited = 1;
+		}
+	}
+	if (set->rate_interval_us) {
+		monotime due;
+
+		if (nonblock && (due = token_for(c, slot, set, now)) != 0) {
+			ns_table_paced(&ns_breakers, slot);
+			ST(c->queue_start, now);
+			ST(c->pace_until, due);
+			return NS_SHAPE_QUEUED;
+		}
+		if (!nonblock && token_blocking(c, slot, set, waited ? ns_now() : now)) {
+			note_waited(slot, now, ns_now());
+			waited = 1;
+		}
+	}
+	return waited ? NS_SHAPE_WAITED : NS_SHAPE_GO;
+}
+
+int ns_shape_due(struct ns_conn *c, monotime now, monotime *next)
 {
 	const struct ns_settings *set = ns_conn_set(c);
 	int slot = LD(c->slot);
 
-	if (take(c, slot, cap_now(set, slot), place_self(), 1)) {
-		note_waited(slot, LD(c->queue_start), now);
-		__atomic_fetch_and(&c->flags, ~NS_C_QUEUED, __ATOMIC_RELEASE);
-		/* its turn: the connection's clock and deadlines start now */
-		ST(c->start, now);
-		if ((LD(c->flags) & NS_C_ENFORCE) && set->connect_timeout_ms)
-			ST(c->connect_deadline, now + (int64_t)set->connect_timeout_ms * 1000000);
-		if ((LD(c->flags) & NS_C_ENFORCE) && set->total_timeout_ms) {
-			ST(c->total_deadline, now + (int64_t)set->total_timeout_ms * 1000000);
-			__atomic_fetch_or(&c->flags, NS_C_TOTAL, __ATOMIC_RELEASE);
+	*next = now + NS_SHAPE_TICK_NS;
+	if (set->max_connections && LD(c->place) < 0 && place_self() &&
+	    !take(c, slot, cap_now(set, slot), place_self(), 1))
+		return now >= LD(c->queue_deadline) ? -1 : 0;
+	if (set->rate_interval_us) {
+		monotime due = token_for(c, slot, set, now);
+
+		if (due) {
+			ST(c->pace_until, due);
+			*next = due;
+			return 0;
 		}
-		return 1;
 	}
-	return now >= LD(c->queue_deadline) ? -1 : 0;
+	note_waited(slot, LD(c->queue_start), now);
+	if (LD(c->tok_tat))
+		__atomic_fetch_or(&c->flags, NS_C_TOKEN, __ATOMIC_RELAXED);
+	__atomic_fetch_and(&c->flags, ~NS_C_QUEUED, __ATOMIC_RELEASE);
+	ST(c->pace_until, 0);
+	/* its turn: the connection's clock and deadlines start now */
+	ST(c->start, now);
+	if ((LD(c->flags) & NS_C_ENFORCE) && set->connect_timeout_ms)
+		ST(c->connect_deadline, now + (int64_t)set->connect_timeout_ms * 1000000);
+	if ((LD(c->flags) & NS_C_ENFORCE) && set->total_timeout_ms) {
+		ST(c->total_deadline, now + (int64_t)set->total_timeout_ms * 1000000);
+		__atomic_fetch_or(&c->flags, NS_C_TOTAL, __ATOMIC_RELEASE);
+	}
+	return 1;
 }
 
 void ns_shape_release(struct ns_conn *c)

@@ -1,4 +1,4 @@
-/* shape.h -- shaping traffic: connection caps with a queue (shape.c). */
+/* shape.h -- shaping traffic: connection caps with a queue, pacing (shape.c). */
 #ifndef NS_SHAPE_H
 #define NS_SHAPE_H
 
@@ -12,9 +12,27 @@
  * NS_SHAPE_REFUSE: turned away (throttled: ns_shape_throttled). */
 enum { NS_SHAPE_GO, NS_SHAPE_WAITED, NS_SHAPE_QUEUED, NS_SHAPE_REFUSE };
 NS_HIDDEN int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set, int slot, int nonblock, monotime now);
-/* A queued connect's turn? 1: a place is c's now; 0: not yet; -1: its
- * queue_timeout passed. */
-NS_HIDDEN int ns_shape_due(struct ns_conn *c, monotime now);
+/* A queued connect's turn? 1: a place (and a token) is c's now; 0: not
+ * yet, look again at *next; -1: its queue_timeout passed. */
+NS_HIDDEN int ns_shape_due(struct ns_conn *c, monotime now, monotime *next);
+/* A send that starts an HTTP/1.x request on a reused connection (or one
+ * paced before), under rate: 0 go (a token taken; or the total deadline
+ * passed while it waited, which the caller's check then tells), or -1 with
+ * errno: EAGAIN for a non-blocking one until its token is due (the waits
+ * hold fd's output back until then; fd -1: not known here), or when the
+ * program's send timeout ran out. */
+NS_HIDDEN int ns_shape_request(int fd, struct ns_conn *c, int nonblock);
+/* Does a send on c (flags f) start a request that needs rate's token, or
+ * is one held? tls: NS_C_TLS for the plaintext of a TLS connection (tls.c),
+ * 0 for the socket's bytes. */
+static inline int ns_shape_wants_token(const struct ns_conn *c, uint32_t f, uint32_t tls)
+{
+	if (likely(!(f & (NS_C_PACED | NS_C_ANSWERED | NS_C_TOKEN))))
+		return 0;   /* (a connection's first request rides on the connect's token) */
+	return (f & (NS_C_PACED | NS_C_TOKEN)) ||
+	       ((f & (NS_C_XNEXT | NS_C_HTTP | NS_C_TLS)) == (NS_C_XNEXT | NS_C_HTTP | tls) &&
+		ns_conn_set(c)->rate_interval_us);
+}
 /* Count a connect turned away (and the throttling event, once a minute). */
 NS_HIDDEN void ns_shape_throttled(int slot, const char *key);
 /* c's place back (its record ends). */

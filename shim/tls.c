@@ -22,6 +22,7 @@
 #include "conn.h"
 #include "exchange.h"
 #include "real.h"
+#include "shape.h"
 
 typedef int (*ssl_io_fn)(void *, void *, int);
 typedef int (*ssl_io_ex_fn)(void *, void *, size_t, size_t *);
@@ -306,6 +307,19 @@ static void seen(struct ns_conn *c, int d, const void *buf, ssize_t n)
 	errno = e;
 }
 
+/* Before a write of plaintext: a request under rate waits for its token.
+ * A blocking socket sleeps here; a non-blocking one is marked held, and
+ * its socket's write answers EAGAIN (datapath.c), which the library hands
+ * the program as "want write" until the token is due. */
+static void pace(struct ns_conn *c)
+{
+	int e = errno;
+
+	if (c && unlikely(ns_shape_wants_token(c, LD(c->flags), NS_C_TLS)))
+		ns_shape_request(-1, c, (LD(c->flags) & NS_C_NONBLOCK) != 0);
+	errno = e;
+}
+
 /* OpenSSL reports a socket error under SSL_read as SSL_ERROR_SYSCALL with
  * nothing on its error queue, and Python (3.10 on, with OpenSSL 3) reads
  * that from SSL_read_ex as a ragged end of stream, which suppress_ragged_eofs
@@ -367,6 +381,8 @@ static int ssl_io(int fi, const void *ra, int d, void *ssl, void *buf, int num)
 		return -1;
 	}
 	c = ssl_conn(ssl, ra);
+	if (d == NS_OUT)
+		pace(c);
 	r = f(ssl, buf, num);
 	if (r <= 0 && d == NS_IN && errno == ETIMEDOUT)
 		tls_raise_errno((void *)f, ETIMEDOUT);
@@ -385,6 +401,8 @@ static int ssl_io_ex(int fi, const void *ra, int d, void *ssl, void *buf, size_t
 		return 0;
 	}
 	c = ssl_conn(ssl, ra);
+	if (d == NS_OUT)
+		pace(c);
 	r = f(ssl, buf, num, moved);
 	if (r != 1 && d == NS_IN && errno == ETIMEDOUT)
 		tls_raise_errno((void *)f, ETIMEDOUT);
@@ -403,6 +421,8 @@ static ssize_t gnutls_io(int fi, const void *ra, int d, void *session, void *dat
 		return -1;
 	}
 	c = gnutls_conn(session, ra);
+	if (d == NS_OUT)
+		pace(c);
 	r = f(session, data, size);
 	seen(c, d, data, r);
 	return r;

@@ -21,13 +21,16 @@ monotime ns_wait_interest_faults(struct ns_conn *c, int want_in, int want_out, m
 
 	if (LD(c->flags) & NS_C_CONNECTING) {
 		t = c->fault.delay_until;       /* the real connect starts then */
-	} else if (want_in) {
-		int st = ns_fault_wait(c, now, &until, &ev);
+	} else {
+		int st = want_in && (LD(c->expired) & NS_ATTN_FAULT) ? ns_fault_wait(c, now, &until, &ev) : NS_FW_NONE;
 
 		if (st == NS_FW_READY)
 			t = now;
 		else if (st == NS_FW_GATED)
 			t = until;
+		/* a held request's output is let out then */
+		if (want_out && out_gated(c, now) && (!t || LD(c->pace_until) < t))
+			t = LD(c->pace_until);
 	}
 	return t && (!d || t < d) ? t : d;
 }

@@ -82,7 +82,8 @@ static inline monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want
 
 	/* the common case first, in one test: a connected socket waited on
 	 * for input, its read clock running, no total budget */
-	if (likely((f & (NS_C_ENFORCE | NS_C_CONNECTING | NS_C_WAITING | NS_C_TOTAL)) == (NS_C_ENFORCE | NS_C_WAITING)) &&
+	if (likely((f & (NS_C_ENFORCE | NS_C_CONNECTING | NS_C_WAITING | NS_C_TOTAL | NS_C_PACED)) ==
+		   (NS_C_ENFORCE | NS_C_WAITING)) &&
 	    want_in) {
 		int64_t rt = LD(c->read_timeout_ns);
 
@@ -94,7 +95,9 @@ static inline monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want
 	if (f & NS_C_CONNECTING) {
 		if (want_in || want_out)
 			d = LD(c->connect_deadline);
-	} else if (want_in && LD(c->read_timeout_ns)) {
+	} else if (want_in && LD(c->read_timeout_ns) && !(f & NS_C_PACED)) {
+		/* (a request held for rate's token is not sent yet: its answer's
+		 * clock starts when it goes, ns_after_io) */
 		if (unlikely(!(f & NS_C_WAITING)))
 			ns_wait_start_clock(c, now);   /* the read clock starts with this wait */
 		d = LD(c->rd_wait_start) + LD(c->read_timeout_ns);
@@ -117,7 +120,7 @@ NS_HIDDEN monotime ns_wait_interest_faults(struct ns_conn *c, int want_in, int w
 /* ...given x, the connection's expired word as the wait just read it. */
 static inline monotime ns_wait_interest(struct ns_conn *c, uint32_t x, int want_in, int want_out, monotime now)
 {
-	return unlikely(x & NS_ATTN_FAULT) ? ns_wait_interest_faults(c, want_in, want_out, now) :
+	return unlikely(x & NS_ATTN_GATE) ? ns_wait_interest_faults(c, want_in, want_out, now) :
 					     ns_wait_deadline(c, want_in, want_out, now);
 }
 /* The program saw c ready for input or output: it is no longer waiting. */
@@ -129,7 +132,7 @@ NS_HIDDEN void ns_wait_ready(struct ns_conn *c, int in, int out, int err);
  * one load. */
 static inline int has_faults(struct ns_conn *c)
 {
-	return unlikely(LD(c->expired) & NS_ATTN_FAULT);
+	return unlikely(LD(c->expired) & NS_ATTN_GATE);
 }
 
 static inline int fault_in(struct ns_conn *c, monotime now, int *ev)
@@ -137,9 +140,16 @@ static inline int fault_in(struct ns_conn *c, monotime now, int *ev)
 	monotime until;
 
 	*ev = 0;
-	if (!has_faults(c) || (LD(c->flags) & NS_C_CONNECTING))
+	if (!(LD(c->expired) & NS_ATTN_FAULT) || (LD(c->flags) & NS_C_CONNECTING))
 		return NS_FW_NONE;
 	return ns_fault_wait(c, now, &until, ev);
+}
+
+/* Is c's output held back now (a request waiting for rate's token,
+ * shape.c)? The kernel must not report it writable until pace_until. */
+static inline int out_gated(struct ns_conn *c, monotime now)
+{
+	return unlikely(LD(c->expired) & NS_ATTN_PACE) && (LD(c->flags) & NS_C_PACED) && now < LD(c->pace_until);
 }
 
 /**** the workers (wait_poll.c, wait_select.c, wait_epoll.c) ****/

@@ -42,7 +42,8 @@ struct ep_reg {
 	epoll_data_t data;
 	uint32_t disabled;      /* EPOLLONESHOT delivered; re-armed by EPOLL_CTL_MOD */
 	uint32_t et_done;       /* EPOLLET: the deadline's event was delivered once */
-	uint32_t gated;         /* EPOLLIN taken out in the kernel: input held by a fault */
+	uint32_t gated;         /* events taken out in the kernel: EPOLLIN (input held by a fault),
+				 * EPOLLOUT (a request held for rate's token) */
 	uint32_t faulted;       /* its connection has injected faults (counted in the set) */
 	uint32_t connecting;    /* its connection was connecting when last computed (ep_nconnecting) */
 	uint32_t dirty;         /* on the set's list to compute again */
@@ -450,11 +451,12 @@ static inline int real_epoll(const struct epcall *p, monotime until, monotime no
 	}
 }
 
-/* Registrations whose input a fault holds back, or no longer holds: their
- * EPOLLIN is taken out of (put back into) the kernel's registration after
- * the lock is dropped, so that a level-triggered wait does not spin on
- * data the program may not see yet, and an edge-triggered one is told
- * again when it may (EPOLL_CTL_MOD re-checks readiness). */
+/* Registrations whose input a fault holds back (or whose output rate
+ * holds back), or no longer holds: their EPOLLIN (EPOLLOUT) is taken out
+ * of (put back into) the kernel's registration after the lock is dropped,
+ * so that a level-triggered wait does not spin on data the program may not
+ * see yet, and an edge-triggered one is told again when it may
+ * (EPOLL_CTL_MOD re-checks readiness). */
 #define GATE_OPS 32
 struct gate_ops {
 	int n;
@@ -464,16 +466,20 @@ struct gate_ops {
 static __attribute__((noinline, cold)) void ep_gate(struct ep_reg *g, struct ns_conn *c, monotime now,
 						   struct gate_ops *ops)
 {
-	int ev, want;
+	int ev;
+	uint32_t want = 0;
 
-	if (!(g->events & EPOLLIN) || ops->n == GATE_OPS)
+	if (ops->n == GATE_OPS)
 		return;
-	want = fault_in(c, now, &ev) == NS_FW_GATED;
-	if (want == (int)g->gated)
+	if ((g->events & EPOLLIN) && fault_in(c, now, &ev) == NS_FW_GATED)
+		want |= EPOLLIN;
+	if ((g->events & EPOLLOUT) && out_gated(c, now))
+		want |= EPOLLOUT;
+	if (want == g->gated)
 		return;
-	g->gated = (uint32_t)want;
+	g->gated = want;
 	ops->op[ops->n].fd = g->fd;
-	ops->op[ops->n].ev.events = want ? g->events & ~(uint32_t)EPOLLIN : g->events;
+	ops->op[ops->n].ev.events = g->events & ~want;
 	ops->op[ops->n].ev.data = g->data;
 	ops->n++;
 }
@@ -497,7 +503,7 @@ static void ep_refresh(struct ep_set *s, struct ep_reg *g, monotime now, struct 
 
 	if (c)
 		x = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
-	f = c && (x & NS_ATTN_FAULT);
+	f = c && (x & NS_ATTN_GATE);
 	if (f != g->faulted) {
 		g->faulted = f;
 		if (f)
@@ -514,7 +520,7 @@ static void ep_refresh(struct ep_set *s, struct ep_reg *g, monotime now, struct 
 			__atomic_fetch_sub(&ep_nconnecting, 1, __ATOMIC_RELAXED);
 	}
 	if (c && !g->disabled) {
-		if (unlikely(f))
+		if (unlikely(f || g->gated))
 			ep_gate(g, c, now, ops);
 		if (!((g->events & EPOLLET) && g->et_done))
 			d = (x & NS_EXP_MASK) ? now :

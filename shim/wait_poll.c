@@ -82,7 +82,7 @@ static monotime poll_nearest(struct pollcall *p, monotime now)
 		x = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
 		if (x & NS_EXP_MASK)
 			return now;
-		if (unlikely(x & NS_ATTN_FAULT))
+		if (unlikely(x & NS_ATTN_GATE))
 			p->faults = 1;
 		d = ns_wait_interest(c, x, p->fds[i].events & P_IN, p->fds[i].events & P_OUT, now);
 		if (d && (!nearest || d < nearest))
@@ -151,10 +151,18 @@ static void poll_hold(const struct pollcall *p, monotime now, struct held *h)
 		struct ns_conn *c = ns_conn_of(p->fds[i].fd);
 		int ev;
 
-		if (c && (p->fds[i].events & P_IN) && fault_in(c, now, &ev) == NS_FW_GATED) {
+		short hold = 0;
+
+		if (!c)
+			continue;
+		if ((p->fds[i].events & P_IN) && fault_in(c, now, &ev) == NS_FW_GATED)
+			hold |= P_IN;
+		if ((p->fds[i].events & P_OUT) && out_gated(c, now))
+			hold |= P_OUT;   /* a request held for rate's token */
+		if (hold) {
 			h->idx[h->n] = i;
 			h->ev[h->n++] = p->fds[i].events;
-			p->fds[i].events &= (short)~P_IN;
+			p->fds[i].events &= (short)~hold;
 		}
 	}
 }
@@ -231,7 +239,7 @@ static inline __attribute__((always_inline)) int poll_one(int kind, struct pollf
 	struct timespec ts;
 	int r;
 
-	if (unlikely(x & (NS_EXP_MASK | NS_ATTN_FAULT)))
+	if (unlikely(x & (NS_EXP_MASK | NS_ATTN_GATE)))
 		return poll_one_more(kind, f, mask, fdslen, -1, until, now);
 	nearest = ns_wait_deadline(c, f->events & P_IN, f->events & P_OUT, now);
 	limit = nearest ? earliest(until, nearest) : until;

@@ -103,7 +103,7 @@ static monotime sel_nearest(struct selcall *s, monotime now)
 		x = __atomic_load_n(&c->expired, __ATOMIC_ACQUIRE);
 		if (x & NS_EXP_MASK)
 			return now;
-		s->faults |= (x & NS_ATTN_FAULT) != 0;
+		s->faults |= (x & NS_ATTN_GATE) != 0;
 		d = ns_wait_interest(c, x, isset(s->set[0] ? &s->in[0] : NULL, fd),
 				     isset(s->set[1] ? &s->in[1] : NULL, fd), now);
 		if (d && (!nearest || d < nearest))
@@ -164,13 +164,16 @@ static int real_select(struct selcall *s, monotime until, monotime now)
 		if (s->set[i])
 			for (int k = 0; k < nw; k++)
 				words(s->set[i])[k] = words(&s->in[i])[k];
-	if (s->set[0] && unlikely(s->faults)) {
-		/* input held back by a fault is not asked of the kernel */
+	if (unlikely(s->faults)) {
+		/* input held back by a fault, output by rate (a request
+		 * waiting for its token), is not asked of the kernel */
 		FOR_GOVERNED(s, fd, c) {
 			int ev;
 
-			if (has_faults(c) && isset(&s->in[0], fd) && fault_in(c, now, &ev) == NS_FW_GATED)
+			if (s->set[0] && has_faults(c) && isset(&s->in[0], fd) && fault_in(c, now, &ev) == NS_FW_GATED)
 				words(s->set[0])[fd / BITS] &= ~(1UL << (fd % BITS));
+			if (s->set[1] && isset(&s->in[1], fd) && out_gated(c, now))
+				words(s->set[1])[fd / BITS] &= ~(1UL << (fd % BITS));
 		}
 	}
 	if (s->pselect)
@@ -305,7 +308,7 @@ static __attribute__((noinline)) int sel_one(int nfds_fd, fd_set *r, fd_set *w, 
 		return ns_real.select(nfds, r, w, e, tv);   /* the kernel's EINVAL */
 	now = ns_now();
 	until = tv ? now + (int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000 : NEVER;
-	if (unlikely(x & (NS_EXP_MASK | NS_ATTN_FAULT)))
+	if (unlikely(x & (NS_EXP_MASK | NS_ATTN_GATE)))
 		return sel_many(nfds, r, w, e, tv, now, until);
 	nearest = ns_wait_deadline(c, in & 1, in & 2, now);
 	if (!nearest)
@@ -362,7 +365,7 @@ int ns_select(int nfds, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv)
 		if (likely(!c) || !((br | bw) & b))
 			return REAL_CALL(select, (nfds, r, w, e, tv));
 		if (tv && !(tv->tv_sec | tv->tv_usec) &&
-		    likely(!(__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE) & (NS_EXP_MASK | NS_ATTN_FAULT)))) {
+		    likely(!(__atomic_load_n(&c->expired, __ATOMIC_ACQUIRE) & (NS_EXP_MASK | NS_ATTN_GATE)))) {
 			/* a zero timeout (a look at the socket's state, which a
 			 * busy loop makes over and over) never sleeps: the
 			 * deadline is judged before the call, which is then

@@ -245,7 +245,7 @@ int ctl_cmd_faults(const char *name, const char *policy, int json)
 		for (int i = 0; i < p.nsections && n < cap; i++) {
 			const struct ns_section *s = &p.sec[i];
 
-			if (!(s->set & (1u << NS_K_FAULT)) || !s->v.fault.n)
+			if (!(s->set & NS_KBIT(NS_K_FAULT)) || !s->v.fault.n)
 				continue;
 			snprintf(rows[n].dest, sizeof(rows[n].dest), "%.260s", i == 0 ? "[defaults]" : s->pattern);
 			ns_faults_format(&s->v.fault, rows[n].text, sizeof(rows[n].text));

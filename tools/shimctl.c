@@ -225,7 +225,8 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 			printf("%llu", (unsigned long long)e->waited_ms_p99);
 		else
 			printf("null");
-		printf(", \"retry_throttled\": %llu", (unsigned long long)e->retry_throttled);
+		printf(", \"retry_throttled\": %llu, \"paced\": %llu", (unsigned long long)e->retry_throttled,
+		       (unsigned long long)e->paced);
 		printf(", \"cooldown_until\": ");
 		if (e->cooldown_left_ms) {
 			ctl_rfc3339(ctl_wall_ms() + e->cooldown_left_ms, ts, sizeof(ts));
@@ -676,6 +677,7 @@ static int cmd_metrics(const char *name)
 	prom_counter("netshim_failures_in_window", "Failures in the sliding window.", "gauge", rows, n, OFFE(failures_in_window), 1);
 	prom_counter("netshim_inflight", "Connections holding a place under max_connections.", "gauge", rows, n, OFFE(inflight), 1);
 	prom_counter("netshim_throttled_total", "Connects turned away by max_connections (never failures).", "counter", rows, n, OFFE(throttled), 0);
+	prom_counter("netshim_paced_total", "Connects and requests that waited for a token of rate.", "counter", rows, n, OFFE(paced), 0);
 	printf("# HELP netshim_breaker_state Breaker state: 0 closed, 1 open, 2 half_open, 3 forced_open, 4 fleet_open.\n"
 	       "# TYPE netshim_breaker_state gauge\n");
 	for (int i = 0; i < n; i++) {

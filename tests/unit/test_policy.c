@@ -100,6 +100,33 @@ Test(policy, every_key_and_unit)
 	ns_policy_free(&p);
 }
 
+Test(policy, rate_is_kept_exactly_and_written_back_as_read)
+{
+	static const struct { const char *in; uint64_t mph; uint64_t us; const char *out; } cases[] = {
+		{ "5/s", 18000000, 200000, "5/s" }, { "30/m", 1800000, 2000000, "30/m" },
+		{ "1/h", 1000, 3600000000ULL, "1/h" }, { "2.5/s", 9000000, 400000, "150/m" },
+		{ "1.5/h", 1500, 2400000000ULL, "1.500/h" }, { "1000000/s", 3600000000000ULL, 1, "1000000/s" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char text[128], back[32];
+		struct ns_policy p;
+		struct ns_settings s;
+		struct ns_dest d = { "", AF_INET, { 127, 0, 0, 1 }, 80 };
+
+		snprintf(text, sizeof(text), "[defaults]\nrate = %s\nburst = 2\n", cases[i].in);
+		cr_assert_eq(parse(text, &p), 0, "%s: %s", cases[i].in, err);
+		ns_policy_resolve(&p, &d, &s, NULL);
+		cr_assert_eq(s.rate_mph, cases[i].mph, "%s", cases[i].in);
+		cr_assert_eq(s.rate_interval_us, cases[i].us, "%s", cases[i].in);
+		cr_assert_eq(s.burst, 2);
+		cr_assert(s.shaping, "rate alone shapes");
+		ns_setting_format(NS_K_RATE, &s, back, sizeof(back));
+		cr_assert_str_eq(back, cases[i].out);
+		ns_policy_free(&p);
+	}
+}
+
 Test(policy, zero_switches_a_limit_off_and_empty_file_is_builtin)
 {
 	struct ns_policy p;
@@ -129,7 +156,10 @@ Test(policy_errors, each_with_file_and_line)
 	expect_error("[defaults]\nmax_connections = 33\n", "t.conf:2: max_connections: 33 is out of range (0 to 32)\n");
 	expect_error("[defaults]\nopen_backoff = 0.5\n", "t.conf:2: open_backoff: 0.5 is out of range (1 to 100)\n");
 	expect_error("[defaults]\nread_timeout = 5s\n\n[host \"a.example\"]\nslow_start = 5s\n",
-		     "t.conf:5: slow_start: ramps max_connections, which this section (or [defaults]) does not set\n");
+		     "t.conf:5: slow_start: ramps max_connections and rate, neither of which this section (or [defaults]) sets\n");
+	expect_error("[defaults]\nrate = 0/s\n", "t.conf:2: rate: 0/s lets nothing through (write off to have no rate)\n");
+	expect_error("[defaults]\nburst = 2\n", "t.conf:2: burst: shapes rate, which this section (or [defaults]) does not set\n");
+	expect_error("[defaults]\nretry_budget_min = 1/h\n", "t.conf:2: retry_budget_min: 1/h is out of range (from 4/h to 1000000/s)\n");
 	expect_error("[defaults]\nopen_backoff = twice\n",
 		     "t.conf:2: open_backoff: bad factor 'twice': expected a number such as 2 or 1.5 (at most three decimals)\n");
 	expect_error("[defaults]\nqueue_timeout = 30\n",

@@ -1,0 +1,16 @@
+/* slot.h -- what the files that change table slots share (table.c,
+ * shaping.c): the atomics they are changed with, and a slot by index. */
+#ifndef NS_POLICY_SLOT_H
+#define NS_POLICY_SLOT_H
+
+#include "table.h"
+
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+#define CAS(p, oldp, v) __atomic_compare_exchange_n((p), (oldp), (v), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
+
+/* Slot idx of t, or NULL when idx is out of range. */
+#define slot_at ns_table_slot_
+
+#endif
