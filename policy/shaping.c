@@ -65,25 +65,6 @@ uint32_t ns_table_cap_now(const struct ns_table *t, int idx, uint32_t cap, uint6
 
 /**** rate ****/
 
-int64_t ns_table_token(struct ns_table *t, int idx, uint64_t step_us, uint64_t tolerance_us, uint64_t now_us,
-		       uint64_t *tat_out)
-{
-	struct ns_slot *s = slot_at(t, idx);
-	uint64_t tat, nw;
-
-	*tat_out = 0;
-	if (!s)
-		return 0;
-	tat = LOAD(&s->rate_tat);
-	do {
-		if (tat > now_us + tolerance_us)
-			return (int64_t)(tat - tolerance_us);   /* none yet: the next is due then */
-		nw = (tat > now_us ? tat : now_us) + step_us;
-	} while (!CAS(&s->rate_tat, &tat, nw));
-	*tat_out = nw;
-	return 0;
-}
-
 void ns_table_token_later(struct ns_table *t, int idx, uint64_t tat, uint64_t base_us, uint64_t now_us)
 {
 	struct ns_slot *s = slot_at(t, idx);

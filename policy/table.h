@@ -440,8 +440,25 @@ uint32_t ns_table_cap_now(const struct ns_table *t, int idx, uint32_t cap, uint6
  * lets (burst - 1) intervals' worth go at once; *tat_out: the bucket's time
  * it left. None: the time (us) the next is due, when the call may ask
  * again. paced: one waited (counted). */
-int64_t ns_table_token(struct ns_table *t, int idx, uint64_t step_us, uint64_t tolerance_us, uint64_t now_us,
-		       uint64_t *tat_out);
+/* (inline: a request under rate takes one on its way out) */
+static inline int64_t ns_table_token(struct ns_table *t, int idx, uint64_t step_us, uint64_t tolerance_us,
+				     uint64_t now_us, uint64_t *tat_out)
+{
+	struct ns_slot *s = ns_table_slot_(t, idx);
+	uint64_t tat, nw;
+
+	*tat_out = 0;
+	if (!s)
+		return 0;
+	tat = __atomic_load_n(&s->rate_tat, __ATOMIC_ACQUIRE);
+	do {
+		if (tat > now_us + tolerance_us)
+			return (int64_t)(tat - tolerance_us);   /* none yet: the next is due then */
+		nw = (tat > now_us ? tat : now_us) + step_us;
+	} while (!__atomic_compare_exchange_n(&s->rate_tat, &tat, nw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+	*tat_out = nw;
+	return 0;
+}
 /* A token taken at base_us (the bucket then at tat) counted from later,
  * now_us, when nobody took one since: the next is due that much later. */
 void ns_table_token_later(struct ns_table *t, int idx, uint64_t tat, uint64_t base_us, uint64_t now_us);

@@ -633,7 +633,9 @@ static __attribute__((noinline)) int shaped(struct attempt *a, int *r)
 	}
 	if (!a->sp->max_connections && !a->sp->rate_interval_us)
 		return STEP_ON;   /* (a->shape stays -1: no place, no token) */
-	a->shape = ns_shape_connect(a->c, a->sp, a->slot, (a->v & NS_TAG_NONBLOCK) != 0, a->now);
+	a->shape = ns_shape_connect_fast(a->c, a->sp, a->slot);
+	if (a->shape < 0)
+		a->shape = ns_shape_connect(a->c, a->sp, a->slot, (a->v & NS_TAG_NONBLOCK) != 0, a->now);
 	if (a->shape == NS_SHAPE_REFUSE) {
 		ns_shape_throttled(a->slot, a->kp);
 		ns_conn_unref(a->c);   /* (not published) */
@@ -672,7 +674,7 @@ static inline __attribute__((always_inline)) int shaped_record(struct attempt *a
 {
 	if (unlikely(a->shape == NS_SHAPE_QUEUED))
 		return shaped_queued(a, r);
-	ST(a->c->flags, LD(a->c->flags) | NS_C_PLACE | (LD(a->c->tok_tat) ? NS_C_TOKEN : 0));
+	ST(a->c->flags, LD(a->c->flags) | NS_C_PLACE | (a->sp->rate_interval_us && LD(a->c->tok_tat) ? NS_C_TOKEN : 0));
 	return STEP_ON;
 }
 

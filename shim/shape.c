@@ -44,12 +44,12 @@
 
 #define BLOCKED_LOOK_NS (50 * 1000000LL)   /* a blocked waiter looks for dead holders this often */
 
-static uint32_t self_holder;   /* atomic: this process's holder word, 0 until first needed */
+uint32_t ns_shape_self;   /* atomic: this process's holder word, 0 until first needed */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 static void forget_holder(void)
 {
-	__atomic_store_n(&self_holder, 0, __ATOMIC_RELAXED);   /* a forked child is another holder */
+	__atomic_store_n(&ns_shape_self, 0, __ATOMIC_RELAXED);   /* a forked child is another holder */
 }
 
 static void set_atfork(void)
@@ -67,13 +67,13 @@ static __attribute__((noinline)) uint32_t place_self_slow(void)
 	if (pid > NS_PLACE_PID_MAX)
 		return 0;   /* a pid past 22 bits: no places (never with Linux's pid_max) */
 	h = ns_place_holder(pid, ns_proc_start_time(pid, NULL));
-	__atomic_store_n(&self_holder, h, __ATOMIC_RELAXED);
+	__atomic_store_n(&ns_shape_self, h, __ATOMIC_RELAXED);
 	return h;
 }
 
 static inline uint32_t place_self(void)
 {
-	uint32_t h = __atomic_load_n(&self_holder, __ATOMIC_RELAXED);
+	uint32_t h = __atomic_load_n(&ns_shape_self, __ATOMIC_RELAXED);
 
 	return likely(h) ? h : place_self_slow();
 }
@@ -83,7 +83,7 @@ static inline uint32_t place_self(void)
 static int reclaim(int slot, uint32_t cap)
 {
 	static uint64_t deep_ms;   /* atomic: the last look at /proc (a reused pid) */
-	uint32_t self = __atomic_load_n(&self_holder, __ATOMIC_RELAXED);
+	uint32_t self = __atomic_load_n(&ns_shape_self, __ATOMIC_RELAXED);
 	uint64_t now_ms = (uint64_t)(ns_now() / 1000000), last = __atomic_load_n(&deep_ms, __ATOMIC_RELAXED);
 	/* a holder gone is seen by kill() at once; one whose pid was reused
 	 * (three more system calls each) at most once a second per process */
@@ -207,27 +207,40 @@ static void sleep_until(monotime due)
 	errno = saved;
 }
 
-/* A token of slot's bucket at now: 0 taken, else the time one is due.
- * c: a connect's (kept, for its first bytes out), or NULL. */
-static monotime token_for(struct ns_conn *c, int slot, const struct ns_settings *set, monotime now)
+/* rate's interval now, when slow_start or rate_jitter shape it: stretched
+ * while the ramp runs, spread by a uniform draw in [1 - j, 1 + j]. */
+static __attribute__((noinline)) uint64_t step_shaped(const struct ns_settings *set, int slot, monotime now)
 {
 	static __thread uint64_t rng;
-	uint64_t step = set->rate_interval_us, tol = set->burst > 1 ? (uint64_t)(set->burst - 1) * step : 0, tat;
-	int64_t due;
+	uint64_t step = set->rate_interval_us;
 
-	if (unlikely(set->slow_start_ms)) {
+	if (set->slow_start_ms) {
 		uint32_t share = ns_table_share_now(&ns_breakers, slot, set->slow_start_ms, (uint64_t)(now / 1000000));
 
 		step = step * 1000 / share;   /* (share: 100 to 1000) */
 	}
 	if (set->rate_jitter_bp) {
-		/* uniform in [1 - j, 1 + j] of the interval, in ten-thousandths */
 		uint64_t u;
 
 		rng ^= (uint64_t)now;   /* (a forked child draws its own) */
-		u = ns_rng_next(&rng) % (2 * (uint64_t)set->rate_jitter_bp + 1);
+		u = ns_rng_next(&rng) % (2 * (uint64_t)set->rate_jitter_bp + 1);   /* ten-thousandths */
 		step = step * (10000 - set->rate_jitter_bp + u) / 10000;
 	}
+	return step;
+}
+
+/* A token of slot's bucket at now: 0 taken, else the time one is due.
+ * c: a connect's (kept, for its first bytes out), or NULL. */
+static inline __attribute__((always_inline)) monotime token_for(struct ns_conn *c, int slot,
+								 const struct ns_settings *set, monotime now)
+{
+	uint64_t step = set->rate_interval_us, tol = 0, tat;
+	int64_t due;
+
+	if (unlikely(set->slow_start_ms | set->rate_jitter_bp))
+		step = step_shaped(set, slot, now);
+	if (unlikely(set->burst > 1))
+		tol = (uint64_t)(set->burst - 1) * set->rate_interval_us;
 	due = ns_table_token(&ns_breakers, slot, step, tol, (uint64_t)now / 1000, &tat);
 	if (due > 0)
 		return (monotime)due * 1000;
@@ -238,7 +251,7 @@ static monotime token_for(struct ns_conn *c, int slot, const struct ns_settings 
 	return 0;
 }
 
-static monotime token(int slot, const struct ns_settings *set, monotime now)
+static __attribute__((noinline)) monotime token(int slot, const struct ns_settings *set, monotime now)
 {
 	return token_for(NULL, slot, set, now);
 }
@@ -267,7 +280,9 @@ static int token_blocking(struct ns_conn *c, int slot, const struct ns_settings 
 	return 1;
 }
 
-int ns_shape_request(int fd, struct ns_conn *c, int nonblock)
+/* ns_shape_request past its common case: a connection's first bytes, a
+ * request held, or none due */
+static __attribute__((noinline)) int request_held(int fd, struct ns_conn *c, int nonblock)
 {
 	const struct ns_settings *set = ns_conn_set(c);
 	int slot = LD(c->slot);
@@ -331,6 +346,19 @@ go:
 		__atomic_fetch_and(&c->expired, ~NS_ATTN_PACE, __ATOMIC_RELEASE);
 	}
 	return 0;
+}
+
+int ns_shape_request(int fd, struct ns_conn *c, int nonblock)
+{
+	const struct ns_settings *set = ns_conn_set(c);
+	int slot = LD(c->slot);
+
+	/* a request on a reused connection, a token there: one clock and one
+	 * compare-and-swap */
+	if (likely(!(LD(c->flags) & (NS_C_PACED | NS_C_TOKEN)) && set->rate_interval_us && slot >= 0 && ns_tbl_on()) &&
+	    likely(!token_for(NULL, slot, set, ns_now())))
+		return 0;
+	return request_held(fd, c, nonblock);
 }
 
 /**** connects ****/
@@ -422,7 +450,7 @@ void ns_shape_release(struct ns_conn *c)
 	/* a forked child's copy of its parent's record is not the holder (and
 	 * its own holder word is not even made here: this runs inside close) */
 	if (!(LD(c->flags) & NS_C_PLACE) || p < 0 || !ns_breakers_ok ||
-	    LD(c->place_holder) != __atomic_load_n(&self_holder, __ATOMIC_RELAXED))
+	    LD(c->place_holder) != __atomic_load_n(&ns_shape_self, __ATOMIC_RELAXED))
 		return;
 	if (ns_table_place_release(&ns_breakers, LD(c->place_slot), p, LD(c->place_holder), &waiters) && waiters) {
 		uint32_t *wake = ns_table_place_wake(&ns_breakers, LD(c->place_slot));

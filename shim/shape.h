@@ -4,6 +4,7 @@
 
 #include "../policy/policy.h"
 #include "conn.h"
+#include "config.h"
 
 /* At connect, after the breaker admitted it, for a destination with
  * max_connections (c's slot: slot; not yet published). NS_SHAPE_GO: a place
@@ -12,6 +13,26 @@
  * NS_SHAPE_REFUSE: turned away (throttled: ns_shape_throttled). */
 enum { NS_SHAPE_GO, NS_SHAPE_WAITED, NS_SHAPE_QUEUED, NS_SHAPE_REFUSE };
 NS_HIDDEN int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set, int slot, int nonblock, monotime now);
+/* The common case, inline: max_connections alone (no slow_start, no rate)
+ * and a place free. NS_SHAPE_GO, or -1: ns_shape_connect decides. */
+extern uint32_t ns_shape_self NS_HIDDEN;   /* this process's holder word (shape.c), 0 until made */
+static inline __attribute__((always_inline)) int ns_shape_connect_fast(struct ns_conn *c, const struct ns_settings *set,
+									 int slot)
+{
+	uint32_t h = __atomic_load_n(&ns_shape_self, __ATOMIC_RELAXED);
+	int p;
+
+	if (unlikely(!h || set->slow_start_ms || set->rate_interval_us || !__atomic_load_n(&ns_breakers_ok, __ATOMIC_ACQUIRE) ||
+		     !__atomic_load_n(&ns_conn_end_hook, __ATOMIC_RELAXED)))
+		return -1;
+	p = ns_table_place_take(&ns_breakers, slot, set->max_connections, h);
+	if (p < 0)
+		return -1;
+	ST(c->place_slot, slot);
+	ST(c->place_holder, h);
+	ST(c->place, p);
+	return NS_SHAPE_GO;
+}
 /* A queued connect's turn? 1: a place (and a token) is c's now; 0: not
  * yet, look again at *next; -1: its queue_timeout passed. */
 NS_HIDDEN int ns_shape_due(struct ns_conn *c, monotime now, monotime *next);

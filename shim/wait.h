@@ -75,7 +75,7 @@ static inline monotime earliest(monotime a, monotime b)
  * events must honour on c (0 = none; arms the read-wait clock), and firing
  * it. ns_wait_expire returns the NS_EXP_* kind now in force, or 0. */
 NS_HIDDEN void ns_wait_start_clock(struct ns_conn *c, monotime now);
-static inline monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want_out, monotime now)
+static inline __attribute__((always_inline)) monotime ns_wait_deadline(struct ns_conn *c, int want_in, int want_out, monotime now)
 {
 	uint32_t f = __atomic_load_n(&c->flags, __ATOMIC_RELAXED);
 	monotime d = 0;

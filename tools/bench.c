@@ -83,6 +83,43 @@ static void *echo(void *arg)
 	return NULL;
 }
 
+/* The server end of keep-alive HTTP exchanges: an answer per request. */
+static const char ka_req[] = "GET / HTTP/1.1\r\nHost: bench\r\n\r\n";
+static const char ka_ans[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+
+static void *answer(void *arg)
+{
+	int fd = *(int *)arg;
+	char b[sizeof(ka_req)];
+	size_t got = 0;
+	ssize_t r;
+
+	while ((r = recv(fd, b + got, sizeof(ka_req) - 1 - got, 0)) > 0)
+		if ((got += (size_t)r) == sizeof(ka_req) - 1) {
+			got = 0;
+			if (send(fd, ka_ans, sizeof(ka_ans) - 1, 0) != (ssize_t)sizeof(ka_ans) - 1)
+				break;
+		}
+	close(fd);
+	return NULL;
+}
+
+/* One keep-alive HTTP exchange on fd: 0, or -1. */
+static int exchange(int fd)
+{
+	char b[sizeof(ka_ans)];
+	size_t got = 0;
+	ssize_t r;
+
+	if (send(fd, ka_req, sizeof(ka_req) - 1, 0) != (ssize_t)sizeof(ka_req) - 1)
+		return -1;
+	while (got < sizeof(ka_ans) - 1 && (r = recv(fd, b + got, sizeof(ka_ans) - 1 - got, 0)) > 0)
+		got += (size_t)r;
+	return got == sizeof(ka_ans) - 1 ? 0 : -1;
+}
+
+/* rw: 0 a byte each way with send/recv, 1 with write/read, 2 keep-alive
+ * HTTP exchanges (a request and its answer) */
 static int rtt(long n, int rw)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -105,10 +142,11 @@ static int rtt(long n, int rw)
 	sfd = accept(lfd, NULL, NULL);
 	setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	setsockopt(sfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	pthread_create(&th, NULL, echo, &sfd);
+	pthread_create(&th, NULL, rw == 2 ? answer : echo, &sfd);
 	t0 = now_ns();
 	for (long i = 0; i < n; i++) {
-		if (rw ? (write(cfd, &b, 1) != 1 || read(cfd, &b, 1) != 1)
+		if (rw == 2 ? exchange(cfd) < 0 :
+		    rw ? (write(cfd, &b, 1) != 1 || read(cfd, &b, 1) != 1)
 		       : (send(cfd, &b, 1, 0) != 1 || recv(cfd, &b, 1, 0) != 1)) {
 			perror("bench: round trip");
 			return 1;
@@ -523,6 +561,8 @@ int main(int argc, char **argv)
 		return rtt(atol(argv[2]), 0);
 	if (argc == 3 && strcmp(argv[1], "rttrw") == 0)
 		return rtt(atol(argv[2]), 1);
+	if (argc == 3 && strcmp(argv[1], "keepalive") == 0)
+		return rtt(atol(argv[2]), 2);
 	if (argc == 4 && strcmp(argv[1], "calls") == 0)
 		return calls(argv[2], atol(argv[3]));
 	if (argc == 5 && strcmp(argv[1], "http") == 0)
@@ -540,6 +580,6 @@ int main(int argc, char **argv)
 		return first(argv[2], atoi(argv[3]));
 	if (argc == 5 && strcmp(argv[1], "failfast") == 0)
 		return failfast(argv[2], atoi(argv[3]), atol(argv[4]));
-	fprintf(stderr, "usage: bench rtt N | bench poll N | bench epoll N | bench failfast ADDR PORT N\n");
+	fprintf(stderr, "usage: bench rtt N | bench keepalive N | bench poll N | bench epoll N | bench failfast ADDR PORT N\n");
 	return 2;
 }

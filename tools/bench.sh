@@ -81,6 +81,13 @@ if command -v valgrind >/dev/null; then
 	echo "$line"
 	c=$(awk -v a="$(awk '{print $NF}' <<<"$line")" -v p="$plain" 'BEGIN { printf "%.1f", a - p }')
 	echo "    max_connections adds $c (bar <= 150: $(bar "$c" 150 "<="))"
+	line=$(added "keep-alive HTTP request+answer, no shaping key" 5000 - keepalive); echo "$line"
+	plain=$(awk '{print $NF}' <<<"$line")
+	printf '[defaults]\nrate = 1000000/s\nburst = 1000\n' >"$work/rate.conf"
+	line=$(SHIM_ENV="NETSHIM_POLICY=$work/rate.conf" added "  the same with rate (a token there for each)" 5000 - keepalive)
+	echo "$line"
+	c=$(awk -v a="$(awk '{print $NF}' <<<"$line")" -v p="$plain" 'BEGIN { printf "%.1f", a - p }')
+	echo "    rate adds $c per request (bar <= 100: $(bar "$c" 100 "<="))"
 	added "socket+connect+close, by name (localhost)" 1000 800 calls connect-client-name
 	added "  the same with the server's accept+close (libc)" 1000 - calls connect
 	added "poll, governed socket, read deadline armed" 20000 120 poll
