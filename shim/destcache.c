@@ -40,7 +40,7 @@ struct dc_entry {
 	union { char key[NS_KEY_MAX]; uint64_t key_w[NS_KEY_MAX / 8]; };
 };
 
-static struct dc_entry dc[DC_SIZE];
+static struct dc_entry *dc;   /* atomic pointer: DC_SIZE entries, mapped on first use */
 
 static inline uint32_t dc_hash(const struct ns_dest *d, size_t nlen, const uint64_t a[2])
 {
@@ -76,9 +76,13 @@ static inline uint64_t dc_meta(const struct ns_dest *d, size_t nlen)
  * its address as two words. */
 static inline struct dc_entry *dc_entry_of(const struct ns_dest *d, size_t *nlen, uint64_t a[2])
 {
+	struct dc_entry *all = __atomic_load_n(&dc, __ATOMIC_ACQUIRE);
+
+	if (unlikely(!all) && !(all = ns_lazy_map((void **)&dc, DC_SIZE * sizeof(*dc))))
+		return NULL;   /* no memory: nothing remembered */
 	*nlen = d->name[0] ? strnlen(d->name, sizeof(d->name)) : 0;
 	memcpy(a, d->addr, 16);
-	return &dc[dc_hash(d, *nlen, a) & (DC_SIZE - 1)];
+	return &all[dc_hash(d, *nlen, a) & (DC_SIZE - 1)];
 }
 
 __attribute__((no_sanitize_thread)) int ns_destcache_find(const void *pol, const struct ns_dest *d,
@@ -90,6 +94,8 @@ __attribute__((no_sanitize_thread)) int ns_destcache_find(const void *pol, const
 	uint32_t s, klen;
 	int slot;
 
+	if (!e)
+		return -1;
 	s = __atomic_load_n(&e->seq, __ATOMIC_ACQUIRE);
 	if (s & 1)
 		return -1;
@@ -139,6 +145,8 @@ __attribute__((no_sanitize_thread)) void ns_destcache_put(const void *pol, const
 	if (!set || klen == 0 || klen >= NS_KEY_MAX)
 		return;
 	e = dc_entry_of(d, &nlen, a);
+	if (!e)
+		return;
 	s = __atomic_load_n(&e->seq, __ATOMIC_RELAXED);
 	if ((s & 1) || !__atomic_compare_exchange_n(&e->seq, &s, s + 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
 		return;

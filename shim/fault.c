@@ -32,6 +32,7 @@
 #include "config.h"
 #include "outcome.h"
 #include "real.h"
+#include "settings.h"
 #include "shape.h"
 #include "timeo.h"
 
@@ -50,7 +51,7 @@ struct rt {
  * across a system call. A fork while another thread held it would leave it
  * locked in the child, hence the atfork handlers. */
 static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rt rt_copy[NS_FAULT_RECS];
+static struct rt *rt_copy;   /* NS_FAULT_RECS of them, mapped when the table first has one */
 static int rt_n;
 static uint64_t rt_gen;
 static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
@@ -69,6 +70,11 @@ static void rt_refresh(struct ns_table *t, uint64_t gen)
 {
 	int n = 0;
 
+	if (!rt_copy && !ns_lazy_map((void **)&rt_copy, NS_FAULT_RECS * sizeof(*rt_copy))) {
+		rt_n = 0;   /* no memory for the copy: no runtime faults here (the table keeps them) */
+		rt_gen = gen;
+		return;
+	}
 	for (uint32_t i = 0; i < t->flt_cap && n < (int)NS_FAULT_RECS; i++) {
 		struct ns_fltview v;
 		char why[200];

@@ -39,8 +39,7 @@ static struct ns_settings *st_chunk[ST_CHUNKS];   /* atomic pointers */
 static unsigned st_used;                          /* atomic: arena entries taken */
 static const struct ns_settings **st_tab;         /* atomic pointer to ST_TAB atomic pointers */
 
-/* *pp, mapped (len bytes, zeroed) if it is not yet. NULL if it cannot be. */
-static void *st_map(void **pp, size_t len)
+void *ns_lazy_map(void **pp, size_t len)
 {
 	void *p = __atomic_load_n(pp, __ATOMIC_ACQUIRE), *none = NULL;
 
@@ -75,7 +74,7 @@ static struct ns_settings *st_take(const uint64_t *w, int reserve)
 		if (k >= cap)
 			return NULL;
 	} while (!__atomic_compare_exchange_n(&st_used, &k, k + 1, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
-	chunk = st_map((void **)&st_chunk[k / ST_CHUNK], ST_CHUNK * sizeof(struct ns_settings));
+	chunk = ns_lazy_map((void **)&st_chunk[k / ST_CHUNK], ST_CHUNK * sizeof(struct ns_settings));
 	if (!chunk)
 		return NULL;   /* (the entry is lost; the mapping may work next time) */
 	memcpy(&chunk[k % ST_CHUNK], w, ST_WORDS * 8);   /* the fault list stays empty (mapped zero) */
@@ -84,7 +83,7 @@ static struct ns_settings *st_take(const uint64_t *w, int reserve)
 
 static const struct ns_settings *intern(const struct ns_settings *s, int reserve)
 {
-	const struct ns_settings **tab = st_map((void **)&st_tab, ST_TAB * sizeof(*st_tab));
+	const struct ns_settings **tab = ns_lazy_map((void **)&st_tab, ST_TAB * sizeof(*st_tab));
 	uint64_t w[ST_WORDS];
 	uint64_t h;
 	struct ns_settings *mine = NULL;

@@ -16,6 +16,8 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
+#include "settings.h"
+
 static struct {
 	int (*getcontext)(unw_context_t *);
 	int (*init_local)(unw_cursor_t *, unw_context_t *);
@@ -34,7 +36,8 @@ static void *self_base;
  * moved one function). */
 #define NAME_CACHE 256   /* entries: 64 sets of 4 */
 #define NAME_WAYS 4
-static struct { unw_word_t ip; char text[150]; } name_cache[NAME_CACHE];
+struct name_ent { unw_word_t ip; char text[150]; };
+static struct name_ent *name_cache;   /* NAME_CACHE entries, mapped with libunwind (NULL: no cache) */
 static unsigned name_victim;   /* under name_lock: the way replaced next */
 
 static unsigned name_set(unw_word_t ip)
@@ -57,6 +60,7 @@ static void unw_load(void)
 	/* a fork while another thread holds the name lock would leave it held
 	 * in the child */
 	pthread_atfork(name_prepare, name_parent, name_child);
+	ns_lazy_map((void **)&name_cache, NAME_CACHE * sizeof(*name_cache));
 	if (!h) {
 		NS_LOG(NS_LOG_WARN, "tracing is on but libunwind.so.8 cannot be loaded: %s", dlerror());
 		return;
@@ -95,7 +99,7 @@ unsigned ns_trace_frames(char frames[][150], unsigned max)
 		h = name_set(ip);
 		hit = 0;
 		pthread_mutex_lock(&name_lock);
-		for (unsigned w = 0; w < NAME_WAYS && !hit; w++) {
+		for (unsigned w = 0; name_cache && w < NAME_WAYS && !hit; w++) {
 			if (name_cache[h + w].ip == ip) {
 				memcpy(frames[n], name_cache[h + w].text, 150);
 				hit = 1;
@@ -124,7 +128,7 @@ unsigned ns_trace_frames(char frames[][150], unsigned max)
 		snprintf(frames[n], 150, "%s+0x%lx (%s)", name, (unsigned long)off, obj);
 out_cache:
 		pthread_mutex_lock(&name_lock);
-		{
+		if (name_cache) {
 			unsigned w = 0;
 
 			while (w < NAME_WAYS && name_cache[h + w].ip)

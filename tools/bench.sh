@@ -306,6 +306,10 @@ printf '[defaults]\nread_timeout = 2s\n' >"$work/read2.conf"
 r=$(NETSHIM_POLICY=$work/read2.conf LD_PRELOAD=$LIB "$PY" "$TOOLS/manyconns.py" 10000 2>/dev/null)
 echo "  python asyncio, 10,000 connections to a server that never answers, read_timeout 2s:"
 echo "    $r"
+printf '[defaults]\nread_timeout = 2s\nfailure_threshold = 0\n' >"$work/read2nb.conf"
+r=$(NETSHIM_POLICY=$work/read2nb.conf LD_PRELOAD=$LIB "$PY" "$TOOLS/manyconns.py" 10000 2>/dev/null)
+echo "  the same with the breaker off (failure_threshold = 0; bar: all 10,000 fire, p99 <= 2,050 ms):"
+echo "    $r"
 echo
 
 echo "## 8. Start-up"

@@ -3,7 +3,10 @@
 to a local server (a child process) that accepts and never answers, each
 then awaiting its answer. Under the shim with a read deadline every read
 fails with ETIMEDOUT; this prints how long after its own request each one
-failed, as a JSON line: count, errors by kind, and the spread.
+failed, as a JSON line: every connection counted once, by what happened to
+it (refused or failed at connect, timed out reading, answered or ended,
+another error, still waiting when the run gave up), the spread of the read
+deadlines that fired, and a verdict that says which it was.
 
 The deadline is read_timeout from the policy in NETSHIM_POLICY (the caller
 sets it); without the shim the reads would wait for ever, so a run without
@@ -35,7 +38,13 @@ asyncio.run(main())
 
 async def one(port, sem, out):
     async with sem:
-        r, w = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+        except OSError as e:
+            # an open breaker refuses (ECONNREFUSED), a connect deadline
+            # fires (ETIMEDOUT): counted apart from the reads
+            out.append(("connect " + errno.errorcode.get(e.errno, str(e.errno)), 0.0))
+            return
     w.write(b"GET / HTTP/1.0\r\n\r\n")
     await w.drain()
     t0 = time.monotonic()
@@ -82,7 +91,21 @@ def main():
     for k, _ in out:
         kinds[k] = kinds.get(k, 0) + 1
     ts = sorted(t for k, t in out if k == "ETIMEDOUT")
-    rep = {"connections": a.n, "results": kinds, "still_waiting": stuck, "seconds": round(took, 2)}
+    refused = kinds.get("connect ECONNREFUSED", 0)
+    connect_failed = sum(v for k, v in kinds.items() if k.startswith("connect ")) - refused
+    answered = kinds.get("EOF", 0)
+    other = len(out) - refused - connect_failed - len(ts) - answered
+    rep = {"connections": a.n, "refused": refused, "connect_failed": connect_failed, "timed_out": len(ts),
+           "answered_or_ended": answered, "other_errors": other, "still_waiting": stuck,
+           "results": kinds, "seconds": round(took, 2)}
+    if len(ts) == a.n:
+        rep["verdict"] = "every read deadline fired"
+    elif refused:
+        rep["verdict"] = (f"{refused} of {a.n} connects refused (an open breaker refuses at once: under load "
+                          f"connects that miss connect_timeout open it; shimctl status counts them as rejected); "
+                          f"{len(ts)} read deadlines fired")
+    else:
+        rep["verdict"] = f"{len(ts)} of {a.n} read deadlines fired; see results"
     if ts:
         rep.update({"fired_after_ms": {"min": round(ts[0] * 1000, 1), "p50": round(ts[len(ts) // 2] * 1000, 1),
                                        "p99": round(ts[min(len(ts) - 1, len(ts) * 99 // 100)] * 1000, 1),
