@@ -358,6 +358,26 @@ static char *put_uint(char *p, unsigned v)
 	return p;
 }
 
+size_t ns_str_put(char *buf, size_t len, size_t at, const char *src)
+{
+	if (!len)
+		return 0;
+	if (at >= len)
+		at = len - 1;
+	while (*src && at + 1 < len)
+		buf[at++] = *src++;
+	buf[at] = '\0';
+	return at;
+}
+
+size_t ns_uint_put(char *buf, size_t len, size_t at, unsigned v)
+{
+	char tmp[11];
+
+	*put_uint(tmp, v) = '\0';
+	return ns_str_put(buf, len, at, tmp);
+}
+
 /* Formatted by hand: this runs on every connect, and snprintf with
  * inet_ntop cost about 2,800 instructions of the connect path. */
 int ns_dest_key(const struct ns_dest *d, char *buf, size_t len)

@@ -156,7 +156,7 @@ int ns_policy_builtin(struct ns_policy *out)
 	out->nsections = 1;
 	out->sec[0].kind = NS_MATCH_DEFAULTS;
 	out->sec[0].v = ns_builtin_settings;
-	snprintf(out->sec[0].pattern, sizeof(out->sec[0].pattern), "defaults");
+	ns_str_put(out->sec[0].pattern, sizeof(out->sec[0].pattern), 0, "defaults");
 	return 0;
 }
 
@@ -195,7 +195,7 @@ int ns_policy_parse(const char *text, size_t len, const char *fname,
 		ns_perr_add(&e, 0, "out of memory");
 		return -1;
 	}
-	snprintf(out->path, sizeof(out->path), "%s", fname);
+	ns_str_put(out->path, sizeof(out->path), 0, fname);
 	while (pos < len) {
 		size_t start = pos, n;
 		const char *nl = memchr(text + pos, '\n', len - pos);

@@ -192,7 +192,7 @@ uint32_t ns_table_inflight_live(const struct ns_table *t, int idx)
 
 void ns_table_default_name(char *buf, size_t len)
 {
-	snprintf(buf, len, "netshim.%u", (unsigned)geteuid());
+	ns_uint_put(buf, len, ns_str_put(buf, len, 0, "netshim."), (unsigned)geteuid());
 }
 
 static int bad(char *err, size_t errlen, const char *fmt, const char *a, const char *b)
@@ -325,7 +325,7 @@ static int open_in(const char *dir, const char *name, int create, uint32_t nslot
 	int fd, r;
 
 	memset(t, 0, sizeof(*t));
-	snprintf(t->path, sizeof(t->path), "%s%s", dir, name);
+	ns_str_put(t->path, sizeof(t->path), ns_str_put(t->path, sizeof(t->path), 0, dir), name);
 	fd = open(t->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT && create) {
 		r = create_table(dir, t->path, name, nslots, nevents, err, errlen);
@@ -404,7 +404,7 @@ static int private_dir(char *out, size_t len)
 {
 	struct stat st;
 
-	snprintf(out, len, "/run/user/%u/", (unsigned)geteuid());
+	ns_str_put(out, len, ns_uint_put(out, len, ns_str_put(out, len, 0, "/run/user/"), (unsigned)geteuid()), "/");
 	return lstat(out, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 077) ? 0 : -1;
 }
 

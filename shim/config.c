@@ -135,7 +135,7 @@ static void cfg_load(void)
 		return;
 	}
 	if (path && strlen(path) < sizeof(cfg_path)) {
-		snprintf(cfg_path, sizeof(cfg_path), "%s", path);
+		ns_str_put(cfg_path, sizeof(cfg_path), 0, path);
 		cfg_stat();
 	}
 	p = cfg_read(err, sizeof(err), &nerr);

@@ -83,16 +83,19 @@ static struct ns_settings *st_take(const uint64_t *w, int reserve)
 
 static const struct ns_settings *intern(const struct ns_settings *s, int reserve)
 {
-	const struct ns_settings **tab = ns_lazy_map((void **)&st_tab, ST_TAB * sizeof(*st_tab));
+	const struct ns_settings **tab;
 	uint64_t w[ST_WORDS];
 	uint64_t h;
 	struct ns_settings *mine = NULL;
 
-	if (!tab)
-		return NULL;
 	/* ns_policy_resolve starts every value from a copy of the built-in
 	 * one, so padding bytes compare equal too */
 	memcpy(w, s, sizeof(w));
+	if (memcmp(w, &ns_builtin_settings, sizeof(w)) == 0)
+		return &ns_builtin_settings;   /* kept for good already (and no page of the table touched) */
+	tab = ns_lazy_map((void **)&st_tab, ST_TAB * sizeof(*st_tab));
+	if (!tab)
+		return NULL;
 	h = st_hash(w);
 	for (unsigned i = 0; i < ST_TAB; i++) {
 		const struct ns_settings **slot = &tab[(h + i) & (ST_TAB - 1)];
