@@ -363,5 +363,21 @@ startup() {   # startup LABEL CMD...: 40 alternating runs (tools/startup.py)
 startup "python3 -c pass" "$PY" -c pass
 startup "curl --version" curl --version
 command -v node >/dev/null && startup "node -e 0" node -e 0
+# w3m collects garbage with Boehm's conservative collector, which scans every
+# loaded object's data as roots: the library's own data must stay small
+if command -v w3m >/dev/null; then
+	"$PY" -c 'import random; random.seed(1); print("<html><body>" + "".join(f"<p>{i} " + " ".join(random.choice(["alpha", "beta", "gamma"]) for _ in range(40)) + f"</p><a href=/p{i}>{i}</a>" for i in range(400)) + "</body></html>")' >"$work/page.html"
+	(cd "$work" && exec "$PY" -m http.server 0 --bind 127.0.0.1 >"$work/w3m.log" 2>&1) &
+	pids+=($!)
+	for _ in $(seq 50); do grep -q "port" "$work/w3m.log" 2>/dev/null && break; sleep 0.1; done
+	wport=$(sed -n 's/.*port \([0-9]*\).*/\1/p' "$work/w3m.log" | head -1)
+	r=$("$PY" "$TOOLS/startup.py" "$LIB" 21 w3m -dump "http://127.0.0.1:$wport/page.html")
+	echo "  w3m -dump of a local page: $r (bar: within 5 % of bare, ratio >= 0.95:" \
+		"$(bar "$(sed 's/.*"ratio": \([0-9.]*\).*/\1/' <<<"$r")" 0.95 ">="))"
+	echo "  the library's data (size): $(size "$LIB" | awk 'NR == 2 {print $2 " .data + " $3 " .bss = " $2 + $3}') bytes" \
+		"(bar < 65536: $(bar "$(size "$LIB" | awk 'NR == 2 {print $2 + $3}')" 65535 "<="))"
+else
+	echo "  w3m not installed (apt-get install w3m): its GC measure skipped"
+fi
 echo
 echo "report written to $BUILD/bench.txt"
