@@ -94,12 +94,12 @@ def redis(tmp_path):
 class Node:
     """One machine: its own table and policy, and its agent."""
 
-    def __init__(self, name, tmp, redis_url, open_duration="30s"):
+    def __init__(self, name, tmp, redis_url, open_duration="30s", extra_policy=""):
         self.name = name
         d = tmp / name
         d.mkdir()
         self.shim = Shim(d)
-        self.shim.policy(TRIP.format(open=open_duration))
+        self.shim.policy(TRIP.format(open=open_duration) + extra_policy)
         self.log_path = d / "agent.log"
         self.redis_url = redis_url
         self.agent = None
@@ -149,9 +149,9 @@ class Node:
 def fleet(tmp_path, redis):
     nodes = []
 
-    def make(n=3, quorum=2, extra=(), open_duration="30s", poll_ms=POLL_MS):
+    def make(n=3, quorum=2, extra=(), open_duration="30s", poll_ms=POLL_MS, extra_policy=""):
         for i in range(n):
-            node = Node(f"n{i + 1}", tmp_path, redis.url, open_duration)
+            node = Node(f"n{i + 1}", tmp_path, redis.url, open_duration, extra_policy)
             nodes.append(node)
         for node in nodes:
             node.start_agent(*extra, quorum=quorum, poll_ms=poll_ms)
@@ -242,6 +242,44 @@ def test_votes_expire_after_the_voters_open_duration(fleet, server):
     assert res["errno"] == "ECONNRESET", res
     assert "fleet hold released (0 nodes report it open" in n3.log() or \
         "fleet hold released (1 node reports it open" in n3.log(), n3.log()
+
+
+@pytest.mark.shim
+@pytest.mark.agent
+def test_breakers_opened_under_manual_recovery_vote_until_reset_and_a_killed_node_loses_its_vote(fleet, server):
+    # the scraper team's policy: open until an operator resets it
+    n1, n2, n3 = fleet(open_duration="1s", extra_policy="recovery = manual\n")
+    srv = server("reset")
+    trip(n1, srv)
+    trip(n2, srv)
+    took = wait_for(lambda: n3.state(srv.dest) == "fleet_open", 5)
+    assert took is not None, n1.log() + n3.log()
+    assert took <= SPREAD_S, f"fleet_open after {took:.2f} s"
+    # open_duration means nothing under manual recovery: the votes are
+    # renewed on their lease, long past it
+    time.sleep(3.0)
+    assert n3.state(srv.dest) == "fleet_open", n3.log()
+    assert sorted(n3.shim.entry(srv.dest)["fleet_open_nodes"]) == ["n1", "n2"]
+    # an operator's reset anywhere clears it everywhere, votes and all
+    assert n3.shim.ctl("reset", srv.dest).returncode == 0
+    assert wait_for(lambda: [n.state(srv.dest) for n in (n1, n2, n3)] == ["closed"] * 3, 5) is not None, \
+        n1.log() + n2.log()
+    time.sleep(3 * POLL_MS / 1000)
+    assert [n.state(srv.dest) for n in (n1, n2, n3)] == ["closed"] * 3, "the votes went with the reset"
+    # again; then n1's agent is killed: its vote lapses after its lease
+    trip(n1, srv)
+    trip(n2, srv)
+    assert wait_for(lambda: n3.state(srv.dest) == "fleet_open", 5) is not None, n3.log()
+    n1.agent.kill()
+    n1.agent.wait()
+    n1.agent = None
+    t0 = time.monotonic()
+    took = wait_for(lambda: n3.state(srv.dest) == "closed", 8)
+    assert took is not None, n3.log()
+    lease = 3 * POLL_MS / 1000 + 1.0
+    # (renewed when half its lease was gone: it had between a half and a whole lease left)
+    assert lease / 2 - 0.1 <= time.monotonic() - t0 <= lease + SPREAD_S + 1.0, time.monotonic() - t0
+    assert n1.state(srv.dest) == "open", "n1's own breaker stays open (manual): only its vote lapsed"
 
 
 @pytest.mark.shim

@@ -46,6 +46,7 @@ struct dst {
 	int held;                   /* the fleet holds it open here */
 	uint64_t want_t;            /* this pass: the local open's due time (0 = not open here) */
 	int tripped;                /* this pass: open or half-open here by its own failures */
+	int manual;                 /* this pass: open here under recovery = manual (until a reset) */
 	uint64_t my_t;              /* the local open our vote in Redis stands for */
 	char rule[AG_RULE_MAX];     /* the rule of the last local open */
 	UT_hash_handle hh;
@@ -196,9 +197,19 @@ static void read_events(void)
 	}
 }
 
+/* How long a hold or a vote that is renewed every pass lasts unrenewed:
+ * three poll intervals and a second (a node killed loses it after that). */
+static uint64_t lease_ms(void)
+{
+	return 3 * (uint64_t)A.poll_ms + 1000;
+}
+
 /* What is open here by its own failures: a vote wanted for each
- * destination open and not yet due for a probe; and whether so much is open
- * that this node's network is the likelier culprit. */
+ * destination open and not yet due for a probe (under recovery = manual:
+ * open until an operator resets it, the vote renewed on a lease); and
+ * whether so much is open that this node's network is the likelier
+ * culprit. A forced open is an operator's command, sent as one, never a
+ * vote. */
 static void scan_table(uint64_t now)
 {
 	char key[NS_KEY_MAX];
@@ -209,6 +220,7 @@ static void scan_table(uint64_t now)
 	HASH_ITER(hh, A.dests, d, tmp) {
 		d->want_t = 0;
 		d->tripped = 0;
+		d->manual = 0;
 	}
 	for (uint32_t i = 0; i < A.t.nslots; i++) {
 		struct ns_brk b;
@@ -217,15 +229,18 @@ static void scan_table(uint64_t now)
 		if (ns_table_state(&A.t, (int)i, key, sizeof(key), &b, &until) < 0)
 			continue;
 		total++;
-		if ((b.state == NS_OPEN || b.state == NS_HALF_OPEN) && !b.manual) {
+		if (b.state == NS_OPEN || b.state == NS_HALF_OPEN) {
+			int manual = b.state == NS_OPEN && b.manual;
+
 			open++;
 			HASH_FIND_STR(A.dests, key, d);
-			if (b.state == NS_OPEN && b.t_ms > now && !d)
+			if (b.state == NS_OPEN && (b.t_ms > now || manual) && !d)
 				d = dst_get(key, 1);
 			if (d) {
 				d->slot = (int)i;
 				d->tripped = 1;
-				d->want_t = b.state == NS_OPEN && b.t_ms > now ? b.t_ms : 0;
+				d->manual = manual;
+				d->want_t = manual ? now + lease_ms() : b.state == NS_OPEN && b.t_ms > now ? b.t_ms : 0;
 			}
 		}
 	}
@@ -367,7 +382,7 @@ static void release(struct dst *d, const char *why)
  * earliest vote ran out, and hold open here what a quorum reports open. */
 static void apply_fleet(uint64_t now)
 {
-	uint64_t lease = 3 * (uint64_t)A.poll_ms + 1000;
+	uint64_t lease = lease_ms();
 	struct dst *d, *tmp;
 
 	HASH_ITER(hh, A.dests, d, tmp) {
@@ -436,8 +451,10 @@ static int reconcile(uint64_t now, char *err, size_t len)
 
 	HASH_ITER(hh, A.dests, d, tmp) {
 		int want = !A.suspect && d->want_t > now, mine = has_vote(d, A.node) >= 0;
+		/* a manual open's vote is renewed when half its lease is gone */
+		int renew = d->manual ? d->my_t < now + lease_ms() / 2 : d->my_t != d->want_t;
 
-		if (want && (!mine || d->my_t != d->want_t)) {
+		if (want && (!mine || renew)) {
 			uint64_t ttl = d->want_t - now;
 
 			if ((rc = fl_change(&A.c, FL_VOTE, d->key, A.node, ttl, d->rule, err, len)) != FL_OK)
