@@ -408,6 +408,44 @@ def test_after_the_breaker_closes_the_rate_ramps_over_slow_start(shim, recording
     assert per(4.5, 5.5) >= 9, gaps(t)
 
 
+# Four requests on one TLS connection: paced where their plaintext is
+# written (SSL_write: curl on OpenSSL, python's ssl; gnutls_record_send: wget).
+TLS_SEQ = """
+import json, ssl, sys, time, urllib.request
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+import http.client
+c = http.client.HTTPSConnection("127.0.0.1", int(sys.argv[1]), context=ctx)
+t0, ok = time.monotonic(), 0
+for _ in range(4):
+    c.request("GET", "/"); r = c.getresponse(); r.read(); ok += r.status == 200
+print(json.dumps({"ok": ok, "elapsed": time.monotonic() - t0}))
+"""
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("prog", ["python", "curl", "wget"])
+def test_requests_inside_tls_are_paced(shim, http_server, tmp_path, prog):
+    port = http_server("200", tls=True)
+    shim.policy("[defaults]\nrate = 4/s\n")
+    url = f"https://127.0.0.1:{port}/"
+    if prog == "python":
+        r = shim.run(py_script(tmp_path, TLS_SEQ) + [port], timeout=60)
+        assert r.rc == 0, (r.out, r.err)
+        assert r.last_json()["ok"] == 4
+    elif prog == "curl":
+        r = shim.run(["curl", "-sk", "-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null",
+                      url, url, url, url], timeout=60)
+        assert r.rc == 0, r.err
+    else:
+        r = shim.run(["wget", "-q", "--no-check-certificate", "-t", "1", "-O", "/dev/null", url, url, url, url],
+                     timeout=60)
+        assert r.rc == 0, r.err
+    e = shim.entry(f"127.0.0.1:{port}")
+    # one connection (its token), three more requests on it: three waits of ~250 ms
+    assert e["paced"] == 3 and e["exchanges"] == 4, e
+    assert r.elapsed >= 0.7, r.elapsed
+
+
 SPIDER = """
 import json, sys
 import scrapy
