@@ -152,6 +152,18 @@ static int parse_one(char *text, struct ns_fault *f, char *why, size_t whylen)
 			f->arg = code;
 		}
 		i++;
+		if (k == NS_F_STATUS && i < n && strcmp(tok[i], "retry-after") == 0) {
+			uint64_t sec = 0;
+
+			for (e = i + 1 < n ? tok[i + 1] : ""; isdigit((unsigned char)*e) && sec <= 86400; e++)
+				sec = sec * 10 + (uint64_t)(*e - '0');
+			if (i + 1 >= n || !*tok[i + 1] || *e || sec > 86400) {
+				snprintf(why, whylen, "retry-after: expected whole seconds from 0 to 86400, such as 30");
+				return -1;
+			}
+			f->after = sec + 1;
+			i += 2;
+		}
 	}
 	if (i < n && strcmp(tok[i], "after") == 0) {
 		if (!kinds[k].after) {
@@ -229,6 +241,8 @@ void ns_faults_format(const struct ns_faults *f, char *buf, size_t len)
 
 			fmt_size(x->after, sz, sizeof(sz));
 			snprintf(af, sizeof(af), " after %s", sz);
+		} else if (k == NS_F_STATUS && x->after) {
+			snprintf(af, sizeof(af), " retry-after %llu", (unsigned long long)(x->after - 1));
 		}
 		if (x->pct_bp < 10000) {
 			if (x->pct_bp % 100)

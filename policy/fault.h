@@ -33,7 +33,8 @@ struct ns_fault {
 	uint32_t kind;               /* enum ns_fault_kind */
 	uint32_t pct_bp;             /* share of connections (lookups), basis points; 10000 = all */
 	uint64_t arg;                /* delay/latency: ms; bandwidth: bytes/s; status: the code */
-	uint64_t after;              /* stall/reset/close: bytes that arrive first */
+	uint64_t after;              /* stall/reset/close: bytes that arrive first; status: the
+				      * Retry-After its answer carries, seconds + 1 (0: none) */
 };
 
 struct ns_faults {

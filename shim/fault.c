@@ -539,8 +539,13 @@ static const char *reason(uint32_t code)
  * an empty body, then end of stream. */
 static size_t synth(const struct ns_cfault *cf, char *buf, size_t len)
 {
-	int n = snprintf(buf, len, "HTTP/1.1 %u %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-			 LD(cf->status), reason(LD(cf->status)));
+	char ra[40] = "";
+	int n;
+
+	if (LD(cf->after))   /* status CODE retry-after N: seconds + 1 */
+		snprintf(ra, sizeof(ra), "Retry-After: %llu\r\n", (unsigned long long)(LD(cf->after) - 1));
+	n = snprintf(buf, len, "HTTP/1.1 %u %s\r\n%sContent-Length: 0\r\nConnection: close\r\n\r\n",
+		     LD(cf->status), reason(LD(cf->status)), ra);
 
 	return n < 0 ? 0 : (size_t)n >= len ? len - 1 : (size_t)n;
 }

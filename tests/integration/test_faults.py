@@ -92,6 +92,39 @@ def test_data_and_connect_faults_under_requests(shim, server, tmp_path, fault, c
 
 
 @pytest.mark.shim
+@pytest.mark.parametrize("retry_after, cools", [("on", True), ("off", False)])
+def test_an_injected_status_carries_retry_after_and_the_destination_cools_down(shim, server, retry_after, cools):
+    srv = server("http")
+    shim.policy(POLICY + f'retry_after = {retry_after}\n[host "127.0.0.1:{srv.port}"]\n'
+                'fault = status 429 retry-after 2\n')
+    r = shim.run(["curl", "-si", srv.url])
+    assert r.rc == 0, r.err
+    head = r.out.replace("\r\n", "\n")
+    assert head.startswith("HTTP/1.1 429 Too Many Requests\n") and "\nRetry-After: 2\n" in head, r.out
+    e = shim.entry(srv.dest)
+    assert e["last_status"] == 429, e
+    assert (e["state"] == "cooldown") == cools, e
+    t0 = time.monotonic()
+    again = shim.run(["curl", "-sS", "-o", "/dev/null", srv.url])
+    if cools:
+        # refused at once until the 2 s pass, then the fault answers again
+        assert again.rc == 7 and again.elapsed < 1, (again.rc, again.elapsed)
+        time.sleep(max(0.0, 2.3 - (time.monotonic() - t0)))
+        assert shim.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", srv.url]).out == "429"
+    else:
+        assert again.rc == 0, again.err
+
+
+def test_retry_after_in_a_status_fault_is_checked(shim):
+    pol = shim.policy('[defaults]\nfault = status 503 retry-after soon\n')
+    p = shim.ctl("check", pol)
+    assert p.returncode == 2 and f"{pol}:2: fault: retry-after: expected whole seconds" in p.stderr, p.stderr
+    pol = shim.policy('[defaults]\nfault = status 503 retry-after 30 50%\n')
+    p = shim.ctl("--policy", pol, "faults", "--json")
+    assert json.loads(p.stdout)["faults"][0]["faults"] == "status 503 retry-after 30 50%", p.stdout
+
+
+@pytest.mark.shim
 def test_nxdomain_fails_the_lookup_by_name(shim, server, tmp_path):
     srv = server("http")
     shim.policy(POLICY + '[host "localhost"]\nfault = nxdomain\n')

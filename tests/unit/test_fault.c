@@ -66,6 +66,13 @@ Test(fault, every_kind)
 	f = parse_ok("status 503");
 	cr_assert_eq(f.f[0].kind, NS_F_STATUS);
 	cr_assert_eq(f.f[0].arg, 503);
+	cr_assert_eq(f.f[0].after, 0, "no Retry-After");
+	f = parse_ok("status 429 retry-after 0");
+	cr_assert_eq(f.f[0].after, 1, "Retry-After: 0 (seconds + 1)");
+	roundtrip("status 429 retry-after 30 25%", "status 429 retry-after 30 25%");
+	parse_bad("status 429 retry-after", "retry-after: expected whole seconds");
+	parse_bad("status 429 retry-after 86401", "retry-after: expected whole seconds");
+	parse_bad("close retry-after 3", "unexpected 'retry-after'");
 	cr_assert_eq(parse_ok("nxdomain").f[0].kind, NS_F_NXDOMAIN);
 	cr_assert_eq(ns_fault_phase(NS_F_BLACKHOLE), NS_FP_CONNECT);
 	cr_assert_eq(ns_fault_phase(NS_F_STATUS), NS_FP_DATA);
