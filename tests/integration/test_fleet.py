@@ -284,6 +284,30 @@ def test_breakers_opened_under_manual_recovery_vote_until_reset_and_a_killed_nod
 
 @pytest.mark.shim
 @pytest.mark.agent
+def test_a_retry_after_seen_on_one_machine_cools_every_machine_down(fleet, http_server):
+    n1, n2, n3 = fleet(extra_policy="failure_status = none\n")
+    port = http_server("429,ra=3,close;200,close")
+    dest, url = f"127.0.0.1:{port}", f"http://127.0.0.1:{port}/"
+    t0 = time.monotonic()
+    r = n1.shim.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url])
+    assert r.out == "429", (r.out, r.err)
+    assert n1.state(dest) == "cooldown"
+    took = wait_for(lambda: n2.state(dest) == "cooldown" and n3.state(dest) == "cooldown", 5)
+    assert took is not None, n1.log() + n2.log()
+    assert took <= SPREAD_S, f"the cooldown reached the others after {took:.2f} s"
+    r = n2.shim.run(["curl", "-sS", "-o", "/dev/null", url])
+    assert r.rc == 7 and r.elapsed < 1, (r.rc, r.err)
+    ev = n3.shim.ctl("events", "--json", dest).stdout
+    assert "Retry-After seen on node n1" in ev, ev
+    # the server's 3 s, counted from its answer on n1, hold on n3 too
+    assert wait_for(lambda: n3.state(dest) != "cooldown", 6) is not None
+    assert 2.5 <= time.monotonic() - t0 <= 3.0 + SPREAD_S + 0.5, time.monotonic() - t0
+    r = n3.shim.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", url])
+    assert r.out == "200", (r.out, r.err)
+
+
+@pytest.mark.shim
+@pytest.mark.agent
 def test_operator_reset_on_any_node_closes_it_on_all(fleet, server):
     n1, n2, n3 = fleet()
     srv = server("reset")

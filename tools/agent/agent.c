@@ -48,12 +48,14 @@ struct dst {
 	int tripped;                /* this pass: open or half-open here by its own failures */
 	int manual;                 /* this pass: open here under recovery = manual (until a reset) */
 	uint64_t my_t;              /* the local open our vote in Redis stands for */
+	uint64_t cool_seen;         /* the fleet's last cooldown applied here (Redis time it ends) */
 	char rule[AG_RULE_MAX];     /* the rule of the last local open */
 	UT_hash_handle hh;
 };
 
 struct op {
 	int op;
+	uint64_t ttl_ms;            /* a cooldown: what is left of it */
 	char key[NS_KEY_MAX];
 };
 
@@ -154,13 +156,14 @@ static void note(int type, const char *key, const char *detail)
 	ctl_note_event(&A.t, type, key, detail, "netshim-agent");
 }
 
-static void queue_op(int op, const char *key)
+static void queue_op(int op, const char *key, uint64_t ttl_ms)
 {
 	if (A.nops == MAX_OPS) {
 		ag_log("%d operator commands wait for Redis; %s for %s is dropped", MAX_OPS, fl_op_name(op), key);
 		return;
 	}
 	A.ops[A.nops].op = op;
+	A.ops[A.nops].ttl_ms = ttl_ms;
 	snprintf(A.ops[A.nops].key, sizeof(A.ops[A.nops].key), "%s", key);
 	A.nops++;
 }
@@ -184,7 +187,15 @@ static void read_events(void)
 		if (ev.pid == (uint32_t)getpid())
 			continue;
 		if (ev.type == NS_E_RESET || ev.type == NS_E_FORCED_OPEN) {
-			queue_op(ev.type == NS_E_RESET ? FL_RESET : FL_FORCE, ev.dest);
+			queue_op(ev.type == NS_E_RESET ? FL_RESET : FL_FORCE, ev.dest, 0);
+		} else if (ev.type == NS_E_COOLDOWN) {
+			/* a server said when to come back: every machine hears it */
+			struct dst *d = dst_get(ev.dest, 1);
+			struct ns_entry e;
+			int slot = d ? dst_slot(d, 0) : -1;
+
+			if (slot >= 0 && ns_table_read(&A.t, slot, ctl_mono_ms(), &e) == 0 && e.cooldown_left_ms)
+				queue_op(FL_COOLDOWN, ev.dest, e.cooldown_left_ms);
 		} else if (ev.type == NS_E_OPENED || ev.type == NS_E_REOPENED) {
 			struct dst *d = dst_get(ev.dest, 1);
 
@@ -345,6 +356,19 @@ static void on_dest(void *arg, const struct fl_dest *in)
 	if (!d)
 		return;
 	set_votes(d, in->votes, in->nvotes);
+	if (in->cool_until > A.redis_now && in->cool_until != d->cool_seen && strcmp(in->cool_node, A.node) != 0) {
+		int slot = dst_slot(d, 1);
+		char detail[160];
+
+		d->cool_seen = in->cool_until;
+		if (slot >= 0) {
+			ns_table_cooldown(&A.t, slot, ctl_mono_ms() + (in->cool_until - A.redis_now));
+			snprintf(detail, sizeof(detail), "fleet: Retry-After seen on node %s: %llu ms left", in->cool_node,
+				 (unsigned long long)(in->cool_until - A.redis_now));
+			note(NS_E_COOLDOWN, d->key, detail);
+			ag_log("%s: cooling down here too (%s)", d->key, detail);
+		}
+	}
 	if (in->cmd_seq && in->cmd_seq > d->cmd_seq) {
 		d->cmd_seq = in->cmd_seq;
 		if (strcmp(in->cmd_node, A.node) == 0)
@@ -479,11 +503,14 @@ static int publish_ops(char *err, size_t len)
 {
 	while (A.nops) {
 		struct op *o = &A.ops[0];
-		int rc = fl_change(&A.c, o->op, o->key, A.node, 0, NULL, err, len);
+		int rc = fl_change(&A.c, o->op, o->key, A.node, o->ttl_ms, NULL, err, len);
 
 		if (rc == FL_DOWN)
 			return rc;
-		if (rc == FL_OK)
+		if (rc == FL_OK && o->op == FL_COOLDOWN)
+			ag_log("%s: a Retry-After here (%llu ms left): sent to the fleet", o->key,
+			       (unsigned long long)o->ttl_ms);
+		else if (rc == FL_OK)
 			ag_log("%s: %s here by an operator: sent to the fleet", o->key,
 			       o->op == FL_RESET ? "reset" : "forced open");
 		else

@@ -50,7 +50,7 @@ int fl_seq(struct fl_conn *c, uint64_t *seq, char *err, size_t len);
 /* One change: a node's vote that dest is open (for ttl_ms, the breaker's
  * open duration left, with the rule that opened it), its withdrawal, or an
  * operator's reset or forced open for the whole fleet. */
-enum fl_op { FL_VOTE, FL_UNVOTE, FL_RESET, FL_FORCE };
+enum fl_op { FL_VOTE, FL_UNVOTE, FL_RESET, FL_FORCE, FL_COOLDOWN };
 const char *fl_op_name(int op);
 
 /* Queue one change on the connection (pipelining); fl_collect reads the
@@ -76,6 +76,8 @@ struct fl_dest {
 	uint64_t cmd_seq;           /* 0 = no operator command */
 	int cmd_op;                 /* FL_RESET or FL_FORCE */
 	char cmd_node[AG_NAME_MAX];
+	uint64_t cool_until;        /* a server's Retry-After seen on a node: Redis time it ends, 0 = none */
+	char cool_node[AG_NAME_MAX];
 	uint64_t seq;               /* its last change */
 };
 

@@ -7,7 +7,10 @@
  *   netshim:{F}:seq          counter, one step per change
  *   netshim:{F}:changes      sorted set: destination -> seq of its last change
  *   netshim:{F}:votes:DEST   hash: node -> "EXPIRY_MS RULE" (Redis time); the
- *                            key expires a minute after its latest vote
+ *                            key expires a minute after its latest vote; and
+ *                            "~cooldown" -> "UNTIL_MS NODE": a server's
+ *                            Retry-After seen on NODE (not a node name, so
+ *                            never counted as a vote; a reset clears it too)
  *   netshim:{F}:cmd:DEST     hash: seq, op (reset | forced_open), node, at:
  *                            the last operator command for DEST
  *   netshim:{F}:hint         pub/sub channel: the seq of each change, a hint
@@ -44,6 +47,12 @@ static const char change_script[] =
 	"  if redis.call('HDEL', KEYS[3], ARGV[3]) == 0 then return 0 end\n"
 	"elseif op == 'reset' then\n"
 	"  redis.call('DEL', KEYS[3])\n"
+	"elseif op == 'cooldown' then\n"
+	"  local ttl = tonumber(ARGV[4])\n"
+	"  local cur = redis.call('HGET', KEYS[3], '~cooldown')\n"
+	"  if cur and tonumber(string.match(cur, '^%d+')) >= now + ttl then return 0 end\n"
+	"  redis.call('HSET', KEYS[3], '~cooldown', string.format('%d %s', now + ttl, ARGV[3]))\n"
+	"  if redis.call('PTTL', KEYS[3]) < ttl + 60000 then redis.call('PEXPIRE', KEYS[3], ttl + 60000) end\n"
 	"end\n"
 	"local s = redis.call('INCR', KEYS[1])\n"
 	"if op == 'reset' or op == 'forced_open' then\n"
@@ -53,11 +62,11 @@ static const char change_script[] =
 	"redis.call('PUBLISH', ARGV[6], s)\n"
 	"return s\n";
 
-static const char *const op_names[] = { "vote", "unvote", "reset", "forced_open" };
+static const char *const op_names[] = { "vote", "unvote", "reset", "forced_open", "cooldown" };
 
 const char *fl_op_name(int op)
 {
-	return op >= 0 && op <= FL_FORCE ? op_names[op] : "?";
+	return op >= 0 && op <= FL_COOLDOWN ? op_names[op] : "?";
 }
 
 int fl_name_ok(const char *s)
@@ -351,12 +360,22 @@ static int get_reply(struct fl_conn *c, redisReply **r, int type, char *err, siz
 static void parse_dest(struct fl_dest *d, const redisReply *votes, const redisReply *cmd)
 {
 	d->nvotes = 0;
+	d->cool_until = 0;
+	d->cool_node[0] = '\0';
 	for (size_t i = 0; i + 1 < votes->elements; i += 2) {
 		const redisReply *k = votes->element[i], *v = votes->element[i + 1];
 		struct fl_vote *w = &d->votes[d->nvotes];
 		char *sp;
 
-		if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING || !fl_name_ok(k->str))
+		if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+			continue;
+		if (strcmp(k->str, "~cooldown") == 0) {
+			d->cool_until = strtoull(v->str, &sp, 10);
+			if (*sp == ' ' && fl_name_ok(sp + 1))
+				snprintf(d->cool_node, sizeof(d->cool_node), "%s", sp + 1);
+			continue;
+		}
+		if (!fl_name_ok(k->str))
 			continue;
 		snprintf(w->node, sizeof(w->node), "%s", k->str);
 		w->exp_ms = strtoull(v->str, &sp, 10);
