@@ -416,6 +416,10 @@ int ns_fault_hold_connect(struct ns_conn *c, const struct sockaddr *sa, socklen_
 
 	if (len > (socklen_t)sizeof(cf->real_sa) || target_for(NS_F_BLACKHOLE, sa->sa_family, to, tolen) < 0)
 		return -1;
+	/* nothing injected: what a record's last life left here must not act
+	 * (the data path reads these while NS_ATTN_FAULT is set) */
+	memset(cf, 0, sizeof(*cf));
+	ST(cf->rt_idx, -1);
 	memcpy(&cf->real_sa, sa, len);
 	ST(cf->real_len, len);
 	ST(cf->delay_until, until);

@@ -408,6 +408,48 @@ def test_after_the_breaker_closes_the_rate_ramps_over_slow_start(shim, recording
     assert per(4.5, 5.5) >= 9, gaps(t)
 
 
+# A record that carried an injected latency, reused for a connect queued
+# under max_connections: the queued connection must not inherit the fault.
+REUSED = """
+import json, select, socket, sys, time
+pa, pb = int(sys.argv[1]), int(sys.argv[2])
+req = b"GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"
+def nb_connect(port):
+    s = socket.socket(); s.setblocking(False)
+    try:
+        s.connect(("127.0.0.1", port))
+    except BlockingIOError:
+        pass
+    return s
+s1 = nb_connect(pb)                       # takes B's one place
+select.select([], [s1], [], 5)
+a = socket.create_connection(("127.0.0.1", pa))   # A: latency 1s injected
+ta = time.monotonic(); a.sendall(req); a.recv(4096); a_ms = (time.monotonic() - ta) * 1000
+a.close()                                 # its record back to the pool
+s2 = nb_connect(pb)                       # queued: B's place is held (the record A left)
+time.sleep(0.1)
+s1.close()                                # its turn
+select.select([], [s2], [], 5)
+s2.setblocking(True)
+t0 = time.monotonic(); s2.sendall(req); got = s2.recv(4096)
+print(json.dumps({"ok": got.endswith(b"ok"), "ms": (time.monotonic() - t0) * 1000, "a_ms": a_ms}))
+"""
+
+
+@pytest.mark.shim
+def test_a_queued_connect_on_a_reused_record_inherits_no_fault(shim, recording, tmp_path):
+    a, b = recording(keepalive=False), recording(keepalive=False)
+    shim.policy(f"[defaults]\nfailure_threshold = 0\n[host \"{a.dest}\"]\nfault = latency 1s\n"
+                f"[host \"{b.dest}\"]\nmax_connections = 1\nqueue_timeout = 10s\n")
+    r = shim.run(py_script(tmp_path, REUSED) + [a.port, b.port], timeout=30)
+    assert r.rc == 0, (r.out, r.err)
+    rep = r.last_json()
+    assert rep["a_ms"] >= 950, rep          # the fault acted on A
+    assert rep["ok"] and rep["ms"] < 500, rep   # and not on B's queued connection
+    e = shim.entry(b.dest)
+    assert e["injected"] == 0 and e["waited_ms_p99"] is not None, e   # which was queued
+
+
 # Four requests on one TLS connection: paced where their plaintext is
 # written (SSL_write: curl on OpenSSL, python's ssl; gnutls_record_send: wget).
 TLS_SEQ = """
