@@ -152,6 +152,15 @@ static int parse_one(char *text, struct ns_fault *f, char *why, size_t whylen)
 			f->arg = code;
 		}
 		i++;
+		if (k == NS_F_LATENCY && i < n && strcmp(tok[i], "jitter") == 0) {
+			if (i + 1 >= n || ns_duration_parse(tok[i + 1], &f->jitter, &dwhy) < 0 ||
+			    f->jitter > 24ULL * 3600 * 1000) {
+				snprintf(why, whylen, "jitter: expected a duration up to 24h, such as 50ms%s%s",
+					 dwhy ? ": " : "", dwhy ? dwhy : "");
+				return -1;
+			}
+			i += 2;
+		}
 		if (k == NS_F_STATUS && i < n && strcmp(tok[i], "retry-after") == 0) {
 			uint64_t sec = 0;
 
@@ -243,6 +252,8 @@ void ns_faults_format(const struct ns_faults *f, char *buf, size_t len)
 			snprintf(af, sizeof(af), " after %s", sz);
 		} else if (k == NS_F_STATUS && x->after) {
 			snprintf(af, sizeof(af), " retry-after %llu", (unsigned long long)(x->after - 1));
+		} else if (k == NS_F_LATENCY && x->jitter) {
+			snprintf(af, sizeof(af), " jitter %llums", (unsigned long long)x->jitter);
 		}
 		if (x->pct_bp < 10000) {
 			if (x->pct_bp % 100)

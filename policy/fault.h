@@ -35,6 +35,7 @@ struct ns_fault {
 	uint64_t arg;                /* delay/latency: ms; bandwidth: bytes/s; status: the code */
 	uint64_t after;              /* stall/reset/close: bytes that arrive first; status: the
 				      * Retry-After its answer carries, seconds + 1 (0: none) */
+	uint64_t jitter;             /* latency: the standard deviation of each delay, ms (0: none) */
 };
 
 struct ns_faults {

@@ -99,6 +99,7 @@ struct ns_cfault {
 	uint32_t status;            /* status: the code */
 	uint64_t after;             /* stall/reset/close: bytes that arrive first */
 	int64_t latency_ns;         /* latency: 0 = none */
+	int64_t jitter_ns;          /* latency: each delay's standard deviation, 0 = none */
 	uint64_t rate;              /* bandwidth: bytes/s, 0 = none */
 	uint64_t got;               /* bytes the program has received */
 	monotime resp_due;          /* latency: input held until then */

@@ -30,6 +30,7 @@
 
 #include "../policy/fault.h"
 #include "config.h"
+#include "faultcfg.h"
 #include "outcome.h"
 #include "real.h"
 #include "settings.h"
@@ -375,6 +376,7 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 			switch (x->kind) {
 			case NS_F_LATENCY:
 				ST(cf->latency_ns, (int64_t)x->arg * 1000000);
+				ST(cf->jitter_ns, (int64_t)x->jitter * 1000000);
 				break;
 			case NS_F_BANDWIDTH:
 				ST(cf->rate, x->arg);
@@ -782,7 +784,9 @@ void ns_fault_post(struct ns_conn *c, int d, ssize_t r)
 		return;
 	}
 	if (LD(cf->latency_ns) && !LD(cf->awaiting)) {
-		ST(cf->resp_due, ns_now() + LD(cf->latency_ns));   /* before awaiting: a reader that sees it finds the time */
+		int64_t lat = LD(cf->latency_ns) + (LD(cf->jitter_ns) ? ns_fault_jitter(LD(cf->jitter_ns)) : 0);
+
+		ST(cf->resp_due, ns_now() + (lat > 0 ? lat : 0));   /* before awaiting: a reader that sees it finds the time */
 		ST(cf->awaiting, 1u);
 	}
 }

@@ -4,6 +4,8 @@
  * policy is loaded (config.c). What they then do is fault.c's. */
 #include "faultcfg.h"
 
+#include "../policy/breaker.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +101,26 @@ uint32_t ns_fault_choose(const struct ns_faults *f, int phase)
 		mask = ns_faults_choose(f, phase, &st);
 	} while (!__atomic_compare_exchange_n(&frng, &old, st, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
 	return mask;
+}
+
+/* A draw of mean 0 and standard deviation sd: the sum of four uniform
+ * draws (16 bits each, from one draw of the fault source), centred and
+ * scaled by sqrt(3) -- near enough to normal, and bounded at 3.46 sd, so
+ * latency 200ms jitter 50ms never adds less than 27 ms. A seeded run draws
+ * the same sequence. */
+int64_t ns_fault_jitter(int64_t sd)
+{
+	uint64_t old = __atomic_load_n(&frng, __ATOMIC_RELAXED), st, x;
+	int64_t s, d;
+
+	do {
+		st = old;
+		x = ns_rng_next(&st);
+	} while (!__atomic_compare_exchange_n(&frng, &old, st, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+	s = (int64_t)(x & 0xffff) + (int64_t)(x >> 16 & 0xffff) + (int64_t)(x >> 32 & 0xffff) + (int64_t)(x >> 48);
+	d = (int64_t)((__int128)sd * (s - 2 * 65535) * 17320508 / ((__int128)65535 * 10000000));
+	NS_LOG(NS_LOG_DEBUG, "latency jitter: %lld us", (long long)(d / 1000));
+	return d;
 }
 
 int ns_fault_env_match(const struct ns_dest *d, struct ns_faults *out)

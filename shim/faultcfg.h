@@ -23,6 +23,9 @@ static inline int ns_fault_possible(void)
 /* Draw which of f's faults of a phase (NS_FP_*) act, from the shared
  * random source: a mask of f's entries. */
 NS_HIDDEN uint32_t ns_fault_choose(const struct ns_faults *f, int phase);
+/* latency's jitter: a draw of mean 0 and standard deviation sd (ns), from
+ * the same source (a seeded run draws the same sequence). */
+NS_HIDDEN int64_t ns_fault_jitter(int64_t sd);
 /* shimrun --inject (NETSHIM_INJECT): the faults of its first line that
  * matches d, 1; or 0. */
 NS_HIDDEN int ns_fault_env_match(const struct ns_dest *d, struct ns_faults *out);

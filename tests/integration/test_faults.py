@@ -124,6 +124,54 @@ def test_retry_after_in_a_status_fault_is_checked(shim):
     assert json.loads(p.stdout)["faults"][0]["faults"] == "status 503 retry-after 30 50%", p.stdout
 
 
+# 20 threads, 10 requests each on a keep-alive session: each answer's time
+JITTER_LOAD = r'''
+import json, sys, threading, time, requests
+url, per, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out, lock = [], threading.Lock()
+def run():
+    s = requests.Session()
+    for _ in range(per):
+        t0 = time.monotonic(); s.get(url, timeout=10); ms = (time.monotonic() - t0) * 1000
+        with lock:
+            out.append(ms)
+ts = [threading.Thread(target=run) for _ in range(threads)]
+[t.start() for t in ts]; [t.join() for t in ts]
+print(json.dumps({"ms": out}))
+'''
+
+
+@pytest.mark.shim
+def test_latency_jitter_spreads_each_answer_around_the_latency(shim, http_server, tmp_path):
+    port = http_server("200")
+    # seeded: the 200 delays drawn are the same every run (their order
+    # among the threads is not), so the mean and spread are too
+    shim.policy(POLICY + "fault_seed = 7\n" + f'[host "127.0.0.1:{port}"]\nfault = latency 200ms jitter 50ms\n')
+    r = shim.run(py_script(tmp_path, JITTER_LOAD) + [f"http://127.0.0.1:{port}/", 10, 20], timeout=60)
+    assert r.rc == 0, r.err
+    ms = r.last_json()["ms"]
+    assert len(ms) == 200
+    mean = sum(ms) / len(ms)
+    sd = (sum((x - mean) ** 2 for x in ms) / (len(ms) - 1)) ** 0.5
+    assert 190 <= mean <= 210, (mean, sd)
+    assert 40 <= sd <= 60, (mean, sd)
+    assert min(ms) >= 25, min(ms)
+
+
+@pytest.mark.shim
+def test_latency_jitter_repeats_exactly_under_a_seed(shim, http_server, tmp_path):
+    port = http_server("200")
+    shim.policy(POLICY + "fault_seed = 42\n" + f'[host "127.0.0.1:{port}"]\nfault = latency 20ms jitter 5ms\n')
+    script = py_script(tmp_path, JITTER_LOAD) + [f"http://127.0.0.1:{port}/", 15, 1]
+    runs = []
+    for _ in range(2):
+        r = shim.run(script, env={"NETSHIM_LOG": "debug"}, timeout=60)
+        assert r.rc == 0, r.err
+        runs.append([l for l in r.err.splitlines() if "latency jitter:" in l])
+    assert len(runs[0]) == 15 and runs[0] == runs[1], runs
+    assert len(set(runs[0])) > 10, "the draws differ from one answer to the next"
+
+
 @pytest.mark.shim
 def test_nxdomain_fails_the_lookup_by_name(shim, server, tmp_path):
     srv = server("http")

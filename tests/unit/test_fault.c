@@ -70,6 +70,13 @@ Test(fault, every_kind)
 	f = parse_ok("status 429 retry-after 0");
 	cr_assert_eq(f.f[0].after, 1, "Retry-After: 0 (seconds + 1)");
 	roundtrip("status 429 retry-after 30 25%", "status 429 retry-after 30 25%");
+	f = parse_ok("latency 200ms jitter 50ms");
+	cr_assert_eq(f.f[0].arg, 200);
+	cr_assert_eq(f.f[0].jitter, 50);
+	roundtrip("latency 0.2s jitter 0.05s 50%", "latency 200ms jitter 50ms 50%");
+	parse_bad("latency 200ms jitter", "jitter: expected a duration");
+	parse_bad("latency 200ms jitter lots", "jitter: expected a duration");
+	parse_bad("delay 1s jitter 5ms", "unexpected 'jitter'");
 	parse_bad("status 429 retry-after", "retry-after: expected whole seconds");
 	parse_bad("status 429 retry-after 86401", "retry-after: expected whole seconds");
 	parse_bad("close retry-after 3", "unexpected 'retry-after'");
