@@ -12,7 +12,7 @@
 static const struct {
 	const char *name;
 	int phase;
-	int arg;                    /* 0 none, 1 duration, 2 rate, 3 HTTP status */
+	int arg;                    /* 0 none, 1 duration, 2 rate, 3 HTTP status, 4 size */
 	int after;                  /* takes "after SIZE" */
 } kinds[NS_F_KINDS] = {
 	[NS_F_NONE] = { "none", NS_FP_CONNECT, 0, 0 },
@@ -27,6 +27,7 @@ static const struct {
 	[NS_F_CLOSE] = { "close", NS_FP_DATA, 0, 1 },
 	[NS_F_STATUS] = { "status", NS_FP_DATA, 3, 0 },
 	[NS_F_NXDOMAIN] = { "nxdomain", NS_FP_LOOKUP, 0, 0 },
+	[NS_F_FRAGMENT] = { "fragment", NS_FP_DATA, 4, 0 },
 };
 
 int ns_fault_phase(uint32_t kind)
@@ -112,7 +113,7 @@ static int parse_one(char *text, struct ns_fault *f, char *why, size_t whylen)
 			break;
 	if (k == NS_F_KINDS) {
 		snprintf(why, whylen, "unknown fault '%.40s' (refuse, unreachable, blackhole, delay, latency, "
-			 "bandwidth, stall, reset, close, status or nxdomain)", tok[0]);
+			 "bandwidth, fragment, stall, reset, close, status or nxdomain)", tok[0]);
 		return -1;
 	}
 	f->kind = k;
@@ -121,7 +122,8 @@ static int parse_one(char *text, struct ns_fault *f, char *why, size_t whylen)
 
 		if (i >= n || strcmp(tok[i], "after") == 0 || strchr(tok[i], '%')) {
 			snprintf(why, whylen, "%s needs %s", kinds[k].name, kinds[k].arg == 1 ? "a duration, such as 800ms" :
-				 kinds[k].arg == 2 ? "a rate, such as 10KiB/s" : "an HTTP status code, such as 503");
+				 kinds[k].arg == 2 ? "a rate, such as 10KiB/s" : kinds[k].arg == 4 ? "a size, such as 1 or 512" :
+				 "an HTTP status code, such as 503");
 			return -1;
 		}
 		if (kinds[k].arg == 1) {
@@ -131,6 +133,13 @@ static int parse_one(char *text, struct ns_fault *f, char *why, size_t whylen)
 			}
 			if (f->arg == 0 || f->arg > 24ULL * 3600 * 1000) {
 				snprintf(why, whylen, "%s: %.40s is out of range (1ms to 24h)", kinds[k].name, tok[i]);
+				return -1;
+			}
+		} else if (kinds[k].arg == 4) {
+			e = parse_size(tok[i], &f->arg);
+			if (!e || *e || f->arg == 0) {
+				snprintf(why, whylen, "fragment: bad size '%.40s': expected the most bytes a read returns, "
+					 "such as 1 or 512", tok[i]);
 				return -1;
 			}
 		} else if (kinds[k].arg == 2) {
@@ -245,6 +254,10 @@ void ns_faults_format(const struct ns_faults *f, char *buf, size_t len)
 			strcat(a, "/s");
 		} else if (kinds[k].arg == 3)
 			snprintf(a, sizeof(a), " %llu", (unsigned long long)x->arg);
+		else if (kinds[k].arg == 4) {
+			fmt_size(x->arg, a + 1, sizeof(a) - 1);
+			a[0] = ' ';
+		}
 		if (kinds[k].after && x->after) {
 			char sz[32];
 

@@ -101,6 +101,7 @@ struct ns_cfault {
 	int64_t latency_ns;         /* latency: 0 = none */
 	int64_t jitter_ns;          /* latency: each delay's standard deviation, 0 = none */
 	uint64_t rate;              /* bandwidth: bytes/s, 0 = none */
+	uint64_t frag;              /* fragment: the most bytes a read returns, 0 = any */
 	uint64_t got;               /* bytes the program has received */
 	monotime resp_due;          /* latency: input held until then */
 	uint32_t awaiting;          /* latency: sent, the answer not yet begun */

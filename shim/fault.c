@@ -381,6 +381,9 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 			case NS_F_BANDWIDTH:
 				ST(cf->rate, x->arg);
 				break;
+			case NS_F_FRAGMENT:
+				ST(cf->frag, x->arg);
+				break;
 			default:
 				if (!LD(cf->end_kind)) {
 					ST(cf->end_kind, x->kind);
@@ -403,8 +406,8 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 		ns_table_fault_applied(ns_tbl(), (uint32_t)rt);
 	NS_LOG(NS_LOG_INFO, "%s: injected fault (connect %s%s)", c->key[0] ? c->key : "?",
 	       r == NS_FC_NONE ? "as asked" : r == NS_FC_FAIL ? "fails" : LD(cf->delay_until) ? "delayed" : "diverted",
-	       LD(cf->latency_ns) || LD(cf->rate) || LD(cf->end_kind) ? ", data faults" : "");
-	if (LD(cf->latency_ns) || LD(cf->rate) || LD(cf->end_kind) || LD(cf->delay_until)) {
+	       LD(cf->latency_ns) || LD(cf->rate) || LD(cf->frag) || LD(cf->end_kind) ? ", data faults" : "");
+	if (LD(cf->latency_ns) || LD(cf->rate) || LD(cf->frag) || LD(cf->end_kind) || LD(cf->delay_until)) {
 		__atomic_fetch_or(&c->flags, NS_C_FAULT, __ATOMIC_RELAXED);
 		__atomic_fetch_or(&c->expired, NS_ATTN_FAULT, __ATOMIC_RELEASE);
 	}
@@ -475,7 +478,7 @@ int ns_fault_delay_due(int fd, struct ns_conn *c, monotime now)
 	/* leave the target that never answers; connect for real, from now */
 	ns_drop_attempt(fd);
 	REAL(connect)(fd, (struct sockaddr *)&cf->real_sa, LD(cf->real_len));
-	if (queued && !LD(cf->latency_ns) && !LD(cf->rate) && !LD(cf->end_kind)) {
+	if (queued && !LD(cf->latency_ns) && !LD(cf->rate) && !LD(cf->frag) && !LD(cf->end_kind)) {
 		/* nothing injected: the data path is the healthy one again */
 		__atomic_fetch_and(&c->expired, ~NS_ATTN_FAULT, __ATOMIC_RELEASE);
 		__atomic_fetch_and(&c->flags, ~NS_C_FAULT, __ATOMIC_RELAXED);
@@ -611,6 +614,8 @@ static int in_state(struct ns_cfault *cf, monotime now, size_t *allow, monotime 
 		if (ok - got < lim)
 			lim = ok - got;
 	}
+	if (LD(cf->frag) && LD(cf->frag) < lim)
+		lim = LD(cf->frag);   /* fragment: short reads */
 	*allow = lim > SIZE_MAX ? SIZE_MAX : (size_t)lim;
 	return NS_FW_NONE;
 }

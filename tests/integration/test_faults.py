@@ -172,6 +172,83 @@ def test_latency_jitter_repeats_exactly_under_a_seed(shim, http_server, tmp_path
     assert len(set(runs[0])) > 10, "the draws differ from one answer to the next"
 
 
+@pytest.fixture
+def page_server(tmp_path):
+    """python -m http.server on a directory holding page.bin (5,000 bytes
+    of varied content): its port and the bytes."""
+    d = tmp_path / "site"
+    d.mkdir()
+    body = bytes((i * 7 + i // 251) % 256 for i in range(5000))
+    (d / "page.bin").write_bytes(body)
+    p = subprocess.Popen([PY, "-m", "http.server", "0", "--bind", "127.0.0.1"], cwd=d, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True)
+    port = int(p.stdout.readline().split("port ")[1].split()[0])
+    yield port, body
+    p.kill()
+    p.wait()
+
+
+RAW_READS = r'''
+import json, socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"GET /page.bin HTTP/1.0\r\n\r\n")
+sizes, data = [], b""
+while True:
+    b = s.recv(4096)
+    if not b:
+        break
+    sizes.append(len(b)); data += b
+print(json.dumps({"max": max(sizes), "reads": len(sizes), "body_len": len(data.split(b"\r\n\r\n", 1)[1])}))
+'''
+
+
+@pytest.mark.shim
+def test_fragment_returns_one_byte_per_read(shim, page_server, tmp_path):
+    port, body = page_server
+    shim.policy(POLICY + f'[host "127.0.0.1:{port}"]\nfault = fragment 1\n')
+    r = shim.run(py_script(tmp_path, RAW_READS) + [port], timeout=60)
+    rep = r.last_json()
+    assert rep["max"] == 1 and rep["body_len"] == len(body), rep
+
+
+NODE_GET = r'''
+const http = require("http"), crypto = require("crypto");
+http.get(process.argv[2], res => {
+  const h = crypto.createHash("sha256");
+  res.on("data", d => h.update(d));
+  res.on("end", () => console.log(JSON.stringify({sha: h.digest("hex")})));
+}).on("error", e => { console.log(JSON.stringify({error: e.code})); process.exit(1); });
+'''
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("prog", ["curl", "requests", "node"])
+def test_fragmented_reads_give_the_same_bytes(shim, page_server, tmp_path, prog):
+    import hashlib
+    port, body = page_server
+    url = f"http://127.0.0.1:{port}/page.bin"
+    shim.policy(POLICY + f'[host "127.0.0.1:{port}"]\nfault = fragment 1\n')
+    if prog == "curl":
+        out = tmp_path / "got.bin"
+        r = shim.run(["curl", "-sS", "-o", out, url], timeout=60)
+        assert r.rc == 0, r.err
+        got = hashlib.sha256(out.read_bytes()).hexdigest()
+    elif prog == "requests":
+        r = shim.run(py_script(tmp_path, "import hashlib, json, sys, requests\n"
+                                         "print(json.dumps({'sha': hashlib.sha256(requests.get(sys.argv[1]).content)"
+                                         ".hexdigest()}))\n") + [url], timeout=60)
+        assert r.rc == 0, r.err
+        got = r.last_json()["sha"]
+    else:
+        p = tmp_path / "get.js"
+        p.write_text(NODE_GET)
+        r = shim.run(["node", p, url], timeout=60)
+        assert r.rc == 0, (r.out, r.err)
+        got = r.last_json()["sha"]
+    assert got == hashlib.sha256(body).hexdigest()
+    assert shim.entry(f"127.0.0.1:{port}")["injected"] == 1
+
+
 @pytest.mark.shim
 def test_nxdomain_fails_the_lookup_by_name(shim, server, tmp_path):
     srv = server("http")

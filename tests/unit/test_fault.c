@@ -77,6 +77,13 @@ Test(fault, every_kind)
 	parse_bad("latency 200ms jitter", "jitter: expected a duration");
 	parse_bad("latency 200ms jitter lots", "jitter: expected a duration");
 	parse_bad("delay 1s jitter 5ms", "unexpected 'jitter'");
+	f = parse_ok("fragment 1");
+	cr_assert_eq(f.f[0].kind, NS_F_FRAGMENT);
+	cr_assert_eq(f.f[0].arg, 1);
+	cr_assert_eq(ns_fault_phase(NS_F_FRAGMENT), NS_FP_DATA);
+	roundtrip("fragment 1KiB 50%", "fragment 1KiB 50%");
+	parse_bad("fragment", "fragment needs a size");
+	parse_bad("fragment 0", "fragment: bad size");
 	parse_bad("status 429 retry-after", "retry-after: expected whole seconds");
 	parse_bad("status 429 retry-after 86401", "retry-after: expected whole seconds");
 	parse_bad("close retry-after 3", "unexpected 'retry-after'");
