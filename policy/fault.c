@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "breaker.h"
+#include "internal.h"
 #include "policy.h"
 
 static const struct {
@@ -194,6 +195,20 @@ static int parse_one(char *text, struct ns_fault *f, char *why, size_t whylen)
 		}
 		i += 2;
 	}
+	while (i + 1 < n && (strcmp(tok[i], "first") == 0 || strcmp(tok[i], "every") == 0)) {
+		uint64_t v;
+
+		if (ns_parse_uint(tok[i + 1], &v) < 0 || v == 0 || v > 1000000) {
+			snprintf(why, whylen, "%s: expected a count from 1 to 1000000, such as 2", tok[i]);
+			return -1;
+		}
+		if (f->first || f->every) {
+			snprintf(why, whylen, "one of 'first N' or 'every N' per fault");
+			return -1;
+		}
+		*(tok[i][0] == 'f' ? &f->first : &f->every) = (uint32_t)v;
+		i += 2;
+	}
 	if (i < n && strchr(tok[i], '%')) {
 		if (parse_pct(tok[i], &f->pct_bp) < 0) {
 			snprintf(why, whylen, "bad percentage '%.40s': expected more than 0%% and at most 100%%, "
@@ -273,6 +288,12 @@ void ns_faults_format(const struct ns_faults *f, char *buf, size_t len)
 				snprintf(pc, sizeof(pc), " %u.%02u%%", x->pct_bp / 100, x->pct_bp % 100);
 			else
 				snprintf(pc, sizeof(pc), " %u%%", x->pct_bp / 100);
+		}
+		if (x->first || x->every) {
+			char sc[24];
+
+			snprintf(sc, sizeof(sc), " %s %u", x->first ? "first" : "every", x->first ? x->first : x->every);
+			strncat(af, sc, sizeof(af) - strlen(af) - 1);
 		}
 		o += (size_t)snprintf(buf + o, len - o, "%s%s%s%s%s", i ? "; " : "", kinds[k].name, a, af, pc);
 	}

@@ -39,6 +39,8 @@ struct ns_fault {
 	uint64_t after;              /* stall/reset/close: bytes that arrive first; status: the
 				      * Retry-After its answer carries, seconds + 1 (0: none) */
 	uint64_t jitter;             /* latency: the standard deviation of each delay, ms (0: none) */
+	uint32_t first;              /* only the first N connections (lookups) get it; 0 = all */
+	uint32_t every;              /* only every Nth gets it; 0 = all */
 };
 
 struct ns_faults {

@@ -332,8 +332,9 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 
 	if (!faults_for(d, &set->fault, now, &f, &rt))
 		return NS_FC_NONE;
-	cm = ns_fault_choose(&f, NS_FP_CONNECT);
-	dm = ns_fault_choose(&f, NS_FP_DATA);
+	dm = ns_fault_sched(&f, slot);   /* first N, every N */
+	cm = ns_fault_choose(&f, NS_FP_CONNECT) & dm;
+	dm &= ns_fault_choose(&f, NS_FP_DATA);
 	memset(cf, 0, sizeof(*cf));
 	ST(cf->rt_idx, rt);
 	for (uint32_t i = 0; i < f.n && !got; i++) {

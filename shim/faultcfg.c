@@ -5,6 +5,7 @@
 #include "faultcfg.h"
 
 #include "../policy/breaker.h"
+#include "settings.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -101,6 +102,48 @@ uint32_t ns_fault_choose(const struct ns_faults *f, int phase)
 		mask = ns_faults_choose(f, phase, &st);
 	} while (!__atomic_compare_exchange_n(&frng, &old, st, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
 	return mask;
+}
+
+/* first N / every N: this process's connections (lookups) per destination
+ * (its table slot) and fault of the list, counted in a map made on first
+ * use: 512 entries, key (slot << 5 | fault) + 1, claimed by compare-and-swap. */
+#define SCHED_MAX 512u
+struct sched { uint64_t key, count; };
+static struct sched *sched_map;
+
+static uint64_t sched_count(int slot, uint32_t i)
+{
+	struct sched *m = ns_lazy_map((void **)&sched_map, SCHED_MAX * sizeof(*m));
+	uint64_t key = ((uint64_t)(uint32_t)slot << 5 | i) + 1;
+
+	uint32_t h = (uint32_t)((key * 0x9e3779b97f4a7c15ULL) >> 55);   /* 9 bits: 0 to 511 */
+
+	for (uint32_t k = 0; m && k < SCHED_MAX; k++) {
+		struct sched *e = &m[(h + k) % SCHED_MAX];
+		uint64_t cur = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE), none = 0;
+
+		if (cur == key || (!cur && (__atomic_compare_exchange_n(&e->key, &none, key, 0, __ATOMIC_ACQ_REL,
+									 __ATOMIC_ACQUIRE) || none == key)))
+			return __atomic_add_fetch(&e->count, 1, __ATOMIC_RELAXED);
+	}
+	return 0;   /* no room (or memory): not counted */
+}
+
+uint32_t ns_fault_sched(const struct ns_faults *f, int slot)
+{
+	uint32_t keep = ~0u;
+
+	for (uint32_t i = 0; i < f->n && i < NS_FAULTS_MAX; i++) {
+		const struct ns_fault *x = &f->f[i];
+		uint64_t nth;
+
+		if (!x->first && !x->every)
+			continue;
+		nth = slot >= 0 ? sched_count(slot, i) : 0;
+		if (!nth || (x->first ? nth > x->first : nth % x->every != 0))
+			keep &= ~(1u << i);
+	}
+	return keep;
 }
 
 /* A draw of mean 0 and standard deviation sd: the sum of four uniform

@@ -23,6 +23,9 @@ static inline int ns_fault_possible(void)
 /* Draw which of f's faults of a phase (NS_FP_*) act, from the shared
  * random source: a mask of f's entries. */
 NS_HIDDEN uint32_t ns_fault_choose(const struct ns_faults *f, int phase);
+/* first N / every N: the faults of f this connection to slot gets by its
+ * number in this process (a mask; all bits for faults without either). */
+NS_HIDDEN uint32_t ns_fault_sched(const struct ns_faults *f, int slot);
 /* latency's jitter: a draw of mean 0 and standard deviation sd (ns), from
  * the same source (a seeded run draws the same sequence). */
 NS_HIDDEN int64_t ns_fault_jitter(int64_t sd);

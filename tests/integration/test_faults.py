@@ -249,6 +249,52 @@ def test_fragmented_reads_give_the_same_bytes(shim, page_server, tmp_path, prog)
     assert shim.entry(f"127.0.0.1:{port}")["injected"] == 1
 
 
+CONNECTS = r'''
+import errno, json, socket, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+out = []
+for _ in range(n):
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        data = b""
+        while True:
+            b = s.recv(4096)
+            if not b:
+                break
+            data += b
+        out.append("ok" if data.startswith(b"HTTP/1") else "empty")
+    except OSError as e:
+        out.append(errno.errorcode.get(e.errno, str(e.errno)))
+    s.close()
+print(json.dumps({"results": out}))
+'''
+
+
+@pytest.mark.shim
+def test_refuse_first_two_lets_the_third_connection_through(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy(POLICY + f'[host "127.0.0.1:{srv.port}"]\nfault = refuse first 2\n')
+    r = shim.run(["curl", "-sS", "-o", "/dev/null", "--retry", "2", "--retry-connrefused", "--retry-delay", "0",
+                  srv.url], timeout=30)
+    assert r.rc == 0, r.err
+    assert srv.accepts() == 1, "curl's third connection reached the server"
+    # python without retries: two refused, then through; a new process counts anew
+    for _ in range(2):
+        res = shim.run(py_script(tmp_path, CONNECTS) + [srv.port, 4], timeout=30).last_json()
+        assert res["results"] == ["ECONNREFUSED", "ECONNREFUSED", "ok", "ok"], res
+
+
+@pytest.mark.shim
+def test_reset_every_third_connection(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy(POLICY + f'[host "127.0.0.1:{srv.port}"]\nfault = reset every 3\n')
+    res = shim.run(py_script(tmp_path, CONNECTS) + [srv.port, 30], timeout=60).last_json()["results"]
+    assert [i + 1 for i, x in enumerate(res) if x != "ok"] == list(range(3, 31, 3)), res
+    assert {res[i] for i in range(2, 30, 3)} == {"ECONNRESET"}, res
+
+
 @pytest.mark.shim
 def test_nxdomain_fails_the_lookup_by_name(shim, server, tmp_path):
     srv = server("http")

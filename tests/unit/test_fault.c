@@ -84,6 +84,17 @@ Test(fault, every_kind)
 	roundtrip("fragment 1KiB 50%", "fragment 1KiB 50%");
 	parse_bad("fragment", "fragment needs a size");
 	parse_bad("fragment 0", "fragment: bad size");
+	f = parse_ok("refuse first 2");
+	cr_assert_eq(f.f[0].first, 2);
+	f = parse_ok("reset after 1KiB every 3 50%");
+	cr_assert_eq(f.f[0].every, 3);
+	cr_assert_eq(f.f[0].after, 1024);
+	roundtrip("refuse first 2", "refuse first 2");
+	roundtrip("reset after 1KiB every 3 50%", "reset after 1KiB every 3 50%");
+	roundtrip("latency 200ms jitter 50ms every 2", "latency 200ms jitter 50ms every 2");
+	parse_bad("refuse first", "unexpected 'first'");
+	parse_bad("refuse first 0", "first: expected a count");
+	parse_bad("refuse first 2 every 3", "one of 'first N' or 'every N'");
 	parse_bad("status 429 retry-after", "retry-after: expected whole seconds");
 	parse_bad("status 429 retry-after 86401", "retry-after: expected whole seconds");
 	parse_bad("close retry-after 3", "unexpected 'retry-after'");
