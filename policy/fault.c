@@ -2,6 +2,7 @@
  * shimctl inject and shimrun --inject, and the per-connection choice. */
 #include "fault.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,7 +14,7 @@
 static const struct {
 	const char *name;
 	int phase;
-	int arg;                    /* 0 none, 1 duration, 2 rate, 3 HTTP status, 4 size */
+	int arg;                    /* 0 none, 1 duration, 2 rate, 3 HTTP status, 4 size, 5 IPv4 address */
 	int after;                  /* takes "after SIZE" */
 } kinds[NS_F_KINDS] = {
 	[NS_F_NONE] = { "none", NS_FP_CONNECT, 0, 0 },
@@ -29,6 +30,9 @@ static const struct {
 	[NS_F_STATUS] = { "status", NS_FP_DATA, 3, 0 },
 	[NS_F_NXDOMAIN] = { "nxdomain", NS_FP_LOOKUP, 0, 0 },
 	[NS_F_FRAGMENT] = { "fragment", NS_FP_DATA, 4, 0 },
+	[NS_F_SERVFAIL] = { "servfail", NS_FP_LOOKUP, 0, 0 },
+	[NS_F_DNSDELAY] = { "dnsdelay", NS_FP_LOOKUP, 1, 0 },
+	[NS_F_RESOLVE] = { "resolve", NS_FP_LOOKUP, 5, 0 },
 };
 
 int ns_fault_phase(uint32_t kind)
@@ -114,7 +118,7 @@ static int parse_one(char *text, struct ns_fault *f, char *why, size_t whylen)
 			break;
 	if (k == NS_F_KINDS) {
 		snprintf(why, whylen, "unknown fault '%.40s' (refuse, unreachable, blackhole, delay, latency, "
-			 "bandwidth, fragment, stall, reset, close, status or nxdomain)", tok[0]);
+			 "bandwidth, fragment, stall, reset, close, status, nxdomain, servfail, dnsdelay or resolve)", tok[0]);
 		return -1;
 	}
 	f->kind = k;
@@ -124,7 +128,7 @@ static int parse_one(char *text, struct ns_fault *f, char *why, size_t whylen)
 		if (i >= n || strcmp(tok[i], "after") == 0 || strchr(tok[i], '%')) {
 			snprintf(why, whylen, "%s needs %s", kinds[k].name, kinds[k].arg == 1 ? "a duration, such as 800ms" :
 				 kinds[k].arg == 2 ? "a rate, such as 10KiB/s" : kinds[k].arg == 4 ? "a size, such as 1 or 512" :
-				 "an HTTP status code, such as 503");
+				 kinds[k].arg == 5 ? "an IPv4 address, such as 127.0.0.1" : "an HTTP status code, such as 503");
 			return -1;
 		}
 		if (kinds[k].arg == 1) {
@@ -136,6 +140,15 @@ static int parse_one(char *text, struct ns_fault *f, char *why, size_t whylen)
 				snprintf(why, whylen, "%s: %.40s is out of range (1ms to 24h)", kinds[k].name, tok[i]);
 				return -1;
 			}
+		} else if (kinds[k].arg == 5) {
+			struct in_addr a4;
+
+			if (inet_pton(AF_INET, tok[i], &a4) != 1) {
+				snprintf(why, whylen, "resolve: bad address '%.40s': expected an IPv4 address, such as "
+					 "127.0.0.1", tok[i]);
+				return -1;
+			}
+			f->arg = a4.s_addr;
 		} else if (kinds[k].arg == 4) {
 			e = parse_size(tok[i], &f->arg);
 			if (!e || *e || f->arg == 0) {
@@ -272,6 +285,11 @@ void ns_faults_format(const struct ns_faults *f, char *buf, size_t len)
 		else if (kinds[k].arg == 4) {
 			fmt_size(x->arg, a + 1, sizeof(a) - 1);
 			a[0] = ' ';
+		} else if (kinds[k].arg == 5) {
+			struct in_addr a4 = { .s_addr = (uint32_t)x->arg };
+
+			a[0] = ' ';
+			inet_ntop(AF_INET, &a4, a + 1, sizeof(a) - 1);
 		}
 		if (kinds[k].after && x->after) {
 			char sz[32];

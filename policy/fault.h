@@ -25,6 +25,8 @@ enum ns_fault_kind {
 	NS_F_NXDOMAIN,
 	/* on the data (after the lookup kind: kinds are numbered for good) */
 	NS_F_FRAGMENT,
+	/* at name lookup, more */
+	NS_F_SERVFAIL, NS_F_DNSDELAY, NS_F_RESOLVE,
 	NS_F_KINDS
 };
 
@@ -34,8 +36,9 @@ enum ns_fault_phase { NS_FP_CONNECT, NS_FP_DATA, NS_FP_LOOKUP };
 struct ns_fault {
 	uint32_t kind;               /* enum ns_fault_kind */
 	uint32_t pct_bp;             /* share of connections (lookups), basis points; 10000 = all */
-	uint64_t arg;                /* delay/latency: ms; bandwidth: bytes/s; status: the code;
-				      * fragment: the most bytes a read returns */
+	uint64_t arg;                /* delay/latency/dnsdelay: ms; bandwidth: bytes/s; status: the
+				      * code; fragment: the most bytes a read returns; resolve: the
+				      * IPv4 address (network order, in the low 32 bits) */
 	uint64_t after;              /* stall/reset/close: bytes that arrive first; status: the
 				      * Retry-After its answer carries, seconds + 1 (0: none) */
 	uint64_t jitter;             /* latency: the standard deviation of each delay, ms (0: none) */

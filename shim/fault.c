@@ -139,7 +139,7 @@ static int rt_lookup(const struct ns_dest *d, monotime now, struct ns_faults *ou
 
 /* The faults for d: runtime, then shimrun's, then the policy's. Returns 0
  * when there are none; *rt the runtime record, or -1. */
-static int faults_for(const struct ns_dest *d, const struct ns_faults *policy, monotime now,
+int ns_fault_list_for(const struct ns_dest *d, const struct ns_faults *policy, monotime now,
 		      struct ns_faults *out, int *rt)
 {
 	*rt = rt_lookup(d, now, out);
@@ -330,7 +330,7 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 	int rt, r = NS_FC_NONE, got = 0;
 	monotime now = ns_now();
 
-	if (!faults_for(d, &set->fault, now, &f, &rt))
+	if (!ns_fault_list_for(d, &set->fault, now, &f, &rt))
 		return NS_FC_NONE;
 	dm = ns_fault_sched(&f, slot);   /* first N, every N */
 	cm = ns_fault_choose(&f, NS_FP_CONNECT) & dm;
@@ -489,41 +489,6 @@ int ns_fault_delay_due(int fd, struct ns_conn *c, monotime now)
 }
 
 /**** lookups ****/
-
-int ns_fault_nxdomain(const char *name, const char *service)
-{
-	struct ns_dest d;
-	struct ns_faults f;
-	struct ns_settings set;
-	int rt;
-
-	if (!name || !*name || strlen(name) >= sizeof(d.name))
-		return 0;
-	memset(&d, 0, sizeof(d));
-	for (size_t i = 0; name[i]; i++)
-		d.name[i] = (char)((name[i] >= 'A' && name[i] <= 'Z') ? name[i] - 'A' + 'a' : name[i]);
-	if (service) {
-		char *end;
-		unsigned long p = strtoul(service, &end, 10);
-
-		if (!*end && p > 0 && p < 65536)
-			d.port = (uint16_t)p;
-	}
-	ns_policy_faults_for(&d, &set);
-	if (!faults_for(&d, &set.fault, ns_now(), &f, &rt))
-		return 0;
-	if (!(ns_fault_choose(&f, NS_FP_LOOKUP) & ~0u))
-		return 0;
-	for (uint32_t i = 0; i < f.n; i++) {
-		if (f.f[i].kind != NS_F_NXDOMAIN)
-			continue;
-		if (rt >= 0 && ns_tbl())
-			ns_table_fault_applied(ns_tbl(), (uint32_t)rt);
-		NS_LOG(NS_LOG_INFO, "%s: injected fault: nxdomain", d.name);
-		return 1;
-	}
-	return 0;
-}
 
 /**** the data path ****/
 

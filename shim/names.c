@@ -10,12 +10,15 @@
 #include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../policy/namemap.h"
 #include "config.h"
 #include "conn.h"
 #include "fault.h"
+#include "faultcfg.h"
 #include "real.h"
 
 #define NAMES_MAX 4096u
@@ -112,40 +115,133 @@ int ns_names_lookup_map(int family, const void *addr, char *out, size_t len, mon
 	return r;
 }
 
-/* An injected nxdomain for this name (fault.c); never for an address. */
-static int nxdomain(const char *name, const char *service)
+/**** injected lookup faults ****/
+
+/* What an injected fault makes of one lookup: the answer (NS_F_NXDOMAIN,
+ * NS_F_SERVFAIL, NS_F_RESOLVE with addr, or 0: the real one), after a
+ * delay (dnsdelay). */
+struct lookup {
+	uint32_t kind;
+	uint64_t delay_ms;
+	char addr[INET_ADDRSTRLEN];
+};
+
+static int lookup_faults(const char *name, const char *service, struct lookup *lk)
+{
+	struct ns_dest d;
+	struct ns_faults f;
+	struct ns_settings set;
+	uint32_t mask;
+	int rt;
+
+	memset(lk, 0, sizeof(*lk));
+	if (!name || !*name || strlen(name) >= sizeof(d.name))
+		return 0;
+	memset(&d, 0, sizeof(d));
+	for (size_t i = 0; name[i]; i++)
+		d.name[i] = (char)((name[i] >= 'A' && name[i] <= 'Z') ? name[i] - 'A' + 'a' : name[i]);
+	if (service) {
+		char *end;
+		unsigned long p = strtoul(service, &end, 10);
+
+		if (!*end && p > 0 && p < 65536)
+			d.port = (uint16_t)p;
+	}
+	ns_policy_faults_for(&d, &set);
+	if (!ns_fault_list_for(&d, &set.fault, ns_now(), &f, &rt) || !(mask = ns_fault_choose(&f, NS_FP_LOOKUP)))
+		return 0;
+	for (uint32_t i = 0; i < f.n; i++) {
+		const struct ns_fault *x = &f.f[i];
+
+		if (!(mask & (1u << i)) || ns_fault_phase(x->kind) != NS_FP_LOOKUP)
+			continue;
+		if (x->kind == NS_F_DNSDELAY)
+			lk->delay_ms = x->arg;
+		else if (!lk->kind)
+			lk->kind = x->kind;
+		if (x->kind == NS_F_RESOLVE && lk->kind == NS_F_RESOLVE && !lk->addr[0]) {
+			struct in_addr a4 = { .s_addr = (uint32_t)x->arg };
+
+			inet_ntop(AF_INET, &a4, lk->addr, sizeof(lk->addr));
+		}
+	}
+	if (!lk->kind && !lk->delay_ms)
+		return 0;
+	if (rt >= 0 && ns_tbl())
+		ns_table_fault_applied(ns_tbl(), (uint32_t)rt);
+	NS_LOG(NS_LOG_INFO, "%s: injected lookup fault: %s%s%s%s", d.name,
+	       lk->kind == NS_F_NXDOMAIN ? "nxdomain" : lk->kind == NS_F_SERVFAIL ? "servfail" :
+	       lk->kind == NS_F_RESOLVE ? "resolve " : "", lk->addr, lk->delay_ms && lk->kind ? ", " : "",
+	       lk->delay_ms ? "dnsdelay" : "");
+	return 1;
+}
+
+/* The faults injected for this lookup of name (never of an address): 1
+ * and *lk after its delay was slept, or 0. */
+static int injected(const char *name, const char *service, struct lookup *lk)
 {
 	if (!name || numeric(name))
 		return 0;
 	if (unlikely(!__atomic_load_n(&ns_fault_genp, __ATOMIC_ACQUIRE)))
 		ns_tbl();   /* a lookup before any connect: map the table, to see shimctl inject */
-	return unlikely(ns_fault_possible()) && ns_fault_nxdomain(name, service);
+	if (likely(!ns_fault_possible()) || !lookup_faults(name, service, lk))
+		return 0;
+	if (lk->delay_ms) {
+		/* a slow resolver: the whole delay, whatever signals come (a
+		 * lookup is not interrupted by them either) */
+		int saved = errno;
+		struct timespec ts;
+		monotime until = ns_now() + (int64_t)lk->delay_ms * 1000000;
+
+		ts.tv_sec = (time_t)(until / 1000000000);
+		ts.tv_nsec = (long)(until % 1000000000);
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+		errno = saved;
+	}
+	return 1;
 }
 
-/* The not-found answers of the hostent calls, for an injected nxdomain. */
-static struct hostent *not_found(void)
+/* The hostent calls' answers to an injected nxdomain (HOST_NOT_FOUND) or
+ * servfail (TRY_AGAIN). */
+static struct hostent *not_found(const struct lookup *lk)
 {
-	h_errno = HOST_NOT_FOUND;
+	h_errno = lk->kind == NS_F_SERVFAIL ? TRY_AGAIN : HOST_NOT_FOUND;
 	return NULL;
 }
 
-/* glibc's not-found for the _r forms: 0, no result, HOST_NOT_FOUND. */
-static int not_found_r(struct hostent **result, int *h_errnop)
+/* ...for the _r forms: 0, no result, the code in *h_errnop (as glibc). */
+static int not_found_r(const struct lookup *lk, struct hostent **result, int *h_errnop)
 {
 	if (result)
 		*result = NULL;
 	if (h_errnop)
-		*h_errnop = HOST_NOT_FOUND;
+		*h_errnop = lk->kind == NS_F_SERVFAIL ? TRY_AGAIN : HOST_NOT_FOUND;
 	return 0;
+}
+
+/* Does the injected fault answer the lookup itself (1), or does the real
+ * lookup go on, for *name (the fault's address, for resolve)? */
+static int answered(const struct lookup *lk, const char **name)
+{
+	if (lk->kind == NS_F_RESOLVE) {
+		*name = lk->addr;
+		return 0;
+	}
+	return lk->kind == NS_F_NXDOMAIN || lk->kind == NS_F_SERVFAIL;
 }
 
 int ns_getaddrinfo(const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res)
 {
 	int r, e;
+	struct lookup lk;
+	const char *ask = node;
 
-	if (!(hints && (hints->ai_flags & AI_NUMERICHOST)) && nxdomain(node, service))
-		return EAI_NONAME;   /* what glibc says of a name the DNS does not know */
-	r = REAL(getaddrinfo)(node, service, hints, res);
+	if (!(hints && (hints->ai_flags & AI_NUMERICHOST)) && injected(node, service, &lk) && answered(&lk, &ask))
+		/* what glibc says of a name the DNS does not know, or of a
+		 * server that failed */
+		return lk.kind == NS_F_SERVFAIL ? EAI_AGAIN : EAI_NONAME;
+	r = REAL(getaddrinfo)(ask, service, hints, res);
 	e = errno;
 
 	if (r == 0 && node && res && !(hints && (hints->ai_flags & AI_NUMERICHOST)) && !numeric(node)) {
@@ -163,11 +259,13 @@ int ns_getaddrinfo(const char *node, const char *service, const struct addrinfo 
 struct hostent *ns_gethostbyname(const char *name)
 {
 	struct hostent *h;
+	struct lookup lk;
+	const char *ask = name;
 	int e;
 
-	if (nxdomain(name, NULL))
-		return not_found();
-	h = REAL(gethostbyname)(name);
+	if (injected(name, NULL, &lk) && answered(&lk, &ask))
+		return not_found(&lk);
+	h = REAL(gethostbyname)(ask);
 	e = errno;
 
 	remember_hostent(name, h);
@@ -178,11 +276,13 @@ struct hostent *ns_gethostbyname(const char *name)
 struct hostent *ns_gethostbyname2(const char *name, int af)
 {
 	struct hostent *h;
+	struct lookup lk;
+	const char *ask = name;
 	int e;
 
-	if (nxdomain(name, NULL))
-		return not_found();
-	h = REAL(gethostbyname2)(name, af);
+	if (injected(name, NULL, &lk) && answered(&lk, &ask))
+		return not_found(&lk);
+	h = REAL(gethostbyname2)(ask, af);
 	e = errno;
 
 	remember_hostent(name, h);
@@ -194,10 +294,12 @@ int ns_gethostbyname_r(const char *name, struct hostent *ret, char *buf, size_t 
 		       struct hostent **result, int *h_errnop)
 {
 	int r, e;
+	struct lookup lk;
+	const char *ask = name;
 
-	if (nxdomain(name, NULL))
-		return not_found_r(result, h_errnop);
-	r = REAL(gethostbyname_r)(name, ret, buf, buflen, result, h_errnop);
+	if (injected(name, NULL, &lk) && answered(&lk, &ask))
+		return not_found_r(&lk, result, h_errnop);
+	r = REAL(gethostbyname_r)(ask, ret, buf, buflen, result, h_errnop);
 	e = errno;
 
 	if (r == 0 && result)
@@ -210,10 +312,12 @@ int ns_gethostbyname2_r(const char *name, int af, struct hostent *ret, char *buf
 			struct hostent **result, int *h_errnop)
 {
 	int r, e;
+	struct lookup lk;
+	const char *ask = name;
 
-	if (nxdomain(name, NULL))
-		return not_found_r(result, h_errnop);
-	r = REAL(gethostbyname2_r)(name, af, ret, buf, buflen, result, h_errnop);
+	if (injected(name, NULL, &lk) && answered(&lk, &ask))
+		return not_found_r(&lk, result, h_errnop);
+	r = REAL(gethostbyname2_r)(ask, af, ret, buf, buflen, result, h_errnop);
 	e = errno;
 
 	if (r == 0 && result)

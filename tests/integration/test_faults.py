@@ -295,6 +295,51 @@ def test_reset_every_third_connection(shim, server, tmp_path):
     assert {res[i] for i in range(2, 30, 3)} == {"ECONNRESET"}, res
 
 
+LOOKUP = r'''
+import json, socket, sys, time
+t0 = time.monotonic()
+try:
+    socket.getaddrinfo(sys.argv[1], 80); r = "OK"
+except socket.gaierror as e:
+    r = e.errno
+print(json.dumps({"getaddrinfo": r, "ms": (time.monotonic() - t0) * 1000}))
+'''
+
+
+@pytest.mark.shim
+def test_servfail_is_a_temporary_failure_of_the_lookup(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy(POLICY + '[host "svc.netshim.test"]\nfault = servfail\n')
+    res = shim.run(py_script(tmp_path, LOOKUP) + ["svc.netshim.test"]).last_json()
+    assert res["getaddrinfo"] == -3, res   # EAI_AGAIN
+    url = f"http://svc.netshim.test:{srv.port}/"
+    curl = shim.run(["curl", "-sS", "-o", "/dev/null", url])
+    assert curl.rc == 6 and "Could not resolve host" in curl.err, (curl.rc, curl.err)
+    wget = shim.run(["wget", "-O", "/dev/null", "--tries=1", url])
+    assert wget.rc == 4 and "unable to resolve host address" in wget.err, (wget.rc, wget.err)
+    assert srv.accepts() == 0
+
+
+@pytest.mark.shim
+def test_dnsdelay_slows_the_lookup_and_resolve_answers_with_a_chosen_address(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy(POLICY + '[host "localhost"]\nfault = dnsdelay 2s\n'
+                '[host "api.netshim.test"]\nfault = resolve 127.0.0.1\n')
+    res = shim.run(py_script(tmp_path, LOOKUP) + ["localhost"]).last_json()
+    assert res["getaddrinfo"] == "OK" and 1990 <= res["ms"] <= 2100, res
+    # a name no resolver knows reaches the local server
+    url = f"http://api.netshim.test:{srv.port}/"
+    r = shim.run(py_script(tmp_path, "import json, sys, requests\n"
+                                     "print(json.dumps({'status': requests.get(sys.argv[1], timeout=5).status_code}))\n")
+                 + [url])
+    assert r.last_json() == {"status": 200}, r.err
+    curl = shim.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", url])
+    assert curl.rc == 0 and curl.out == "200", (curl.rc, curl.err)
+    assert srv.accepts() == 2
+    # named: the connect to 127.0.0.1 is the name's (its section's settings, its key)
+    assert shim.entry(f"api.netshim.test:{srv.port}") is not None, shim.status()
+
+
 @pytest.mark.shim
 def test_nxdomain_fails_the_lookup_by_name(shim, server, tmp_path):
     srv = server("http")

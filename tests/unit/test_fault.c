@@ -95,6 +95,16 @@ Test(fault, every_kind)
 	parse_bad("refuse first", "unexpected 'first'");
 	parse_bad("refuse first 0", "first: expected a count");
 	parse_bad("refuse first 2 every 3", "one of 'first N' or 'every N'");
+	cr_assert_eq(ns_fault_phase(parse_ok("servfail").f[0].kind), NS_FP_LOOKUP);
+	f = parse_ok("dnsdelay 2s");
+	cr_assert_eq(f.f[0].kind, NS_F_DNSDELAY);
+	cr_assert_eq(f.f[0].arg, 2000);
+	cr_assert_eq(ns_fault_phase(NS_F_RESOLVE), NS_FP_LOOKUP);
+	roundtrip("resolve 127.0.0.1", "resolve 127.0.0.1");
+	roundtrip("dnsdelay 2s; resolve 10.1.2.3", "dnsdelay 2000ms; resolve 10.1.2.3");
+	parse_bad("resolve", "resolve needs an IPv4 address");
+	parse_bad("resolve ::1", "resolve: bad address");
+	parse_bad("resolve host.example", "resolve: bad address");
 	parse_bad("status 429 retry-after", "retry-after: expected whole seconds");
 	parse_bad("status 429 retry-after 86401", "retry-after: expected whole seconds");
 	parse_bad("close retry-after 3", "unexpected 'retry-after'");
