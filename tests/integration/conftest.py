@@ -166,6 +166,16 @@ def client(name):
     return BUILD / name
 
 
+def open_breaker_by_failing(shim, srv):
+    """srv (a test server with a `failing` switch) closes one connection
+    unanswered: curl's failure opens the breaker (a policy with
+    consecutive_failures = 1); then srv answers again."""
+    srv.failing = True
+    shim.run(["curl", "-s", "-o", "/dev/null", srv.url])
+    assert shim.entry(srv.dest)["state"] == "open", shim.entry(srv.dest)
+    srv.failing = False
+
+
 def py_script(tmp_path, body):
     """Write a Python client script; it prints one JSON line as its report."""
     p = tmp_path / f"client_{uuid.uuid4().hex[:6]}.py"

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, NEGATIVE, PY, base_env, py_script
+from conftest import BUILD, NEGATIVE, PY, base_env, open_breaker_by_failing, py_script
 
 SO_TIMESTAMPNS = 35
 
@@ -393,10 +393,7 @@ def test_after_the_breaker_closes_the_rate_ramps_over_slow_start(shim, recording
     srv = recording()
     shim.policy("[defaults]\nconsecutive_failures = 1\nfailure_threshold = 0\nopen_duration = 1s\n"
                 "rate = 10/s\nslow_start = 4s\n")
-    srv.failing = True
-    shim.run(["curl", "-s", "-o", "/dev/null", srv.url])   # closed unanswered: the breaker opens
-    assert shim.entry(srv.dest)["state"] == "open", shim.entry(srv.dest)
-    srv.failing = False
+    open_breaker_by_failing(shim, srv)
     r = shim.run(py_script(tmp_path, STEADY) + [srv.url, 7.5], timeout=60)
     assert r.rc == 0, r.err
     t = srv.arrivals()

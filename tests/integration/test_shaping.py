@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, NEGATIVE, PY, base_env, py_script
+from conftest import BUILD, NEGATIVE, PY, base_env, open_breaker_by_failing, py_script
 
 
 class CountingServer:
@@ -606,10 +606,7 @@ def test_after_the_breaker_closes_the_cap_ramps_over_slow_start(shim, counting, 
     srv = counting(hold=0.2)
     shim.policy("[defaults]\nconsecutive_failures = 1\nfailure_threshold = 0\nopen_duration = 1s\n"
                 "max_connections = 10\nqueue_timeout = 30s\nslow_start = 5s\n")
-    srv.failing = True
-    shim.run(["curl", "-s", "-o", "/dev/null", srv.url])   # closed unanswered: the breaker opens
-    assert shim.entry(srv.dest)["state"] == "open", shim.entry(srv.dest)
-    srv.failing = False
+    open_breaker_by_failing(shim, srv)
     r = shim.run(py_script(tmp_path, WANTS_TEN) + [srv.url, 8.5], timeout=60)
     assert r.rc == 0, r.err
     t0 = srv.first_ok   # the probe's answer: the breaker closed then
