@@ -95,13 +95,13 @@ static int parse_pct(const char *s, uint32_t *bp)
 
 static int parse_one(char *text, struct ns_fault *f, char *why, size_t whylen)
 {
-	char *tok[8], *save = NULL, *t;
+	char *tok[12], *save = NULL, *t;
 	int n = 0, i = 1;
 	uint32_t k;
 	const char *e;
 
 	for (t = strtok_r(text, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
-		if (n == 8) {
+		if (n == 12) {
 			snprintf(why, whylen, "too many words in one fault");
 			return -1;
 		}
@@ -208,6 +208,20 @@ static int parse_one(char *text, struct ns_fault *f, char *why, size_t whylen)
 		}
 		i += 2;
 	}
+	if (i + 3 < n && strcmp(tok[i], "for") == 0 && strcmp(tok[i + 2], "every") == 0) {
+		uint64_t d, p;
+		const char *dwhy = NULL;
+
+		if (ns_duration_parse(tok[i + 1], &d, &dwhy) < 0 || ns_duration_parse(tok[i + 3], &p, &dwhy) < 0 ||
+		    d == 0 || p == 0 || d >= p || p > 24ULL * 3600 * 1000) {
+			snprintf(why, whylen, "for D every P: expected two durations, D shorter than P (at most 24h), "
+				 "such as 'for 2s every 6s'");
+			return -1;
+		}
+		f->for_ms = (uint32_t)d;
+		f->period_ms = (uint32_t)p;
+		i += 4;
+	}
 	while (i + 1 < n && (strcmp(tok[i], "first") == 0 || strcmp(tok[i], "every") == 0)) {
 		uint64_t v;
 
@@ -272,7 +286,7 @@ void ns_faults_format(const struct ns_faults *f, char *buf, size_t len)
 	for (uint32_t i = 0; i < f->n && i < NS_FAULTS_MAX && o < len; i++) {
 		const struct ns_fault *x = &f->f[i];
 		uint32_t k = x->kind < NS_F_KINDS ? x->kind : NS_F_NONE;
-		char a[40] = "", af[48] = "", pc[16] = "";
+		char a[40] = "", af[96] = "", pc[16] = "";
 
 		if (kinds[k].arg == 1)
 			snprintf(a, sizeof(a), " %llums", (unsigned long long)x->arg);
@@ -306,6 +320,12 @@ void ns_faults_format(const struct ns_faults *f, char *buf, size_t len)
 				snprintf(pc, sizeof(pc), " %u.%02u%%", x->pct_bp / 100, x->pct_bp % 100);
 			else
 				snprintf(pc, sizeof(pc), " %u%%", x->pct_bp / 100);
+		}
+		if (x->period_ms) {
+			char sc[48];
+
+			snprintf(sc, sizeof(sc), " for %ums every %ums", x->for_ms, x->period_ms);
+			strncat(af, sc, sizeof(af) - strlen(af) - 1);
 		}
 		if (x->first || x->every) {
 			char sc[24];

@@ -44,6 +44,8 @@ struct ns_fault {
 	uint64_t jitter;             /* latency: the standard deviation of each delay, ms (0: none) */
 	uint32_t first;              /* only the first N connections (lookups) get it; 0 = all */
 	uint32_t every;              /* only every Nth gets it; 0 = all */
+	uint32_t for_ms;             /* in force only for_ms of every period_ms (wall clock, from */
+	uint32_t period_ms;          /* ...the epoch: every process agrees); 0 = always */
 };
 
 struct ns_faults {

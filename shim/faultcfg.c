@@ -104,7 +104,7 @@ uint32_t ns_fault_choose(const struct ns_faults *f, int phase)
 	return mask;
 }
 
-/* first N / every N: this process's connections (lookups) per destination
+/* for D every P, first N, every N: this process's connections (lookups) per destination
  * (its table slot) and fault of the list, counted in a map made on first
  * use: 512 entries, key (slot << 5 | fault) + 1, claimed by compare-and-swap. */
 #define SCHED_MAX 512u
@@ -131,7 +131,7 @@ static uint64_t sched_count(int slot, uint32_t i)
 
 uint32_t ns_fault_sched(const struct ns_faults *f, int slot)
 {
-	uint32_t keep = ~0u;
+	uint32_t keep = ns_fault_windows(f);
 
 	for (uint32_t i = 0; i < f->n && i < NS_FAULTS_MAX; i++) {
 		const struct ns_fault *x = &f->f[i];

@@ -26,6 +26,16 @@ NS_HIDDEN uint32_t ns_fault_choose(const struct ns_faults *f, int phase);
 /* first N / every N: the faults of f this connection to slot gets by its
  * number in this process (a mask; all bits for faults without either). */
 NS_HIDDEN uint32_t ns_fault_sched(const struct ns_faults *f, int slot);
+/* for D every P alone (lookups are not counted): the faults of f in force now. */
+static inline uint32_t ns_fault_windows(const struct ns_faults *f)
+{
+	uint32_t keep = ~0u;
+
+	for (uint32_t i = 0; i < f->n && i < NS_FAULTS_MAX; i++)
+		if (f->f[i].period_ms && ns_wall_ms() % f->f[i].period_ms >= f->f[i].for_ms)
+			keep &= ~(1u << i);
+	return keep;
+}
 /* latency's jitter: a draw of mean 0 and standard deviation sd (ns), from
  * the same source (a seeded run draws the same sequence). */
 NS_HIDDEN int64_t ns_fault_jitter(int64_t sd);

@@ -148,7 +148,8 @@ static int lookup_faults(const char *name, const char *service, struct lookup *l
 			d.port = (uint16_t)p;
 	}
 	ns_policy_faults_for(&d, &set);
-	if (!ns_fault_list_for(&d, &set.fault, ns_now(), &f, &rt) || !(mask = ns_fault_choose(&f, NS_FP_LOOKUP)))
+	if (!ns_fault_list_for(&d, &set.fault, ns_now(), &f, &rt) ||
+	    !(mask = ns_fault_choose(&f, NS_FP_LOOKUP) & ns_fault_windows(&f)))
 		return 0;
 	for (uint32_t i = 0; i < f.n; i++) {
 		const struct ns_fault *x = &f.f[i];

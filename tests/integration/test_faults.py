@@ -286,6 +286,39 @@ def test_refuse_first_two_lets_the_third_connection_through(shim, server, tmp_pa
         assert res["results"] == ["ECONNREFUSED", "ECONNREFUSED", "ok", "ok"], res
 
 
+WINDOWS = r'''
+import json, socket, sys, time
+port, seconds = int(sys.argv[1]), float(sys.argv[2])
+out, end = [], time.monotonic() + seconds
+while time.monotonic() < end:
+    t = time.time()
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect(("127.0.0.1", port)); r = "ok"
+    except OSError as e:
+        r = type(e).__name__
+    s.close()
+    out.append([t, r])
+    time.sleep(0.1)
+print(json.dumps({"out": out}))
+'''
+
+
+@pytest.mark.shim
+def test_blackhole_for_one_second_every_three_only_inside_its_windows(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy("[defaults]\nconnect_timeout = 200ms\nfailure_threshold = 0\n"
+                f'[host "127.0.0.1:{srv.port}"]\nfault = blackhole for 1s every 3s\n')
+    out = shim.run(py_script(tmp_path, WINDOWS) + [srv.port, 7.5], timeout=60).last_json()["out"]
+    inside = lambda t: (t * 1000) % 3000 < 1000
+    edge = lambda t: min((t * 1000) % 3000, 3000 - (t * 1000) % 3000, abs((t * 1000) % 3000 - 1000)) < 100
+    judged = [(t, r) for t, r in out if not edge(t)]
+    wrong = [(round(t % 3, 2), r) for t, r in judged if (r != "ok") != inside(t)]
+    assert not wrong, wrong
+    assert sum(inside(t) for t, _ in judged) >= 3 and sum(not inside(t) for t, _ in judged) >= 8, judged
+
+
 @pytest.mark.shim
 def test_reset_every_third_connection(shim, server, tmp_path):
     srv = server("http")

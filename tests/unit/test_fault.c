@@ -95,6 +95,13 @@ Test(fault, every_kind)
 	parse_bad("refuse first", "unexpected 'first'");
 	parse_bad("refuse first 0", "first: expected a count");
 	parse_bad("refuse first 2 every 3", "one of 'first N' or 'every N'");
+	f = parse_ok("blackhole for 2s every 6s");
+	cr_assert_eq(f.f[0].for_ms, 2000);
+	cr_assert_eq(f.f[0].period_ms, 6000);
+	roundtrip("blackhole for 2s every 6s", "blackhole for 2000ms every 6000ms");
+	roundtrip("reset after 1KiB for 1s every 1m first 3 50%", "reset after 1KiB for 1000ms every 60000ms first 3 50%");
+	parse_bad("refuse for 6s every 2s", "for D every P: expected two durations");
+	parse_bad("refuse for 2s every soon", "for D every P: expected two durations");
 	cr_assert_eq(ns_fault_phase(parse_ok("servfail").f[0].kind), NS_FP_LOOKUP);
 	f = parse_ok("dnsdelay 2s");
 	cr_assert_eq(f.f[0].kind, NS_F_DNSDELAY);
