@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,12 +40,26 @@ static unsigned rnd(unsigned *s)
 	return *s >> 8;
 }
 
+/* Every socket of this program carries its own 2 s receive timeout: the
+ * chaos thread can dup2 any number onto any socket, even one the shim does
+ * not govern (a server side accepted under a worker's old number), and a
+ * blocking read there must still end, or the run never does. The shim's
+ * 50 ms read deadline is shorter and wins where it governs. */
+static void own_timeout(int fd)
+{
+	struct timeval tv = { 2, 0 };
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
 static void *serve_one(void *arg)
 {
 	int fd = (int)(intptr_t)arg;
 	char buf[256];
 	unsigned s = (unsigned)fd * 2654435761u;
 	struct timespec ts = { 0, 0 };
+
+	own_timeout(fd);
 
 	if (read(fd, buf, sizeof(buf)) > 0) {
 		switch (rnd(&s) % 3) {
@@ -100,6 +115,7 @@ static void *worker(void *arg)
 
 		if (fd < 0)
 			continue;
+		own_timeout(fd);
 		__atomic_store_n(&cur_fd[id], fd, __ATOMIC_RELAXED);
 		if (id % 4 == 3) {
 			pthread_t tx;
