@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../policy/fault.h"
+#include "../policy/scenario.h"
 
 struct inj {
 	struct ns_section pat;
@@ -21,6 +22,8 @@ struct inj {
 
 static struct inj *env_inj;       /* NETSHIM_INJECT, parsed once */
 static int env_n;
+static struct ns_scenario scen;   /* NETSHIM_SCENARIO (shimrun --scenario), parsed once */
+static monotime scen_t0;          /* NETSHIM_SCENARIO_T0: the run's start, CLOCK_MONOTONIC ns */
 int ns_fault_local;               /* atomic: the policy or NETSHIM_INJECT names a fault */
 const uint64_t *ns_fault_genp;    /* atomic: the table's flt_gen, once it is mapped */
 static uint64_t frng;             /* atomic: the fault random source */
@@ -34,12 +37,40 @@ static void fault_reseed(void)
 				 __ATOMIC_RELAXED);
 }
 
+/* shimrun checked the file; a scenario that reads badly here was not
+ * written by it, and is reported once and ignored. */
+static void scenario_load(void)
+{
+	const char *v = getenv("NETSHIM_SCENARIO"), *t0 = getenv("NETSHIM_SCENARIO_T0");
+	char errs[600], *end = NULL;
+	unsigned long long t;
+
+	if (!v || !*v)
+		return;
+	t = t0 ? strtoull(t0, &end, 10) : 0;
+	if (!t || !end || *end || t > (unsigned long long)ns_now()) {
+		ns_log(NS_LOG_ERROR, "NETSHIM_SCENARIO_T0 is missing or not a start time; the scenario is ignored");
+		return;
+	}
+	if (ns_scenario_parse(v, "NETSHIM_SCENARIO", &scen, errs, sizeof(errs)) > 0) {
+		errs[strcspn(errs, "\n")] = '\0';
+		ns_log(NS_LOG_ERROR, "%s; the scenario is ignored", errs);
+		return;
+	}
+	scen_t0 = (monotime)t;
+	/* shimrun said so once for the run; each process of it says so at info */
+	if (scen.n)
+		ns_log(NS_LOG_INFO, "injecting faults in this run: a scenario of %d lines over %llu ms", scen.n,
+		       (unsigned long long)ns_scenario_end(&scen));
+}
+
 static void env_load(void)
 {
 	const char *v = getenv("NETSHIM_INJECT");
 	char *copy, *line, *save = NULL;
 	int cap = 0;
 
+	scenario_load();
 	if (!v || !*v)
 		return;
 	copy = strdup(v);
@@ -88,7 +119,8 @@ void ns_fault_config(const struct ns_policy *pol)
 		fault_reseed();
 		pthread_atfork(NULL, NULL, fault_reseed);
 	}
-	__atomic_store_n(&ns_fault_local, (pol && pol->has_faults) || env_n > 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&ns_fault_local, (pol && pol->has_faults) || env_n > 0 || scen.n > 0,
+			 __ATOMIC_RELEASE);
 }
 
 /* Draw the choice for one connection (or lookup) from the shared source. */
@@ -168,6 +200,8 @@ int64_t ns_fault_jitter(int64_t sd)
 
 int ns_fault_env_match(const struct ns_dest *d, struct ns_faults *out)
 {
+	if (scen.n && ns_scenario_match(&scen, (uint64_t)(ns_now() - scen_t0) / 1000000, d, out))
+		return 1;
 	for (int i = 0; i < env_n; i++) {
 		if (ns_pattern_match(&env_inj[i].pat, d)) {
 			*out = env_inj[i].f;

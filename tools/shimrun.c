@@ -9,13 +9,57 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../policy/policy.h"
+#include "../policy/scenario.h"
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: shimrun [--policy FILE] [--table NAME] [--inject 'DEST=FAULTS']... -- COMMAND [ARG...]\n");
+	fprintf(f, "usage: shimrun [--policy FILE] [--table NAME] [--inject 'DEST=FAULTS']... [--scenario FILE]\n"
+		   "               -- COMMAND [ARG...]\n");
+}
+
+#define SCENARIO_TEXT_MAX (64 * 1024)   /* it travels in the environment */
+
+/* --scenario FILE: checked here with the library's own parser (errors are
+ * FILE:LINE, exit 2); the program gets its text in NETSHIM_SCENARIO and
+ * the run's start (CLOCK_MONOTONIC, which every process of the machine
+ * shares) in NETSHIM_SCENARIO_T0, set just before the exec. */
+static char *scenario_read(const char *path)
+{
+	static char text[SCENARIO_TEXT_MAX + 1];
+	char errs[8192];
+	struct ns_scenario s;
+	ssize_t n;
+	size_t got = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		err(2, "--scenario %s", path);
+	while ((n = read(fd, text + got, sizeof(text) - got)) > 0)
+		got += (size_t)n;
+	if (n < 0)
+		err(2, "--scenario %s", path);
+	close(fd);
+	if (got > SCENARIO_TEXT_MAX)
+		errx(2, "%s: longer than %d bytes", path, SCENARIO_TEXT_MAX);
+	text[got] = '\0';
+	if (strlen(text) != got)
+		errx(2, "%s: not a text file (a NUL byte)", path);
+	if (ns_scenario_parse(text, path, &s, errs, sizeof(errs)) > 0) {
+		fputs(errs, stderr);
+		fprintf(stderr, "shimrun: %s: scenario has errors; not starting\n", path);
+		exit(2);
+	}
+	if (s.n == 0)
+		errx(2, "%s: the scenario has no line (AT DEST FAULTS, such as '10s api.example.com:443 refuse')",
+		     path);
+	fprintf(stderr, "shimrun: injecting faults in this run: scenario %s, %d lines over %llu ms\n", path, s.n,
+		(unsigned long long)ns_scenario_end(&s));
+	ns_scenario_free(&s);
+	return text;
 }
 
 /* What LD_PRELOAD cannot reach, as shimrun tells it. */
@@ -132,16 +176,17 @@ int main(int argc, char **argv)
 		{ "policy", required_argument, NULL, 'p' },
 		{ "table", required_argument, NULL, 't' },
 		{ "inject", required_argument, NULL, 'i' },
+		{ "scenario", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	char *inject = NULL;
+	char *inject = NULL, *scenario = NULL;
 	const char *policy = NULL, *table = NULL, *old;
 	char lib[PATH_MAX], abspol[PATH_MAX], errs[8192];
 	char *preload;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "+p:t:i:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+p:t:i:s:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'i': {
 			/* checked here with the library's own parser; the program
@@ -158,6 +203,11 @@ int main(int argc, char **argv)
 			inject = next;
 			break;
 		}
+		case 's':
+			if (scenario)
+				errx(2, "--scenario: one scenario per run");
+			scenario = scenario_read(optarg);
+			break;
 		case 'p': policy = optarg; break;
 		case 't': table = optarg; break;
 		case 'h': usage(stdout); return 0;
@@ -206,6 +256,15 @@ int main(int argc, char **argv)
 		preload = lib;
 	}
 	setenv("LD_PRELOAD", preload, 1);
+	if (scenario) {
+		struct timespec ts;
+		char t0[32];
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		snprintf(t0, sizeof(t0), "%llu", (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec);
+		setenv("NETSHIM_SCENARIO", scenario, 1);
+		setenv("NETSHIM_SCENARIO_T0", t0, 1);
+	}
 	switch (reach(argv[optind])) {
 	case REACH_STATIC:
 		fprintf(stderr, "shimrun: %s is statically linked: LD_PRELOAD cannot reach into it, "

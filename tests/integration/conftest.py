@@ -79,11 +79,13 @@ class Shim:
         self.policy_path.write_text(text)
         return self.policy_path
 
-    def run(self, args, shim=True, timeout=60, env=None, policy=True):
+    def run(self, args, shim=True, timeout=60, env=None, policy=True, shimrun_args=False):
+        """args: the program and its arguments; with shimrun_args, shimrun's
+        own options first, then "--" and the program."""
         cmd = [str(BUILD / "shimrun")]
         if policy and self.policy_path:
             cmd += ["--policy", str(self.policy_path)]
-        cmd += ["--"] + [str(a) for a in args]
+        cmd += ([] if shimrun_args else ["--"]) + [str(a) for a in args]
         if not shim:
             cmd = [str(a) for a in args]
         if NEGATIVE:
