@@ -95,7 +95,7 @@ int ns_table_fault_set(struct ns_table *t, const char *dest, const char *text, u
 	for (uint32_t i = 0; i < t->flt_cap && !r; i++) {
 		uint64_t s = LOAD(&t->faults[i].state);
 
-		if (reusable(s) && CAS(&t->faults[i].state, &s, CLAIM(pid))) {
+		if (reusable(s) && CAS(&t->faults[i].state, &s, CLAIM(pid & ~NS_FLT_EXISTING))) {
 			r = &t->faults[i];
 			mine = i;
 		}
@@ -171,6 +171,9 @@ int ns_table_fault_read(const struct ns_table *t, uint32_t i, struct ns_fltview 
 		out->set_wall_ms = __atomic_load_n(&r->set_wall_ms, __ATOMIC_RELAXED);
 		out->applied = LOAD(&r->applied);
 		out->pid = __atomic_load_n(&r->pid, __ATOMIC_RELAXED);
+		out->existing = (out->pid & NS_FLT_EXISTING) != 0;
+		out->pid &= ~NS_FLT_EXISTING;
+		out->order = LOAD(&r->pad);
 		for (size_t k = 0; k < sizeof(out->dest); k++)
 			out->dest[k] = __atomic_load_n(&r->dest[k], __ATOMIC_RELAXED);
 		for (size_t k = 0; k < sizeof(out->text); k++)

@@ -151,7 +151,7 @@ struct ns_fltrec {
 	uint64_t expires_ms;        /* CLOCK_MONOTONIC ms; 0 = until cleared */
 	uint64_t set_wall_ms;
 	uint64_t applied;           /* atomic: connections (lookups) that got it */
-	uint32_t pid;               /* who set it */
+	uint32_t pid;               /* who set it, with NS_FLT_EXISTING */
 	uint32_t pad;               /* atomic: the order it was made active in (flt_gen's low half) */
 	char dest[NS_KEY_MAX];      /* the pattern: host:port, host, address */
 	char text[NS_FAULTS_TEXT];  /* canonical FAULTS text */
@@ -182,6 +182,11 @@ _Static_assert(sizeof(struct ns_table_hdr) == 256, "header layout");
 _Static_assert(sizeof(struct ns_slot) == 2048, "slot layout");
 _Static_assert(sizeof(struct ns_evrec) == 1024, "event layout");
 _Static_assert(sizeof(struct ns_fltrec) == 512, "fault record layout");
+/* The top bit of a fault record's pid (no pid reaches it): shimctl inject
+ * --existing, the fault reaches connections already open too. A reader
+ * without it reads a pid that runs no process, and applies the fault from
+ * each next connect, as before. */
+#define NS_FLT_EXISTING 0x80000000u
 
 struct ns_table {
 	struct ns_table_hdr *hdr;
@@ -319,7 +324,9 @@ const char *ns_event_name(uint32_t type);
 struct ns_fltview {
 	int idx;
 	uint64_t state, expires_ms, set_wall_ms, applied;
-	uint32_t pid;
+	uint32_t pid;               /* without NS_FLT_EXISTING */
+	uint32_t order;             /* of activation: a later record has a greater one (mod 2^32) */
+	int existing;               /* NS_FLT_EXISTING */
 	char dest[NS_KEY_MAX];
 	char text[NS_FAULTS_TEXT];
 };
@@ -327,7 +334,8 @@ struct ns_fltview {
 /* Put FAULTS text for dest (replacing the active record for the same dest).
  * expires_ms: CLOCK_MONOTONIC ms, 0 = until cleared; now_ms: the same
  * clock now (records past their time are expired first). pid: the
- * writer's, which holds its record while it writes. Returns the record
+ * writer's, which holds its record while it writes (with NS_FLT_EXISTING
+ * or'd in: the fault reaches open connections too). Returns the record
  * index, or -1 when all NS_FAULT_RECS are active or being written. */
 int ns_table_fault_set(struct ns_table *t, const char *dest, const char *text, uint64_t expires_ms,
 		       uint64_t wall_ms, uint32_t pid, uint64_t now_ms);

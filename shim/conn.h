@@ -86,9 +86,12 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
 #define NS_C_PACED 0x4000000u
 /* ...its connect took a token (tok_tat): its first bytes out count it from then */
 #define NS_C_TOKEN 0x8000000u
+/* shimctl inject --existing: a runtime fault this connection may get is
+ * new; its next data call looks (faultrt.c, fault.c) */
+#define NS_C_RTCHECK 0x10000000u
 /* A send or read that is a turn of the exchange (exchange.c) */
 #define NS_C_TURN (NS_C_XNEXT | NS_C_PARSE | NS_C_SNIFF | NS_C_HDRS)
-#define NS_C_PRE (NS_C_TOTAL | NS_C_INTR | NS_C_EXPIRED | NS_C_FAULT)
+#define NS_C_PRE (NS_C_TOTAL | NS_C_INTR | NS_C_EXPIRED | NS_C_FAULT | NS_C_RTCHECK)
 #define NS_C_PRE_DIR(d) (NS_C_PRE | ((d) == NS_OUT ? (NS_C_XNEXT | NS_C_SNIFF | NS_C_PACED) : (NS_C_PARSE | NS_C_HDRS)))
 #define NS_C_POST (NS_C_CONNECTING | NS_C_FAULT | NS_C_WAITING | NS_C_INTR)
 
@@ -112,6 +115,7 @@ struct ns_cfault {
 	uint32_t end_done;          /* reset: reported (then end of stream) */
 	monotime end_at;            /* reset after 0: not before then (see fault.c) */
 	int32_t rt_idx;             /* runtime fault record, -1 = policy or shimrun */
+	uint32_t rt_order;          /* ...its order (inject --existing: a later one replaces it) */
 	socklen_t real_len;
 	struct sockaddr_storage real_sa;   /* delay: the address to connect to */
 };

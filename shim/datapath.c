@@ -153,6 +153,12 @@ static int io_pre(struct ns_conn *c, struct io_req *q)
 	}
 	if (k > 0)
 		return IO_RAW;
+	/* inject --existing: a new runtime fault may be this open connection's
+	 * (looked for at each request it starts, and when flagged) */
+	if (q->d == NS_OUT && (LD(c->flags) & NS_C_XNEXT) && ns_fault_possible())
+		ns_fault_rt_poll();
+	if (unlikely(LD(c->flags) & NS_C_RTCHECK))
+		ns_fault_existing(q->fd, c);
 	if (LD(c->expired) & NS_ATTN_FAULT) {
 		size_t allow;
 		ssize_t r = ns_fault_pre(q->fd, c, q->d, q->flags, q->buf, q->len, &allow);

@@ -38,122 +38,6 @@
 #include "timeo.h"
 
 
-/**** runtime faults: a private copy of the table's, by generation ****/
-
-struct rt {
-	struct ns_section pat;
-	struct ns_faults f;
-	uint64_t expires_ms;
-	uint32_t idx;
-	char dest[NS_KEY_MAX];
-};
-
-/* Guards the copy: held to rebuild it or to read one entry out, never
- * across a system call. A fork while another thread held it would leave it
- * locked in the child, hence the atfork handlers. */
-static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rt *rt_copy;   /* NS_FAULT_RECS of them, mapped when the table first has one */
-static int rt_n;
-static uint64_t rt_gen;
-static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
-
-static void rt_prepare(void) { pthread_mutex_lock(&rt_lock); }
-static void rt_parent(void) { pthread_mutex_unlock(&rt_lock); }
-static void rt_child(void) { pthread_mutex_init(&rt_lock, NULL); }
-static void rt_init(void) { pthread_atfork(rt_prepare, rt_parent, rt_child); }
-
-static uint64_t mono_ms(monotime now)
-{
-	return (uint64_t)(now / 1000000);
-}
-
-static void rt_refresh(struct ns_table *t, uint64_t gen)
-{
-	int n = 0;
-
-	if (!rt_copy && !ns_lazy_map((void **)&rt_copy, NS_FAULT_RECS * sizeof(*rt_copy))) {
-		rt_n = 0;   /* no memory for the copy: no runtime faults here (the table keeps them) */
-		rt_gen = gen;
-		return;
-	}
-	for (uint32_t i = 0; i < t->flt_cap && n < (int)NS_FAULT_RECS; i++) {
-		struct ns_fltview v;
-		char why[200];
-
-		if (ns_table_fault_read(t, i, &v) < 0 || v.state != NS_FLT_ACTIVE)
-			continue;
-		/* shared memory is untrusted: the record is parsed like input */
-		if (ns_pattern_parse(v.dest, &rt_copy[n].pat) ||
-		    ns_faults_parse(v.text, &rt_copy[n].f, why, sizeof(why)) < 0)
-			continue;
-		rt_copy[n].expires_ms = v.expires_ms;
-		rt_copy[n].idx = i;
-		memcpy(rt_copy[n].dest, v.dest, sizeof(rt_copy[n].dest));
-		n++;
-	}
-	rt_n = n;
-	rt_gen = gen;
-}
-
-/* The runtime faults for d, if any: the most specific matching record (one
- * with a port before one without). Returns the record index or -1. */
-static int rt_lookup(const struct ns_dest *d, monotime now, struct ns_faults *out)
-{
-	struct ns_table *t = ns_tbl();
-	uint64_t gen;
-	int best = -1, best_port = -1, expired = -1, idx = -1;
-	char dest[NS_KEY_MAX];
-
-	if (!t || !(gen = ns_table_fault_gen(t)))
-		return -1;
-	pthread_once(&rt_once, rt_init);
-	pthread_mutex_lock(&rt_lock);
-	if (gen != rt_gen)
-		rt_refresh(t, gen);
-	for (int i = 0; i < rt_n; i++) {
-		if (!ns_pattern_match(&rt_copy[i].pat, d))
-			continue;
-		if (rt_copy[i].expires_ms && rt_copy[i].expires_ms <= mono_ms(now)) {
-			expired = i;
-			continue;
-		}
-		if (rt_copy[i].pat.port > best_port) {
-			best = i;
-			best_port = rt_copy[i].pat.port;
-		}
-	}
-	if (best >= 0) {
-		*out = rt_copy[best].f;
-		idx = (int)rt_copy[best].idx;
-	}
-	if (expired >= 0) {
-		memcpy(dest, rt_copy[expired].dest, sizeof(dest));
-		expired = (int)rt_copy[expired].idx;
-	}
-	pthread_mutex_unlock(&rt_lock);
-	/* --for ran out: the first process to notice says so, once */
-	if (expired >= 0 && ns_table_fault_expire(t, (uint32_t)expired))
-		ns_note_event(NS_E_FAULT_CLEARED, -1, dest, "expired");
-	return idx;
-}
-
-/* The faults for d: runtime, then shimrun's, then the policy's. Returns 0
- * when there are none; *rt the runtime record, or -1. */
-int ns_fault_list_for(const struct ns_dest *d, const struct ns_faults *policy, monotime now,
-		      struct ns_faults *out, int *rt)
-{
-	*rt = rt_lookup(d, now, out);
-	if (*rt >= 0)
-		return out->n > 0;
-	if (ns_fault_env_match(d, out))
-		return 1;
-	if (policy && policy->n) {
-		*out = *policy;
-		return 1;
-	}
-	return 0;
-}
-
 /* An injected `reset after 0` shows once the program has sent (a server
  * that reads the request and resets), or this long after the connect began
  * for a program that waits for the server to speak first. */
@@ -320,6 +204,54 @@ int ns_fault_own_fds(int *out, int max)
 
 /**** connect ****/
 
+/* Set the data faults of f that mask picks on cf (the first that ends the
+ * stream wins). open: the connection is open already (inject --existing):
+ * refuse and unreachable end it as a reset, blackhole as a stall. Returns
+ * whether any was set. */
+static int data_faults(struct ns_cfault *cf, const struct ns_faults *f, uint32_t mask, int open, monotime now)
+{
+	int got = 0;
+
+	for (uint32_t i = 0; i < f->n && i < NS_FAULTS_MAX; i++) {
+		const struct ns_fault *x = &f->f[i];
+		uint32_t kind = x->kind;
+
+		if (!(mask & (1u << i)))
+			continue;
+		if (open && (kind == NS_F_REFUSE || kind == NS_F_UNREACHABLE))
+			kind = NS_F_RESET;
+		else if (open && kind == NS_F_BLACKHOLE)
+			kind = NS_F_STALL;
+		else if (ns_fault_phase(kind) != NS_FP_DATA)
+			continue;
+		got = 1;
+		switch (kind) {
+		case NS_F_LATENCY:
+			ST(cf->latency_ns, (int64_t)x->arg * 1000000);
+			ST(cf->jitter_ns, (int64_t)x->jitter * 1000000);
+			break;
+		case NS_F_BANDWIDTH:
+			ST(cf->rate, x->arg);
+			break;
+		case NS_F_FRAGMENT:
+			ST(cf->frag, x->arg);
+			break;
+		default:
+			if (!LD(cf->end_kind)) {
+				ST(cf->end_kind, kind);
+				ST(cf->after, kind == x->kind ? x->after : 0);
+				ST(cf->status, (uint32_t)x->arg);
+				/* as a server that resets when the request comes:
+				 * SO_ERROR after the connect is still 0 */
+				if (kind == NS_F_RESET && !LD(cf->after))
+					ST(cf->end_at, now + RESET_LAG_NS);
+			}
+			break;
+		}
+	}
+	return got;
+}
+
 int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct ns_settings *set,
 			int slot, const struct sockaddr *sa, socklen_t len,
 			struct sockaddr_storage *to, socklen_t *tolen)
@@ -367,38 +299,8 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 		}
 	}
 	/* the data faults, when the connect itself is left alone (or delayed) */
-	if (r != NS_FC_FAIL && !(r == NS_FC_TARGET && !LD(cf->delay_until))) {
-		for (uint32_t i = 0; i < f.n; i++) {
-			const struct ns_fault *x = &f.f[i];
-
-			if (!(dm & (1u << i)))
-				continue;
-			got = 1;
-			switch (x->kind) {
-			case NS_F_LATENCY:
-				ST(cf->latency_ns, (int64_t)x->arg * 1000000);
-				ST(cf->jitter_ns, (int64_t)x->jitter * 1000000);
-				break;
-			case NS_F_BANDWIDTH:
-				ST(cf->rate, x->arg);
-				break;
-			case NS_F_FRAGMENT:
-				ST(cf->frag, x->arg);
-				break;
-			default:
-				if (!LD(cf->end_kind)) {
-					ST(cf->end_kind, x->kind);
-					ST(cf->after, x->after);
-					ST(cf->status, (uint32_t)x->arg);
-					/* as a server that resets when the request comes:
-					 * SO_ERROR after the connect is still 0 */
-					if (x->kind == NS_F_RESET && !x->after)
-						ST(cf->end_at, now + RESET_LAG_NS);
-				}
-				break;
-			}
-		}
-	}
+	if (r != NS_FC_FAIL && !(r == NS_FC_TARGET && !LD(cf->delay_until)))
+		got |= data_faults(cf, &f, dm, 0, now);
 	if (!got)
 		return NS_FC_NONE;
 	if (slot >= 0 && ns_tbl())
@@ -413,6 +315,62 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 		__atomic_fetch_or(&c->expired, NS_ATTN_FAULT, __ATOMIC_RELEASE);
 	}
 	return r;
+}
+
+void ns_fault_existing(int fd, struct ns_conn *c)
+{
+	struct ns_cfault *cf = &c->fault;
+	struct ns_faults f;
+	struct ns_dest d;
+	char key[NS_KEY_MAX];
+	uint32_t order = 0, mask, fp = LD(c->peer_fp);
+	monotime now = ns_now();
+	int rt, saved = errno;
+
+	(void)fd;
+	__atomic_fetch_and(&c->flags, ~NS_C_RTCHECK, __ATOMIC_RELAXED);
+	ns_conn_key(c, key);
+	if (!key[0] || ns_dest_parse(key, &d) < 0)
+		goto out;
+	if (!d.family && fp >> 16) {
+		/* a named connection: its address too, for patterns by address */
+		d.family = (int)(fp >> 16);
+		memcpy(d.addr, c->peer_a, sizeof(d.addr));
+	}
+	rt = ns_fault_rt_existing(&d, LD(c->start), now, &f, &order);
+	if (rt < 0 || ((LD(c->expired) & NS_ATTN_FAULT) && LD(cf->rt_idx) == rt && LD(cf->rt_order) == order))
+		goto out;   /* none, or this one is in force already */
+	mask = ns_fault_sched(&f, LD(c->slot)) &
+	       (ns_fault_choose(&f, NS_FP_CONNECT) | ns_fault_choose(&f, NS_FP_DATA));
+	if (!mask)
+		goto out;
+	/* the faults it had are replaced, and count from now */
+	ST(cf->end_kind, 0u);
+	ST(cf->latency_ns, 0);
+	ST(cf->jitter_ns, 0);
+	ST(cf->rate, 0u);
+	ST(cf->frag, 0u);
+	ST(cf->got, 0u);
+	ST(cf->awaiting, 0u);
+	ST(cf->sent, 0u);
+	ST(cf->synth_off, 0u);
+	ST(cf->end_done, 0u);
+	ST(cf->end_at, 0);
+	ST(cf->bw_start, 0);
+	ST(cf->delay_until, 0);
+	if (!data_faults(cf, &f, mask, 1, now))
+		goto out;
+	ST(cf->rt_idx, rt);
+	ST(cf->rt_order, order);
+	if (LD(c->slot) >= 0 && ns_tbl())
+		ns_table_add_injected(ns_tbl(), LD(c->slot));
+	if (ns_tbl())
+		ns_table_fault_applied(ns_tbl(), (uint32_t)rt);
+	__atomic_fetch_or(&c->flags, NS_C_FAULT, __ATOMIC_RELAXED);
+	__atomic_fetch_or(&c->expired, NS_ATTN_FAULT, __ATOMIC_RELEASE);
+	NS_LOG(NS_LOG_INFO, "%s: injected fault (on the open connection)", key);
+out:
+	errno = saved;
 }
 
 int ns_fault_hold_connect(struct ns_conn *c, const struct sockaddr *sa, socklen_t len, monotime until,

@@ -29,10 +29,12 @@ NS_HIDDEN int ns_fault_hold_connect(struct ns_conn *c, const struct sockaddr *sa
 /* A delay whose time came: the real connect starts (a queued one: when a
  * place is its, else it is throttled). 1 if it did. */
 NS_HIDDEN int ns_fault_delay_due(int fd, struct ns_conn *c, monotime now);
-/* The faults for d (runtime, this run's, then the policy's: policy is the
- * destination's list): 1 and *out, or 0. *rt: the runtime record, or -1. */
-NS_HIDDEN int ns_fault_list_for(const struct ns_dest *d, const struct ns_faults *policy, monotime now,
-				struct ns_faults *out, int *rt);
+/* shimctl inject --existing: an open connection flagged NS_C_RTCHECK
+ * takes the runtime fault set for it after it began, if there is one (its
+ * data faults replace any it had; refuse and unreachable act on it as a
+ * reset, blackhole as a stall: what those faults do to a connection that
+ * is already open). On fd's own data call, before the real call. */
+NS_HIDDEN void ns_fault_existing(int fd, struct ns_conn *c);
 
 /* The data path of a connection with faults, before the real call:
  * NS_FAULT_GO to make it (at most *allow bytes), or the call's result

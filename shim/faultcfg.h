@@ -39,6 +39,21 @@ static inline uint32_t ns_fault_windows(const struct ns_faults *f)
 /* latency's jitter: a draw of mean 0 and standard deviation sd (ns), from
  * the same source (a seeded run draws the same sequence). */
 NS_HIDDEN int64_t ns_fault_jitter(int64_t sd);
+/* The faults for d (runtime, this run's, then the policy's: policy is the
+ * destination's list): 1 and *out, or 0. *rt: the runtime record, or -1.
+ * (faultrt.c) */
+NS_HIDDEN int ns_fault_list_for(const struct ns_dest *d, const struct ns_faults *policy, monotime now,
+				struct ns_faults *out, int *rt);
+/* inject --existing: the runtime faults for an open connection to d that
+ * began at start, set with --existing after it began: the record index
+ * (*out, *order), or -1. */
+NS_HIDDEN int ns_fault_rt_existing(const struct ns_dest *d, monotime start, monotime now, struct ns_faults *out,
+				   uint32_t *order);
+/* The table's faults changed since this process last looked: look now
+ * (the send that starts an HTTP request asks; connects and lookups look
+ * anyway). An --existing record new to this process flags its open
+ * connections. */
+NS_HIDDEN void ns_fault_rt_poll(void);
 /* shimrun --inject (NETSHIM_INJECT): the faults of its first line that
  * matches d, 1; or 0. */
 NS_HIDDEN int ns_fault_env_match(const struct ns_dest *d, struct ns_faults *out);

@@ -49,7 +49,7 @@ static void fmt_left(uint64_t ms, char *buf, size_t len)
 			 (unsigned long long)(ms % 1000 / 100));
 }
 
-int ctl_cmd_inject(const char *name, int argc, char **argv, const char *for_text, int clear, int all)
+int ctl_cmd_inject(const char *name, int argc, char **argv, const char *for_text, int existing, int clear, int all)
 {
 	char dest[NS_KEY_MAX], text[NS_FAULTS_TEXT], why[200], detail[96], esc[NS_FAULTS_TEXT * 4];
 	struct ns_faults f;
@@ -118,7 +118,8 @@ int ctl_cmd_inject(const char *name, int argc, char **argv, const char *for_text
 	}
 	if (ctl_open_table(name, 1, &t) < 0)
 		return 1;
-	if (ns_table_fault_set(&t, dest, text, expires, ctl_wall_ms(), (uint32_t)getpid(), ctl_mono_ms()) < 0) {
+	if (ns_table_fault_set(&t, dest, text, expires, ctl_wall_ms(),
+			       (uint32_t)getpid() | (existing ? NS_FLT_EXISTING : 0), ctl_mono_ms()) < 0) {
 		warnx("%s: already holds %u runtime faults; clear some (shimctl inject --clear)", t.path, t.flt_cap);
 		ctl_close_table(&t);
 		return 1;
@@ -127,9 +128,9 @@ int ctl_cmd_inject(const char *name, int argc, char **argv, const char *for_text
 		char left[32];
 
 		fmt_left(for_ms, left, sizeof(left));
-		snprintf(detail, sizeof(detail), "%.60s (for %.20s)", text, left);
+		snprintf(detail, sizeof(detail), "%.50s (for %.12s)%s", text, left, existing ? ", open connections too" : "");
 	} else {
-		snprintf(detail, sizeof(detail), "%.80s", text);
+		snprintf(detail, sizeof(detail), "%.70s%s", text, existing ? ", open connections too" : "");
 	}
 	ctl_note_action(&t, NS_E_FAULT_SET, dest, detail);
 	ctl_escape_text(dest, esc, sizeof(esc));
@@ -143,6 +144,7 @@ struct frow {
 	char text[NS_FAULTS_TEXT];
 	char where[300];
 	int runtime;
+	int existing;               /* inject --existing: open connections get it too */
 	int64_t left_ms;            /* -1: until cleared */
 	uint64_t applied, set_wall_ms;
 };
@@ -168,9 +170,10 @@ static void print_rows(const char *name, struct frow *rows, int n, int json)
 				printf(", \"expires_in_ms\": null");
 			if (rows[i].runtime) {
 				ctl_rfc3339(rows[i].set_wall_ms, ts, sizeof(ts));
-				printf(", \"applied\": %llu, \"set_at\": \"%s\"}", (unsigned long long)rows[i].applied, ts);
+				printf(", \"applied\": %llu, \"set_at\": \"%s\", \"existing\": %s}",
+				       (unsigned long long)rows[i].applied, ts, rows[i].existing ? "true" : "false");
 			} else {
-				printf(", \"applied\": null, \"set_at\": null}");
+				printf(", \"applied\": null, \"set_at\": null, \"existing\": false}");
 			}
 		}
 		printf("%s]}\n", n ? "\n" : "");
@@ -233,7 +236,9 @@ int ctl_cmd_faults(const char *name, const char *policy, int json)
 			}
 			snprintf(rows[n].dest, sizeof(rows[n].dest), "%s", v.dest);
 			snprintf(rows[n].text, sizeof(rows[n].text), "%s", v.text);
-			snprintf(rows[n].where, sizeof(rows[n].where), "shimctl inject (pid %u)", v.pid);
+			snprintf(rows[n].where, sizeof(rows[n].where), "shimctl inject%s (pid %u)",
+				 v.existing ? " --existing" : "", v.pid);
+			rows[n].existing = v.existing;
 			rows[n].runtime = 1;
 			rows[n].left_ms = v.expires_ms ? (int64_t)(v.expires_ms - now) : -1;
 			rows[n].applied = v.applied;

@@ -30,7 +30,7 @@ static void usage(FILE *f)
 		"       shimctl [--table NAME] metrics\n"
 		"       shimctl check FILE...\n"
 		"       shimctl [--policy FILE] explain DEST\n"
-		"       shimctl [--table NAME] inject DEST FAULTS [--for DURATION]\n"
+		"       shimctl [--table NAME] inject DEST FAULTS [--for DURATION] [--existing]\n"
 		"       shimctl [--table NAME] inject --clear DEST | --clear --all\n"
 		"       shimctl [--table NAME] [--policy FILE] faults [--json]\n"
 		"       shimctl --help | --version\n");
@@ -818,15 +818,16 @@ int main(int argc, char **argv)
 		{ "all", no_argument, NULL, 'a' },
 		{ "for", required_argument, NULL, 'F' },
 		{ "clear", no_argument, NULL, 'c' },
+		{ "existing", no_argument, NULL, 'e' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *table = NULL, *policy = NULL, *cmd, *name, *for_text = NULL;
 	char def[64];
-	int json = 0, all = 0, follow = 0, clear = 0, c, nargs;
+	int json = 0, all = 0, follow = 0, clear = 0, existing = 0, c, nargs;
 
-	while ((c = getopt_long(argc, argv, "ft:p:jahVF:c", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "ft:p:jahVF:ce", opts, NULL)) != -1) {
 		switch (c) {
 		case 'f': follow = 1; break;
 		case 't': table = optarg; break;
@@ -835,6 +836,7 @@ int main(int argc, char **argv)
 		case 'a': all = 1; break;
 		case 'F': for_text = optarg; break;
 		case 'c': clear = 1; break;
+		case 'e': existing = 1; break;
 		case 'h': usage(stdout); return 0;
 		case 'V': printf("shimctl %s (table version %u)\n", NETSHIM_VERSION, NS_TABLE_VERSION); return 0;
 		default: usage(stderr); return 2;
@@ -864,9 +866,10 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "explain") == 0 && nargs == 1)
 		return cmd_explain(policy, argv[optind]);
 	if (strcmp(cmd, "inject") == 0 && !clear && !all && nargs == 2)
-		return ctl_cmd_inject(name, nargs, argv + optind, for_text, 0, 0);
-	if (strcmp(cmd, "inject") == 0 && clear && !for_text && ((all && nargs == 0) || (!all && nargs == 1)))
-		return ctl_cmd_inject(name, nargs, argv + optind, NULL, 1, all);
+		return ctl_cmd_inject(name, nargs, argv + optind, for_text, existing, 0, 0);
+	if (strcmp(cmd, "inject") == 0 && clear && !for_text && !existing &&
+	    ((all && nargs == 0) || (!all && nargs == 1)))
+		return ctl_cmd_inject(name, nargs, argv + optind, NULL, 0, 1, all);
 	if (strcmp(cmd, "faults") == 0 && nargs == 0)
 		return ctl_cmd_faults(name, policy, json);
 	usage(stderr);

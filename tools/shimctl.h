@@ -34,7 +34,7 @@ void ctl_note_event(struct ns_table *t, int type, const char *key, const char *d
 void ctl_event_json(FILE *f, const struct ns_evrec *ev, const char *node);
 
 /* ctl_faults.c */
-int ctl_cmd_inject(const char *name, int argc, char **argv, const char *for_text, int clear, int all);
+int ctl_cmd_inject(const char *name, int argc, char **argv, const char *for_text, int existing, int clear, int all);
 int ctl_cmd_faults(const char *name, const char *policy, int json);
 
 #endif
