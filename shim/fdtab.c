@@ -77,7 +77,7 @@ static uint64_t fresh;
 #define FRESH_BASE(w) ((struct ns_conn *)(uintptr_t)((w) & 0xffffffffffffULL))
 #define FRESH_IDX(w) ((unsigned)((w) >> 48))
 
-static struct ns_conn *fresh_take(void)
+static __attribute__((noinline, cold)) struct ns_conn *fresh_take(void)
 {
 	uint64_t w = __atomic_load_n(&fresh, __ATOMIC_ACQUIRE);
 
