@@ -33,6 +33,7 @@ static const struct {
 	[NS_F_SERVFAIL] = { "servfail", NS_FP_LOOKUP, 0, 0 },
 	[NS_F_DNSDELAY] = { "dnsdelay", NS_FP_LOOKUP, 1, 0 },
 	[NS_F_RESOLVE] = { "resolve", NS_FP_LOOKUP, 5, 0 },
+	[NS_F_TLSFAIL] = { "tlsfail", NS_FP_DATA, 0, 0 },
 };
 
 int ns_fault_phase(uint32_t kind)
@@ -118,7 +119,8 @@ static int parse_one(char *text, struct ns_fault *f, char *why, size_t whylen)
 			break;
 	if (k == NS_F_KINDS) {
 		snprintf(why, whylen, "unknown fault '%.40s' (refuse, unreachable, blackhole, delay, latency, "
-			 "bandwidth, fragment, stall, reset, close, status, nxdomain, servfail, dnsdelay or resolve)", tok[0]);
+			 "bandwidth, fragment, stall, reset, close, status, nxdomain, servfail, dnsdelay, resolve or tlsfail)",
+			 tok[0]);
 		return -1;
 	}
 	f->kind = k;

@@ -27,6 +27,8 @@ enum ns_fault_kind {
 	NS_F_FRAGMENT,
 	/* at name lookup, more */
 	NS_F_SERVFAIL, NS_F_DNSDELAY, NS_F_RESOLVE,
+	/* on the TLS handshake: the server's certificate is rejected */
+	NS_F_TLSFAIL,
 	NS_F_KINDS
 };
 

@@ -105,6 +105,7 @@ struct ns_cfault {
 	int64_t jitter_ns;          /* latency: each delay's standard deviation, 0 = none */
 	uint64_t rate;              /* bandwidth: bytes/s, 0 = none */
 	uint64_t frag;              /* fragment: the most bytes a read returns, 0 = any */
+	uint32_t tlsfail;           /* tlsfail: the TLS handshake rejects the server's certificate (tls.c) */
 	uint64_t got;               /* bytes the program has received */
 	monotime resp_due;          /* latency: input held until then */
 	uint32_t awaiting;          /* latency: sent, the answer not yet begun */

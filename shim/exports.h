@@ -92,6 +92,8 @@
 	OWN(syscall)             /* wrappers.c, for uring.c */ \
 	OWN(SSL_read) OWN(SSL_write) OWN(SSL_read_ex) OWN(SSL_write_ex) \
 	OWN(gnutls_record_recv) OWN(gnutls_record_send)   /* wrappers.c, for tls.c */ \
+	OWN(SSL_connect) OWN(SSL_do_handshake)   /* ...tlsfail */ \
+	OWN(gnutls_certificate_verify_peers2) OWN(gnutls_certificate_verify_peers3) \
 	OWN(dlopen)              /* deepbind.c */ \
 	OWN(vfork) OWN(__vfork)  /* fdtab.c */ \
 	OWN(fgets) OWN(fgets_unlocked) OWN(__fgets_chk) OWN(__fgets_unlocked_chk)   /* stdio.c */ \

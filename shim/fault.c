@@ -204,6 +204,11 @@ int ns_fault_own_fds(int *out, int max)
 
 /**** connect ****/
 
+static int any_data_fault(const struct ns_cfault *cf)
+{
+	return LD(cf->latency_ns) || LD(cf->rate) || LD(cf->frag) || LD(cf->end_kind) || LD(cf->tlsfail);
+}
+
 /* Set the data faults of f that mask picks on cf (the first that ends the
  * stream wins). open: the connection is open already (inject --existing):
  * refuse and unreachable end it as a reset, blackhole as a stall. Returns
@@ -218,6 +223,8 @@ static int data_faults(struct ns_cfault *cf, const struct ns_faults *f, uint32_t
 
 		if (!(mask & (1u << i)))
 			continue;
+		if (open && kind == NS_F_TLSFAIL)
+			continue;   /* an open connection's handshake is over */
 		if (open && (kind == NS_F_REFUSE || kind == NS_F_UNREACHABLE))
 			kind = NS_F_RESET;
 		else if (open && kind == NS_F_BLACKHOLE)
@@ -235,6 +242,9 @@ static int data_faults(struct ns_cfault *cf, const struct ns_faults *f, uint32_t
 			break;
 		case NS_F_FRAGMENT:
 			ST(cf->frag, x->arg);
+			break;
+		case NS_F_TLSFAIL:
+			ST(cf->tlsfail, 1u);
 			break;
 		default:
 			if (!LD(cf->end_kind)) {
@@ -309,8 +319,8 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 		ns_table_fault_applied(ns_tbl(), (uint32_t)rt);
 	NS_LOG(NS_LOG_INFO, "%s: injected fault (connect %s%s)", c->key[0] ? c->key : "?",
 	       r == NS_FC_NONE ? "as asked" : r == NS_FC_FAIL ? "fails" : LD(cf->delay_until) ? "delayed" : "diverted",
-	       LD(cf->latency_ns) || LD(cf->rate) || LD(cf->frag) || LD(cf->end_kind) ? ", data faults" : "");
-	if (LD(cf->latency_ns) || LD(cf->rate) || LD(cf->frag) || LD(cf->end_kind) || LD(cf->delay_until)) {
+	       any_data_fault(cf) ? ", data faults" : "");
+	if (any_data_fault(cf) || LD(cf->delay_until)) {
 		__atomic_fetch_or(&c->flags, NS_C_FAULT, __ATOMIC_RELAXED);
 		__atomic_fetch_or(&c->expired, NS_ATTN_FAULT, __ATOMIC_RELEASE);
 	}
@@ -350,6 +360,7 @@ void ns_fault_existing(int fd, struct ns_conn *c)
 	ST(cf->jitter_ns, 0);
 	ST(cf->rate, 0u);
 	ST(cf->frag, 0u);
+	ST(cf->tlsfail, 0u);
 	ST(cf->got, 0u);
 	ST(cf->awaiting, 0u);
 	ST(cf->sent, 0u);
@@ -437,7 +448,7 @@ int ns_fault_delay_due(int fd, struct ns_conn *c, monotime now)
 	/* leave the target that never answers; connect for real, from now */
 	ns_drop_attempt(fd);
 	REAL(connect)(fd, (struct sockaddr *)&cf->real_sa, LD(cf->real_len));
-	if (queued && !LD(cf->latency_ns) && !LD(cf->rate) && !LD(cf->frag) && !LD(cf->end_kind)) {
+	if (queued && !any_data_fault(cf)) {
 		/* nothing injected: the data path is the healthy one again */
 		__atomic_fetch_and(&c->expired, ~NS_ATTN_FAULT, __ATOMIC_RELEASE);
 		__atomic_fetch_and(&c->flags, ~NS_C_FAULT, __ATOMIC_RELAXED);

@@ -21,6 +21,7 @@
 
 #include "conn.h"
 #include "exchange.h"
+#include "faultcfg.h"
 #include "real.h"
 #include "shape.h"
 
@@ -44,9 +45,10 @@ typedef int (*gnutls_fd_fn)(void *);
  * once (dladdr), each call site once more; both are remembered in small
  * tables filled lock-free (a full table only means asking again). */
 enum { F_SSL_READ, F_SSL_WRITE, F_SSL_READ_EX, F_SSL_WRITE_EX, F_SSL_GET_FD, F_GNUTLS_RECV, F_GNUTLS_SEND,
-	F_GNUTLS_FD, F_COUNT };
+	F_GNUTLS_FD, F_SSL_CONNECT, F_SSL_DO_HANDSHAKE, F_GNUTLS_VERIFY2, F_GNUTLS_VERIFY3, F_COUNT };
 static const char *const fn_names[F_COUNT] = { "SSL_read", "SSL_write", "SSL_read_ex", "SSL_write_ex",
-	"SSL_get_fd", "gnutls_record_recv", "gnutls_record_send", "gnutls_transport_get_int" };
+	"SSL_get_fd", "gnutls_record_recv", "gnutls_record_send", "gnutls_transport_get_int", "SSL_connect",
+	"SSL_do_handshake", "gnutls_certificate_verify_peers2", "gnutls_certificate_verify_peers3" };
 
 #define TLS_OBJS 16
 #define TLS_SITES 64
@@ -456,4 +458,162 @@ ssize_t ns_gnutls_record_recv(void *session, void *data, size_t size, const void
 ssize_t ns_gnutls_record_send(void *session, const void *data, size_t size, const void *ra)
 {
 	return gnutls_io(F_GNUTLS_SEND, ra, NS_OUT, session, (void *)data, size);
+}
+
+/**** tlsfail: a handshake that fails as against a certificate the program rejects ****/
+
+/* An injected tlsfail makes the program's own verification reject the
+ * server's certificate, inside the real handshake, so everything after is
+ * the library's own: OpenSSL's session gets a verify callback that fails
+ * with "self-signed certificate" (X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT),
+ * so it sends the alert, queues CERTIFICATE_VERIFY_FAILED and reports
+ * that result, as against a self-signed server; GnuTLS, which leaves
+ * verification to the program after the handshake, answers its
+ * gnutls_certificate_verify_peers2/3 with "not trusted, unknown issuer". A
+ * program that does not verify (curl -k, SSL_VERIFY_NONE) is not failed,
+ * as a bad certificate would not fail it. The functions come from the
+ * library whose handshake ran, found only for a connection with the fault. */
+#define NS_SSL_VERIFY_PEER 0x01
+#define NS_X509_SELF_SIGNED 18           /* X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT */
+#define NS_GNUTLS_CERT_INVALID 0x02
+#define NS_GNUTLS_CERT_SIGNER_NOT_FOUND 0x40
+#define NS_GNUTLS_E_INTERNAL_ERROR (-59)
+typedef int (*hs_fn)(void *);
+typedef int (*verify_cb_fn)(int, void *);
+typedef int (*get_mode_fn)(const void *);
+typedef void (*set_verify_fn)(void *, int, verify_cb_fn);
+typedef void (*store_int_fn)(void *, int);
+typedef int (*gnutls_v2_fn)(void *, unsigned *);
+typedef int (*gnutls_v3_fn)(void *, const char *, unsigned *);
+static store_int_fn store_set_error, store_set_depth;   /* atomic: the reject callback's */
+
+static int wants_tlsfail(const struct ns_conn *c)
+{
+	return c && (LD(c->expired) & NS_ATTN_FAULT) && LD(c->fault.tlsfail);
+}
+
+static int reject_certificate(int ok, void *store)
+{
+	store_int_fn set = __atomic_load_n(&store_set_error, __ATOMIC_ACQUIRE);
+	store_int_fn depth = __atomic_load_n(&store_set_depth, __ATOMIC_ACQUIRE);
+
+	(void)ok;
+	if (set)
+		set(store, NS_X509_SELF_SIGNED);
+	if (depth)
+		depth(store, 0);
+	return 0;
+}
+
+static void ssl_reject_peer(void *ssl, void *real)
+{
+	Dl_info info;
+	void *h;
+	int saved = errno;
+
+	if (!dladdr(real, &info) || !info.dli_fname || !(h = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD)))
+		goto out;
+	{
+		get_mode_fn mode = (get_mode_fn)dlsym(h, "SSL_get_verify_mode");
+		set_verify_fn set = (set_verify_fn)dlsym(h, "SSL_set_verify");
+		store_int_fn err = (store_int_fn)dlsym(h, "X509_STORE_CTX_set_error");
+		store_int_fn depth = (store_int_fn)dlsym(h, "X509_STORE_CTX_set_error_depth");
+		int m;
+
+		if (mode && set && err && ((m = mode(ssl)) & NS_SSL_VERIFY_PEER)) {
+			__atomic_store_n(&store_set_depth, depth, __ATOMIC_RELEASE);
+			__atomic_store_n(&store_set_error, err, __ATOMIC_RELEASE);
+			set(ssl, m, reject_certificate);
+		}
+	}
+	dlclose(h);   /* drops only the reference NOLOAD took */
+out:
+	errno = saved;
+}
+
+/* SSL_connect, SSL_do_handshake. A session whose library names no socket
+ * (curl's BIO) is paired with the socket its handshake sends on, as for
+ * the record calls, so its next step finds it. */
+static int ssl_handshake(int fi, void *ssl, const void *ra)
+{
+	hs_fn f = (hs_fn)real_fn(ra, fi);
+	ssl_fd_fn get;
+	struct ns_conn *c;
+	int fd, r, e;
+
+	if (!f) {
+		errno = ENOSYS;
+		return -1;
+	}
+	if (!ns_fault_possible())
+		return f(ssl);
+	get = (ssl_fd_fn)real_fn(ra, F_SSL_GET_FD);
+	fd = get && ssl ? get(ssl) : -1;
+	c = fd >= 0 ? ns_conn_of(fd) : cached_conn(ssl);
+	if (wants_tlsfail(c))
+		ssl_reject_peer(ssl, (void *)f);
+	if (fd >= 0)
+		return f(ssl);
+	cur_sess = ssl;
+	cur_fd = -1;
+	r = f(ssl);
+	e = errno;
+	if (cur_fd >= 0 && (c = ns_conn_of(cur_fd)) != NULL)
+		remember_fd(ssl, cur_fd, c);
+	cur_sess = NULL;
+	errno = e;
+	return r;
+}
+
+int ns_ssl_connect(void *ssl, const void *ra)
+{
+	return ssl_handshake(F_SSL_CONNECT, ssl, ra);
+}
+
+int ns_ssl_do_handshake(void *ssl, const void *ra)
+{
+	return ssl_handshake(F_SSL_DO_HANDSHAKE, ssl, ra);
+}
+
+/* GnuTLS's verdict on the peer's certificate: a connection with tlsfail
+ * is told it is not trusted and its issuer unknown (a self-signed one). */
+static void gnutls_reject(void *session, const void *ra, int r, unsigned *status)
+{
+	gnutls_fd_fn get;
+	int fd;
+
+	if (r != 0 || !status || !ns_fault_possible())
+		return;
+	get = (gnutls_fd_fn)real_fn(ra, F_GNUTLS_FD);
+	fd = get && session ? get(session) : -1;
+	if (wants_tlsfail(fd >= 0 ? ns_conn_of(fd) : cached_conn(session)))
+		*status |= NS_GNUTLS_CERT_INVALID | NS_GNUTLS_CERT_SIGNER_NOT_FOUND;
+}
+
+int ns_gnutls_verify_peers2(void *session, unsigned *status, const void *ra)
+{
+	gnutls_v2_fn f = (gnutls_v2_fn)real_fn(ra, F_GNUTLS_VERIFY2);
+	int r, e;
+
+	if (!f)
+		return NS_GNUTLS_E_INTERNAL_ERROR;
+	r = f(session, status);
+	e = errno;
+	gnutls_reject(session, ra, r, status);
+	errno = e;
+	return r;
+}
+
+int ns_gnutls_verify_peers3(void *session, const char *host, unsigned *status, const void *ra)
+{
+	gnutls_v3_fn f = (gnutls_v3_fn)real_fn(ra, F_GNUTLS_VERIFY3);
+	int r, e;
+
+	if (!f)
+		return NS_GNUTLS_E_INTERNAL_ERROR;
+	r = f(session, host, status);
+	e = errno;
+	gnutls_reject(session, ra, r, status);
+	errno = e;
+	return r;
 }

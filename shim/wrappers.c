@@ -69,6 +69,10 @@ int SSL_read_ex(void *ssl, void *buf, size_t num, size_t *got);
 int SSL_write_ex(void *ssl, const void *buf, size_t num, size_t *put);
 ssize_t gnutls_record_recv(void *session, void *data, size_t size);
 ssize_t gnutls_record_send(void *session, const void *data, size_t size);
+int SSL_connect(void *ssl);
+int SSL_do_handshake(void *ssl);
+int gnutls_certificate_verify_peers2(void *session, unsigned *status);
+int gnutls_certificate_verify_peers3(void *session, const char *host, unsigned *status);
 
 /* The TLS calls pass on where they were called from: the real function is
  * the one the calling object would have bound to (tls.c). */
@@ -79,6 +83,16 @@ EXPORT int SSL_read_ex(void *ssl, void *buf, size_t num, size_t *got) { return n
 EXPORT int SSL_write_ex(void *ssl, const void *buf, size_t num, size_t *put) { return ns_ssl_write_ex(ssl, buf, num, put, CALLER); }
 EXPORT ssize_t gnutls_record_recv(void *session, void *data, size_t size) { return ns_gnutls_record_recv(session, data, size, CALLER); }
 EXPORT ssize_t gnutls_record_send(void *session, const void *data, size_t size) { return ns_gnutls_record_send(session, data, size, CALLER); }
+EXPORT int SSL_connect(void *ssl) { return ns_ssl_connect(ssl, CALLER); }
+EXPORT int SSL_do_handshake(void *ssl) { return ns_ssl_do_handshake(ssl, CALLER); }
+EXPORT int gnutls_certificate_verify_peers2(void *session, unsigned *status)
+{
+	return ns_gnutls_verify_peers2(session, status, CALLER);
+}
+EXPORT int gnutls_certificate_verify_peers3(void *session, const char *host, unsigned *status)
+{
+	return ns_gnutls_verify_peers3(session, host, status, CALLER);
+}
 
 /* The variadic ones: every fcntl and ioctl argument is an int or a pointer,
  * both passed in one register, so reading it as a pointer and handing it on

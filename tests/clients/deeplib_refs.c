@@ -22,7 +22,8 @@
 	X(fread) X(fread_unlocked) X(__fread_chk) X(__fread_unlocked_chk) \
 	X(fgetc) X(getc) X(_IO_getc) X(fgetc_unlocked) X(getc_unlocked) X(__uflow) \
 	X(getline) X(getdelim) X(__getdelim) \
-	X(SSL_read) X(SSL_write) X(SSL_read_ex) X(SSL_write_ex) X(gnutls_record_recv) X(gnutls_record_send)
+	X(SSL_read) X(SSL_write) X(SSL_read_ex) X(SSL_write_ex) X(gnutls_record_recv) X(gnutls_record_send) \
+	X(SSL_connect) X(SSL_do_handshake) X(gnutls_certificate_verify_peers2) X(gnutls_certificate_verify_peers3)
 
 #define DECL(n) extern void deep_ref_##n(void) __asm__(#n);
 DEEP_NAMES(DECL)

@@ -112,6 +112,9 @@ Test(fault, every_kind)
 	parse_bad("resolve", "resolve needs an IPv4 address");
 	parse_bad("resolve ::1", "resolve: bad address");
 	parse_bad("resolve host.example", "resolve: bad address");
+	roundtrip("tlsfail", "tlsfail");
+	roundtrip("tlsfail 50%; latency 10ms", "tlsfail 50%; latency 10ms");
+	parse_bad("tlsfail 3", "unexpected '3' after tlsfail");
 	parse_bad("status 429 retry-after", "retry-after: expected whole seconds");
 	parse_bad("status 429 retry-after 86401", "retry-after: expected whole seconds");
 	parse_bad("close retry-after 3", "unexpected 'retry-after'");
