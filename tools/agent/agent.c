@@ -78,6 +78,8 @@ static struct {
 	struct fl_conn sub;         /* the hint channel (pub/sub), when it works */
 	uint64_t sub_next_try;
 	uint64_t hinted;            /* the highest seq a hint announced */
+	uint64_t hint_quiet_until;  /* a hint proved false: hints wake no poll before then */
+	char epoch[40];             /* the store's epoch, as last seen ("" = not yet) */
 	int connected;
 	int synced;                 /* a poll has succeeded since the agent started */
 	uint64_t since;             /* poll for changes after this seq */
@@ -101,6 +103,7 @@ static void on_stop(int sig)
 {
 	(void)sig;
 	stopping = 1;
+	fl_stop = 1;   /* a wait for Redis ends too */
 }
 
 void ag_log(const char *fmt, ...)
@@ -520,20 +523,55 @@ static int publish_ops(char *err, size_t len)
 	return FL_OK;
 }
 
-static void lost(const char *why)
+static uint64_t next_rand(void)
+{
+	A.rng ^= A.rng << 13;
+	A.rng ^= A.rng >> 7;
+	A.rng ^= A.rng << 17;
+	return A.rng;
+}
+
+/* Did the store lose its data since the last poll? Its counter is behind
+ * what was seen, or its epoch is not the one it had (even when the counter
+ * has since caught up: other agents' changes after the loss). */
+static int went_back(const struct fl_store *st)
+{
+	return st->seq < A.since || (A.epoch[0] && strcmp(st->epoch, A.epoch) != 0);
+}
+
+/* The store's epoch, named by the first agent that finds none. */
+static int adopt_epoch(const struct fl_store *st, char *err, size_t len)
+{
+	char mine[20];
+
+	if (st->epoch[0]) {
+		snprintf(A.epoch, sizeof(A.epoch), "%s", st->epoch);
+		return FL_OK;
+	}
+	snprintf(mine, sizeof(mine), "%016llx", (unsigned long long)next_rand());
+	return fl_set_epoch(&A.c, mine, err, len);   /* the next poll adopts whichever was set first */
+}
+
+/* What Redis holds is unknown until the next full poll: no vote is known,
+ * and this node's own are to be published again. */
+static void forget_votes(void)
 {
 	struct dst *d, *tmp;
 
+	HASH_ITER(hh, A.dests, d, tmp) {
+		set_votes(d, NULL, 0);
+		d->my_t = 0;
+	}
+}
+
+static void lost(const char *why)
+{
 	ag_log("redis %s:%d lost (%s): local breakers only; retrying", A.url.host, A.url.port, why);
 	fl_close(&A.c);
 	fl_close(&A.sub);
 	A.connected = 0;
 	release_all("redis unreachable");
-	/* what Redis holds is unknown until the next full poll */
-	HASH_ITER(hh, A.dests, d, tmp) {
-		set_votes(d, NULL, 0);
-		d->my_t = 0;
-	}
+	forget_votes();
 	A.backoff_ms = BACKOFF_MIN_MS;
 	A.next_try = ctl_mono_ms() + A.backoff_ms;
 }
@@ -569,6 +607,15 @@ static void hint_connect(uint64_t now)
 		ag_log("hint channel unavailable (%s): changes arrive with each poll only", err);
 }
 
+/* A hint announced a change this agent has not seen, and hints are
+ * believed: one that a poll did not bear out (a PUBLISH of a seq Redis
+ * never reached) silences them until the next regular poll, so hints can
+ * at most double the poll rate, never more than real changes justify. */
+static int hint_due(uint64_t now)
+{
+	return A.connected && A.hinted > A.high && now >= A.hint_quiet_until;
+}
+
 /* Wait up to ms for a hint; note the highest seq announced. */
 static void hint_wait(int ms)
 {
@@ -600,21 +647,42 @@ static void pass(uint64_t now)
 			uint64_t jitter;
 
 			A.backoff_ms = A.backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : A.backoff_ms * 2;
-			A.rng ^= A.rng << 13;
-			A.rng ^= A.rng >> 7;
-			A.rng ^= A.rng << 17;
-			jitter = A.rng % (A.backoff_ms / 2 + 1);
+			jitter = next_rand() % (A.backoff_ms / 2 + 1);
 			A.next_try = now + A.backoff_ms / 2 + jitter;
 		}
 	}
 	if (A.connected) {
+		struct fl_store st;
+
 		if ((rc = publish_ops(err, sizeof(err))) == FL_OK &&
-		    (rc = fl_poll(&A.c, A.since, on_dest, &high_before, &A.redis_now, &high, err, sizeof(err))) == FL_OK) {
+		    (rc = fl_poll(&A.c, A.since, on_dest, &high_before, &A.redis_now, &high, &st, err,
+				  sizeof(err))) == FL_OK && went_back(&st)) {
+			/* the store lost its data under a live connection (FLUSHDB,
+			 * a restart without it, a lagging replica promoted): what it
+			 * holds now is read whole, and this node's votes are
+			 * published again */
+			ag_log("redis went back (change %llu, epoch %s; this agent had seen change %llu, epoch %s): "
+			       "reading it whole again", (unsigned long long)st.seq, st.epoch[0] ? st.epoch : "none",
+			       (unsigned long long)A.since, A.epoch);
+			forget_votes();
+			A.high = high_before = 0;
+			A.epoch[0] = '\0';
+			rc = fl_poll(&A.c, 0, on_dest, &high_before, &A.redis_now, &high, &st, err, sizeof(err));
+		}
+		if (rc == FL_OK)
+			rc = adopt_epoch(&st, err, sizeof(err));
+		if (rc == FL_OK) {
 			A.since = high;
 			if (high > A.high)
 				A.high = high;
 			A.synced = 1;
 			rc = reconcile(now, err, sizeof(err));
+		}
+		/* a hint the poll did not bear out (a seq Redis never reached)
+		 * is void: it woke one poll, and wakes no more */
+		if (rc == FL_OK && A.hinted > A.high) {
+			A.hinted = A.high;
+			A.hint_quiet_until = now + (uint64_t)A.poll_ms;   /* and hints wait for the next tick */
 		}
 		if (rc == FL_OK)
 			apply_fleet(now);
@@ -733,7 +801,7 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	A.rng = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull | 1;
+	A.rng = ((uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ ctl_wall_ms() * 0xbf58476d1ce4e5b9ull) | 1;
 	memset(A.t.hdr->agent_node, 0, sizeof(A.t.hdr->agent_node));
 	memcpy(A.t.hdr->agent_node, A.node, strlen(A.node));
 	__atomic_store_n(&A.t.hdr->agent_pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
@@ -751,7 +819,7 @@ int main(int argc, char **argv)
 			break;
 		}
 		read_events();
-		hinted = (A.local_change || (A.connected && A.hinted > A.high)) && now >= last_pass + HINT_GAP_MS;
+		hinted = (A.local_change || hint_due(now)) && now >= last_pass + HINT_GAP_MS;
 		if (now >= next_pass || (A.nops && A.connected) || hinted) {
 			A.local_change = 0;
 			pass(now);
@@ -764,7 +832,7 @@ int main(int argc, char **argv)
 			hooks_pass(A.hooks, ctl_mono_ms());
 		/* a hint that came too soon after a pass is served when the gap ends */
 		now = ctl_mono_ms();
-		hint_wait(A.connected && A.hinted > A.high ?
+		hint_wait(hint_due(now) ?
 			  (now >= last_pass + HINT_GAP_MS ? 0 : (int)(last_pass + HINT_GAP_MS - now)) : TICK_MS);
 	}
 	/* nobody renews the holds from now on: local breakers alone */

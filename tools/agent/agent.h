@@ -7,6 +7,7 @@
 #ifndef NS_AGENT_H
 #define NS_AGENT_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,7 +35,12 @@ struct fl_conn {
 	void *ctx;                  /* redisContext */
 	char prefix[AG_NAME_MAX + 16];   /* "netshim:{FLEET}:" */
 	char sha[48];               /* the change script, loaded */
+	int timeout_ms;             /* the longest wait for a whole reply */
+	char why[160];              /* the last reply's error */
 };
+
+/* Set from a signal handler: a wait for Redis ends at once (FL_DOWN). */
+extern volatile sig_atomic_t fl_stop;
 
 enum { FL_OK = 0, FL_DOWN = -1, FL_REFUSED = -2 };
 
@@ -83,13 +89,23 @@ struct fl_dest {
 
 typedef void (*fl_dest_fn)(void *arg, const struct fl_dest *d);
 
+/* What a poll says of the store itself: its change counter and epoch ("":
+ * none; a store that went back has another, or none). */
+struct fl_store {
+	uint64_t seq;
+	char epoch[40];
+};
+
 /* A poll: the Redis time and every destination changed after since,
- * handed to fn in the order of their changes. Two commands when nothing
- * changed, two more per changed destination. *high: the last change seen
- * (since when none). 0, or FL_DOWN. */
+ * handed to fn in the order of their changes. Four commands when nothing
+ * changed (one round trip), two more per changed destination. *high: the
+ * last change seen (since when none); *store (may be NULL): the store's
+ * counter and epoch. 0, or FL_DOWN. */
 int fl_poll(struct fl_conn *c, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
-	    uint64_t *high, char *err, size_t len);
-/* The poll's first two commands, queued, and their replies read: for
+	    uint64_t *high, struct fl_store *store, char *err, size_t len);
+/* Name the store's epoch, unless one is there already (SET NX). */
+int fl_set_epoch(struct fl_conn *c, const char *epoch, char *err, size_t len);
+/* The poll's first four commands, queued, and their replies read: for
  * simulated nodes polling together in one round trip. */
 int fl_append_poll(struct fl_conn *c, uint64_t since);
 

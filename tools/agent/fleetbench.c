@@ -90,7 +90,7 @@ static void *sim_main(void *arg)
 		uint64_t t0 = now_us(), spent;
 
 		for (int i = 0; i < s->n; i++) {
-			if (fl_poll(&s->c, s->high[i], nothing, NULL, &now, &s->high[i], err, sizeof(err)) != FL_OK)
+			if (fl_poll(&s->c, s->high[i], nothing, NULL, &now, &s->high[i], NULL, err, sizeof(err)) != FL_OK)
 				errx(1, "poll: %s", err);
 			__atomic_fetch_add(&s->polls, 1, __ATOMIC_RELAXED);
 		}

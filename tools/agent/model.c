@@ -17,19 +17,28 @@
  *                            only (messages are lost while a subscriber is
  *                            away): an agent woken by it polls at once
  *
+ *   netshim:{F}:epoch        a random name the first agent to find it missing
+ *                            sets (SET NX): a store that lost its data
+ *                            (FLUSHDB, a restart without it, a lagging replica
+ *                            promoted) shows as another epoch or none, even
+ *                            when its seq has since caught up
+ *
  * A change is one script (atomic): it writes the vote or command, takes the
- * next seq and files the destination under it in changes. A poll is TIME
- * and ZRANGEBYSCORE changes (since +inf: nothing when nothing changed, so
+ * next seq and files the destination under it in changes. A poll is TIME,
+ * GET seq and GET epoch (a store that went back) and ZRANGEBYSCORE changes
+ * (since +inf: nothing when nothing changed, so
  * its cost follows the changes, not the fleet's size), then HGETALL of the
  * votes and command of each destination that changed. Votes are never
  * trusted to be deleted: a reader counts only those whose expiry is ahead
  * of Redis's own clock, so the nodes' clocks never matter. */
 #include <ctype.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include <hiredis/hiredis.h>
 
@@ -155,6 +164,117 @@ static redisContext *ctx(struct fl_conn *c)
 	return c->ctx;
 }
 
+volatile sig_atomic_t fl_stop;
+
+/**** replies: bounded in time and in size ****
+ *
+ * Redis is trusted with the fleet's state, not with the agent's life: a
+ * reply must arrive whole within the connection's timeout (a reply trickled
+ * a byte at a time would otherwise hold every read open for ever, and with
+ * it the agent's loop and its SIGTERM), and no reply may hold more than
+ * FL_ELEMENTS_MAX elements or FL_BYTES_MAX bytes (a reply claiming 10^9
+ * elements would otherwise be allocated as it arrives). Either is a
+ * protocol error: the connection is dropped and made again, with backoff. */
+#define FL_ELEMENTS_MAX (1 << 21)     /* two per destination of the largest table, and more */
+#define FL_BYTES_MAX (64u << 20)      /* bytes of one reply buffered */
+
+static const redisReplyObjectFunctions *base_fns;
+static int oversized;                  /* a reader function refused: the reason of the error */
+
+static void *cap_string(const redisReadTask *t, char *str, size_t len)
+{
+	if (len > FL_BYTES_MAX) {
+		oversized = 1;
+		return NULL;
+	}
+	return base_fns->createString(t, str, len);
+}
+
+static void *cap_array(const redisReadTask *t, int n)
+{
+	if (n < 0 || n > FL_ELEMENTS_MAX) {
+		oversized = 1;
+		return NULL;
+	}
+	return base_fns->createArray(t, n);
+}
+
+static void *cap_integer(const redisReadTask *t, long long v)
+{
+	return base_fns->createInteger(t, v);
+}
+
+static void *cap_nil(const redisReadTask *t)
+{
+	return base_fns->createNil(t);
+}
+
+static void cap_free(void *v)
+{
+	base_fns->freeObject(v);
+}
+
+static const redisReplyObjectFunctions capped = { cap_string, cap_array, cap_integer, cap_nil, cap_free };
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The next reply (queued commands are sent first), within the connection's
+ * timeout: REDIS_OK and *v, or REDIS_ERR with the reason in c->why. */
+static int reply(struct fl_conn *c, void **v)
+{
+	redisContext *x = ctx(c);
+	uint64_t deadline = mono_ms() + (uint64_t)c->timeout_ms;
+	int done = 0;
+
+	*v = NULL;
+	c->why[0] = '\0';
+	oversized = 0;
+	while (!done)
+		if (redisBufferWrite(x, &done) != REDIS_OK)
+			goto fail;
+	for (;;) {
+		struct pollfd p = { .fd = x->fd, .events = POLLIN };
+		uint64_t now;
+		int n;
+
+		if (redisGetReplyFromReader(x, v) != REDIS_OK)
+			goto fail;
+		if (*v)
+			return REDIS_OK;
+		if (x->reader->len > FL_BYTES_MAX) {
+			oversized = 1;
+			goto fail;
+		}
+		if (fl_stop) {
+			snprintf(c->why, sizeof(c->why), "stopping");
+			return REDIS_ERR;
+		}
+		now = mono_ms();
+		if (now >= deadline) {
+			snprintf(c->why, sizeof(c->why), "no whole reply within %d ms", c->timeout_ms);
+			return REDIS_ERR;
+		}
+		n = poll(&p, 1, (int)(deadline - now));
+		if (n < 0 && errno != EINTR)
+			goto fail;
+		if (n > 0 && redisBufferRead(x) != REDIS_OK)
+			goto fail;
+	}
+fail:
+	if (oversized)
+		snprintf(c->why, sizeof(c->why), "a reply larger than %d elements or %u MiB: a protocol error",
+			 FL_ELEMENTS_MAX, FL_BYTES_MAX >> 20);
+	else
+		snprintf(c->why, sizeof(c->why), "%s", x->errstr[0] ? x->errstr : "no reply");
+	return REDIS_ERR;
+}
+
 void fl_close(struct fl_conn *c)
 {
 	if (c->ctx)
@@ -166,13 +286,15 @@ void fl_close(struct fl_conn *c)
  * FL_DOWN (no answer) / FL_REFUSED (an error reply) with the reason. */
 static int command(struct fl_conn *c, redisReply **out, char *err, size_t len, int argc, const char **argv)
 {
-	redisReply *r = redisCommandArgv(ctx(c), argc, argv, NULL);
+	void *v = NULL;
+	redisReply *r;
 
 	*out = NULL;
-	if (!r) {
-		snprintf(err, len, "%s", ctx(c)->errstr[0] ? ctx(c)->errstr : "no reply");
+	if (redisAppendCommandArgv(ctx(c), argc, argv, NULL) != REDIS_OK || reply(c, &v) != REDIS_OK || !v) {
+		snprintf(err, len, "%s", c->why[0] ? c->why : "cannot queue a command");
 		return FL_DOWN;
 	}
+	r = v;
 	if (r->type == REDIS_REPLY_ERROR) {
 		snprintf(err, len, "%s: %s", argv[0], r->str);
 		freeReplyObject(r);
@@ -201,9 +323,14 @@ int fl_connect(struct fl_conn *c, const struct fl_url *u, const char *fleet, int
 		fl_close(c);
 		return FL_DOWN;
 	}
-	/* every later wait on this connection is bounded the same way */
+	/* every later wait on this connection is bounded the same way, and
+	 * every reply in time and size (reply) */
 	redisSetTimeout(ctx(c), tv);
 	redisEnableKeepAlive(ctx(c));
+	c->timeout_ms = timeout_ms;
+	if (!base_fns)
+		base_fns = ctx(c)->reader->fn;
+	ctx(c)->reader->fn = (redisReplyObjectFunctions *)&capped;
 	if (u->pass[0]) {
 		const char *a3[] = { "AUTH", u->user, u->pass };
 		const char *a2[] = { "AUTH", u->pass };
@@ -298,8 +425,8 @@ int fl_collect(struct fl_conn *c, int n, char *err, size_t len)
 		void *v = NULL;
 		redisReply *r;
 
-		if (redisGetReply(ctx(c), &v) != REDIS_OK || !v) {
-			snprintf(err, len, "%s", ctx(c)->errstr[0] ? ctx(c)->errstr : "no reply");
+		if (reply(c, &v) != REDIS_OK || !v) {
+			snprintf(err, len, "%s", c->why);
 			return FL_DOWN;
 		}
 		r = v;
@@ -325,13 +452,19 @@ int fl_change(struct fl_conn *c, int op, const char *dest, const char *node, uin
 
 int fl_append_poll(struct fl_conn *c, uint64_t since)
 {
-	char key[AG_NAME_MAX + 32], min[32];
+	char key[AG_NAME_MAX + 32], min[32], seq[AG_NAME_MAX + 32], epoch[AG_NAME_MAX + 32];
 	const char *time_argv[] = { "TIME" };
 	const char *z[] = { "ZRANGEBYSCORE", key, min, "+inf", "WITHSCORES" };
+	const char *g[] = { "GET", seq };
+	const char *e[] = { "GET", epoch };
 
 	snprintf(key, sizeof(key), "%schanges", c->prefix);
+	snprintf(seq, sizeof(seq), "%sseq", c->prefix);
+	snprintf(epoch, sizeof(epoch), "%sepoch", c->prefix);
 	snprintf(min, sizeof(min), "(%llu", (unsigned long long)since);
 	if (redisAppendCommandArgv(ctx(c), 1, time_argv, NULL) != REDIS_OK ||
+	    redisAppendCommandArgv(ctx(c), 2, g, NULL) != REDIS_OK ||
+	    redisAppendCommandArgv(ctx(c), 2, e, NULL) != REDIS_OK ||
 	    redisAppendCommandArgv(ctx(c), 5, z, NULL) != REDIS_OK)
 		return FL_DOWN;
 	return FL_OK;
@@ -341,12 +474,12 @@ static int get_reply(struct fl_conn *c, redisReply **r, int type, char *err, siz
 {
 	void *v = NULL;
 
-	if (redisGetReply(ctx(c), &v) != REDIS_OK || !v) {
-		snprintf(err, len, "%s", ctx(c)->errstr[0] ? ctx(c)->errstr : "no reply");
+	if (reply(c, &v) != REDIS_OK || !v) {
+		snprintf(err, len, "%s", c->why);
 		return FL_DOWN;
 	}
 	*r = v;
-	if ((*r)->type != type) {
+	if (type < 0 ? (*r)->type == REDIS_REPLY_ERROR : (*r)->type != type) {
 		snprintf(err, len, "unexpected reply%s%s", (*r)->type == REDIS_REPLY_ERROR ? ": " : "",
 			 (*r)->type == REDIS_REPLY_ERROR ? (*r)->str : "");
 		freeReplyObject(*r);
@@ -402,9 +535,9 @@ static void parse_dest(struct fl_dest *d, const redisReply *votes, const redisRe
 }
 
 int fl_poll(struct fl_conn *c, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
-	    uint64_t *high, char *err, size_t len)
+	    uint64_t *high, struct fl_store *store, char *err, size_t len)
 {
-	redisReply *t = NULL, *z = NULL;
+	redisReply *t = NULL, *z = NULL, *q = NULL, *e = NULL;
 	struct fl_vote *votes = NULL;
 	size_t nd;
 	int rc;
@@ -416,12 +549,26 @@ int fl_poll(struct fl_conn *c, uint64_t since, fl_dest_fn fn, void *arg, uint64_
 	}
 	if ((rc = get_reply(c, &t, REDIS_REPLY_ARRAY, err, len)) != FL_OK)
 		return rc;
-	if ((rc = get_reply(c, &z, REDIS_REPLY_ARRAY, err, len)) != FL_OK) {
+	if ((rc = get_reply(c, &q, -1, err, len)) != FL_OK || (rc = get_reply(c, &e, -1, err, len)) != FL_OK ||
+	    (rc = get_reply(c, &z, REDIS_REPLY_ARRAY, err, len)) != FL_OK) {
 		freeReplyObject(t);
+		if (q)
+			freeReplyObject(q);
+		if (e)
+			freeReplyObject(e);
 		return rc;
 	}
-	*redis_now_ms = t->elements == 2 ? num(t->element[0]->str) * 1000 + num(t->element[1]->str) / 1000 : 0;
+	*redis_now_ms = t->elements == 2 && t->element[0]->str && t->element[1]->str ?
+		num(t->element[0]->str) * 1000 + num(t->element[1]->str) / 1000 : 0;
+	if (store) {
+		store->seq = q->type == REDIS_REPLY_STRING ? num(q->str) : 0;
+		snprintf(store->epoch, sizeof(store->epoch), "%.*s",
+			 e->type == REDIS_REPLY_STRING && e->len < sizeof(store->epoch) ? (int)e->len : 0,
+			 e->type == REDIS_REPLY_STRING ? e->str : "");
+	}
 	freeReplyObject(t);
+	freeReplyObject(q);
+	freeReplyObject(e);
 	nd = z->elements / 2;
 	for (size_t i = 0; i < nd; i++) {
 		char key[AG_NAME_MAX + 32 + NS_KEY_MAX];
@@ -471,6 +618,20 @@ int fl_poll(struct fl_conn *c, uint64_t since, fl_dest_fn fn, void *arg, uint64_
 	return rc;
 }
 
+int fl_set_epoch(struct fl_conn *c, const char *epoch, char *err, size_t len)
+{
+	char key[AG_NAME_MAX + 32];
+	const char *argv[] = { "SET", key, epoch, "NX" };
+	redisReply *r;
+	int rc;
+
+	snprintf(key, sizeof(key), "%sepoch", c->prefix);
+	if ((rc = command(c, &r, err, len, 4, argv)) != FL_OK)
+		return rc;
+	freeReplyObject(r);
+	return FL_OK;
+}
+
 int fl_subscribe(struct fl_conn *c, const struct fl_url *u, const char *fleet, int timeout_ms, char *err, size_t len)
 {
 	char chan[AG_NAME_MAX + 24];
@@ -499,8 +660,9 @@ int fl_hint_read(struct fl_conn *c, uint64_t *max_seq)
 	void *v;
 	int n = 0;
 
-	/* the socket is readable: one read, then every whole message it held */
-	if (redisBufferRead(ctx(c)) != REDIS_OK)
+	/* the socket is readable: one read, then every whole message it held
+	 * (a message larger than any reply may be: the channel is dropped) */
+	if (redisBufferRead(ctx(c)) != REDIS_OK || ctx(c)->reader->len > FL_BYTES_MAX)
 		return FL_DOWN;
 	for (;;) {
 		redisReply *r;
