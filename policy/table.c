@@ -3,9 +3,14 @@
  * No system calls here: the clock comes from the caller, so the unit tests
  * drive it with a fake one. Mapping the file is in tablefile.c. */
 #include "table.h"
+
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include "slot.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 
@@ -705,4 +710,25 @@ const char *ns_event_name(uint32_t type)
 	case NS_E_COOLDOWN: return "cooldown";
 	default: return "unknown";
 	}
+}
+
+unsigned ns_table_wake_addr(const struct ns_table *t, struct sockaddr_un *out)
+{
+	const char *name = strrchr(t->path, '/');
+	size_t n;
+
+	name = name ? name + 1 : t->path;
+	memset(out, 0, sizeof(*out));
+	out->sun_family = AF_UNIX;
+	/* sun_path[0] stays 0: the abstract namespace, nothing on disk */
+	n = (size_t)snprintf(out->sun_path + 1, sizeof(out->sun_path) - 1, "netshim-agent:%s", name);
+	if (n >= sizeof(out->sun_path) - 1)
+		n = sizeof(out->sun_path) - 2;
+	return (unsigned)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+int ns_event_wakes_agent(uint32_t type)
+{
+	return type == NS_E_OPENED || type == NS_E_REOPENED || type == NS_E_CLOSED || type == NS_E_RESET ||
+	       type == NS_E_FORCED_OPEN || type == NS_E_COOLDOWN;
 }

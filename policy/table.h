@@ -318,6 +318,17 @@ int64_t ns_hist_percentile(const struct ns_hist *h, unsigned p);
 void ns_table_event(struct ns_table *t, const struct ns_evrec *ev, uint64_t wall_ms);
 int ns_table_event_read(const struct ns_table *t, uint64_t seq, struct ns_evrec *out);
 uint64_t ns_table_event_head(const struct ns_table *t);
+/* The agent's wake-up socket for table t: an abstract AF_UNIX datagram
+ * address ("netshim-agent:" and the table's name) the agent binds and a
+ * process that writes an event the agent acts on sends one byte to, so a
+ * trip reaches the agent at once rather than at its next tick. Anyone may
+ * send to it: a wake-up only makes the agent read the event ring. Returns
+ * the address length. */
+struct sockaddr_un;
+unsigned ns_table_wake_addr(const struct ns_table *t, struct sockaddr_un *out);
+/* Does an event of this type want the agent now (a breaker here opened or
+ * closed, an operator's command, a Retry-After)? */
+int ns_event_wakes_agent(uint32_t type);
 const char *ns_event_name(uint32_t type);
 
 /* Runtime faults (faulttable.c). A copy of one record, for readers. */

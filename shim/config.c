@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "conn.h"
@@ -279,6 +280,26 @@ __attribute__((constructor)) static void ns_init(void)
 
 /* Write one event into the shared ring: a transition, a traced failure, or
  * a process-wide happening (key may then be ""). */
+/* An event the agent acts on wakes it at once (a datagram to its socket,
+ * never waited for): a trip reaches the fleet without waiting for the
+ * agent's next tick. Three system calls, on a breaker's change only, and
+ * only while an agent serves the table. */
+static void wake_agent(void)
+{
+	struct sockaddr_un a;
+	unsigned len;
+	int fd;
+
+	if (!__atomic_load_n(&ns_breakers.hdr->agent_pid, __ATOMIC_ACQUIRE))
+		return;
+	len = ns_table_wake_addr(&ns_breakers, &a);
+	fd = REAL(socket)(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return;
+	REAL(sendto)(fd, "!", 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, (socklen_t)len);
+	REAL(close)(fd);
+}
+
 void ns_emit(int type, int slot, const char *key, const struct ns_step *st, int err, const char *detail, int trace)
 {
 	struct ns_evrec ev;
@@ -304,6 +325,8 @@ void ns_emit(int type, int slot, const char *key, const struct ns_step *st, int 
 	if (trace)
 		ev.nframes = ns_trace_frames(ev.frames, NS_FRAMES);
 	ns_table_event(&ns_breakers, &ev, ns_wall_ms());
+	if (ns_event_wakes_agent(ev.type))
+		wake_agent();
 	errno = saved;
 }
 

@@ -30,3 +30,12 @@ for n in 10 100 1000; do
 		echo "| $n | ${flag:-hint} | $(v propagation_ms_p50) / $(v propagation_ms_p99) / $(v propagation_ms_max) ms | $(v steady_commands_per_node_per_s) | $(v steady_agent_cpu_us_per_poll) us | $(v changing_commands_per_node_per_s) ($(v changes_per_s)) | $(v changing_agent_cpu_us_per_poll) us |"
 	done
 done
+echo
+E2E=${E2E_TRIALS:-50}
+echo "## end to end: two real agents, a real program's trip on A, a program on B refused ($E2E trials, quorum 1, poll every $POLL_MS ms)"
+echo
+out=$(python3 "$(dirname "$0")/e2ebench.py" "$BUILD" "$port" "$E2E" "$POLL_MS")
+v() { echo "$out" | awk -v k="$1" '$1 == k { print $2 }'; }
+echo "| failing call on A -> refused on B | p50 | p99 | max | missed |"
+echo "| --- | --- | --- | --- | --- |"
+echo "| woken by the trip, hint to B | $(v e2e_ms_p50) ms | $(v e2e_ms_p99) ms | $(v e2e_ms_max) ms | $(v missed) of $E2E |"

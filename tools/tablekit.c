@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -126,6 +128,17 @@ void ctl_note_event(struct ns_table *t, int type, const char *key, const char *d
 	if (detail)
 		snprintf(ev.detail, sizeof(ev.detail), "%s", detail);
 	ns_table_event(t, &ev, ctl_wall_ms());
+	if (ns_event_wakes_agent(ev.type) && t->hdr && __atomic_load_n(&t->hdr->agent_pid, __ATOMIC_ACQUIRE)) {
+		/* an operator's command reaches the agent at once (policy/table.h) */
+		struct sockaddr_un a;
+		socklen_t len = (socklen_t)ns_table_wake_addr(t, &a);
+		int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+		if (fd >= 0) {
+			sendto(fd, "!", 1, MSG_DONTWAIT, (struct sockaddr *)&a, len);
+			close(fd);
+		}
+	}
 }
 
 void ctl_note_action(struct ns_table *t, int type, const char *key, const char *detail)

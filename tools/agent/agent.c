@@ -15,6 +15,8 @@
 #include <getopt.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +33,8 @@
 #define BACKOFF_MIN_MS 200
 #define BACKOFF_MAX_MS 5000
 #define TICK_MS 50                  /* events and hooks are looked at this often */
-#define HINT_GAP_MS 20              /* passes a hint may start, at most one per */
+#define HINT_GAP_MS 20              /* early passes a hint may start, at most one per */
+#define LOCAL_GAP_MS 2              /* early passes a change here may start, at most one per */
 #define SUB_RETRY_MS 5000           /* the hint channel, when lost, is tried again after */
 #define MAX_OPS 4096                /* operator commands waiting for Redis */
 
@@ -79,6 +82,7 @@ static struct {
 	uint64_t sub_next_try;
 	uint64_t hinted;            /* the highest seq a hint announced */
 	uint64_t hint_quiet_until;  /* a hint proved false: hints wake no poll before then */
+	int wake_fd;                /* the wake-up socket (wake_open), -1 = none */
 	char epoch[40];             /* the store's epoch, as last seen ("" = not yet) */
 	int connected;
 	int synced;                 /* a poll has succeeded since the agent started */
@@ -616,21 +620,53 @@ static int hint_due(uint64_t now)
 	return A.connected && A.hinted > A.high && now >= A.hint_quiet_until;
 }
 
-/* Wait up to ms for a hint; note the highest seq announced. */
+/* The wake-up socket: programs that write an event the agent acts on
+ * send it a byte (shim/config.c), so a trip is read at once, not at the
+ * next tick. Without it (the name taken), ticks alone. */
+static void wake_open(void)
+{
+	struct sockaddr_un a;
+	unsigned len = ns_table_wake_addr(&A.t, &a);
+
+	A.wake_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (A.wake_fd >= 0 && bind(A.wake_fd, (struct sockaddr *)&a, (socklen_t)len) < 0) {
+		ag_log("cannot take the wake-up socket (%s): trips are read every %d ms", strerror(errno), TICK_MS);
+		close(A.wake_fd);
+		A.wake_fd = -1;
+	}
+}
+
+/* How long the loop may sleep: a tick, or until a pending change here or a
+ * hint may start its pass. */
+static int wait_ms(uint64_t now, uint64_t last_early)
+{
+	int ms = TICK_MS;
+
+	if (A.local_change)
+		ms = now >= last_early + LOCAL_GAP_MS ? 0 : (int)(last_early + LOCAL_GAP_MS - now);
+	if (hint_due(now)) {
+		int h = now >= last_early + HINT_GAP_MS ? 0 : (int)(last_early + HINT_GAP_MS - now);
+
+		ms = h < ms ? h : ms;
+	}
+	return ms;
+}
+
+/* Wait up to ms for a hint or a wake-up; note the highest seq announced. */
 static void hint_wait(int ms)
 {
-	struct pollfd p = { .fd = fl_hint_fd(&A.sub), .events = POLLIN };
+	struct pollfd p[2] = { { .fd = fl_hint_fd(&A.sub), .events = POLLIN }, { .fd = A.wake_fd, .events = POLLIN } };
+	char drain[64];
 
-	if (p.fd < 0) {
-		struct timespec tick = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-		nanosleep(&tick, NULL);
+	if (poll(p, 2, ms) <= 0)
 		return;
-	}
-	if (poll(&p, 1, ms) > 0 && fl_hint_read(&A.sub, &A.hinted) < 0) {
+	if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) && fl_hint_read(&A.sub, &A.hinted) < 0) {
 		ag_log("hint channel lost: changes arrive with each poll only until it is back");
 		fl_close(&A.sub);
 	}
+	if (p[1].revents & POLLIN)
+		while (recv(A.wake_fd, drain, sizeof(drain), MSG_DONTWAIT) > 0)
+			;   /* any number of wake-ups: one look at the event ring */
 }
 
 static void pass(uint64_t now)
@@ -806,34 +842,39 @@ int main(int argc, char **argv)
 	memcpy(A.t.hdr->agent_node, A.node, strlen(A.node));
 	__atomic_store_n(&A.t.hdr->agent_pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
 	A.pub_next = ns_table_event_head(&A.t);
+	wake_open();
 	if (A.on_event && !(A.hooks = hooks_new(&A.t, A.on_event, A.node, A.hook_timeout_ms, 4)))
 		errx(1, "out of memory");
 	ag_log("node %s, fleet %s, quorum %d, table %s, redis %s:%d, poll every %d ms", A.node, A.fleet, A.quorum,
 	       A.t.path, A.url.host, A.url.port, A.poll_ms);
-	for (uint64_t next_pass = 0, last_pass = 0; !stopping;) {
+	/* the gaps count from the last pass a change or a hint started early
+	 * (bursts are served together), not from a regular one, which never
+	 * delays a change it could not have seen */
+	for (uint64_t next_pass = 0, last_early = 0; !stopping;) {
 		uint64_t now = ctl_mono_ms();
-		int hinted;
+		int early;
 
 		if (ns_table_broken(&A.t)) {
 			ag_log("%s was truncated under the agent: stopping", A.t.path);
 			break;
 		}
 		read_events();
-		hinted = (A.local_change || hint_due(now)) && now >= last_pass + HINT_GAP_MS;
-		if (now >= next_pass || (A.nops && A.connected) || hinted) {
+		early = (A.local_change && now >= last_early + LOCAL_GAP_MS) ||
+			(hint_due(now) && now >= last_early + HINT_GAP_MS);
+		if (now >= next_pass || (A.nops && A.connected) || early) {
 			A.local_change = 0;
 			pass(now);
-			last_pass = now;
-			if (!hinted)
+			if (early)
+				last_early = now;
+			else
 				next_pass = now + (uint64_t)A.poll_ms;
 			hint_connect(now);
 		}
 		if (A.hooks)
 			hooks_pass(A.hooks, ctl_mono_ms());
-		/* a hint that came too soon after a pass is served when the gap ends */
+		/* a hint that came too soon after an early pass is served when the gap ends */
 		now = ctl_mono_ms();
-		hint_wait(hint_due(now) ?
-			  (now >= last_pass + HINT_GAP_MS ? 0 : (int)(last_pass + HINT_GAP_MS - now)) : TICK_MS);
+		hint_wait(wait_ms(now, last_early));
 	}
 	/* nobody renews the holds from now on: local breakers alone */
 	release_all("agent stopped");
@@ -844,6 +885,8 @@ int main(int argc, char **argv)
 	hooks_free(A.hooks);
 	fl_close(&A.sub);
 	fl_close(&A.c);
+	if (A.wake_fd >= 0)
+		close(A.wake_fd);
 	ns_table_close(&A.t);
 	ag_log("stopped");
 	return 0;
