@@ -74,13 +74,14 @@ $(LIB): $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) $(BUILD)/ne
 	$(CC) -shared -o $@ $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) $(SHIM_SAN) \
 		-Wl,--version-script=$(BUILD)/netshim.map -Wl,-z,now -Wl,-z,relro -ldl -lpthread $(LDFLAGS)
 
-CTL_OBJ := $(BUILD)/tools/shimctl.o $(BUILD)/tools/tablekit.o $(BUILD)/tools/ctl_faults.o
+CTL_OBJ := $(BUILD)/tools/shimctl.o $(BUILD)/tools/tablekit.o $(BUILD)/tools/ctl_faults.o $(BUILD)/tools/ctl_metrics.o
 
 $(BUILD)/shimctl: $(CTL_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
 
 # the fleet agent: the only program that talks to Redis (hiredis)
-AGENT_OBJ := $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/hooks.o $(BUILD)/tools/tablekit.o
+AGENT_OBJ := $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/hooks.o $(BUILD)/tools/agent/metrics.o \
+	$(BUILD)/tools/tablekit.o $(BUILD)/tools/ctl_metrics.o
 
 $(BUILD)/netshim-agent: $(BUILD)/tools/agent/agent.o $(AGENT_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis

@@ -4,7 +4,8 @@ set -eu
 PKGS="build-essential libunwind-dev uthash-dev libcriterion-dev pkg-config groff-base man-db
 python3 python3-pytest python3-requests curl wget strace valgrind procps openssl
 php-cli php-curl busybox libhiredis-dev redis-server redis-tools
-libssl-dev patchelf debhelper lintian fakeroot python3-aiohttp python3-httpx python3-twisted python3-openssl python3-scrapy"
+libssl-dev patchelf debhelper lintian fakeroot python3-aiohttp python3-httpx python3-twisted python3-openssl python3-scrapy
+prometheus"
 # make fuzz: clang with libFuzzer
 PKGS="$PKGS clang libclang-rt-14-dev"
 # make compat: the clients of the compatibility matrix and their servers,

@@ -378,9 +378,7 @@ static struct row *load_rows(const struct ns_table *t, int only, int *n)
 			continue;
 		if (ns_table_read(t, (int)i, now, &rows[*n].e) == 0) {
 			/* closed here, held open by the fleet: fleet_open */
-			rows[*n].state = rows[*n].e.brk.state == NS_CLOSED && rows[*n].e.fleet_open ? "fleet_open" :
-				rows[*n].e.brk.state == NS_CLOSED && rows[*n].e.cooldown_left_ms ? "cooldown" :
-				ns_state_name(rows[*n].e.brk.state);
+			rows[*n].state = ctl_entry_state(&rows[*n].e);
 			/* places whose holders died are not connections open */
 			if (rows[*n].e.inflight)
 				rows[*n].e.inflight = ns_table_inflight_live(t, (int)i);
@@ -586,113 +584,13 @@ static int cmd_events(const char *name, int json, int follow, const char *dest)
 
 /**** metrics ****/
 
-static void prom_label(const char *s)
-{
-	/* the exposition format escapes backslash, double quote and newline;
-	 * other control bytes are shown as \xNN so the line stays printable */
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '\\')
-			fputs("\\\\", stdout);
-		else if (ch == '"')
-			fputs("\\\"", stdout);
-		else if (ch == '\n')
-			fputs("\\n", stdout);
-		else if (ch < 0x20 || ch == 0x7f)
-			printf("\\\\x%02x", ch);
-		else
-			putchar(ch);
-	}
-}
-
-static void prom_series(const char *metric, const char *dest, const char *extra, const char *value)
-{
-	printf("%s{destination=\"", metric);
-	prom_label(dest);
-	printf("\"%s} %s\n", extra ? extra : "", value);
-}
-
-static void prom_counter(const char *metric, const char *help, const char *type, struct row *rows, int n, size_t off, int u32)
-{
-	char v[32];
-
-	printf("# HELP %s %s\n# TYPE %s %s\n", metric, help, metric, type);
-	for (int i = 0; i < n; i++) {
-		const char *base = (const char *)&rows[i].e;
-
-		if (u32)
-			snprintf(v, sizeof(v), "%u", *(const uint32_t *)(base + off));
-		else
-			snprintf(v, sizeof(v), "%llu", (unsigned long long)*(const uint64_t *)(base + off));
-		prom_series(metric, rows[i].e.key, NULL, v);
-	}
-}
-
-static void prom_hist(const char *metric, const char *help, struct row *rows, int n, int first_byte)
-{
-	char v[32], le[64];
-
-	printf("# HELP %s %s\n# TYPE %s histogram\n", metric, help, metric);
-	for (int i = 0; i < n; i++) {
-		const struct ns_hist *h = first_byte ? &rows[i].e.first_byte_hist : &rows[i].e.connect_hist;
-		uint64_t cum = 0;
-		char name[128];
-
-		snprintf(name, sizeof(name), "%s_bucket", metric);
-		for (uint32_t b = 0; b < NS_HIST_BUCKETS; b++) {
-			cum += h->count[b];
-			if (b == NS_HIST_BUCKETS - 1)
-				snprintf(le, sizeof(le), ",le=\"+Inf\"");
-			else
-				snprintf(le, sizeof(le), ",le=\"%g\"", (double)ns_hist_bounds_us[b] / 1e6);
-			snprintf(v, sizeof(v), "%llu", (unsigned long long)cum);
-			prom_series(name, rows[i].e.key, le, v);
-		}
-		snprintf(name, sizeof(name), "%s_sum", metric);
-		snprintf(v, sizeof(v), "%.6f", (double)h->sum_us / 1e6);
-		prom_series(name, rows[i].e.key, NULL, v);
-		snprintf(name, sizeof(name), "%s_count", metric);
-		snprintf(v, sizeof(v), "%llu", (unsigned long long)cum);
-		prom_series(name, rows[i].e.key, NULL, v);
-	}
-}
-
 static int cmd_metrics(const char *name)
 {
 	struct ns_table t;
-	struct row *rows;
-	int n;
 
 	if (ctl_open_table(name, 0, &t) < 0)
 		return 1;
-	rows = load_rows(&t, -1, &n);
-#define OFFE(f) offsetof(struct ns_entry, f)
-	prom_counter("netshim_calls_total", "Connect attempts let through to the network.", "counter", rows, n, OFFE(calls), 0);
-	prom_counter("netshim_successes_total", "Connections whose first byte arrived or that the peer closed cleanly.", "counter", rows, n, OFFE(successes), 0);
-	prom_counter("netshim_failures_total", "Connections refused, unreachable, reset or timed out.", "counter", rows, n, OFFE(failures), 0);
-	prom_counter("netshim_timeouts_total", "Failures that were deadlines expiring.", "counter", rows, n, OFFE(timeouts), 0);
-	prom_counter("netshim_rejected_total", "Connects refused at once by an open breaker.", "counter", rows, n, OFFE(rejected), 0);
-	prom_counter("netshim_retries_total", "Connect retries made by the policy.", "counter", rows, n, OFFE(retries), 0);
-	prom_counter("netshim_failures_in_window", "Failures in the sliding window.", "gauge", rows, n, OFFE(failures_in_window), 1);
-	prom_counter("netshim_inflight", "Connections holding a place under max_connections.", "gauge", rows, n, OFFE(inflight), 1);
-	prom_counter("netshim_throttled_total", "Connects turned away by max_connections (never failures).", "counter", rows, n, OFFE(throttled), 0);
-	prom_counter("netshim_paced_total", "Connects and requests that waited for a token of rate.", "counter", rows, n, OFFE(paced), 0);
-	printf("# HELP netshim_breaker_state Breaker state: 0 closed, 1 open, 2 half_open, 3 forced_open, 4 fleet_open.\n"
-	       "# TYPE netshim_breaker_state gauge\n");
-	for (int i = 0; i < n; i++) {
-		char v[8];
-
-		snprintf(v, sizeof(v), "%u", rows[i].e.brk.state == NS_CLOSED && rows[i].e.fleet_open ? 4u :
-			 rows[i].e.brk.state);
-		prom_series("netshim_breaker_state", rows[i].e.key, NULL, v);
-	}
-	prom_hist("netshim_connect_seconds", "Time from connect() to connected.", rows, n, 0);
-	prom_hist("netshim_first_byte_seconds", "Time from connect() to the first byte received.", rows, n, 1);
-	printf("# HELP netshim_table_turned_away_total Connects to new destinations not counted: table full.\n"
-	       "# TYPE netshim_table_turned_away_total counter\nnetshim_table_turned_away_total %llu\n",
-	       (unsigned long long)__atomic_load_n(&t.hdr->full_count, __ATOMIC_RELAXED));
-	free(rows);
+	ctl_metrics_write(stdout, &t);
 	ctl_close_table(&t);
 	return 0;
 }

@@ -33,6 +33,13 @@ void ctl_note_event(struct ns_table *t, int type, const char *key, const char *d
  * agent's hooks); node: the node's name, NULL to leave the field out. */
 void ctl_event_json(FILE *f, const struct ns_evrec *ev, const char *node);
 
+/* ctl_metrics.c: the table in Prometheus text format; the state status
+ * shows for an entry (fleet_open, cooldown, or the breaker's). */
+void ctl_metrics_write(FILE *f, const struct ns_table *t);
+/* A destination's labels: destination, server_address, server_port. */
+void ctl_prom_dest_labels(FILE *f, const char *key);
+const char *ctl_entry_state(const struct ns_entry *e);
+
 /* ctl_faults.c */
 int ctl_cmd_inject(const char *name, int argc, char **argv, const char *for_text, int existing, int clear, int all);
 int ctl_cmd_faults(const char *name, const char *policy, int json);

@@ -166,8 +166,12 @@ def test_metrics_parse_as_prometheus_text(shim, server):
     types = check_prometheus(p.stdout)
     assert types["netshim_calls_total"] == "counter" and types["netshim_breaker_state"] == "gauge"
     assert types["netshim_first_byte_seconds"] == "histogram"
-    assert f'netshim_calls_total{{destination="{srv.dest}"}} 3' in p.stdout
-    assert f'netshim_first_byte_seconds_count{{destination="{srv.dest}"}} 3' in p.stdout
+    labels = f'destination="{srv.dest}",server_address="{srv.host}",server_port="{srv.port}"'
+    assert f'netshim_calls_total{{{labels},outcome="allowed"}} 3' in p.stdout
+    assert f'netshim_calls_total{{{labels},outcome="rejected"}} 0' in p.stdout
+    assert f'netshim_first_byte_seconds_count{{{labels}}} 3' in p.stdout
+    assert f'netshim_breaker_state{{{labels},state="closed"}} 1' in p.stdout
+    assert f'netshim_breaker_state{{{labels},state="open"}} 0' in p.stdout
 
 
 def test_metrics_escape_label_values(shim):

@@ -83,6 +83,8 @@ static struct {
 	uint64_t hinted;            /* the highest seq a hint announced */
 	uint64_t hint_quiet_until;  /* a hint proved false: hints wake no poll before then */
 	int wake_fd;                /* the wake-up socket (wake_open), -1 = none */
+	const char *metrics_at;     /* --metrics-listen */
+	int metrics_fd;             /* its listening socket, -1 = none */
 	char epoch[40];             /* the store's epoch, as last seen ("" = not yet) */
 	int connected;
 	int synced;                 /* a poll has succeeded since the agent started */
@@ -652,14 +654,62 @@ static int wait_ms(uint64_t now, uint64_t last_early)
 	return ms;
 }
 
+/* /metrics: the table's series (ctl_metrics.c), then the agent's own. */
+static void agent_gauge(FILE *f, const char *metric, const char *help, const char *type, unsigned long long v)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s{node=\"%s\"} %llu\n", metric, help, metric, type, metric, A.node, v);
+}
+
+static void agent_metrics(FILE *f, void *arg)
+{
+	struct dst *d, *tmp;
+
+	(void)arg;
+	ctl_metrics_write(f, &A.t);
+	agent_gauge(f, "netshim_agent_redis_connected", "1 while the agent's Redis answers.", "gauge", A.connected);
+	agent_gauge(f, "netshim_agent_suspect", "1 while this node's votes are withheld (too many destinations open).",
+		    "gauge", A.suspect);
+	agent_gauge(f, "netshim_agent_polls_total", "Polls of Redis made.", "counter",
+		    __atomic_load_n(&A.t.hdr->agent_polls, __ATOMIC_RELAXED));
+	fprintf(f, "# HELP netshim_agent_cpu_seconds_total CPU time of the agent's passes.\n"
+		"# TYPE netshim_agent_cpu_seconds_total counter\nnetshim_agent_cpu_seconds_total{node=\"%s\"} %.6f\n",
+		A.node, (double)__atomic_load_n(&A.t.hdr->agent_cpu_ns, __ATOMIC_RELAXED) / 1e9);
+	agent_gauge(f, "netshim_agent_destinations", "Destinations in the table at the last pass.", "gauge", A.n_total);
+	agent_gauge(f, "netshim_agent_open_destinations", "Destinations open here at the last pass.", "gauge", A.n_open);
+	agent_gauge(f, "netshim_agent_hook_runs_total", "--on-event runs started.", "counter", hooks_runs(A.hooks));
+	agent_gauge(f, "netshim_agent_hooks_running", "--on-event runs running now.", "gauge",
+		    A.hooks ? (unsigned long long)hooks_running(A.hooks) : 0);
+	fprintf(f, "# HELP netshim_fleet_votes Live votes that the destination is open, on every node.\n"
+		"# TYPE netshim_fleet_votes gauge\n");
+	HASH_ITER(hh, A.dests, d, tmp) {
+		unsigned live = 0;
+
+		for (int i = 0; i < d->nvotes; i++)
+			live += d->votes[i].exp_ms > A.redis_now;
+		fputs("netshim_fleet_votes{", f);
+		ctl_prom_dest_labels(f, d->key);
+		fprintf(f, "} %u\n", live);
+	}
+	fprintf(f, "# HELP netshim_fleet_held 1 while the fleet holds the destination open here.\n"
+		"# TYPE netshim_fleet_held gauge\n");
+	HASH_ITER(hh, A.dests, d, tmp) {
+		fputs("netshim_fleet_held{", f);
+		ctl_prom_dest_labels(f, d->key);
+		fprintf(f, "} %d\n", d->held);
+	}
+}
+
 /* Wait up to ms for a hint or a wake-up; note the highest seq announced. */
 static void hint_wait(int ms)
 {
-	struct pollfd p[2] = { { .fd = fl_hint_fd(&A.sub), .events = POLLIN }, { .fd = A.wake_fd, .events = POLLIN } };
+	struct pollfd p[3] = { { .fd = fl_hint_fd(&A.sub), .events = POLLIN }, { .fd = A.wake_fd, .events = POLLIN },
+			       { .fd = A.metrics_fd, .events = POLLIN } };
 	char drain[64];
 
-	if (poll(p, 2, ms) <= 0)
+	if (poll(p, 3, ms) <= 0)
 		return;
+	if (p[2].revents & POLLIN)
+		msrv_serve(A.metrics_fd, agent_metrics, NULL);
 	if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) && fl_hint_read(&A.sub, &A.hinted) < 0) {
 		ag_log("hint channel lost: changes arrive with each poll only until it is back");
 		fl_close(&A.sub);
@@ -740,7 +790,8 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: netshim-agent --redis redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] [--node NAME] [--fleet NAME]\n"
 		"                     [--quorum N] [--suspect-share PERCENT] [--suspect-min N] [--on-event CMD]\n"
-		"                     [--table NAME] [--poll-ms MS] [--hook-timeout-ms MS] [--no-hint]\n");
+		"                     [--table NAME] [--poll-ms MS] [--hook-timeout-ms MS] [--no-hint]\n"
+		"                     [--metrics-listen ADDRESS:PORT]\n");
 }
 
 static int int_arg(const char *opt, const char *v, long lo, long hi)
@@ -766,7 +817,8 @@ static void parse_args(int argc, char **argv)
 		{ "suspect-share", required_argument, 0, 's' }, { "suspect-min", required_argument, 0, 'm' },
 		{ "on-event", required_argument, 0, 'e' }, { "table", required_argument, 0, 't' },
 		{ "poll-ms", required_argument, 0, 'p' }, { "hook-timeout-ms", required_argument, 0, 'h' },
-		{ "no-hint", no_argument, 0, 'N' }, { "help", no_argument, 0, 'H' }, { 0, 0, 0, 0 },
+		{ "no-hint", no_argument, 0, 'N' }, { "help", no_argument, 0, 'H' },
+		{ "metrics-listen", required_argument, 0, 'M' }, { 0, 0, 0, 0 },
 	};
 	const char *table = NULL;
 	char tbuf[64], uerr[128];
@@ -799,6 +851,7 @@ static void parse_args(int argc, char **argv)
 		case 'p': A.poll_ms = int_arg("--poll-ms", optarg, 10, 60000); break;
 		case 'h': A.hook_timeout_ms = int_arg("--hook-timeout-ms", optarg, 10, 3600000); break;
 		case 'N': A.no_hint = 1; break;
+		case 'M': A.metrics_at = optarg; break;
 		case 'H': usage(stdout); exit(0);
 		default: usage(stderr); exit(2);
 		}
@@ -811,6 +864,8 @@ static void parse_args(int argc, char **argv)
 	}
 	if (fl_url_parse(A.url_text, &A.url, uerr, sizeof(uerr)) < 0)
 		errx(2, "--redis %s: %s (expected redis://[[USER]:PASSWORD@]HOST[:PORT][/DB])", A.url_text, uerr);
+	if (A.metrics_at && (A.metrics_fd = msrv_listen(A.metrics_at, uerr, sizeof(uerr))) < 0)
+		errx(2, "--metrics-listen %s", uerr);
 	table = ctl_table_name(table, tbuf, sizeof(tbuf));
 	if (ctl_open_table(table, 1, &A.t) < 0)
 		exit(1);
@@ -824,6 +879,7 @@ int main(int argc, char **argv)
 	int rc;
 
 	setvbuf(stderr, NULL, _IOLBF, 0);
+	A.metrics_fd = A.wake_fd = -1;
 	parse_args(argc, argv);
 	other = __atomic_load_n(&A.t.hdr->agent_pid, __ATOMIC_ACQUIRE);
 	if (other && (pid_t)other != getpid() && kill((pid_t)other, 0) == 0)
@@ -887,6 +943,8 @@ int main(int argc, char **argv)
 	fl_close(&A.c);
 	if (A.wake_fd >= 0)
 		close(A.wake_fd);
+	if (A.metrics_fd >= 0)
+		close(A.metrics_fd);
 	ns_table_close(&A.t);
 	ag_log("stopped");
 	return 0;

@@ -9,6 +9,7 @@
 
 #include <signal.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "../../policy/table.h"
@@ -124,6 +125,15 @@ struct hooks *hooks_new(struct ns_table *t, const char *cmd, const char *node, i
 /* Reap finished runs, stop late ones, start runs for new events. */
 void hooks_pass(struct hooks *h, uint64_t now_ms);
 int hooks_running(const struct hooks *h);
+uint64_t hooks_runs(const struct hooks *h);   /* runs started since the agent began */
+
+/**** metrics.c ****/
+
+/* --metrics-listen ADDR:PORT: the listening socket (non-blocking), or -1
+ * with the reason. */
+int msrv_listen(const char *spec, char *err, size_t len);
+/* Answer every waiting client: GET /metrics gets what body writes. */
+void msrv_serve(int lfd, void (*body)(FILE *f, void *arg), void *arg);
 void hooks_free(struct hooks *h);
 
 /* agent.c */

@@ -28,6 +28,7 @@ struct run {
 };
 
 struct hooks {
+	uint64_t started;           /* runs started */
 	struct ns_table *t;
 	const char *cmd;
 	const char *node;
@@ -145,6 +146,7 @@ static void start(struct hooks *h, const struct ns_evrec *ev, uint64_t now_ms)
 	free(line);
 	r->pid = pid;
 	r->started_ms = now_ms;
+	h->started++;
 	r->seq = ev->seq;
 	r->killed = 0;
 	snprintf(r->what, sizeof(r->what), "%s %s", ns_event_name(ev->type), ev->dest[0] ? ev->dest : "-");
@@ -205,6 +207,11 @@ void hooks_pass(struct hooks *h, uint64_t now_ms)
 		if (ok && hooked(ev.type))
 			start(h, &ev, now_ms);
 	}
+}
+
+uint64_t hooks_runs(const struct hooks *h)
+{
+	return h ? h->started : 0;
 }
 
 int hooks_running(const struct hooks *h)

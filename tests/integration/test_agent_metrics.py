@@ -1,0 +1,85 @@
+"""netshim-agent --metrics-listen (issue 24 item 7): /metrics in the
+Prometheus text format for the table and the agent, checked by promtool and
+scraped by a real Prometheus whose answer must equal shimctl status."""
+import json
+import shutil
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from test_fleet import Node, free_port, redis, trip, wait_for  # noqa: F401
+
+
+def scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return r.status, r.headers.get("Content-Type"), r.read().decode()
+
+
+@pytest.fixture
+def metered(tmp_path, redis):
+    port = free_port()
+    node = Node("n1", tmp_path, redis.url)
+    node.start_agent("--metrics-listen", f"127.0.0.1:{port}", quorum=1)
+    yield node, port
+    node.stop_agent()
+    node.shim.cleanup()
+
+
+@pytest.mark.shim
+@pytest.mark.agent
+def test_metrics_serve_the_table_and_the_agent_and_pass_promtool(metered, server):
+    node, port = metered
+    ok, bad = server("http"), server("reset")
+    for _ in range(2):
+        node.shim.run(["curl", "-s", "-o", "/dev/null", ok.url])
+    trip(node, bad)
+    assert wait_for(lambda: 'netshim_fleet_votes{destination="%s"' % bad.dest in scrape(port)[2], 3) is not None
+    status, ctype, text = scrape(port)
+    assert status == 200 and ctype.startswith("text/plain; version=0.0.4"), (status, ctype)
+    labels = f'destination="{ok.dest}",server_address="127.0.0.1",server_port="{ok.port}"'
+    assert f'netshim_calls_total{{{labels},outcome="allowed"}} 2' in text, text
+    bad_labels = f'destination="{bad.dest}",server_address="127.0.0.1",server_port="{bad.port}"'
+    assert f'netshim_breaker_state{{{bad_labels},state="open"}} 1' in text
+    assert f'netshim_last_failure_info{{{bad_labels},error_type="ECONNRESET"}} 1' in text
+    assert f'netshim_fleet_votes{{{bad_labels}}} 1' in text
+    assert 'netshim_agent_redis_connected{node="n1"} 1' in text
+    if shutil.which("promtool"):
+        p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout + p.stderr
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=5)
+    assert e.value.code == 404
+
+
+@pytest.mark.shim
+@pytest.mark.agent
+@pytest.mark.skipif(not shutil.which("prometheus"), reason="Debian's prometheus is not installed")
+def test_a_real_prometheus_scrapes_the_agent_and_agrees_with_status(metered, server, tmp_path):
+    node, port = metered
+    srv = server("http")
+    for _ in range(3):
+        node.shim.run(["curl", "-s", "-o", "/dev/null", srv.url])
+    prom_port = free_port()
+    (tmp_path / "prometheus.yml").write_text(
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: netshim\n"
+        f"    static_configs:\n      - targets: ['127.0.0.1:{port}']\n")
+    prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        query = f'netshim_calls_total{{destination="{srv.dest}",outcome="allowed"}}'
+
+        def answer():
+            p = subprocess.run(["promtool", "query", "instant", "-o", "json", f"http://127.0.0.1:{prom_port}", query],
+                               capture_output=True, text=True)
+            if p.returncode != 0 or not p.stdout.strip():
+                return None
+            res = json.loads(p.stdout)
+            return int(float(res[0]["value"][1])) if res else None
+        assert wait_for(lambda: answer() is not None, 20) is not None, "Prometheus never scraped the agent"
+        assert answer() == node.shim.entry(srv.dest)["calls"] == 3
+    finally:
+        prom.terminate()
+        prom.wait(timeout=10)
