@@ -9,6 +9,7 @@ import urllib.request
 
 import pytest
 
+from conftest import BUILD
 from test_fleet import Node, free_port, redis, trip, wait_for  # noqa: F401
 
 
@@ -45,6 +46,10 @@ def test_metrics_serve_the_table_and_the_agent_and_pass_promtool(metered, server
     assert f'netshim_last_failure_info{{{bad_labels},error_type="ECONNRESET"}} 1' in text
     assert f'netshim_fleet_votes{{{bad_labels}}} 1' in text
     assert 'netshim_agent_redis_connected{node="n1"} 1' in text
+    # every series the alert rules (tools/prometheus) read is served
+    for name in ("netshim_breaker_state", "netshim_fleet_held", "netshim_agent_redis_connected",
+                 "netshim_agent_suspect"):
+        assert f"# TYPE {name} gauge" in text, name
     if shutil.which("promtool"):
         p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
         assert p.returncode == 0, p.stdout + p.stderr
@@ -83,3 +88,15 @@ def test_a_real_prometheus_scrapes_the_agent_and_agrees_with_status(metered, ser
     finally:
         prom.terminate()
         prom.wait(timeout=10)
+
+
+RULES = BUILD.parent / "tools" / "prometheus"
+
+
+@pytest.mark.skipif(not shutil.which("promtool"), reason="Debian's prometheus is not installed")
+def test_the_alert_rules_check_and_pass_their_unit_tests():
+    p = subprocess.run(["promtool", "check", "rules", str(RULES / "netshim-rules.yml")], capture_output=True, text=True)
+    assert p.returncode == 0 and "SUCCESS: 5 rules found" in p.stdout, p.stdout + p.stderr
+    p = subprocess.run(["promtool", "test", "rules", str(RULES / "netshim-rules.test.yml")], capture_output=True,
+                       text=True)
+    assert p.returncode == 0 and "SUCCESS" in p.stdout, p.stdout + p.stderr
