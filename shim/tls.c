@@ -340,13 +340,22 @@ typedef void (*err_debug_fn)(const char *, int, const char *);
 typedef void (*err_set_fn)(int, int, const char *, ...);
 typedef void (*err_put_fn)(int, int, int, const char *, int);
 
-static void tls_raise_errno(void *real, int e)
+/* The library a real function came from, for its other functions
+ * (RTLD_NOLOAD never loads one; dlclose drops only the reference this
+ * took), or NULL. */
+static void *library_of(void *real)
 {
 	Dl_info info;
+
+	return dladdr(real, &info) && info.dli_fname ? dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+}
+
+static void tls_raise_errno(void *real, int e)
+{
 	void *h;
 	int saved = errno;
 
-	if (!dladdr(real, &info) || !info.dli_fname || !(h = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD)))
+	if (!(h = library_of(real)))
 		goto out;
 	{
 		err_peek_fn peek = (err_peek_fn)dlsym(h, "ERR_peek_error");
@@ -464,8 +473,9 @@ ssize_t ns_gnutls_record_send(void *session, const void *data, size_t size, cons
 
 /* An injected tlsfail makes the program's own verification reject the
  * server's certificate, inside the real handshake, so everything after is
- * the library's own: OpenSSL's session gets a verify callback that fails
- * with "self-signed certificate" (X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT),
+ * the library's own: while a fault is possible, a verifying OpenSSL session
+ * gets a verify callback (chained to the program's) that fails a tlsfail
+ * connection with "self-signed certificate" (X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT),
  * so it sends the alert, queues CERTIFICATE_VERIFY_FAILED and reports
  * that result, as against a self-signed server; GnuTLS, which leaves
  * verification to the program after the handshake, answers its
@@ -485,49 +495,99 @@ typedef void (*set_verify_fn)(void *, int, verify_cb_fn);
 typedef void (*store_int_fn)(void *, int);
 typedef int (*gnutls_v2_fn)(void *, unsigned *);
 typedef int (*gnutls_v3_fn)(void *, const char *, unsigned *);
-static store_int_fn store_set_error, store_set_depth;   /* atomic: the reject callback's */
+typedef verify_cb_fn (*get_cb_fn)(const void *);
+typedef void *(*get_ex_fn)(const void *, int);
+typedef int (*set_ex_fn)(void *, int, void *);
+typedef int (*idx_fn)(void);
+typedef int (*new_index_fn)(int, long, void *, void *, void *, void *);
+
+/* What the verify hook needs, from the first OpenSSL whose handshake ran
+ * with a fault possible (written once, then read only: ossl_state 2). */
+static struct {
+	get_mode_fn mode;
+	set_verify_fn set_verify;
+	get_cb_fn get_cb;
+	store_int_fn set_error, set_depth;
+	get_ex_fn store_get_ex, ssl_get_ex;
+	idx_fn store_ssl_idx;
+	set_ex_fn ssl_set_ex;
+	ssl_fd_fn get_fd;
+	int ex_idx;                /* the SSL ex_data slot holding the program's own callback */
+} ossl;
+static int ossl_state;         /* atomic: 0 not looked for, 1 being filled, 2 ready, 3 not there */
+static const char no_cb;       /* ex_data for "the program set no callback" */
 
 static int wants_tlsfail(const struct ns_conn *c)
 {
 	return c && (LD(c->expired) & NS_ATTN_FAULT) && LD(c->fault.tlsfail);
 }
 
-static int reject_certificate(int ok, void *store)
+static int ossl_ready(void *real)
 {
-	store_int_fn set = __atomic_load_n(&store_set_error, __ATOMIC_ACQUIRE);
-	store_int_fn depth = __atomic_load_n(&store_set_depth, __ATOMIC_ACQUIRE);
+	int st = __atomic_load_n(&ossl_state, __ATOMIC_ACQUIRE), none = 0;
+	void *h;
 
-	(void)ok;
-	if (set)
-		set(store, NS_X509_SELF_SIGNED);
-	if (depth)
-		depth(store, 0);
-	return 0;
+	if (st >= 2 || st == 1)
+		return st == 2;
+	if (!__atomic_compare_exchange_n(&ossl_state, &none, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return 0;   /* another thread fills it: this handshake goes without */
+	st = 3;
+	if ((h = library_of(real)) != NULL) {
+		new_index_fn new_index = (new_index_fn)dlsym(h, "CRYPTO_get_ex_new_index");
+
+		ossl.mode = (get_mode_fn)dlsym(h, "SSL_get_verify_mode");
+		ossl.set_verify = (set_verify_fn)dlsym(h, "SSL_set_verify");
+		ossl.get_cb = (get_cb_fn)dlsym(h, "SSL_get_verify_callback");
+		ossl.set_error = (store_int_fn)dlsym(h, "X509_STORE_CTX_set_error");
+		ossl.set_depth = (store_int_fn)dlsym(h, "X509_STORE_CTX_set_error_depth");
+		ossl.store_get_ex = (get_ex_fn)dlsym(h, "X509_STORE_CTX_get_ex_data");
+		ossl.store_ssl_idx = (idx_fn)dlsym(h, "SSL_get_ex_data_X509_STORE_CTX_idx");
+		ossl.ssl_get_ex = (get_ex_fn)dlsym(h, "SSL_get_ex_data");
+		ossl.ssl_set_ex = (set_ex_fn)dlsym(h, "SSL_set_ex_data");
+		ossl.get_fd = (ssl_fd_fn)dlsym(h, "SSL_get_fd");
+		/* CRYPTO_EX_INDEX_SSL is 0 */
+		ossl.ex_idx = new_index ? new_index(0, 0, NULL, NULL, NULL, NULL) : -1;
+		if (ossl.mode && ossl.set_verify && ossl.get_cb && ossl.set_error && ossl.store_get_ex &&
+		    ossl.store_ssl_idx && ossl.ssl_get_ex && ossl.ssl_set_ex && ossl.get_fd && ossl.ex_idx >= 0)
+			st = 2;
+		dlclose(h);
+	}
+	__atomic_store_n(&ossl_state, st, __ATOMIC_RELEASE);
+	return st == 2;
 }
 
-static void ssl_reject_peer(void *ssl, void *real)
+/* The verify callback of every verifying session while a fault is
+ * possible: a connection with tlsfail is rejected as self-signed, any other
+ * gets the program's own callback (or OpenSSL's own verdict) unchanged. The
+ * connection is looked up when the certificate is judged, so a handshake
+ * that runs whole in one call is judged as one that takes several. */
+static int verify_hook(int ok, void *store)
 {
-	Dl_info info;
-	void *h;
-	int saved = errno;
+	void *ssl = ossl.store_get_ex(store, ossl.store_ssl_idx());
+	int fd = ssl ? ossl.get_fd(ssl) : -1;
+	struct ns_conn *c = fd >= 0 ? ns_conn_of(fd) :
+			    cur_sess == ssl && cur_fd >= 0 ? ns_conn_of(cur_fd) : cached_conn(ssl);
+	void *orig;
 
-	if (!dladdr(real, &info) || !info.dli_fname || !(h = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD)))
-		goto out;
-	{
-		get_mode_fn mode = (get_mode_fn)dlsym(h, "SSL_get_verify_mode");
-		set_verify_fn set = (set_verify_fn)dlsym(h, "SSL_set_verify");
-		store_int_fn err = (store_int_fn)dlsym(h, "X509_STORE_CTX_set_error");
-		store_int_fn depth = (store_int_fn)dlsym(h, "X509_STORE_CTX_set_error_depth");
-		int m;
-
-		if (mode && set && err && ((m = mode(ssl)) & NS_SSL_VERIFY_PEER)) {
-			__atomic_store_n(&store_set_depth, depth, __ATOMIC_RELEASE);
-			__atomic_store_n(&store_set_error, err, __ATOMIC_RELEASE);
-			set(ssl, m, reject_certificate);
-		}
+	if (wants_tlsfail(c)) {
+		ossl.set_error(store, NS_X509_SELF_SIGNED);
+		if (ossl.set_depth)
+			ossl.set_depth(store, 0);
+		return 0;
 	}
-	dlclose(h);   /* drops only the reference NOLOAD took */
-out:
+	orig = ssl ? ossl.ssl_get_ex(ssl, ossl.ex_idx) : NULL;
+	return orig && orig != (void *)&no_cb ? ((verify_cb_fn)orig)(ok, store) : ok;
+}
+
+static void ssl_hook_verify(void *ssl, void *real)
+{
+	int saved = errno, m;
+	verify_cb_fn cb;
+
+	if (ssl && ossl_ready(real) && ((m = ossl.mode(ssl)) & NS_SSL_VERIFY_PEER) &&
+	    (cb = ossl.get_cb(ssl)) != verify_hook &&
+	    ossl.ssl_set_ex(ssl, ossl.ex_idx, cb ? (void *)cb : (void *)&no_cb) == 1)
+		ossl.set_verify(ssl, m, verify_hook);
 	errno = saved;
 }
 
@@ -547,11 +607,9 @@ static int ssl_handshake(int fi, void *ssl, const void *ra)
 	}
 	if (!ns_fault_possible())
 		return f(ssl);
+	ssl_hook_verify(ssl, (void *)f);
 	get = (ssl_fd_fn)real_fn(ra, F_SSL_GET_FD);
 	fd = get && ssl ? get(ssl) : -1;
-	c = fd >= 0 ? ns_conn_of(fd) : cached_conn(ssl);
-	if (wants_tlsfail(c))
-		ssl_reject_peer(ssl, (void *)f);
 	if (fd >= 0)
 		return f(ssl);
 	cur_sess = ssl;

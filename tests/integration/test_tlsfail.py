@@ -87,9 +87,14 @@ def test_tlsfail_fails_the_handshake_as_a_self_signed_server_does(shim, tls_serv
     assert said(injected, good) == said(real, bad)
     r, i = shim.entry(f"127.0.0.1:{bad}"), shim.entry(f"127.0.0.1:{good}")
     assert (i["calls"], i["failures"], i["injected"]) == (r["calls"], r["failures"], 1), (r, i)
-    # the same program, the same server, without the fault: through
+    # the same program, the same server, without the fault: through; and with
+    # a fault possible elsewhere (the hook in place), still verified as usual
     shim.policy("[defaults]\nfailure_threshold = 0\n")
     assert shim.run(command(prog, good, ca, tmp_path), timeout=30).rc == 0
+    shim.policy(f'[defaults]\nfailure_threshold = 0\n[host "127.0.0.1:{bad}"]\nfault = tlsfail\n')
+    assert shim.run(command(prog, good, ca, tmp_path), timeout=30).rc == 0
+    again = shim.run(command(prog, bad, ca, tmp_path), timeout=30)
+    assert again.rc == rc and said(again, bad) == said(real, bad)
 
 
 def test_a_program_that_does_not_verify_is_not_failed_by_tlsfail_as_by_a_bad_certificate(shim, tls_servers):
