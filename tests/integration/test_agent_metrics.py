@@ -4,7 +4,9 @@ scraped by a real Prometheus whose answer must equal shimctl status."""
 import json
 import shutil
 import subprocess
+import sys
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -58,36 +60,88 @@ def test_metrics_serve_the_table_and_the_agent_and_pass_promtool(metered, server
     assert e.value.code == 404
 
 
+@pytest.fixture
+def prometheus(tmp_path):
+    """A real Prometheus (Debian's) scraping the agent's /metrics every
+    second: its URL, once it answers."""
+    procs = []
+
+    def start(target_port):
+        port = free_port()
+        (tmp_path / "prometheus.yml").write_text(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: netshim\n"
+            f"    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n")
+        procs.append(subprocess.Popen(
+            ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        return f"http://127.0.0.1:{port}"
+    yield start
+    for p in procs:
+        p.terminate()
+        p.wait(timeout=10)
+
+
+def instant(url, expr):
+    """The series an instant query returns ([] when none, or Prometheus not up yet)."""
+    q = urllib.parse.urlencode({"query": expr})
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=5) as r:
+            return json.load(r)["data"]["result"]
+    except OSError:
+        return []
+
+
+HAS_PROMETHEUS = shutil.which("prometheus") and shutil.which("promtool")
+
+
 @pytest.mark.shim
 @pytest.mark.agent
-@pytest.mark.skipif(not shutil.which("prometheus"), reason="Debian's prometheus is not installed")
-def test_a_real_prometheus_scrapes_the_agent_and_agrees_with_status(metered, server, tmp_path):
+@pytest.mark.skipif(not HAS_PROMETHEUS, reason="Debian's prometheus is not installed")
+def test_a_real_prometheus_scrapes_the_agent_and_agrees_with_status(metered, server, prometheus):
     node, port = metered
     srv = server("http")
     for _ in range(3):
         node.shim.run(["curl", "-s", "-o", "/dev/null", srv.url])
-    prom_port = free_port()
-    (tmp_path / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: netshim\n"
-        f"    static_configs:\n      - targets: ['127.0.0.1:{port}']\n")
-    prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        query = f'netshim_calls_total{{destination="{srv.dest}",outcome="allowed"}}'
+    url = prometheus(port)
+    query = f'netshim_calls_total{{destination="{srv.dest}",outcome="allowed"}}'
 
-        def answer():
-            p = subprocess.run(["promtool", "query", "instant", "-o", "json", f"http://127.0.0.1:{prom_port}", query],
-                               capture_output=True, text=True)
-            if p.returncode != 0 or not p.stdout.strip():
-                return None
-            res = json.loads(p.stdout)
-            return int(float(res[0]["value"][1])) if res else None
-        assert wait_for(lambda: answer() is not None, 20) is not None, "Prometheus never scraped the agent"
-        assert answer() == node.shim.entry(srv.dest)["calls"] == 3
-    finally:
-        prom.terminate()
-        prom.wait(timeout=10)
+    def answer():
+        p = subprocess.run(["promtool", "query", "instant", "-o", "json", url, query], capture_output=True, text=True)
+        if p.returncode != 0 or not p.stdout.strip():
+            return None
+        res = json.loads(p.stdout)
+        return int(float(res[0]["value"][1])) if res else None
+    assert wait_for(lambda: answer() is not None, 20) is not None, "Prometheus never scraped the agent"
+    assert answer() == node.shim.entry(srv.dest)["calls"] == 3
+
+
+DASHBOARD = BUILD.parent / "tools" / "grafana" / "netshim.json"
+
+
+@pytest.mark.shim
+@pytest.mark.agent
+@pytest.mark.skipif(not HAS_PROMETHEUS, reason="Debian's prometheus is not installed")
+def test_every_dashboard_panel_query_returns_data_and_the_panels_render(metered, server, prometheus, tmp_path):
+    node, port = metered
+    ok, slow, bad = server("http"), server("http", delay=30), server("reset")
+    url = prometheus(port)
+    assert wait_for(lambda: instant(url, "netshim_agent_redis_connected"), 20) is not None, "no scrape"
+    trip(node, bad)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 6:   # traffic across several scrapes: rates and quantiles have data
+        node.shim.run(["curl", "-s", "-o", "/dev/null", ok.url])
+        node.shim.run(["curl", "-s", "-o", "/dev/null", slow.url])
+        time.sleep(0.2)
+    time.sleep(1.5)
+    dash = json.loads(DASHBOARD.read_text())
+    empty = [(p["title"], t["expr"]) for p in dash["panels"] for t in p["targets"]
+             if not instant(url, t["expr"].replace("$__rate_interval", "10s"))]
+    assert not empty, empty
+    out = tmp_path / "dashboard.svg"
+    subprocess.run([sys.executable, str(DASHBOARD.parent / "render_svg.py"), str(DASHBOARD), url, "30", str(out),
+                    "10s"], check=True, timeout=60)
+    svg = out.read_text()
+    assert svg.count("<polyline") >= len(dash["panels"]) and all(p["title"] in svg for p in dash["panels"])
 
 
 RULES = BUILD.parent / "tools" / "prometheus"
