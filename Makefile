@@ -219,12 +219,15 @@ deps:
 
 install: $(LIB) $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/netshim-agent
 	install -d $(DESTDIR)$(LIBDIR)/netshim $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
-		$(DESTDIR)$(PREFIX)/share/man/man7 $(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(SYSTEMD_DIR)
+		$(DESTDIR)$(PREFIX)/share/man/man7 $(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(SYSTEMD_DIR) \
+		$(DESTDIR)$(PREFIX)/share/netshim-agent
 	install -m 0644 $(LIB) $(DESTDIR)$(LIBDIR)/netshim/libnetshim.so
 	install -m 0755 $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/netshim-agent $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 man/shimctl.1 man/shimrun.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 man/netshim.7 $(DESTDIR)$(PREFIX)/share/man/man7/
 	install -m 0644 man/netshim-agent.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -m 0644 tools/prometheus/netshim-rules.yml tools/prometheus/netshim-rules.test.yml \
+		tools/grafana/netshim.json $(DESTDIR)$(PREFIX)/share/netshim-agent/
 	sed 's|@PREFIX@|$(PREFIX)|g' tools/agent/netshim-agent.service > $(DESTDIR)$(SYSTEMD_DIR)/netshim-agent.service
 	chmod 0644 $(DESTDIR)$(SYSTEMD_DIR)/netshim-agent.service
 
@@ -233,8 +236,9 @@ uninstall:
 		$(DESTDIR)$(PREFIX)/bin/shimrun $(DESTDIR)$(PREFIX)/share/man/man1/shimctl.1 \
 		$(DESTDIR)$(PREFIX)/share/man/man1/shimrun.1 $(DESTDIR)$(PREFIX)/share/man/man7/netshim.7 \
 		$(DESTDIR)$(PREFIX)/bin/netshim-agent $(DESTDIR)$(PREFIX)/share/man/man8/netshim-agent.8 \
-		$(DESTDIR)$(SYSTEMD_DIR)/netshim-agent.service
-	-rmdir $(DESTDIR)$(LIBDIR)/netshim
+		$(DESTDIR)$(SYSTEMD_DIR)/netshim-agent.service $(DESTDIR)$(PREFIX)/share/netshim-agent/netshim-rules.yml \
+		$(DESTDIR)$(PREFIX)/share/netshim-agent/netshim-rules.test.yml $(DESTDIR)$(PREFIX)/share/netshim-agent/netshim.json
+	-rmdir $(DESTDIR)$(LIBDIR)/netshim $(DESTDIR)$(PREFIX)/share/netshim-agent
 
 # the Debian packages (debian/, debhelper 13) into build/deb/
 deb:
