@@ -56,6 +56,8 @@ def test_the_packages_install_govern_curl_and_remove_cleanly(shim, server, tmp_p
         st = sh("/usr/bin/shimctl", "--table", shim.table, "status", srv.dest, env=env)
         assert st.returncode == 0 and " open " in st.stdout, st.stdout + st.stderr
         assert sh("man", "-w", "shimctl").stdout.strip() == "/usr/share/man/man1/shimctl.1.gz"
+        for f in ("netshim-rules.yml", "netshim-rules.test.yml", "netshim.json"):   # alerting and the dashboard
+            assert f"/usr/share/netshim-agent/{f}" in files["netshim-agent"], files["netshim-agent"]
         r = sh("dpkg", "-r", "netshim-agent", "netshim")
         assert r.returncode == 0, r.stdout + r.stderr
         left = [f for fs in files.values() for f in fs if os.path.exists(f) and not f.startswith("/etc/")]
