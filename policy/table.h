@@ -247,6 +247,26 @@ static inline int ns_table_broken(const struct ns_table *t)
 }
 void ns_table_close(struct ns_table *t);
 
+/* Walking a table's slots for a report (shimctl status and metrics, the
+ * agent's pass) without touching the pages no one ever wrote: the file's
+ * holes (SEEK_DATA/SEEK_HOLE, which count a page in swap as written) are
+ * skipped, so a sparse table of a million slots is read in the time its
+ * used slots take, and reading it does not fill it (a read of a hole in a
+ * shared mapping of /dev/shm allocates the page). A file that cannot say
+ * (no SEEK_DATA) is walked slot by slot, as before.
+ *
+ *   struct ns_scan sc;
+ *   for (uint32_t i = ns_scan_begin(t, &sc); i < t->nslots; i = ns_scan_next(t, &sc, i + 1)) ...
+ *   ns_scan_end(&sc);
+ */
+struct ns_scan {
+	int fd;                     /* -1: every slot */
+	uint64_t data_end;          /* file offsets below this are known written */
+};
+uint32_t ns_scan_begin(const struct ns_table *t, struct ns_scan *sc);
+uint32_t ns_scan_next(const struct ns_table *t, struct ns_scan *sc, uint32_t i);
+void ns_scan_end(struct ns_scan *sc);
+
 /* A table size from the environment (NETSHIM_TABLE_SLOTS, _EVENTS): NULL or
  * "" gives 0 (the default); else decimal digits only, 1..max. Returns 0, or
  * -1 for anything else. */

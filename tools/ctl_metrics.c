@@ -124,7 +124,8 @@ const char *ctl_entry_state(const struct ns_entry *e)
 void ctl_metrics_write(FILE *f, const struct ns_table *t)
 {
 	static const char *const states[] = { "closed", "open", "half_open", "forced_open", "fleet_open", "cooldown" };
-	struct ns_entry *e = calloc(t->nslots ? t->nslots : 1, sizeof(*e));
+	size_t cap = 64;
+	struct ns_entry *e = malloc(cap * sizeof(*e)), *more;
 	uint64_t now = ctl_mono_ms();
 	int n = 0;
 
@@ -132,12 +133,23 @@ void ctl_metrics_write(FILE *f, const struct ns_table *t)
 		fprintf(f, "# netshim: out of memory\n");
 		return;
 	}
-	for (uint32_t i = 0; i < t->nslots; i++)
+	struct ns_scan sc;
+
+	/* grown as ready slots are found: memory follows the destinations used */
+	for (uint32_t i = ns_scan_begin(t, &sc); i < t->nslots; i = ns_scan_next(t, &sc, i + 1)) {
+		if ((size_t)n == cap) {
+			if (!(more = realloc(e, cap * 2 * sizeof(*e))))
+				break;   /* what fits is printed */
+			e = more;
+			cap *= 2;
+		}
 		if (ns_table_read(t, (int)i, now, &e[n]) == 0) {
 			if (e[n].inflight)   /* places whose holders died are not connections open */
 				e[n].inflight = ns_table_inflight_live(t, (int)i);
 			n++;
 		}
+	}
+	ns_scan_end(&sc);
 #define OFFE(m) offsetof(struct ns_entry, m)
 	head(f, "netshim_calls_total", "Connect calls by what the shim did with them: allowed to the network, "
 	     "rejected by an open breaker (or the fleet, or a cooldown), throttled by max_connections.", "counter");

@@ -161,10 +161,10 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 		printf("{\"node\": ");
 		ctl_json_string(stdout, a.node);
 		printf(", \"pid\": %u, \"redis_connected\": %s, \"suspect\": %s, \"open\": %u, "
-		       "\"destinations\": %u, \"last_pass\": \"%s\", \"polls\": %llu}",
+		       "\"destinations\": %u, \"last_pass\": \"%s\", \"polls\": %llu, \"cpu_ms_per_poll\": %.3f}",
 		       a.pid, a.flags & NS_AGENT_CONNECTED ? "true" : "false",
 		       a.flags & NS_AGENT_SUSPECT ? "true" : "false", a.open, a.dests, ts,
-		       (unsigned long long)a.polls);
+		       (unsigned long long)a.polls, a.polls ? (double)a.cpu_ns / 1e6 / (double)a.polls : 0.0);
 	} else {
 		printf("null");
 	}
@@ -367,15 +367,22 @@ static int cmp_rows(const void *a, const void *b)
 /* Every ready slot (or only `only`), open breakers first. */
 static struct row *load_rows(const struct ns_table *t, int only, int *n)
 {
-	struct row *rows = calloc(t->nslots, sizeof(*rows));
+	/* grown as ready slots are found: memory follows the destinations
+	 * used, not the table's capacity (a 1,048,576-slot table would
+	 * otherwise cost a gigabyte of rows) */
+	size_t cap = 64;
+	struct row *rows = malloc(cap * sizeof(*rows));
 	uint64_t now = ctl_mono_ms();
+	struct ns_scan sc;
 
 	if (!rows)
 		err(1, "out of memory");
 	*n = 0;
-	for (uint32_t i = 0; i < t->nslots; i++) {
+	for (uint32_t i = ns_scan_begin(t, &sc); i < t->nslots; i = ns_scan_next(t, &sc, i + 1)) {
 		if (only >= 0 && (int)i != only)
 			continue;
+		if ((size_t)*n == cap && !(rows = realloc(rows, (cap *= 2) * sizeof(*rows))))
+			err(1, "out of memory");
 		if (ns_table_read(t, (int)i, now, &rows[*n].e) == 0) {
 			/* closed here, held open by the fleet: fleet_open */
 			rows[*n].state = ctl_entry_state(&rows[*n].e);
@@ -385,6 +392,7 @@ static struct row *load_rows(const struct ns_table *t, int only, int *n)
 			(*n)++;
 		}
 	}
+	ns_scan_end(&sc);
 	qsort(rows, (size_t)*n, sizeof(*rows), cmp_rows);
 	return rows;
 }

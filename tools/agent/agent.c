@@ -242,7 +242,9 @@ static void scan_table(uint64_t now)
 		d->tripped = 0;
 		d->manual = 0;
 	}
-	for (uint32_t i = 0; i < A.t.nslots; i++) {
+	struct ns_scan sc;
+
+	for (uint32_t i = ns_scan_begin(&A.t, &sc); i < A.t.nslots; i = ns_scan_next(&A.t, &sc, i + 1)) {
 		struct ns_brk b;
 		uint64_t until;
 
@@ -264,6 +266,7 @@ static void scan_table(uint64_t now)
 			}
 		}
 	}
+	ns_scan_end(&sc);
 	suspect = open >= (uint32_t)A.suspect_min && (uint64_t)open * 100 >= (uint64_t)A.share * total;
 	if (suspect != A.suspect)
 		ag_log(suspect ? "node %s is suspect: %u of %u destinations open at once (its own network is the likelier "
