@@ -125,3 +125,49 @@ def test_after_flushdb_under_live_connections_new_votes_still_reach_the_fleet(fl
     took = wait_for(lambda: n2.state(second.dest) == "fleet_open", 5)
     assert took is not None and took <= SPREAD_S, (took, n2.log())
     assert n2.state(first.dest) == "fleet_open", "n1's first vote, published again, still holds"
+
+
+def redis_now_ms(redis):
+    sec, usec = redis.cli("TIME").split()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def forge(redis, dest, node, rule, seq):
+    """A vote written straight into Redis, as anyone with access could."""
+    p = "netshim:{default}:"
+    redis.cli("HSET", f"{p}votes:{dest}", node, f"{redis_now_ms(redis) + 600000} {rule}")
+    redis.cli("SET", f"{p}seq", str(seq))
+    redis.cli("ZADD", f"{p}changes", str(seq), dest)
+
+
+@pytest.mark.agent
+def test_junk_written_into_redis_reaches_neither_the_log_nor_the_table(fleet, redis):
+    (n1,) = fleet(n=1, quorum=1)
+    forge(redis, "evil\nnetshim-agent: forged line:80", "n9", "x", 1)
+    forge(redis, "10.9.9.9:80", "n9", "failure_threshold\x1b[31mred", 2)
+    assert wait_for(lambda: n1.state("10.9.9.9:80") == "fleet_open", 5) is not None, n1.log()
+    assert wait_for(lambda: "were ignored" in n1.log(), 5) is not None, n1.log()
+    log = n1.log()
+    assert "forged line" not in log and "\x1b" not in log, log
+    assert all(line.startswith("netshim-agent: ") for line in log.splitlines()), log
+    assert set(n1.shim.status()) == {"10.9.9.9:80"}, n1.shim.status()
+
+
+@pytest.mark.shim
+@pytest.mark.agent
+def test_the_fleet_cannot_fill_a_machines_table(tmp_path, redis, server):
+    node = Node("n1", tmp_path, redis.url)
+    node.shim.run(["curl", "-s", "-m", "1", "http://127.0.0.1:9/"], env={"NETSHIM_TABLE_SLOTS": "64"})
+    node.start_agent(quorum=1)
+    try:
+        for i in range(100):
+            forge(redis, f"10.8.{i // 200}.{i % 200 + 1}:80", "evil", "failure_threshold", i + 1)
+        assert wait_for(lambda: "the table is" in node.log(), 10) is not None, node.log()
+        doc = node.status_doc()
+        assert doc["capacity"] == 64 and doc["used"] <= 48, (doc["capacity"], doc["used"])
+        srv = server("http")
+        r = node.shim.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", srv.url])
+        assert r.out == "200" and node.shim.entry(srv.dest)["calls"] == 1, "this machine's own destination is counted"
+    finally:
+        node.stop_agent()
+        node.shim.cleanup()

@@ -53,6 +53,7 @@ struct dst {
 	uint64_t my_t;              /* the local open our vote in Redis stands for */
 	uint64_t cool_seen;         /* the fleet's last cooldown applied here (Redis time it ends) */
 	char rule[AG_RULE_MAX];     /* the rule of the last local open */
+	int no_room;                /* the fleet named it with the table too full: said once */
 	UT_hash_handle hh;
 };
 
@@ -83,6 +84,8 @@ static struct {
 	uint64_t hinted;            /* the highest seq a hint announced */
 	uint64_t hint_quiet_until;  /* a hint proved false: hints wake no poll before then */
 	int wake_fd;                /* the wake-up socket (wake_open), -1 = none */
+	uint64_t bad_keys;          /* destinations in Redis that no shim could have written: ignored */
+	uint64_t bad_logged, bad_log_ms;   /* ...as many said, at most once a minute */
 	const char *metrics_at;     /* --metrics-listen */
 	int metrics_fd;             /* its listening socket, -1 = none */
 	char epoch[40];             /* the store's epoch, as last seen ("" = not yet) */
@@ -156,6 +159,28 @@ static int dst_slot(struct dst *d, int create)
 	if (d->slot < 0)
 		d->slot = ns_table_find(&A.t, d->key, create, ctl_mono_ms());
 	return d->slot;
+}
+
+/* A slot for a destination the fleet names (a hold, a cooldown, a forced
+ * open). Anyone who can write the fleet's Redis can name any number of
+ * destinations; a full table turns this machine's own new destinations
+ * away (their breakers off), so the fleet may take a new slot only while
+ * the table is under FLEET_FILL_PCT full. -1 (said once per destination). */
+#define FLEET_FILL_PCT 75
+static int fleet_slot(struct dst *d)
+{
+	uint64_t used = __atomic_load_n(&A.t.hdr->used, __ATOMIC_RELAXED);
+
+	if (d->slot < 0 && dst_slot(d, 0) < 0 && used * 100 >= (uint64_t)A.t.nslots * FLEET_FILL_PCT) {
+		if (!d->no_room)
+			ag_log("%s: the fleet names it, but the table is %llu%% full: the fleet takes no more of it "
+			       "(this machine's own destinations keep the rest)", d->key,
+			       (unsigned long long)(used * 100 / A.t.nslots));
+		d->no_room = 1;
+		return -1;
+	}
+	d->no_room = 0;
+	return dst_slot(d, 1);
 }
 
 /* An event the agent writes (the fleet's doing), for the ring, the hooks
@@ -347,11 +372,9 @@ static void apply_command(struct dst *d, int op, const char *by)
 		note(NS_E_RESET, d->key, detail);
 		ag_log("%s: reset by an operator on node %s: closed here", d->key, by);
 	} else {
-		slot = dst_slot(d, 1);
-		if (slot < 0) {
-			ag_log("%s: forced open on node %s, but the table has no room for it here", d->key, by);
-			return;
-		}
+		slot = fleet_slot(d);
+		if (slot < 0)
+			return;   /* said once by fleet_slot */
 		ns_table_force_open(&A.t, slot, ctl_mono_ms(), ctl_wall_ms());
 		d->want_t = 0;   /* held by hand now: no vote */
 		note(NS_E_FORCED_OPEN, d->key, detail);
@@ -359,17 +382,31 @@ static void apply_command(struct dst *d, int op, const char *by)
 	}
 }
 
+static int dest_key_ok(const char *key)
+{
+	struct ns_dest nd;
+	char canon[NS_KEY_MAX];
+
+	return ns_dest_parse(key, &nd) == 0 && ns_dest_key(&nd, canon, sizeof(canon)) > 0 && strcmp(canon, key) == 0;
+}
+
 /* A destination whose votes or command changed, from a poll. */
 static void on_dest(void *arg, const struct fl_dest *in)
 {
 	uint64_t high_before = *(uint64_t *)arg;
-	struct dst *d = dst_get(in->dest, 1);
+	struct dst *d;
 
-	if (!d)
+	/* only what a shim could have written: a destination key as the shim
+	 * formats it (never a line break or a terminal escape for the log) */
+	if (!dest_key_ok(in->dest)) {
+		A.bad_keys++;
+		return;
+	}
+	if (!(d = dst_get(in->dest, 1)))
 		return;
 	set_votes(d, in->votes, in->nvotes);
 	if (in->cool_until > A.redis_now && in->cool_until != d->cool_seen && strcmp(in->cool_node, A.node) != 0) {
-		int slot = dst_slot(d, 1);
+		int slot = fleet_slot(d);
 		char detail[160];
 
 		d->cool_seen = in->cool_until;
@@ -392,7 +429,7 @@ static void on_dest(void *arg, const struct fl_dest *in)
 			struct ns_brk b;
 			char key[NS_KEY_MAX];
 			uint64_t until;
-			int slot = dst_slot(d, 1);
+			int slot = fleet_slot(d);
 
 			if (slot >= 0 && ns_table_state(&A.t, slot, key, sizeof(key), &b, &until) == 0 &&
 			    b.state != NS_FORCED_OPEN)
@@ -443,10 +480,8 @@ static void apply_fleet(uint64_t now)
 		}
 		d->dirty = 0;
 		if (live >= (uint32_t)A.quorum) {
-			if ((slot = dst_slot(d, 1)) < 0) {
-				ag_log("%s: the fleet reports it open, but the table has no room for it here", d->key);
-				continue;
-			}
+			if ((slot = fleet_slot(d)) < 0)
+				continue;   /* said once by fleet_slot */
 			ns_table_fleet_set(&A.t, slot, now + lease, nodes, live);
 			if (!d->held) {
 				char detail[96];
@@ -760,6 +795,12 @@ static void pass(uint64_t now)
 		}
 		if (rc == FL_OK)
 			rc = adopt_epoch(&st, err, sizeof(err));
+		if (A.bad_keys != A.bad_logged && now >= A.bad_log_ms + 60000) {
+			ag_log("%llu destination names in Redis that no shim could have written were ignored "
+			       "(a writer other than the agents?)", (unsigned long long)(A.bad_keys - A.bad_logged));
+			A.bad_logged = A.bad_keys;
+			A.bad_log_ms = now;
+		}
 		if (rc == FL_OK) {
 			A.since = high;
 			if (high > A.high)

@@ -512,7 +512,15 @@ static void parse_dest(struct fl_dest *d, const redisReply *votes, const redisRe
 			continue;
 		snprintf(w->node, sizeof(w->node), "%s", k->str);
 		w->exp_ms = strtoull(v->str, &sp, 10);
-		snprintf(w->rule, sizeof(w->rule), "%s", *sp == ' ' ? sp + 1 : "");
+		/* a rule is a word of the policy's (logged, and shown): nothing else is kept */
+		w->rule[0] = '\0';
+		if (*sp == ' ') {
+			size_t r = 0;
+
+			for (sp++; r + 1 < sizeof(w->rule) && (isalnum((unsigned char)*sp) || *sp == '_'); sp++)
+				w->rule[r++] = *sp;
+			w->rule[r] = '\0';
+		}
 		d->nvotes++;
 	}
 	d->cmd_seq = 0;
