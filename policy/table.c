@@ -496,6 +496,13 @@ int ns_table_state(const struct ns_table *t, int idx, char *key, size_t keylen, 
 	return 0;
 }
 
+uint64_t ns_table_attempts(const struct ns_table *t, int idx)
+{
+	const struct ns_slot *s = slot_at(t, idx);
+
+	return s ? LOAD(&s->calls) + LOAD(&s->rejected) : 0;
+}
+
 /* The fleet fields of s for display; the nodes "" when they could not be
  * read whole (a writer kept changing them). */
 static void fleet_read(const struct ns_slot *s, uint64_t now_ms, struct ns_entry *e)

@@ -318,6 +318,10 @@ void ns_table_fleet_set(struct ns_table *t, int idx, uint64_t until_ms, const ch
 int ns_table_state(const struct ns_table *t, int idx, char *key, size_t keylen, struct ns_brk *b,
 		   uint64_t *fleet_until_ms);
 
+/* Connects to slot idx so far, let through or refused (for the agent's
+ * report that this machine calls the destination). */
+uint64_t ns_table_attempts(const struct ns_table *t, int idx);
+
 /* Operator actions. A reset also releases a fleet hold. */
 void ns_table_reset(struct ns_table *t, int idx);
 void ns_table_force_open(struct ns_table *t, int idx, uint64_t now_ms, uint64_t wall_ms);

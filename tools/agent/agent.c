@@ -54,6 +54,8 @@ struct dst {
 	uint64_t cool_seen;         /* the fleet's last cooldown applied here (Redis time it ends) */
 	char rule[AG_RULE_MAX];     /* the rule of the last local open */
 	int no_room;                /* the fleet named it with the table too full: said once */
+	uint64_t attempts;          /* --quorum N%: the table's connects to it at the last report, */
+	uint64_t called_ms;         /* ...and when that report was (Redis time) */
 	UT_hash_handle hh;
 };
 
@@ -70,6 +72,7 @@ static struct {
 	char node[AG_NAME_MAX];
 	char fleet[AG_NAME_MAX];
 	int quorum;
+	int quorum_pct;             /* --quorum N%: a share of the live callers (quorum unused), 0 = a count */
 	int share;                  /* percent */
 	int suspect_min;
 	int poll_ms;
@@ -276,6 +279,8 @@ static void scan_table(uint64_t now)
 		if (ns_table_state(&A.t, (int)i, key, sizeof(key), &b, &until) < 0)
 			continue;
 		total++;
+		if (A.quorum_pct && (d = dst_get(key, 1)) != NULL)
+			d->slot = (int)i;   /* --quorum N%: every destination called here is reported */
 		if (b.state == NS_OPEN || b.state == NS_HALF_OPEN) {
 			int manual = b.state == NS_OPEN && b.manual;
 
@@ -451,6 +456,84 @@ static void release(struct dst *d, const char *why)
 	ag_log("%s: fleet hold released (%s)", d->key, why);
 }
 
+/**** membership (--quorum N%) ****/
+
+#define MEMBERS_MAX 4096
+#define CALLED_EVERY_MS 1000        /* a destination's call is reported at most this often */
+#define CALLED_WINDOW_MS 600000     /* a caller counts for ten minutes after its last report */
+static char live_members[MEMBERS_MAX][AG_NAME_MAX];
+static int n_live = -1;             /* -1: not known this pass */
+static char callers[MEMBERS_MAX][AG_NAME_MAX];
+
+/* Heartbeat, report the destinations called here since the last report,
+ * and read who is alive: silent for three poll intervals is gone. */
+static int membership(char *err, size_t len)
+{
+	struct dst *d, *tmp;
+	int rc;
+
+	n_live = -1;
+	if (!A.quorum_pct || !A.redis_now)
+		return FL_OK;
+	if ((rc = fl_heartbeat(&A.c, A.node, A.redis_now, NULL, err, len)) != FL_OK)
+		return rc;
+	HASH_ITER(hh, A.dests, d, tmp) {
+		uint64_t now_attempts = d->slot >= 0 ? ns_table_attempts(&A.t, d->slot) : d->attempts;
+
+		if (now_attempts == d->attempts || A.redis_now < d->called_ms + CALLED_EVERY_MS)
+			continue;
+		if ((rc = fl_heartbeat(&A.c, A.node, A.redis_now, d->key, err, len)) != FL_OK)
+			return rc;
+		d->attempts = now_attempts;
+		d->called_ms = A.redis_now;
+	}
+	rc = fl_since(&A.c, "members", A.redis_now - 3 * (uint64_t)A.poll_ms, live_members, MEMBERS_MAX, err, len);
+	if (rc < 0)
+		return rc;
+	n_live = rc;
+	return FL_OK;
+}
+
+static int is_live(const char *node)
+{
+	for (int i = 0; i < n_live; i++)
+		if (strcmp(live_members[i], node) == 0)
+			return 1;
+	return 0;
+}
+
+/* The votes d needs to be held open here: --quorum N, or N% of the live
+ * machines that called it lately (at least one); 0 when unknown now. */
+static uint32_t needed(struct dst *d, uint32_t *callers_out)
+{
+	char what[NS_KEY_MAX + 16], err[160];
+	uint32_t count = 0;
+	int n;
+
+	*callers_out = 0;
+	if (!A.quorum_pct)
+		return (uint32_t)A.quorum;
+	if (n_live < 0)
+		return 0;
+	snprintf(what, sizeof(what), "callers:%s", d->key);
+	n = fl_since(&A.c, what, A.redis_now > CALLED_WINDOW_MS ? A.redis_now - CALLED_WINDOW_MS : 0, callers,
+		     MEMBERS_MAX, err, sizeof(err));
+	if (n < 0)
+		return 0;
+	for (int i = 0; i < n; i++)
+		count += (uint32_t)is_live(callers[i]);
+	/* a live voter called it too, reported or not yet */
+	for (int i = 0; i < d->nvotes; i++) {
+		int listed = 0;
+
+		for (int k = 0; k < n && !listed; k++)
+			listed = strcmp(callers[k], d->votes[i].node) == 0;
+		count += (uint32_t)(!listed && d->votes[i].exp_ms > A.redis_now);
+	}
+	*callers_out = count;
+	return (uint32_t)(((uint64_t)count * (uint64_t)A.quorum_pct + 99) / 100) ?: 1;
+}
+
 /* Count the live votes of every destination that changed or whose
  * earliest vote ran out, and hold open here what a quorum reports open. */
 static void apply_fleet(uint64_t now)
@@ -459,11 +542,13 @@ static void apply_fleet(uint64_t now)
 	struct dst *d, *tmp;
 
 	HASH_ITER(hh, A.dests, d, tmp) {
-		char nodes[NS_FLEET_NODES_LEN];
+		char nodes[NS_FLEET_NODES_LEN], q[96];
 		size_t o = 0;
-		uint32_t live = 0;
+		uint32_t live = 0, need, ncallers = 0;
 		int slot;
 
+		/* a share quorum moves with the callers: a held destination is
+		 * counted again every pass */
 		if (!d->dirty && !d->held && !(d->next_exp && d->next_exp <= A.redis_now))
 			continue;
 		d->next_exp = 0;
@@ -479,7 +564,16 @@ static void apply_fleet(uint64_t now)
 						      d->votes[i].node);
 		}
 		d->dirty = 0;
-		if (live >= (uint32_t)A.quorum) {
+		need = live ? needed(d, &ncallers) : (uint32_t)A.quorum;
+		if (!need) {
+			d->dirty = 1;   /* the callers could not be counted: look again next pass */
+			continue;
+		}
+		if (A.quorum_pct)
+			snprintf(q, sizeof(q), "quorum %u: %d%% of %u live callers", need, A.quorum_pct, ncallers);
+		else
+			snprintf(q, sizeof(q), "quorum %d", A.quorum);
+		if (live >= need) {
 			if ((slot = fleet_slot(d)) < 0)
 				continue;   /* said once by fleet_slot */
 			ns_table_fleet_set(&A.t, slot, now + lease, nodes, live);
@@ -488,15 +582,13 @@ static void apply_fleet(uint64_t now)
 
 				snprintf(detail, sizeof(detail), "%u nodes: %s", live, nodes);
 				note(NS_E_FLEET_OPEN, d->key, detail);
-				ag_log("%s: fleet open (%u nodes report it open: %s; quorum %d)", d->key, live, nodes,
-				       A.quorum);
+				ag_log("%s: fleet open (%u nodes report it open: %s; %s)", d->key, live, nodes, q);
 			}
 			d->held = 1;
 		} else if (d->held) {
-			char why[96];
+			char why[160];
 
-			snprintf(why, sizeof(why), "%u node%s it open, quorum %d", live, live == 1 ? " reports" : "s report",
-				 A.quorum);
+			snprintf(why, sizeof(why), "%u node%s it open, %s", live, live == 1 ? " reports" : "s report", q);
 			release(d, why);
 		}
 	}
@@ -807,6 +899,8 @@ static void pass(uint64_t now)
 				A.high = high;
 			A.synced = 1;
 			rc = reconcile(now, err, sizeof(err));
+			if (rc == FL_OK)
+				rc = membership(err, sizeof(err));
 		}
 		/* a hint the poll did not bear out (a seq Redis never reached)
 		 * is void: it woke one poll, and wakes no more */
@@ -833,7 +927,7 @@ static void pass(uint64_t now)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: netshim-agent --redis redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] [--node NAME] [--fleet NAME]\n"
-		"                     [--quorum N] [--suspect-share PERCENT] [--suspect-min N] [--on-event CMD]\n"
+		"                     [--quorum N | N%%] [--suspect-share PERCENT] [--suspect-min N] [--on-event CMD]\n"
 		"                     [--table NAME] [--poll-ms MS] [--hook-timeout-ms MS] [--no-hint]\n"
 		"                     [--metrics-listen ADDRESS:PORT]\n");
 }
@@ -887,7 +981,12 @@ static void parse_args(int argc, char **argv)
 			if (!fl_name_ok(optarg))
 				errx(2, "--fleet %s: 1 to 63 of letters, digits, '.', '_' and '-'", optarg);
 			break;
-		case 'q': A.quorum = int_arg("--quorum", optarg, 1, 100000); break;
+		case 'q':
+			if (optarg[0] && optarg[strlen(optarg) - 1] == '%')
+				A.quorum_pct = int_arg("--quorum", optarg, 1, 100);
+			else
+				A.quorum = int_arg("--quorum", optarg, 1, 100000);
+			break;
 		case 's': A.share = int_arg("--suspect-share", optarg, 1, 100); break;
 		case 'm': A.suspect_min = int_arg("--suspect-min", optarg, 1, 1000000); break;
 		case 'e': A.on_event = optarg; break;
@@ -945,7 +1044,11 @@ int main(int argc, char **argv)
 	wake_open();
 	if (A.on_event && !(A.hooks = hooks_new(&A.t, A.on_event, A.node, A.hook_timeout_ms, 4)))
 		errx(1, "out of memory");
-	ag_log("node %s, fleet %s, quorum %d, table %s, redis %s:%d, poll every %d ms", A.node, A.fleet, A.quorum,
+	if (A.quorum_pct)
+		snprintf(err, sizeof(err), "%d%% of the live callers", A.quorum_pct);
+	else
+		snprintf(err, sizeof(err), "%d", A.quorum);
+	ag_log("node %s, fleet %s, quorum %s, table %s, redis %s:%d, poll every %d ms", A.node, A.fleet, err,
 	       A.t.path, A.url.host, A.url.port, A.poll_ms);
 	/* the gaps count from the last pass a change or a hint started early
 	 * (bursts are served together), not from a regular one, which never

@@ -104,6 +104,14 @@ struct fl_store {
  * counter and epoch. 0, or FL_DOWN. */
 int fl_poll(struct fl_conn *c, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
 	    uint64_t *high, struct fl_store *store, char *err, size_t len);
+/* Membership (--quorum N%): this node's heartbeat at now_ms (Redis time),
+ * or, with dest_called, that it called dest_called then. FL_OK or an error. */
+int fl_heartbeat(struct fl_conn *c, const char *node, uint64_t now_ms, const char *dest_called, char *err,
+		 size_t len);
+/* The nodes of the sorted set WHAT ("members", "callers:DEST") whose time
+ * is since_ms or later, at most max of them: how many, or FL_DOWN. */
+int fl_since(struct fl_conn *c, const char *what, uint64_t since_ms, char names[][AG_NAME_MAX], int max,
+	     char *err, size_t len);
 /* Name the store's epoch, unless one is there already (SET NX). */
 int fl_set_epoch(struct fl_conn *c, const char *epoch, char *err, size_t len);
 /* The poll's first four commands, queued, and their replies read: for

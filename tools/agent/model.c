@@ -17,6 +17,9 @@
  *                            only (messages are lost while a subscriber is
  *                            away): an agent woken by it polls at once
  *
+ *   netshim:{F}:members      sorted set: node -> its last heartbeat (Redis ms)
+ *   netshim:{F}:callers:DEST sorted set: node -> when it last called DEST
+ *                            (--quorum N%: a share of the live callers)
  *   netshim:{F}:epoch        a random name the first agent to find it missing
  *                            sets (SET NX): a store that lost its data
  *                            (FLUSHDB, a restart without it, a lagging replica
@@ -638,6 +641,61 @@ int fl_set_epoch(struct fl_conn *c, const char *epoch, char *err, size_t len)
 		return rc;
 	freeReplyObject(r);
 	return FL_OK;
+}
+
+/**** membership: heartbeats and callers (--quorum N%) ****/
+
+int fl_heartbeat(struct fl_conn *c, const char *node, uint64_t now_ms, const char *dest_called, char *err,
+		 size_t len)
+{
+	char key[AG_NAME_MAX + 32 + NS_KEY_MAX], score[24], old[24];
+	const char *z[] = { "ZADD", key, score, node };
+	redisReply *r;
+	int rc;
+
+	snprintf(score, sizeof(score), "%llu", (unsigned long long)now_ms);
+	if (dest_called) {
+		const char *ex[] = { "PEXPIRE", key, "3600000" };
+
+		snprintf(key, sizeof(key), "%scallers:%s", c->prefix, dest_called);
+		if (redisAppendCommandArgv(ctx(c), 4, z, NULL) != REDIS_OK ||
+		    redisAppendCommandArgv(ctx(c), 3, ex, NULL) != REDIS_OK)
+			return FL_DOWN;
+		return fl_collect(c, 2, err, len);
+	}
+	snprintf(key, sizeof(key), "%smembers", c->prefix);
+	if ((rc = command(c, &r, err, len, 4, z)) != FL_OK)
+		return rc;
+	freeReplyObject(r);
+	/* members silent an hour are gone for good */
+	if (now_ms > 3600000) {
+		const char *rm[] = { "ZREMRANGEBYSCORE", key, "-inf", old };
+
+		snprintf(old, sizeof(old), "(%llu", (unsigned long long)(now_ms - 3600000));
+		if ((rc = command(c, &r, err, len, 4, rm)) != FL_OK)
+			return rc;
+		freeReplyObject(r);
+	}
+	return FL_OK;
+}
+
+int fl_since(struct fl_conn *c, const char *what, uint64_t since_ms, char names[][AG_NAME_MAX], int max,
+	     char *err, size_t len)
+{
+	char key[AG_NAME_MAX + 32 + NS_KEY_MAX], min[24];
+	const char *z[] = { "ZRANGEBYSCORE", key, min, "+inf" };
+	redisReply *r;
+	int rc, n = 0;
+
+	snprintf(key, sizeof(key), "%s%s", c->prefix, what);
+	snprintf(min, sizeof(min), "%llu", (unsigned long long)since_ms);
+	if ((rc = command(c, &r, err, len, 4, z)) != FL_OK)
+		return rc;
+	for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements && n < max; i++)
+		if (r->element[i]->type == REDIS_REPLY_STRING && fl_name_ok(r->element[i]->str))
+			snprintf(names[n++], AG_NAME_MAX, "%s", r->element[i]->str);
+	freeReplyObject(r);
+	return n;
 }
 
 int fl_subscribe(struct fl_conn *c, const struct fl_url *u, const char *fleet, int timeout_ms, char *err, size_t len)
