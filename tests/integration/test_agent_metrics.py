@@ -60,6 +60,26 @@ def test_metrics_serve_the_table_and_the_agent_and_pass_promtool(metered, server
     assert e.value.code == 404
 
 
+@pytest.mark.agent
+def test_a_client_trickling_its_request_cannot_hold_the_agent(metered):
+    node, port = metered
+    import socket
+    polls0 = node.status_doc()["agent"]["polls"]
+    slow = socket.create_connection(("127.0.0.1", port))
+    for ch in b"GET /metrics HTT":               # a byte every 0.2 s: 3.2 s if it were waited for
+        try:
+            slow.send(bytes([ch]))
+        except OSError:
+            pass                                   # cut off: as it should be
+        time.sleep(0.2)
+    polls = node.status_doc()["agent"]["polls"] - polls0
+    slow.close()
+    # the agent (polling every 200 ms) gave the client half a second, then went on
+    assert polls >= 8, f"{polls} polls while a client trickled its request for 3.2 s"
+    status, _, text = scrape(port)
+    assert status == 200 and "netshim_agent_polls_total" in text
+
+
 @pytest.fixture
 def prometheus(tmp_path):
     """A real Prometheus (Debian's) scraping the agent's /metrics every

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -50,18 +50,23 @@ int msrv_listen(const char *spec, char *err, size_t len)
 	return fd;
 }
 
+static long ms_since(const struct timespec *t0);
+
 /* The request's first line, within half a second: 1 for GET of /metrics
  * (or /), 0 for anything else, -1 for nothing usable. */
 static int read_request(int c)
 {
 	char buf[2048];
 	size_t got = 0;
+	struct timespec t0;
 
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	while (got < sizeof(buf) - 1) {
 		struct pollfd p = { .fd = c, .events = POLLIN };
+		long left = 500 - ms_since(&t0);   /* half a second for the whole request */
 		ssize_t r;
 
-		if (poll(&p, 1, 500) <= 0)
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
 			return -1;
 		r = recv(c, buf + got, sizeof(buf) - 1 - got, 0);
 		if (r <= 0)
@@ -76,13 +81,29 @@ static int read_request(int c)
 	       strncmp(buf, "GET / ", 6) == 0;
 }
 
-static void send_all(int c, const char *p, size_t n)
+static long ms_since(const struct timespec *t0)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/* Within a second in all from t0, however slowly the client reads. */
+static void send_all(int c, const char *p, size_t n, const struct timespec *t0)
 {
 	while (n) {
-		ssize_t w = send(c, p, n, MSG_NOSIGNAL);
+		struct pollfd q = { .fd = c, .events = POLLOUT };
+		long left = 1000 - ms_since(t0);
+		ssize_t w;
 
+		if (left <= 0 || poll(&q, 1, (int)left) <= 0)
+			return;
+		w = send(c, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w < 0 && (errno == EAGAIN || errno == EINTR))
+			continue;
 		if (w <= 0)
-			return;   /* the client went, or took longer than SO_SNDTIMEO */
+			return;   /* the client went */
 		p += w;
 		n -= (size_t)w;
 	}
@@ -93,13 +114,13 @@ void msrv_serve(int lfd, void (*body)(FILE *f, void *arg), void *arg)
 	int c;
 
 	while ((c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
-		struct timeval tv = { 1, 0 };
+		struct timespec t0;
 		char *text = NULL, hdr[160];
 		size_t n = 0;
 		int ok = read_request(c);
 		FILE *f;
 
-		setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		if (ok < 0) {
 			close(c);
 			continue;
@@ -108,7 +129,7 @@ void msrv_serve(int lfd, void (*body)(FILE *f, void *arg), void *arg)
 			static const char nf[] = "HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 25\r\n\r\n"
 						 "only /metrics lives here\n";
 
-			send_all(c, nf, sizeof(nf) - 1);
+			send_all(c, nf, sizeof(nf) - 1, &t0);
 			close(c);
 			continue;
 		}
@@ -119,9 +140,9 @@ void msrv_serve(int lfd, void (*body)(FILE *f, void *arg), void *arg)
 		}
 		snprintf(hdr, sizeof(hdr), "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
 			 "Content-Length: %zu\r\n\r\n", text ? n : 0);
-		send_all(c, hdr, strlen(hdr));
+		send_all(c, hdr, strlen(hdr), &t0);
 		if (text)
-			send_all(c, text, n);
+			send_all(c, text, n, &t0);
 		free(text);
 		close(c);
 	}
