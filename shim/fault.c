@@ -279,6 +279,7 @@ int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, const struct
 	dm &= ns_fault_choose(&f, NS_FP_DATA);
 	memset(cf, 0, sizeof(*cf));
 	ST(cf->rt_idx, rt);
+	ST(cf->rt_order, ns_fault_rt_order_of(rt));
 	for (uint32_t i = 0; i < f.n && !got; i++) {
 		const struct ns_fault *x = &f.f[i];
 

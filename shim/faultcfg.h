@@ -54,6 +54,9 @@ NS_HIDDEN int ns_fault_rt_existing(const struct ns_dest *d, monotime start, mono
  * anyway). An --existing record new to this process flags its open
  * connections. */
 NS_HIDDEN void ns_fault_rt_poll(void);
+/* The order of the --existing record at idx as this process saw it (0:
+ * none): a connection that got it at connect is not given it again. */
+NS_HIDDEN uint32_t ns_fault_rt_order_of(int idx);
 /* shimrun --inject (NETSHIM_INJECT): the faults of its first line that
  * matches d, 1; or 0. */
 NS_HIDDEN int ns_fault_env_match(const struct ns_dest *d, struct ns_faults *out);

@@ -82,7 +82,7 @@ static int rt_refresh(struct ns_table *t, uint64_t gen, monotime now)
 		r->seen = now;
 		if (v.existing && i < NS_FAULT_RECS) {
 			if (seen_order[i] != v.order || !seen_at[i]) {
-				seen_order[i] = v.order;
+				__atomic_store_n(&seen_order[i], v.order, __ATOMIC_RELAXED);
 				seen_at[i] = now;
 				fresh = 1;
 			}
@@ -213,4 +213,9 @@ void ns_fault_rt_poll(void)
 	pthread_mutex_unlock(&rt_lock);
 	if (fresh)
 		flag_open_connections();
+}
+
+uint32_t ns_fault_rt_order_of(int idx)
+{
+	return idx >= 0 && idx < (int)NS_FAULT_RECS ? __atomic_load_n(&seen_order[idx], __ATOMIC_RELAXED) : 0;
 }

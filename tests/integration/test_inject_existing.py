@@ -86,3 +86,5 @@ def test_a_new_connection_after_an_existing_injection_gets_it_once(shim, http_se
     # a fresh process: its connection is new, and gets the fault at connect
     r = shim.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{port}/"])
     assert r.out == "503", (r.out, r.err)
+    # once each: the session's connection by --existing, curl's at its connect
+    assert shim.entry(f"127.0.0.1:{port}")["injected"] == 2, shim.entry(f"127.0.0.1:{port}")
