@@ -261,7 +261,7 @@ void ns_table_close(struct ns_table *t);
  */
 struct ns_scan {
 	int fd;                     /* -1: every slot */
-	uint64_t data_end;          /* file offsets below this are known written */
+	uint64_t data_start, data_end;   /* file offsets known written: [data_start, data_end) */
 };
 uint32_t ns_scan_begin(const struct ns_table *t, struct ns_scan *sc);
 uint32_t ns_scan_next(const struct ns_table *t, struct ns_scan *sc, uint32_t i);

@@ -461,32 +461,41 @@ uint32_t ns_scan_next(const struct ns_table *t, struct ns_scan *sc, uint32_t i)
 	uint64_t base = (uint64_t)((const char *)t->slots - (const char *)t->hdr), off;
 	off_t d, h;
 
-	if (i >= t->nslots || sc->fd < 0)
-		return i;
-	off = base + (uint64_t)i * sizeof(struct ns_slot);
-	if (off < sc->data_end)
-		return i;
-	d = lseek(sc->fd, (off_t)off, SEEK_DATA);
-	if (d < 0) {
-		if (errno == ENXIO)
-			return t->nslots;   /* nothing written after it */
-		close(sc->fd);          /* the file cannot say: every slot from here */
-		sc->fd = -1;
-		return i;
+	/* A slot can be ready only if its first bytes (its tag) were written:
+	 * slots are not page-aligned, so a slot whose start lies in a hole is
+	 * never read, not even for its tag, or reading it would allocate the
+	 * page before a written one, pass after pass. */
+	for (;;) {
+		if (i >= t->nslots || sc->fd < 0)
+			return i;
+		off = base + (uint64_t)i * sizeof(struct ns_slot);
+		if (off >= sc->data_start && off < sc->data_end)
+			return i;
+		d = lseek(sc->fd, (off_t)off, SEEK_DATA);
+		if (d < 0) {
+			if (errno == ENXIO)
+				return t->nslots;   /* nothing written after it */
+			close(sc->fd);          /* the file cannot say: every slot from here */
+			sc->fd = -1;
+			return i;
+		}
+		h = lseek(sc->fd, d, SEEK_HOLE);
+		sc->data_start = (uint64_t)d;
+		sc->data_end = h > d ? (uint64_t)h : (uint64_t)d + 1;
+		if ((uint64_t)d <= off)
+			return i;
+		/* the first slot that starts at or after the written bytes */
+		if ((uint64_t)d - base >= (uint64_t)t->nslots * sizeof(struct ns_slot))
+			return t->nslots;
+		i = (uint32_t)(((uint64_t)d - base + sizeof(struct ns_slot) - 1) / sizeof(struct ns_slot));
 	}
-	h = lseek(sc->fd, d, SEEK_HOLE);
-	sc->data_end = h > d ? (uint64_t)h : (uint64_t)d + 1;
-	if ((uint64_t)d < off + sizeof(struct ns_slot))
-		return i;
-	return (uint64_t)d - base >= (uint64_t)t->nslots * sizeof(struct ns_slot) ? t->nslots :
-	       (uint32_t)(((uint64_t)d - base) / sizeof(struct ns_slot));
 }
 
 uint32_t ns_scan_begin(const struct ns_table *t, struct ns_scan *sc)
 {
 	int saved = errno;
 
-	sc->data_end = 0;
+	sc->data_start = sc->data_end = 0;
 	sc->fd = t->hdr && t->path[0] ? open(t->path, O_RDONLY | O_CLOEXEC) : -1;
 	errno = saved;
 	return ns_scan_next(t, sc, 0);

@@ -51,9 +51,10 @@ def test_the_agents_pass_costs_what_the_used_slots_cost(tmp_path, redis):
         assert wait_for(lambda: node.status_doc()["agent"]["polls"] >= 10, 10) is not None, node.log()
         doc = node.status_doc()
         assert doc["agent"]["destinations"] == USED, doc["agent"]
-        # 2 GiB before (every slot's page read); the agent's own writes for 100
-        # destinations (events, holds, lookups) are a few MiB
-        assert written_mib(path) - before < 64, f"the agent wrote {written_mib(path) - before:.0f} MiB into the table"
+        # 2 GiB before (every slot's page read); a first version that read the
+        # tag of a slot starting in a hole crept back a page per pass
+        time.sleep(1)
+        assert written_mib(path) - before < 1, f"the agent wrote {written_mib(path) - before:.1f} MiB into the table"
         assert doc["agent"]["cpu_ms_per_poll"] < 20, doc["agent"]
     finally:
         node.stop_agent()
