@@ -174,7 +174,7 @@ FUZZ_TIME ?= 60
 $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(POLICY_SRC) $(wildcard policy/*.h) $(wildcard tools/shimctl* tools/ctl_*) \
 		shim/exchange.c $(wildcard shim/*.h)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(POLICY_SRC) $(if $(filter %table,$@),tools/tablekit.c tools/ctl_faults.c)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(POLICY_SRC) $(if $(filter %table,$@),tools/tablekit.c tools/ctl_faults.c tools/ctl_metrics.c)
 
 $(FUZZ_DIR)/seed_table: tests/fuzz/seed_table.c $(POLICY_SRC) $(wildcard policy/*.h)
 	@mkdir -p $(dir $@)
