@@ -34,7 +34,7 @@ SHIM_SAN := $(if $(filter thread,$(SANITIZER)),$(SAN_FLAGS))
 FINAL_CFLAGS := $(BASE_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
 FINAL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
 
-POLICY_SRC := policy/policy.c policy/values.c policy/patterns.c policy/fault.c policy/breaker.c policy/table.c policy/shaping.c policy/tablefile.c policy/faulttable.c policy/namemap.c policy/scenario.c
+POLICY_SRC := policy/policy.c policy/values.c policy/patterns.c policy/fault.c policy/breaker.c policy/table.c policy/shaping.c policy/tablefile.c policy/faulttable.c policy/namemap.c policy/scenario.c policy/ocring.c
 SHIM_SRC := $(sort $(wildcard shim/*.c))
 POLICY_OBJ := $(POLICY_SRC:%.c=$(BUILD)/%.o)
 SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/%.o)
@@ -74,17 +74,19 @@ $(LIB): $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) $(BUILD)/ne
 	$(CC) -shared -o $@ $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) $(SHIM_SAN) \
 		-Wl,--version-script=$(BUILD)/netshim.map -Wl,-z,now -Wl,-z,relro -ldl -lpthread $(LDFLAGS)
 
-CTL_OBJ := $(BUILD)/tools/shimctl.o $(BUILD)/tools/tablekit.o $(BUILD)/tools/ctl_faults.o $(BUILD)/tools/ctl_metrics.o
+CTL_OBJ := $(BUILD)/tools/shimctl.o $(BUILD)/tools/tablekit.o $(BUILD)/tools/ctl_faults.o $(BUILD)/tools/ctl_metrics.o \
+	$(BUILD)/tools/ctl_policy.o $(BUILD)/tools/ctl_history.o $(BUILD)/tools/histread.o $(BUILD)/tools/ctl_report.o
 
 $(BUILD)/shimctl: $(CTL_OBJ) $(POLICY_OBJ)
-	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
+	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lsqlite3
 
 # the fleet agent: the only program that talks to Redis (hiredis)
-AGENT_OBJ := $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/hooks.o $(BUILD)/tools/agent/metrics.o \
+AGENT_OBJ := $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/hooks.o $(BUILD)/tools/agent/metrics.o $(BUILD)/tools/agent/history.o \
+	$(BUILD)/tools/agent/fleetstate.o \
 	$(BUILD)/tools/tablekit.o $(BUILD)/tools/ctl_metrics.o
 
 $(BUILD)/netshim-agent: $(BUILD)/tools/agent/agent.o $(AGENT_OBJ) $(POLICY_OBJ)
-	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis
+	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis -lsqlite3
 
 $(BUILD)/fleetbench: $(BUILD)/tools/agent/fleetbench.o $(BUILD)/tools/agent/model.o $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis -lpthread
@@ -174,7 +176,7 @@ FUZZ_TIME ?= 60
 $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(POLICY_SRC) $(wildcard policy/*.h) $(wildcard tools/shimctl* tools/ctl_*) \
 		shim/exchange.c $(wildcard shim/*.h)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(POLICY_SRC) $(if $(filter %table,$@),tools/tablekit.c tools/ctl_faults.c tools/ctl_metrics.c)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(POLICY_SRC) $(if $(filter %table,$@),tools/tablekit.c $(wildcard tools/ctl_*.c) tools/histread.c -lsqlite3)
 
 $(FUZZ_DIR)/seed_table: tests/fuzz/seed_table.c $(POLICY_SRC) $(wildcard policy/*.h)
 	@mkdir -p $(dir $@)

@@ -97,6 +97,31 @@ static void parse_header(struct perr *e, int line, char *s, struct ns_policy *p,
 	*cur = idx;
 }
 
+/* shadow_policy = PATH, in [defaults] only: a policy judged beside this
+ * one and never enforced (shim/shadow.c). Not a setting of destinations:
+ * kept in the policy itself. A relative path is the policy file's
+ * neighbour. */
+static void shadow_key(struct perr *e, int line, const char *val, struct ns_policy *p, int cur, int in_section)
+{
+	const char *slash = strrchr(p->path, '/');
+	size_t dir = val[0] != '/' && slash ? (size_t)(slash - p->path) + 1 : 0;
+
+	if (!in_section || cur != 0) {
+		ns_perr_add(e, line, "shadow_policy: only in [defaults] (one shadow policy per policy)");
+		return;
+	}
+	if (p->shadow[0]) {
+		ns_perr_add(e, line, "duplicate key 'shadow_policy'");
+		return;
+	}
+	if (!*val || strchr(val, '"') || dir + strlen(val) >= sizeof(p->shadow)) {
+		ns_perr_add(e, line, "shadow_policy: a file's path (under %d characters)", (int)sizeof(p->shadow));
+		return;
+	}
+	memcpy(p->shadow, p->path, dir);
+	ns_str_put(p->shadow, sizeof(p->shadow), dir, val);
+}
+
 static void parse_keyline(struct perr *e, int line, char *s, struct ns_policy *p, int cur, int in_section)
 {
 	char *eq = strchr(s, '=');
@@ -115,6 +140,10 @@ static void parse_keyline(struct perr *e, int line, char *s, struct ns_policy *p
 			break;
 	if (!*key) {
 		ns_perr_add(e, line, "missing key before '='");
+		return;
+	}
+	if (k == NS_K_COUNT && strcmp(key, "shadow_policy") == 0) {
+		shadow_key(e, line, val, p, cur, in_section);
 		return;
 	}
 	if (k == NS_K_COUNT) {

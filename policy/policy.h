@@ -96,6 +96,7 @@ _Static_assert(NS_K_COUNT <= 64, "a section's set keys are one 64-bit word");
 
 struct ns_policy {
 	char path[256];
+	char shadow[256];           /* [defaults] shadow_policy: the shadow's file, "" = none */
 	int nsections;              /* section 0 is [defaults], always present */
 	int has_faults;             /* some section sets `fault` */
 	struct ns_section *sec;

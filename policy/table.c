@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include "slot.h"
+#include "ocring.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -715,6 +716,8 @@ const char *ns_event_name(uint32_t type)
 	case NS_E_FLEET_CLOSED: return "fleet_closed";
 	case NS_E_THROTTLING: return "throttling";
 	case NS_E_COOLDOWN: return "cooldown";
+	case NS_E_SHADOW_OPENED: return "shadow_opened";
+	case NS_E_SHADOW_CLOSED: return "shadow_closed";
 	default: return "unknown";
 	}
 }
@@ -738,4 +741,13 @@ int ns_event_wakes_agent(uint32_t type)
 {
 	return type == NS_E_OPENED || type == NS_E_REOPENED || type == NS_E_CLOSED || type == NS_E_RESET ||
 	       type == NS_E_FORCED_OPEN || type == NS_E_COOLDOWN;
+}
+
+int ns_table_reject_kind(const struct ns_table *t, int idx, uint64_t now_ms)
+{
+	const struct ns_slot *s = slot_at(t, idx);
+
+	if (!s || ns_brk_attempt_quick(LOAD(&s->word), now_ms) == NS_REJECT)
+		return NS_OC_REJECTED;
+	return LOAD(&s->fleet_until_ms) > now_ms ? NS_OC_REJECTED_FLEET : NS_OC_REJECTED_COOLDOWN;
 }

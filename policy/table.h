@@ -57,11 +57,18 @@ struct ns_table_hdr {
 	uint64_t agent_polls;       /* atomic: Redis polls made */
 	uint64_t agent_cpu_ns;      /* atomic: the agent's CPU time in those polls */
 	char agent_node[64];        /* the agent's node name (written before agent_pid) */
-	uint8_t reserved[40];
+	/* the history recorder (netshim-agent --history, ocring.h): programs
+	 * hand their outcomes to the ring beside the table while it reads */
+	uint64_t hist_until_ms;     /* atomic: CLOCK_MONOTONIC ms; renewed every pass; 0 = none */
+	uint32_t hist_gen;          /* atomic: bumped when the ring file is made anew (map it again) */
+	uint32_t hist_pad;
+	uint8_t reserved[24];
 };
 
 #define NS_AGENT_CONNECTED 1u   /* Redis answers */
 #define NS_AGENT_SUSPECT 2u     /* too many destinations open here: votes withheld */
+#define NS_AGENT_NOFLEET 4u     /* run without --redis: no fleet (history, hooks) */
+#define NS_AGENT_HISTORY 8u     /* recording the history (--history) */
 #define NS_FLEET_NODES_LEN 256u
 
 /* A latency histogram: fixed buckets (upper bounds in ns_hist_bounds_us),
@@ -136,6 +143,7 @@ enum ns_event_type {
 	NS_E_OPENED = 1, NS_E_HALF_OPEN, NS_E_CLOSED, NS_E_REOPENED, NS_E_RESET, NS_E_FORCED_OPEN,
 	NS_E_TABLE_FULL, NS_E_POLICY_RELOADED, NS_E_POLICY_REJECTED, NS_E_CONNECT_FAILED,
 	NS_E_FAULT_SET, NS_E_FAULT_CLEARED, NS_E_FLEET_OPEN, NS_E_FLEET_CLOSED, NS_E_THROTTLING, NS_E_COOLDOWN,
+	NS_E_SHADOW_OPENED, NS_E_SHADOW_CLOSED,   /* the shadow policy's breaker (never enforced) */
 };
 
 /* A runtime fault (shimctl inject), in the table for every process to

@@ -4,6 +4,7 @@
  * decision code stays pure. A table is created whole under a private name
  * and then linked into place, so nobody ever maps a half-written header. */
 #include "table.h"
+#include "ocring.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,7 +42,7 @@ int ns_table_size_env(const char *val, uint32_t max, uint32_t *out)
 
 /* Mapped tables, for the handler: a fixed array of atomics, since the
  * handler may run at any instruction and can take no lock. */
-#define GUARDS 4
+#define GUARDS 16   /* the table, and the outcome rings a process maps (shim/history.c: at most 8) */
 static struct guard {
 	uintptr_t start, end;       /* atomic; start 0 = free */
 	struct ns_table *t;
@@ -314,86 +315,109 @@ out_unlink:
 	return r;
 }
 
-/* Open (or make) the table NAME in directory dir ("/dev/shm/"). *foreign:
- * set when the file there belongs to another user. */
-static int open_in(const char *dir, const char *name, int create, uint32_t nslots, uint32_t nevents,
-		   struct ns_table *t, char *err, size_t errlen, int *foreign)
+/* Open path read-write and check it is a file this user may trust: a
+ * regular file of its own, not writable by others, at least min bytes.
+ * Returns the descriptor, or -1 with the reason in err (*foreign: the file
+ * is another user's). */
+static int open_checked(const char *path, size_t min, struct stat *st, char *err, size_t errlen, int *foreign)
 {
 	char reason[400];
-	struct stat st;
-	void *map;
-	int fd, r;
+	int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 
-	memset(t, 0, sizeof(*t));
-	ns_str_put(t->path, sizeof(t->path), ns_str_put(t->path, sizeof(t->path), 0, dir), name);
-	fd = open(t->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0 && errno == ENOENT && create) {
-		r = create_table(dir, t->path, name, nslots, nevents, err, errlen);
-		if (r != NS_TBL_OK)
-			return r;
-		fd = open(t->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-	}
 	if (fd < 0) {
-		if (errno == ENOENT) {
-			bad(err, errlen, "%s: no such table%s", t->path,
-			    " (no program has used it yet)");
-			return NS_TBL_MISSING;
-		}
-		if (errno == ELOOP)
-			return bad(err, errlen, "%s: is a symbolic link, refused%s", t->path, "");
-		return bad(err, errlen, "%s: cannot open: %s", t->path, strerror(errno));
+		int e = errno;
+
+		if (e == ELOOP)
+			bad(err, errlen, "%s: is a symbolic link, refused%s", path, "");
+		else
+			bad(err, errlen, "%s: cannot open: %s", path, strerror(e));
+		errno = e;
+		return -1;
 	}
-	if (fstat(fd, &st) < 0) {
-		r = bad(err, errlen, "%s: cannot stat: %s", t->path, strerror(errno));
-		goto out_close;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		r = bad(err, errlen, "%s: not a regular file, refused%s", t->path, "");
-		goto out_close;
-	}
-	if (st.st_uid != geteuid()) {
+	if (fstat(fd, st) < 0) {
+		bad(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+	} else if (!S_ISREG(st->st_mode)) {
+		bad(err, errlen, "%s: not a regular file, refused%s", path, "");
+	} else if (st->st_uid != geteuid()) {
 		/* /dev/shm is shared by every user: another may have made the
 		 * file first (on purpose, to switch this user's breakers off).
 		 * Say so, and how to get out of it. */
 		snprintf(reason, sizeof(reason), " (uid %u, not you: uid %u); someone made it before you, which "
 			 "switches your breakers off: remove it (rm -f %.120s, as its owner or root) or use "
-			 "another table (NETSHIM_TABLE=NAME)", (unsigned)st.st_uid, (unsigned)geteuid(), t->path);
-		r = bad(err, errlen, "%s: owned by another user, refused%s", t->path, reason);
+			 "another table (NETSHIM_TABLE=NAME)", (unsigned)st->st_uid, (unsigned)geteuid(), path);
+		bad(err, errlen, "%s: owned by another user, refused%s", path, reason);
 		*foreign = 1;
-		goto out_close;
+	} else if (st->st_mode & 0022) {
+		bad(err, errlen, "%s: writable by group or others, refused%s", path, "");
+	} else if ((size_t)st->st_size < min) {
+		snprintf(reason, sizeof(reason), "too short (%lld bytes) for a %s header", (long long)st->st_size,
+			 min == sizeof(struct ns_table_hdr) ? "table" : "ring");
+		bad(err, errlen, "%s: %s, refused", path, reason);
+	} else {
+		return fd;
 	}
-	if (st.st_mode & 0022) {
-		r = bad(err, errlen, "%s: writable by group or others, refused%s", t->path, "");
-		goto out_close;
-	}
-	if ((size_t)st.st_size < sizeof(struct ns_table_hdr)) {
-		snprintf(reason, sizeof(reason), "too short (%lld bytes) for a table header", (long long)st.st_size);
-		r = bad(err, errlen, "%s: %s, refused", t->path, reason);
-		goto out_close;
-	}
-	map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (map == MAP_FAILED) {
-		r = bad(err, errlen, "%s: cannot map: %s", t->path, strerror(errno));
-		goto out_close;
-	}
-	if (ns_table_validate(map, (size_t)st.st_size, reason, sizeof(reason)) < 0) {
-		munmap(map, (size_t)st.st_size);
-		r = bad(err, errlen, "%s: %s, refused", t->path, reason);
-		goto out_close;
-	}
-	t->hdr = map;
-	t->nslots = t->hdr->nslots;
-	t->slots = (struct ns_slot *)((char *)map + sizeof(struct ns_table_hdr));
-	t->ev_cap = t->hdr->ev_cap;
-	t->events = (struct ns_evrec *)((char *)map + t->hdr->ev_off);
-	t->flt_cap = NS_FAULT_RECS;
-	t->faults = (struct ns_fltrec *)((char *)map + t->hdr->flt_off);
-	t->size = (size_t)st.st_size;
-	guard_add(t);
-	r = NS_TBL_OK;
-out_close:
 	close(fd);
-	return r;
+	errno = EINVAL;
+	return -1;
+}
+
+/* Map what open_checked opened into m (hdr, size), under the SIGBUS guard
+ * once valid. Returns 0, or -1 with the reason in err. fd is closed. */
+static int map_checked(int fd, const struct stat *st, struct ns_table *m,
+		       int (*valid)(const void *, size_t, char *, size_t), char *err, size_t errlen)
+{
+	char reason[400];
+	void *map = mmap(NULL, (size_t)st->st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+	close(fd);
+	if (map == MAP_FAILED) {
+		bad(err, errlen, "%s: cannot map: %s", m->path, strerror(errno));
+		return -1;
+	}
+	if (valid(map, (size_t)st->st_size, reason, sizeof(reason)) < 0) {
+		munmap(map, (size_t)st->st_size);
+		bad(err, errlen, "%s: %s, refused", m->path, reason);
+		return -1;
+	}
+	m->hdr = map;
+	m->size = (size_t)st->st_size;
+	guard_add(m);
+	return 0;
+}
+
+/* Open (or make) the table NAME in directory dir ("/dev/shm/"). *foreign:
+ * set when the file there belongs to another user. */
+static int open_in(const char *dir, const char *name, int create, uint32_t nslots, uint32_t nevents,
+		   struct ns_table *t, char *err, size_t errlen, int *foreign)
+{
+	struct stat st;
+	int fd, r;
+
+	memset(t, 0, sizeof(*t));
+	ns_str_put(t->path, sizeof(t->path), ns_str_put(t->path, sizeof(t->path), 0, dir), name);
+	fd = open_checked(t->path, sizeof(struct ns_table_hdr), &st, err, errlen, foreign);
+	if (fd < 0 && errno == ENOENT && create) {
+		r = create_table(dir, t->path, name, nslots, nevents, err, errlen);
+		if (r != NS_TBL_OK)
+			return r;
+		fd = open_checked(t->path, sizeof(struct ns_table_hdr), &st, err, errlen, foreign);
+	}
+	if (fd < 0) {
+		if (errno == ENOENT) {
+			bad(err, errlen, "%s: no such table%s", t->path, " (no program has used it yet)");
+			return NS_TBL_MISSING;
+		}
+		return NS_TBL_BAD;
+	}
+	if (map_checked(fd, &st, t, ns_table_validate, err, errlen) < 0)
+		return NS_TBL_BAD;
+	t->nslots = t->hdr->nslots;
+	t->slots = (struct ns_slot *)((char *)t->hdr + sizeof(struct ns_table_hdr));
+	t->ev_cap = t->hdr->ev_cap;
+	t->events = (struct ns_evrec *)((char *)t->hdr + t->hdr->ev_off);
+	t->flt_cap = NS_FAULT_RECS;
+	t->faults = (struct ns_fltrec *)((char *)t->hdr + t->hdr->flt_off);
+	return NS_TBL_OK;
 }
 
 /* The user's own runtime directory (systemd's /run/user/UID, the usual
@@ -506,4 +530,92 @@ void ns_scan_end(struct ns_scan *sc)
 	if (sc->fd >= 0)
 		close(sc->fd);
 	sc->fd = -1;
+}
+
+/**** the outcome ring's file (ocring.h) ****/
+
+int ns_ocring_path(const char *table_path, char *out, size_t len)
+{
+	size_t n = ns_str_put(out, len, ns_str_put(out, len, 0, table_path), ".outcomes");
+
+	return n + 1 < len ? 0 : -1;
+}
+
+static int oc_validate(const void *map, size_t size, char *err, size_t errlen)
+{
+	const struct ns_oc_hdr *h = map;
+
+	if (h->magic != NS_OC_MAGIC || h->version != NS_OC_VERSION || h->rec_size != sizeof(struct ns_ocrec)) {
+		snprintf(err, errlen, "not an outcome ring of this build (magic, version %u, record %u bytes)",
+			 h->version, h->rec_size);
+		return -1;
+	}
+	if (h->cap == 0 || h->cap > NS_OC_MAX_CAP || (h->cap & (h->cap - 1)) ||
+	    size < sizeof(*h) + (size_t)h->cap * sizeof(struct ns_ocrec)) {
+		snprintf(err, errlen, "corrupt outcome ring (%u records in %zu bytes)", h->cap, size);
+		return -1;
+	}
+	return 0;
+}
+
+int ns_ocring_create(const char *path, uint32_t cap, char *err, size_t errlen)
+{
+	char tmp[320];
+	size_t size = sizeof(struct ns_oc_hdr) + (size_t)cap * sizeof(struct ns_ocrec);
+	struct ns_oc_hdr h;
+	struct timespec ts;
+	int fd;
+
+	if (cap == 0 || cap > NS_OC_MAX_CAP || (cap & (cap - 1))) {
+		bad(err, errlen, "%s: %s", path, "a ring's size is a power of two up to 16777216");
+		return -1;
+	}
+	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
+	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		bad(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+		return -1;
+	}
+	memset(&h, 0, sizeof(h));
+	clock_gettime(CLOCK_REALTIME, &ts);
+	h.magic = NS_OC_MAGIC;
+	h.version = NS_OC_VERSION;
+	h.rec_size = sizeof(struct ns_ocrec);
+	h.cap = cap;
+	h.created_wall_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	/* the records stay a hole until written: pages as outcomes come */
+	if (fchmod(fd, 0600) < 0 || ftruncate(fd, (off_t)size) < 0 || pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+	    rename(tmp, path) < 0) {
+		bad(err, errlen, "%s: cannot write: %s", tmp, strerror(errno));
+		unlink(tmp);
+		close(fd);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+int ns_ocring_open(const char *path, struct ns_ocring *r, char *err, size_t errlen)
+{
+	struct stat st;
+	int foreign = 0, fd;
+
+	memset(r, 0, sizeof(*r));
+	ns_str_put(r->m.path, sizeof(r->m.path), 0, path);
+	fd = open_checked(path, sizeof(struct ns_oc_hdr), &st, err, errlen, &foreign);
+	if (fd < 0 || map_checked(fd, &st, &r->m, oc_validate, err, errlen) < 0)
+		return -1;
+	r->h = (struct ns_oc_hdr *)(void *)r->m.hdr;
+	r->cap = r->h->cap;
+	r->recs = (struct ns_ocrec *)((char *)r->m.hdr + sizeof(struct ns_oc_hdr));
+	return 0;
+}
+
+void ns_ocring_close(struct ns_ocring *r)
+{
+	if (r->m.hdr) {
+		guard_remove(&r->m);
+		munmap(r->m.hdr, r->m.size);
+	}
+	memset(r, 0, sizeof(*r));
 }

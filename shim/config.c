@@ -118,6 +118,19 @@ const struct ns_settings *ns_cfg_fallback(void)
 	return k;
 }
 
+/* A shadow policy is asked for (shadow.c loads it at the next connect):
+ * a bit of the word a connect tests for faults anyway (faultcfg.h), set
+ * after ns_fault_config wrote the word. */
+static void shadow_wanted(const struct ns_policy *p)
+{
+	const char *env = getenv("NETSHIM_SHADOW_POLICY");
+
+	if ((env && *env) || (p && p->shadow[0]))
+		__atomic_fetch_or(&ns_fault_local, NS_FL_SHADOW, __ATOMIC_RELEASE);
+	else
+		__atomic_fetch_and(&ns_fault_local, ~NS_FL_SHADOW, __ATOMIC_RELEASE);
+}
+
 static void cfg_load(void)
 {
 	const char *disable = getenv("NETSHIM_DISABLE");
@@ -147,6 +160,7 @@ static void cfg_load(void)
 	}
 	__atomic_store_n(&ns_cfg_cur, p, __ATOMIC_RELEASE);
 	ns_fault_config(p);
+	shadow_wanted(p);
 }
 
 /* A one-time set-up as pthread_once runs it (its call is skipped once
@@ -206,6 +220,7 @@ void ns_cfg_maybe_reload(monotime now)
 		if (p) {
 			__atomic_store_n(&ns_cfg_cur, p, __ATOMIC_RELEASE);
 			ns_fault_config(p);
+			shadow_wanted(p);
 			NS_LOG(NS_LOG_WARN, "policy reloaded from %s", cfg_path);
 			if (ns_tbl_on())
 				ns_emit(NS_E_POLICY_RELOADED, -1, "", NULL, 0, cfg_path, 0);

@@ -89,6 +89,9 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
 /* shimctl inject --existing: a runtime fault this connection may get is
  * new; its next data call looks (faultrt.c, fault.c) */
 #define NS_C_RTCHECK 0x10000000u
+/* The shadow policy (shadow.c) turned this connect away: its outcomes are
+ * not the shadow's */
+#define NS_C_SHADOW_AWAY 0x20000000u
 /* A send or read that is a turn of the exchange (exchange.c) */
 #define NS_C_TURN (NS_C_XNEXT | NS_C_PARSE | NS_C_SNIFF | NS_C_HDRS)
 #define NS_C_PRE (NS_C_TOTAL | NS_C_INTR | NS_C_EXPIRED | NS_C_FAULT | NS_C_RTCHECK)
@@ -165,6 +168,12 @@ struct ns_conn {
 	monotime pace_until;      /* atomic: rate's next token is due then (a queued connect, NS_C_PACED) */
 	uint64_t tok_tat;         /* the connect's token (NS_C_TOKEN): the bucket's time it left, */
 	uint64_t tok_base;        /* ...and the time it was counted from (us) */
+	/* the shadow policy (shadow.c): its settings and slot for this
+	 * connection, valid while shadow_gen is gen (set at connect only when a
+	 * shadow policy is loaded, so a reused record's are ignored) */
+	const struct ns_settings *shadow_set;
+	int32_t shadow_slot;
+	uint32_t shadow_gen;
 	struct ns_conn *next_free;
 };
 _Static_assert(NS_KEY_MAX % 8 == 0, "copied in words");

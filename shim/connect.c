@@ -16,6 +16,8 @@
 #include "config.h"
 #include "destcache.h"
 #include "fault.h"
+#include "history.h"
+#include "shadow.h"
 #include "names.h"
 #include "outcome.h"
 #include "refuse.h"
@@ -376,6 +378,28 @@ static inline __attribute__((always_inline)) void unsettled(struct attempt *a)
 	a->hint = NS_SLOT_UNKNOWN;
 }
 
+/* The shadow policy's breaker asked about this connect (shadow.c).
+ * Returns 1 (for the connect's one test of faults and shadow). */
+static __attribute__((noinline, cold)) int shadow_attempt(struct attempt *a)
+{
+	name_needed(&a->d, &a->named, a->now);
+	ns_shadow_attempt(a->c, &a->d, a->now);
+	return 1;
+}
+
+/* A connect the breaker turned away, for the history recorder and the
+ * shadow policy when either is there (out of line: the fail-fast path's
+ * registers stay the connect's). */
+static __attribute__((noinline, cold)) void rejected_note(struct attempt *a)
+{
+	if (ns_hist_on((uint64_t)(a->now / 1000000)))
+		ns_hist_rejected(a->ref.slot, a->now);
+	if (__atomic_load_n(&ns_fault_local, __ATOMIC_RELAXED) & NS_FL_SHADOW) {
+		a->c = NULL;   /* (a connect turned away has no record) */
+		shadow_attempt(a);
+	}
+}
+
 /* The destination as this thread or this process last saw it (the memo,
  * the destination cache): its slot, its mode, its settings and key, and,
  * when its breaker needs no step, its admission straight off the slot (the
@@ -404,6 +428,11 @@ static inline __attribute__((always_inline)) int remembered(struct attempt *a, i
 	if (a->admitted == NS_REJECT) {
 		const struct ns_settings *kept;
 
+		/* a recorder or a shadow policy (or a recorder that died: its
+		 * lease is looked at there) */
+		if (unlikely((__atomic_load_n(&ns_fault_local, __ATOMIC_RELAXED) & NS_FL_SHADOW) |
+			     (__atomic_load_n(&ns_breakers.hdr->hist_until_ms, __ATOMIC_RELAXED) != 0)))
+			rejected_note(a);
 		if (unlikely(ns_log_level >= NS_LOG_DEBUG) && ns_destcache_copy(&a->ref, &kept, a->key) == 0)
 			ns_log(NS_LOG_DEBUG, "%s: breaker open, connect refused", a->key);
 		if (unlikely(a->v & NS_TAG_NONBLOCK)) {
@@ -542,7 +571,9 @@ static inline __attribute__((always_inline)) int faults_and_publish(struct attem
 	struct ns_conn *c = a->c;
 
 	/* (a queued connect, NS_FC_TARGET already, gets no injected fault) */
-	if (unlikely(ns_fault_possible()) && a->fr == NS_FC_NONE) {
+	if (unlikely(ns_fault_or_shadow()) && a->fr == NS_FC_NONE &&
+	    (!(__atomic_load_n(&ns_fault_local, __ATOMIC_RELAXED) & NS_FL_SHADOW) || shadow_attempt(a)) &&
+	    ns_fault_possible()) {
 		name_needed(&a->d, &a->named, a->now);
 		a->fr = ns_fault_at_connect(c, &a->d, a->sp, a->slot, a->sa, a->len, &a->to, &a->tolen);
 		if (a->fr == NS_FC_FAIL) {

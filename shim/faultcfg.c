@@ -119,7 +119,7 @@ void ns_fault_config(const struct ns_policy *pol)
 		fault_reseed();
 		pthread_atfork(NULL, NULL, fault_reseed);
 	}
-	__atomic_store_n(&ns_fault_local, (pol && pol->has_faults) || env_n > 0 || scen.n > 0,
+	__atomic_store_n(&ns_fault_local, (pol && pol->has_faults) || env_n > 0 || scen.n > 0 ? NS_FL_FAULTS : 0,
 			 __ATOMIC_RELEASE);
 }
 

@@ -14,7 +14,17 @@ NS_HIDDEN void ns_fault_config(const struct ns_policy *pol);
  * injection to a connect or a lookup when nobody injects anything. */
 extern int ns_fault_local NS_HIDDEN;
 extern const uint64_t *ns_fault_genp NS_HIDDEN;
+#define NS_FL_FAULTS 1          /* ns_fault_local: the policy or the environment names a fault */
+#define NS_FL_SHADOW 2          /* ...a shadow policy is asked for (config.c, shadow.c) */
 static inline int ns_fault_possible(void)
+{
+	const uint64_t *g = __atomic_load_n(&ns_fault_genp, __ATOMIC_ACQUIRE);
+
+	return (__atomic_load_n(&ns_fault_local, __ATOMIC_RELAXED) & NS_FL_FAULTS) ||
+	       (g && __atomic_load_n(g, __ATOMIC_RELAXED));
+}
+/* ...or a shadow policy: the connect's one test for both. */
+static inline int ns_fault_or_shadow(void)
 {
 	const uint64_t *g = __atomic_load_n(&ns_fault_genp, __ATOMIC_ACQUIRE);
 

@@ -12,6 +12,9 @@
 #include <time.h>
 
 #include "config.h"
+#include "faultcfg.h"
+#include "history.h"
+#include "shadow.h"
 #include "shape.h"
 
 
@@ -33,6 +36,9 @@ static void log_step(int slot, const char *key, const struct ns_step *st, int er
 		break;
 	}
 }
+
+/* The HTTP status of the outcome being counted on this thread, 0 = none. */
+static __thread unsigned ns_hist_status __attribute__((tls_model("initial-exec")));
 
 /* When the exchange in progress began: its request, or the connect for
  * the first. */
@@ -91,9 +97,14 @@ void ns_conn_outcome(struct ns_conn *c, int kind, int err)
 
 		if (kind != NS_OUT_SUCCESS && (set->retry_budget_bp | set->retry_budget_min_mps))
 			ns_shape_note_failure(slot, now);   /* a connect soon after is a retry */
+		uint64_t lat = kind == NS_OUT_SUCCESS ? (uint64_t)(now - from) / 1000 : 0;
+
 		now_ms = (uint64_t)(now / 1000000);
-		ns_table_outcome_at(&ns_breakers, slot, kind, err, kind == NS_OUT_SUCCESS ? (uint64_t)(now - from) / 1000 : 0,
-				    now_ms, ns_wall_ms(), set, &st);
+		ns_table_outcome_at(&ns_breakers, slot, kind, err, lat, now_ms, ns_wall_ms(), set, &st);
+		if (unlikely(__atomic_load_n(&ns_breakers.hdr->hist_until_ms, __ATOMIC_RELAXED) > now_ms))
+			ns_hist_outcome(c, slot, kind, err, lat, now, from, ns_hist_status);
+		if (unlikely(__atomic_load_n(&ns_fault_local, __ATOMIC_RELAXED) & NS_FL_SHADOW))
+			ns_shadow_outcome(c, kind, err, lat, now_ms, ns_wall_ms());
 		trace = kind != NS_OUT_SUCCESS && (ns_trace_env || set->trace);
 		if (st.transition != NS_TR_NONE && !key[0])
 			ns_conn_key(c, key);
@@ -151,7 +162,9 @@ void ns_conn_http(struct ns_conn *c, unsigned code, int failed)
 	__atomic_fetch_or(&c->flags, NS_C_ANSWERED, __ATOMIC_RELAXED);   /* an answer, whatever its status */
 	if (failed)
 		NS_LOG(NS_LOG_INFO, "exchange failed: HTTP %u", code);
+	ns_hist_status = code;   /* (for the history's record of this outcome) */
 	ns_conn_outcome(c, failed ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 0);
+	ns_hist_status = 0;
 }
 
 
@@ -200,6 +213,8 @@ int ns_breaker_admit(const char *key, int hint, int *slotp, const struct ns_sett
 	*slotp = slot;
 	if (ns_table_attempt(&ns_breakers, slot, enforce, (uint64_t)(now / 1000000), set, &st) == NS_REJECT) {
 		NS_LOG(NS_LOG_DEBUG, "%s: breaker open, connect refused", key);
+		if (ns_hist_on((uint64_t)(now / 1000000)))
+			ns_hist_rejected(slot, now);
 		return -1;
 	}
 	if (st.transition == NS_TR_HALF_OPENED) {

@@ -5,7 +5,7 @@ PKGS="build-essential libunwind-dev uthash-dev libcriterion-dev pkg-config groff
 python3 python3-pytest python3-requests curl wget strace valgrind procps openssl
 php-cli php-curl busybox libhiredis-dev redis-server redis-tools
 libssl-dev patchelf debhelper lintian fakeroot python3-aiohttp python3-httpx python3-twisted python3-openssl python3-scrapy
-prometheus"
+prometheus libsqlite3-dev sqlite3 chromium"
 # make fuzz: clang with libFuzzer
 PKGS="$PKGS clang libclang-rt-14-dev"
 # make compat: the clients of the compatibility matrix and their servers,

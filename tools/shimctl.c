@@ -33,6 +33,8 @@ static void usage(FILE *f)
 		"       shimctl [--table NAME] inject DEST FAULTS [--for DURATION] [--existing]\n"
 		"       shimctl [--table NAME] inject --clear DEST | --clear --all\n"
 		"       shimctl [--table NAME] [--policy FILE] faults [--json]\n"
+		"       shimctl history [DEST] | backtest CANDIDATE.conf | suggest [DEST] [--keep 99.9%%]\n"
+		"               | report --html FILE   each with [--history FILE] [--since SPAN] [--json]\n"
 		"       shimctl --help | --version\n");
 }
 
@@ -90,7 +92,35 @@ static void pct_json(const char *name, const struct ns_hist *h, unsigned p)
 struct row {
 	struct ns_entry e;
 	const char *state;
+	const char *shadow_state;   /* the shadow policy's breaker, NULL = none */
+	uint64_t shadow_rejected;   /* ...the connects it would have turned away */
 };
+
+/* The shadow policy's table (shim/shadow.c), when some process has one. */
+static struct ns_table shadow_t;
+static int shadow_ok;
+
+static void shadow_open(const char *name)
+{
+	char sname[256], err[NS_ERRBUF];
+
+	snprintf(sname, sizeof(sname), "%s.shadow", name);
+	shadow_ok = ns_table_open(sname, 0, 0, 0, &shadow_t, err, sizeof(err)) == NS_TBL_OK;
+}
+
+static void shadow_row(struct row *r, uint64_t now)
+{
+	struct ns_entry se;
+	int slot;
+
+	r->shadow_state = NULL;
+	r->shadow_rejected = 0;
+	if (!shadow_ok || (slot = ns_table_find(&shadow_t, r->e.key, 0, now)) < 0 ||
+	    ns_table_read(&shadow_t, slot, now, &se) != 0)
+		return;
+	r->shadow_state = ns_state_name(se.brk.state);
+	r->shadow_rejected = se.rejected;
+}
 
 /* When half-open may begin (open) or began (half-open); not while manual. */
 static int shows_half_open(const struct ns_entry *e)
@@ -160,9 +190,10 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 		ctl_rfc3339(a.beat_ms, ts, sizeof(ts));
 		printf("{\"node\": ");
 		ctl_json_string(stdout, a.node);
-		printf(", \"pid\": %u, \"redis_connected\": %s, \"suspect\": %s, \"open\": %u, "
+		printf(", \"pid\": %u, \"fleet\": %s, \"history\": %s, \"redis_connected\": %s, \"suspect\": %s, \"open\": %u, "
 		       "\"destinations\": %u, \"last_pass\": \"%s\", \"polls\": %llu, \"cpu_ms_per_poll\": %.3f}",
-		       a.pid, a.flags & NS_AGENT_CONNECTED ? "true" : "false",
+		       a.pid, a.flags & NS_AGENT_NOFLEET ? "false" : "true", a.flags & NS_AGENT_HISTORY ? "true" : "false",
+		       a.flags & NS_AGENT_CONNECTED ? "true" : "false",
 		       a.flags & NS_AGENT_SUSPECT ? "true" : "false", a.open, a.dests, ts,
 		       (unsigned long long)a.polls, a.polls ? (double)a.cpu_ns / 1e6 / (double)a.polls : 0.0);
 	} else {
@@ -236,7 +267,13 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 		}
 		printf(", \"fleet_open_nodes\": [");
 		print_fleet_nodes(e);
-		printf("]}");
+		printf("]");
+		if (rows[i].shadow_state)
+			printf(", \"shadow_state\": \"%s\", \"shadow_would_reject\": %llu", rows[i].shadow_state,
+			       (unsigned long long)rows[i].shadow_rejected);
+		else
+			printf(", \"shadow_state\": null, \"shadow_would_reject\": null");
+		printf("}");
 	}
 	printf("%s]}\n", n ? "\n" : "");
 }
@@ -336,8 +373,9 @@ static void print_text(const struct ns_table *t, struct row *rows, int n, int co
 		char node[64 * 4];
 
 		ctl_escape_text(a.node, node, sizeof(node));
-		printf("fleet: node %s, agent pid %u, redis %s\n", node, a.pid,
-		       a.flags & NS_AGENT_CONNECTED ? "connected" : "unreachable (local breakers only)");
+		printf("%s: node %s, agent pid %u, redis %s%s\n", a.flags & NS_AGENT_NOFLEET ? "agent" : "fleet", node, a.pid,
+		       a.flags & NS_AGENT_NOFLEET ? "not used (no fleet)" : a.flags & NS_AGENT_CONNECTED ? "connected" :
+		       "unreachable (local breakers only)", a.flags & NS_AGENT_HISTORY ? "; recording the history" : "");
 		if (a.flags & NS_AGENT_SUSPECT)
 			printf("fleet: this node is suspect (%u of %u destinations open at once): its votes are withheld\n",
 			       a.open, a.dests);
@@ -389,6 +427,7 @@ static struct row *load_rows(const struct ns_table *t, int only, int *n)
 			/* places whose holders died are not connections open */
 			if (rows[*n].e.inflight)
 				rows[*n].e.inflight = ns_table_inflight_live(t, (int)i);
+			shadow_row(&rows[*n], now);
 			(*n)++;
 		}
 	}
@@ -412,11 +451,18 @@ static int cmd_status(const char *name, int json, const char *dest)
 			return 1;
 		}
 	}
+	shadow_open(name);
 	rows = load_rows(&t, only, &n);
 	if (json)
 		print_json(name, &t, rows, n);
 	else
 		print_text(&t, rows, n, 0);
+	for (int i = 0; !json && i < n; i++)
+		if (rows[i].shadow_state)
+			printf("shadow policy: %s %s, would have turned away %llu\n", rows[i].e.key, rows[i].shadow_state,
+			       (unsigned long long)rows[i].shadow_rejected);
+	if (shadow_ok)
+		ns_table_close(&shadow_t);
 	free(rows);
 	ctl_close_table(&t);
 	return 0;
@@ -503,7 +549,7 @@ static void print_event(const struct ns_evrec *ev, int json)
 	} else {
 		ctl_escape_text(ev->dest[0] ? ev->dest : "-", esc, sizeof(esc));
 		printf("%-6llu %s  %-16s %-24s", (unsigned long long)ev->seq, ts, ns_event_name(ev->type), esc);
-		if (ev->type == NS_E_OPENED || ev->type == NS_E_REOPENED)
+		if (ev->type == NS_E_OPENED || ev->type == NS_E_REOPENED || ev->type == NS_E_SHADOW_OPENED)
 			printf(" rule=%s failures_in_window=%u consecutive=%u", ns_rule_name((int)ev->rule),
 			       ev->failures_in_window, ev->consecutive);
 		if (en)
@@ -650,68 +696,22 @@ static int cmd_watch(const char *name)
 	return 0;
 }
 
-/**** check, explain: the policy, no table ****/
-
-static int cmd_check(char **files, int n)
+/* The command: the first word that is neither an option nor its value. */
+static const char *command_word(int argc, char **argv)
 {
-	char *errs = malloc(65536);
-	int bad = 0;
+	static const char *const valued[] = { "-t", "--table", "-p", "--policy", "-F", "--for", "--history", "--since",
+					      "--keep", "--html", NULL };
 
-	if (!errs)
-		err(1, "out of memory");
-	for (int i = 0; i < n; i++) {
-		struct ns_policy p;
-		int r = ns_policy_load(files[i], &p, errs, 65536);
-
-		if (r == 0) {
-			printf("%s: ok (%d host section%s)\n", files[i], p.nsections - 1, p.nsections == 2 ? "" : "s");
-			ns_policy_free(&p);
-		} else {
-			fputs(errs, stderr);
-			bad = 1;
-		}
+	for (int i = 1; i < argc; i++) {
+		if (argv[i][0] != '-')
+			return argv[i];
+		for (int k = 0; valued[k]; k++)
+			if (strcmp(argv[i], valued[k]) == 0) {
+				i++;
+				break;
+			}
 	}
-	free(errs);
-	return bad ? 2 : 0;
-}
-
-static int cmd_explain(const char *policy, const char *dest)
-{
-	char errs[NS_ERRBUF * 4], val[NS_FAULTS_TEXT], esc[NS_KEY_MAX * 4];
-	struct ns_settings s;
-	struct ns_origin o;
-	struct ns_policy p;
-	struct ns_dest d;
-	int r;
-
-	if (!policy)
-		policy = ns_policy_path();
-	if (ns_dest_parse(dest, &d) < 0) {
-		ctl_escape_text(dest, esc, sizeof(esc));
-		warnx("%s: not a destination (expected HOST:PORT, ADDRESS:PORT or [IPV6]:PORT)", esc);
-		return 2;
-	}
-	r = policy ? ns_policy_load(policy, &p, errs, sizeof(errs)) : ns_policy_builtin(&p);
-	if (r != 0) {
-		fputs(errs, stderr);
-		return 2;
-	}
-	ns_policy_resolve(&p, &d, &s, &o);
-	printf("# %s under %s\n", dest, policy ? policy : "the built-in defaults");
-	for (int k = 0; k < NS_K_COUNT; k++) {
-		int sec = o.sec[k];
-
-		ns_setting_format(k, &s, val, sizeof(val));
-		printf("%-21s= %-10s # ", ns_key_names[k], val);
-		if (sec < 0)
-			printf("built-in default\n");
-		else if (sec == 0)
-			printf("[defaults] line %d\n", p.sec[0].key_line[k]);
-		else
-			printf("[host \"%s\"] line %d\n", p.sec[sec].pattern, p.sec[sec].key_line[k]);
-	}
-	ns_policy_free(&p);
-	return 0;
+	return NULL;
 }
 
 int main(int argc, char **argv)
@@ -732,6 +732,12 @@ int main(int argc, char **argv)
 	const char *table = NULL, *policy = NULL, *cmd, *name, *for_text = NULL;
 	char def[64];
 	int json = 0, all = 0, follow = 0, clear = 0, existing = 0, c, nargs;
+
+	/* the history's commands take options of their own */
+	cmd = command_word(argc, argv);
+	if (cmd && (!strcmp(cmd, "history") || !strcmp(cmd, "backtest") || !strcmp(cmd, "suggest") ||
+		    !strcmp(cmd, "report")))
+		return ctl_history_main(argc, argv);
 
 	while ((c = getopt_long(argc, argv, "ft:p:jahVF:ce", opts, NULL)) != -1) {
 		switch (c) {
@@ -768,9 +774,9 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "watch") == 0 && nargs == 0)
 		return cmd_watch(name);
 	if (strcmp(cmd, "check") == 0 && nargs >= 1)
-		return cmd_check(argv + optind, nargs);
+		return ctl_cmd_check(argv + optind, nargs);
 	if (strcmp(cmd, "explain") == 0 && nargs == 1)
-		return cmd_explain(policy, argv[optind]);
+		return ctl_cmd_explain(policy, argv[optind]);
 	if (strcmp(cmd, "inject") == 0 && !clear && !all && nargs == 2)
 		return ctl_cmd_inject(name, nargs, argv + optind, for_text, existing, 0, 0);
 	if (strcmp(cmd, "inject") == 0 && clear && !for_text && !existing &&

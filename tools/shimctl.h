@@ -10,6 +10,9 @@
 
 uint64_t ctl_mono_ms(void);
 uint64_t ctl_wall_ms(void);
+/* An age or a span: "90s", "30m", "24h", "7d" (a number and its unit)
+ * into ms. 0, or -1 when it is not one. */
+int ctl_span_parse(const char *s, uint64_t *ms);
 /* RFC 3339 UTC with milliseconds. */
 void ctl_rfc3339(uint64_t ms, char *buf, size_t len);
 /* Control bytes and backslashes escaped, for a terminal. */
@@ -43,5 +46,15 @@ const char *ctl_entry_state(const struct ns_entry *e);
 /* ctl_faults.c */
 int ctl_cmd_inject(const char *name, int argc, char **argv, const char *for_text, int existing, int clear, int all);
 int ctl_cmd_faults(const char *name, const char *policy, int json);
+
+/* ctl_policy.c: shimctl check FILE..., shimctl explain DEST. */
+int ctl_cmd_check(char **files, int n);
+int ctl_cmd_explain(const char *policy, const char *dest);
+/* ctl_history.c: shimctl history, backtest, suggest, report (their own
+ * options); the default history file for a table. */
+int ctl_history_main(int argc, char **argv);
+void ctl_history_default(const char *table, char *buf, size_t len);
+/* ctl_report.c: one self-contained HTML page of the history. */
+int ctl_report_html(const char *history, const char *out, uint64_t since_ms);
 
 #endif

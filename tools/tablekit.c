@@ -29,6 +29,34 @@ uint64_t ctl_wall_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+int ctl_span_parse(const char *s, uint64_t *ms)
+{
+	uint64_t n = 0, unit;
+	const char *p = s;
+
+	for (; *p >= '0' && *p <= '9'; p++) {
+		if (n > 100000000ULL)
+			return -1;
+		n = n * 10 + (uint64_t)(*p - '0');
+	}
+	if (p == s)
+		return -1;
+	if (strcmp(p, "ms") == 0)
+		unit = 1;
+	else if (strcmp(p, "s") == 0)
+		unit = 1000;
+	else if (strcmp(p, "m") == 0)
+		unit = 60000;
+	else if (strcmp(p, "h") == 0)
+		unit = 3600000;
+	else if (strcmp(p, "d") == 0)
+		unit = 86400000;
+	else
+		return -1;
+	*ms = n * unit;
+	return 0;
+}
+
 void ctl_rfc3339(uint64_t ms, char *buf, size_t len)
 {
 	time_t s = (time_t)(ms / 1000);
@@ -160,7 +188,7 @@ void ctl_event_json(FILE *f, const struct ns_evrec *ev, const char *node)
 	else
 		fprintf(f, "null");
 	fprintf(f, ", \"rule\": ");
-	if (ev->type == NS_E_OPENED || ev->type == NS_E_REOPENED)
+	if (ev->type == NS_E_OPENED || ev->type == NS_E_REOPENED || ev->type == NS_E_SHADOW_OPENED)
 		fprintf(f, "\"%s\"", ns_rule_name((int)ev->rule));
 	else
 		fprintf(f, "null");

@@ -26,88 +26,11 @@
 
 #include "../../policy/hash.h"
 
+#include "../../policy/ocring.h"
 #include "../shimctl.h"
-#include "agent.h"
+#include "agentstate.h"
 
-#define CONNECT_TIMEOUT_MS 1000     /* no wait on Redis is longer */
-#define BACKOFF_MIN_MS 200
-#define BACKOFF_MAX_MS 5000
-#define TICK_MS 50                  /* events and hooks are looked at this often */
-#define HINT_GAP_MS 20              /* early passes a hint may start, at most one per */
-#define LOCAL_GAP_MS 2              /* early passes a change here may start, at most one per */
-#define SUB_RETRY_MS 5000           /* the hint channel, when lost, is tried again after */
-#define MAX_OPS 4096                /* operator commands waiting for Redis */
-
-struct dst {
-	char key[NS_KEY_MAX];
-	struct fl_vote *votes;      /* as Redis last said, plus our own writes */
-	int nvotes;
-	uint64_t cmd_seq;           /* the last operator command seen */
-	int slot;                   /* in the table, -1 = none yet */
-	int dirty;                  /* votes changed: count them again */
-	uint64_t next_exp;          /* the earliest live vote's expiry (Redis ms), 0 = none */
-	int held;                   /* the fleet holds it open here */
-	uint64_t want_t;            /* this pass: the local open's due time (0 = not open here) */
-	int tripped;                /* this pass: open or half-open here by its own failures */
-	int manual;                 /* this pass: open here under recovery = manual (until a reset) */
-	uint64_t my_t;              /* the local open our vote in Redis stands for */
-	uint64_t cool_seen;         /* the fleet's last cooldown applied here (Redis time it ends) */
-	char rule[AG_RULE_MAX];     /* the rule of the last local open */
-	int no_room;                /* the fleet named it with the table too full: said once */
-	uint64_t attempts;          /* --quorum N%: the table's connects to it at the last report, */
-	uint64_t called_ms;         /* ...and when that report was (Redis time) */
-	UT_hash_handle hh;
-};
-
-struct op {
-	int op;
-	uint64_t ttl_ms;            /* a cooldown: what is left of it */
-	char key[NS_KEY_MAX];
-};
-
-static struct {
-	/* options */
-	struct fl_url url;
-	const char *url_text;
-	char node[AG_NAME_MAX];
-	char fleet[AG_NAME_MAX];
-	int quorum;
-	int quorum_pct;             /* --quorum N%: a share of the live callers (quorum unused), 0 = a count */
-	int share;                  /* percent */
-	int suspect_min;
-	int poll_ms;
-	const char *on_event;
-	int hook_timeout_ms;
-	int no_hint;
-	/* state */
-	struct ns_table t;
-	struct fl_conn c;
-	struct fl_conn sub;         /* the hint channel (pub/sub), when it works */
-	uint64_t sub_next_try;
-	uint64_t hinted;            /* the highest seq a hint announced */
-	uint64_t hint_quiet_until;  /* a hint proved false: hints wake no poll before then */
-	int wake_fd;                /* the wake-up socket (wake_open), -1 = none */
-	uint64_t bad_keys;          /* destinations in Redis that no shim could have written: ignored */
-	uint64_t bad_logged, bad_log_ms;   /* ...as many said, at most once a minute */
-	const char *metrics_at;     /* --metrics-listen */
-	int metrics_fd;             /* its listening socket, -1 = none */
-	char epoch[40];             /* the store's epoch, as last seen ("" = not yet) */
-	int connected;
-	int synced;                 /* a poll has succeeded since the agent started */
-	uint64_t since;             /* poll for changes after this seq */
-	uint64_t high;              /* the last change this agent has seen */
-	uint64_t redis_now;
-	uint64_t backoff_ms, next_try;
-	struct dst *dests;
-	struct op ops[MAX_OPS];
-	int nops;
-	uint64_t pub_next;          /* the next event to look at for operator actions */
-	int suspect;
-	int local_change;           /* a breaker here opened or closed since the last pass */
-	uint32_t n_open, n_total;
-	struct hooks *hooks;
-	uint64_t rng;
-} A;
+struct agent_state A;
 
 static volatile sig_atomic_t stopping;
 
@@ -135,569 +58,6 @@ static uint64_t cpu_ns(void)
 
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/**** the local table ****/
-
-static struct dst *dst_get(const char *key, int create)
-{
-	struct dst *d;
-
-	HASH_FIND_STR(A.dests, key, d);
-	if (d || !create)
-		return d;
-	d = calloc(1, sizeof(*d));
-	if (!d) {
-		ag_log("out of memory; %s is not followed", key);
-		return NULL;
-	}
-	snprintf(d->key, sizeof(d->key), "%s", key);
-	d->slot = -1;
-	HASH_ADD_STR(A.dests, key, d);
-	return d;
-}
-
-static int dst_slot(struct dst *d, int create)
-{
-	if (d->slot < 0)
-		d->slot = ns_table_find(&A.t, d->key, create, ctl_mono_ms());
-	return d->slot;
-}
-
-/* A slot for a destination the fleet names (a hold, a cooldown, a forced
- * open). Anyone who can write the fleet's Redis can name any number of
- * destinations; a full table turns this machine's own new destinations
- * away (their breakers off), so the fleet may take a new slot only while
- * the table is under FLEET_FILL_PCT full. -1 (said once per destination). */
-#define FLEET_FILL_PCT 75
-static int fleet_slot(struct dst *d)
-{
-	uint64_t used = __atomic_load_n(&A.t.hdr->used, __ATOMIC_RELAXED);
-
-	if (d->slot < 0 && dst_slot(d, 0) < 0 && used * 100 >= (uint64_t)A.t.nslots * FLEET_FILL_PCT) {
-		if (!d->no_room)
-			ag_log("%s: the fleet names it, but the table is %llu%% full: the fleet takes no more of it "
-			       "(this machine's own destinations keep the rest)", d->key,
-			       (unsigned long long)(used * 100 / A.t.nslots));
-		d->no_room = 1;
-		return -1;
-	}
-	d->no_room = 0;
-	return dst_slot(d, 1);
-}
-
-/* An event the agent writes (the fleet's doing), for the ring, the hooks
- * and shimctl events; its pid tells the agent not to send it back out. */
-static void note(int type, const char *key, const char *detail)
-{
-	ctl_note_event(&A.t, type, key, detail, "netshim-agent");
-}
-
-static void queue_op(int op, const char *key, uint64_t ttl_ms)
-{
-	if (A.nops == MAX_OPS) {
-		ag_log("%d operator commands wait for Redis; %s for %s is dropped", MAX_OPS, fl_op_name(op), key);
-		return;
-	}
-	A.ops[A.nops].op = op;
-	A.ops[A.nops].ttl_ms = ttl_ms;
-	snprintf(A.ops[A.nops].key, sizeof(A.ops[A.nops].key), "%s", key);
-	A.nops++;
-}
-
-/* New events: an operator's reset or forced open (not the agent's own
- * applying of the fleet's) becomes a fleet command; an open notes its rule;
- * an open or a close here asks for a pass now, not at the next poll. */
-static void read_events(void)
-{
-	uint64_t head = ns_table_event_head(&A.t);
-	struct ns_evrec ev;
-
-	if (head > A.t.ev_cap && A.pub_next < head - A.t.ev_cap)
-		A.pub_next = head - A.t.ev_cap;
-	for (; A.pub_next < head; A.pub_next++) {
-		if (ns_table_event_read(&A.t, A.pub_next, &ev) < 0) {
-			if (A.pub_next + 1 == head)
-				break;   /* being written: next tick */
-			continue;
-		}
-		if (ev.pid == (uint32_t)getpid())
-			continue;
-		if (ev.type == NS_E_RESET || ev.type == NS_E_FORCED_OPEN) {
-			queue_op(ev.type == NS_E_RESET ? FL_RESET : FL_FORCE, ev.dest, 0);
-		} else if (ev.type == NS_E_COOLDOWN) {
-			/* a server said when to come back: every machine hears it */
-			struct dst *d = dst_get(ev.dest, 1);
-			struct ns_entry e;
-			int slot = d ? dst_slot(d, 0) : -1;
-
-			if (slot >= 0 && ns_table_read(&A.t, slot, ctl_mono_ms(), &e) == 0 && e.cooldown_left_ms)
-				queue_op(FL_COOLDOWN, ev.dest, e.cooldown_left_ms);
-		} else if (ev.type == NS_E_OPENED || ev.type == NS_E_REOPENED) {
-			struct dst *d = dst_get(ev.dest, 1);
-
-			if (d)
-				snprintf(d->rule, sizeof(d->rule), "%s", ns_rule_name((int)ev.rule));
-			A.local_change = 1;
-		} else if (ev.type == NS_E_CLOSED) {
-			A.local_change = 1;
-		}
-	}
-}
-
-/* How long a hold or a vote that is renewed every pass lasts unrenewed:
- * three poll intervals and a second (a node killed loses it after that). */
-static uint64_t lease_ms(void)
-{
-	return 3 * (uint64_t)A.poll_ms + 1000;
-}
-
-/* What is open here by its own failures: a vote wanted for each
- * destination open and not yet due for a probe (under recovery = manual:
- * open until an operator resets it, the vote renewed on a lease); and
- * whether so much is open that this node's network is the likelier
- * culprit. A forced open is an operator's command, sent as one, never a
- * vote. */
-static void scan_table(uint64_t now)
-{
-	char key[NS_KEY_MAX];
-	struct dst *d, *tmp;
-	uint32_t open = 0, total = 0;
-	int suspect;
-
-	HASH_ITER(hh, A.dests, d, tmp) {
-		d->want_t = 0;
-		d->tripped = 0;
-		d->manual = 0;
-	}
-	struct ns_scan sc;
-
-	for (uint32_t i = ns_scan_begin(&A.t, &sc); i < A.t.nslots; i = ns_scan_next(&A.t, &sc, i + 1)) {
-		struct ns_brk b;
-		uint64_t until;
-
-		if (ns_table_state(&A.t, (int)i, key, sizeof(key), &b, &until) < 0)
-			continue;
-		total++;
-		if (A.quorum_pct && (d = dst_get(key, 1)) != NULL)
-			d->slot = (int)i;   /* --quorum N%: every destination called here is reported */
-		if (b.state == NS_OPEN || b.state == NS_HALF_OPEN) {
-			int manual = b.state == NS_OPEN && b.manual;
-
-			open++;
-			HASH_FIND_STR(A.dests, key, d);
-			if (b.state == NS_OPEN && (b.t_ms > now || manual) && !d)
-				d = dst_get(key, 1);
-			if (d) {
-				d->slot = (int)i;
-				d->tripped = 1;
-				d->manual = manual;
-				d->want_t = manual ? now + lease_ms() : b.state == NS_OPEN && b.t_ms > now ? b.t_ms : 0;
-			}
-		}
-	}
-	ns_scan_end(&sc);
-	suspect = open >= (uint32_t)A.suspect_min && (uint64_t)open * 100 >= (uint64_t)A.share * total;
-	if (suspect != A.suspect)
-		ag_log(suspect ? "node %s is suspect: %u of %u destinations open at once (its own network is the likelier "
-			 "fault); its votes are withheld" : "node %s is no longer suspect (%u of %u destinations open); "
-			 "its votes count again", A.node, open, total);
-	A.suspect = suspect;
-	A.n_open = open;
-	A.n_total = total;
-}
-
-/**** the fleet ****/
-
-static int has_vote(const struct dst *d, const char *node)
-{
-	for (int i = 0; i < d->nvotes; i++)
-		if (strcmp(d->votes[i].node, node) == 0)
-			return i;
-	return -1;
-}
-
-static void set_votes(struct dst *d, const struct fl_vote *v, int n)
-{
-	struct fl_vote *nv = n ? malloc((size_t)n * sizeof(*nv)) : NULL;
-
-	if (n && !nv) {
-		ag_log("out of memory; the votes for %s are not kept", d->key);
-		n = 0;
-	}
-	if (n)
-		memcpy(nv, v, (size_t)n * sizeof(*nv));
-	free(d->votes);
-	d->votes = nv;
-	d->nvotes = n;
-	d->dirty = 1;
-}
-
-/* Our own vote, as the script wrote it (near enough until the next poll
- * reads it back). */
-static void own_vote(struct dst *d, uint64_t exp, int present)
-{
-	int i = has_vote(d, A.node);
-	struct fl_vote *nv;
-
-	if (!present) {
-		if (i >= 0)
-			d->votes[i] = d->votes[--d->nvotes];
-		d->dirty = 1;
-		return;
-	}
-	if (i < 0) {
-		nv = realloc(d->votes, (size_t)(d->nvotes + 1) * sizeof(*nv));
-		if (!nv)
-			return;
-		d->votes = nv;
-		i = d->nvotes++;
-	}
-	snprintf(d->votes[i].node, sizeof(d->votes[i].node), "%s", A.node);
-	snprintf(d->votes[i].rule, sizeof(d->votes[i].rule), "%s", d->rule);
-	d->votes[i].exp_ms = exp;
-	d->dirty = 1;
-}
-
-static void apply_command(struct dst *d, int op, const char *by)
-{
-	char detail[96];
-	int slot;
-
-	snprintf(detail, sizeof(detail), "fleet: %s on node %s", op == FL_RESET ? "reset" : "forced open", by);
-	if (op == FL_RESET) {
-		slot = dst_slot(d, 0);
-		if (slot >= 0)
-			ns_table_reset(&A.t, slot);
-		/* closed now: what this pass's table scan saw open is no vote any more */
-		d->held = 0;
-		d->my_t = 0;
-		d->want_t = 0;
-		d->tripped = 0;
-		note(NS_E_RESET, d->key, detail);
-		ag_log("%s: reset by an operator on node %s: closed here", d->key, by);
-	} else {
-		slot = fleet_slot(d);
-		if (slot < 0)
-			return;   /* said once by fleet_slot */
-		ns_table_force_open(&A.t, slot, ctl_mono_ms(), ctl_wall_ms());
-		d->want_t = 0;   /* held by hand now: no vote */
-		note(NS_E_FORCED_OPEN, d->key, detail);
-		ag_log("%s: forced open by an operator on node %s: forced open here", d->key, by);
-	}
-}
-
-static int dest_key_ok(const char *key)
-{
-	struct ns_dest nd;
-	char canon[NS_KEY_MAX];
-
-	return ns_dest_parse(key, &nd) == 0 && ns_dest_key(&nd, canon, sizeof(canon)) > 0 && strcmp(canon, key) == 0;
-}
-
-/* A destination whose votes or command changed, from a poll. */
-static void on_dest(void *arg, const struct fl_dest *in)
-{
-	uint64_t high_before = *(uint64_t *)arg;
-	struct dst *d;
-
-	/* only what a shim could have written: a destination key as the shim
-	 * formats it (never a line break or a terminal escape for the log) */
-	if (!dest_key_ok(in->dest)) {
-		A.bad_keys++;
-		return;
-	}
-	if (!(d = dst_get(in->dest, 1)))
-		return;
-	set_votes(d, in->votes, in->nvotes);
-	if (in->cool_until > A.redis_now && in->cool_until != d->cool_seen && strcmp(in->cool_node, A.node) != 0) {
-		int slot = fleet_slot(d);
-		char detail[160];
-
-		d->cool_seen = in->cool_until;
-		if (slot >= 0) {
-			ns_table_cooldown(&A.t, slot, ctl_mono_ms() + (in->cool_until - A.redis_now));
-			snprintf(detail, sizeof(detail), "fleet: Retry-After seen on node %s: %llu ms left", in->cool_node,
-				 (unsigned long long)(in->cool_until - A.redis_now));
-			note(NS_E_COOLDOWN, d->key, detail);
-			ag_log("%s: cooling down here too (%s)", d->key, detail);
-		}
-	}
-	if (in->cmd_seq && in->cmd_seq > d->cmd_seq) {
-		d->cmd_seq = in->cmd_seq;
-		if (strcmp(in->cmd_node, A.node) == 0)
-			return;   /* made here: the operator already did it to this table */
-		if (A.synced && in->cmd_seq > high_before) {
-			apply_command(d, in->cmd_op, in->cmd_node);
-		} else if (!A.synced && in->cmd_op == FL_FORCE) {
-			/* joining: a forced open stands until a reset, so it holds here too */
-			struct ns_brk b;
-			char key[NS_KEY_MAX];
-			uint64_t until;
-			int slot = fleet_slot(d);
-
-			if (slot >= 0 && ns_table_state(&A.t, slot, key, sizeof(key), &b, &until) == 0 &&
-			    b.state != NS_FORCED_OPEN)
-				apply_command(d, FL_FORCE, in->cmd_node);
-		}
-	}
-}
-
-static void release(struct dst *d, const char *why)
-{
-	int slot = dst_slot(d, 0);
-	char detail[96];
-
-	if (slot >= 0)
-		ns_table_fleet_set(&A.t, slot, 0, NULL, 0);
-	d->held = 0;
-	snprintf(detail, sizeof(detail), "%s", why);
-	note(NS_E_FLEET_CLOSED, d->key, detail);
-	ag_log("%s: fleet hold released (%s)", d->key, why);
-}
-
-/**** membership (--quorum N%) ****/
-
-#define MEMBERS_MAX 4096
-#define CALLED_EVERY_MS 1000        /* a destination's call is reported at most this often */
-#define CALLED_WINDOW_MS 600000     /* a caller counts for ten minutes after its last report */
-static char live_members[MEMBERS_MAX][AG_NAME_MAX];
-static int n_live = -1;             /* -1: not known this pass */
-static char callers[MEMBERS_MAX][AG_NAME_MAX];
-
-/* Heartbeat, report the destinations called here since the last report,
- * and read who is alive: silent for three poll intervals is gone. */
-static int membership(char *err, size_t len)
-{
-	struct dst *d, *tmp;
-	int rc;
-
-	n_live = -1;
-	if (!A.quorum_pct || !A.redis_now)
-		return FL_OK;
-	if ((rc = fl_heartbeat(&A.c, A.node, A.redis_now, NULL, err, len)) != FL_OK)
-		return rc;
-	HASH_ITER(hh, A.dests, d, tmp) {
-		uint64_t now_attempts = d->slot >= 0 ? ns_table_attempts(&A.t, d->slot) : d->attempts;
-
-		if (now_attempts == d->attempts || A.redis_now < d->called_ms + CALLED_EVERY_MS)
-			continue;
-		if ((rc = fl_heartbeat(&A.c, A.node, A.redis_now, d->key, err, len)) != FL_OK)
-			return rc;
-		d->attempts = now_attempts;
-		d->called_ms = A.redis_now;
-	}
-	rc = fl_since(&A.c, "members", A.redis_now - 3 * (uint64_t)A.poll_ms, live_members, MEMBERS_MAX, err, len);
-	if (rc < 0)
-		return rc;
-	n_live = rc;
-	return FL_OK;
-}
-
-static int is_live(const char *node)
-{
-	for (int i = 0; i < n_live; i++)
-		if (strcmp(live_members[i], node) == 0)
-			return 1;
-	return 0;
-}
-
-/* The votes d needs to be held open here: --quorum N, or N% of the live
- * machines that called it lately (at least one); 0 when unknown now. */
-static uint32_t needed(struct dst *d, uint32_t *callers_out)
-{
-	char what[NS_KEY_MAX + 16], err[160];
-	uint32_t count = 0;
-	int n;
-
-	*callers_out = 0;
-	if (!A.quorum_pct)
-		return (uint32_t)A.quorum;
-	if (n_live < 0)
-		return 0;
-	snprintf(what, sizeof(what), "callers:%s", d->key);
-	n = fl_since(&A.c, what, A.redis_now > CALLED_WINDOW_MS ? A.redis_now - CALLED_WINDOW_MS : 0, callers,
-		     MEMBERS_MAX, err, sizeof(err));
-	if (n < 0)
-		return 0;
-	for (int i = 0; i < n; i++)
-		count += (uint32_t)is_live(callers[i]);
-	/* a live voter called it too, reported or not yet */
-	for (int i = 0; i < d->nvotes; i++) {
-		int listed = 0;
-
-		for (int k = 0; k < n && !listed; k++)
-			listed = strcmp(callers[k], d->votes[i].node) == 0;
-		count += (uint32_t)(!listed && d->votes[i].exp_ms > A.redis_now);
-	}
-	*callers_out = count;
-	return (uint32_t)(((uint64_t)count * (uint64_t)A.quorum_pct + 99) / 100) ?: 1;
-}
-
-/* Count the live votes of every destination that changed or whose
- * earliest vote ran out, and hold open here what a quorum reports open. */
-static void apply_fleet(uint64_t now)
-{
-	uint64_t lease = lease_ms();
-	struct dst *d, *tmp;
-
-	HASH_ITER(hh, A.dests, d, tmp) {
-		char nodes[NS_FLEET_NODES_LEN], q[96];
-		size_t o = 0;
-		uint32_t live = 0, need, ncallers = 0;
-		int slot;
-
-		/* a share quorum moves with the callers: a held destination is
-		 * counted again every pass */
-		if (!d->dirty && !d->held && !(d->next_exp && d->next_exp <= A.redis_now))
-			continue;
-		d->next_exp = 0;
-		nodes[0] = '\0';
-		for (int i = 0; i < d->nvotes; i++) {
-			if (d->votes[i].exp_ms <= A.redis_now)
-				continue;
-			live++;
-			if (!d->next_exp || d->votes[i].exp_ms < d->next_exp)
-				d->next_exp = d->votes[i].exp_ms;
-			if (o + strlen(d->votes[i].node) + 2 < sizeof(nodes))
-				o += (size_t)snprintf(nodes + o, sizeof(nodes) - o, "%s%s", o ? "," : "",
-						      d->votes[i].node);
-		}
-		d->dirty = 0;
-		need = live ? needed(d, &ncallers) : (uint32_t)A.quorum;
-		if (!need) {
-			d->dirty = 1;   /* the callers could not be counted: look again next pass */
-			continue;
-		}
-		if (A.quorum_pct)
-			snprintf(q, sizeof(q), "quorum %u: %d%% of %u live callers", need, A.quorum_pct, ncallers);
-		else
-			snprintf(q, sizeof(q), "quorum %d", A.quorum);
-		if (live >= need) {
-			if ((slot = fleet_slot(d)) < 0)
-				continue;   /* said once by fleet_slot */
-			ns_table_fleet_set(&A.t, slot, now + lease, nodes, live);
-			if (!d->held) {
-				char detail[96];
-
-				snprintf(detail, sizeof(detail), "%u nodes: %s", live, nodes);
-				note(NS_E_FLEET_OPEN, d->key, detail);
-				ag_log("%s: fleet open (%u nodes report it open: %s; %s)", d->key, live, nodes, q);
-			}
-			d->held = 1;
-		} else if (d->held) {
-			char why[160];
-
-			snprintf(why, sizeof(why), "%u node%s it open, %s", live, live == 1 ? " reports" : "s report", q);
-			release(d, why);
-		}
-	}
-}
-
-static void release_all(const char *why)
-{
-	struct dst *d, *tmp;
-
-	HASH_ITER(hh, A.dests, d, tmp)
-		if (d->held)
-			release(d, why);
-}
-
-/* Publish what changed here: our votes (a new open, a renewal after a
- * failed probe, a withdrawal when it closed or while suspect). A vote whose
- * open period ran out while the breaker waits for its probe is left to
- * expire in Redis by itself: no command for it. */
-static int reconcile(uint64_t now, char *err, size_t len)
-{
-	struct dst *d, *tmp;
-	int rc;
-
-	HASH_ITER(hh, A.dests, d, tmp) {
-		int want = !A.suspect && d->want_t > now, mine = has_vote(d, A.node) >= 0;
-		/* a manual open's vote is renewed when half its lease is gone */
-		int renew = d->manual ? d->my_t < now + lease_ms() / 2 : d->my_t != d->want_t;
-
-		if (want && (!mine || renew)) {
-			uint64_t ttl = d->want_t - now;
-
-			if ((rc = fl_change(&A.c, FL_VOTE, d->key, A.node, ttl, d->rule, err, len)) != FL_OK)
-				return rc;
-			if (!d->my_t)
-				ag_log("%s: open here%s%s; vote published (expires in %llu ms)", d->key,
-				       d->rule[0] ? ", rule " : "", d->rule, (unsigned long long)ttl);
-			d->my_t = d->want_t;
-			own_vote(d, A.redis_now + ttl, 1);
-		} else if (!want && mine && (A.suspect || !d->tripped)) {
-			if ((rc = fl_change(&A.c, FL_UNVOTE, d->key, A.node, 0, NULL, err, len)) != FL_OK)
-				return rc;
-			ag_log("%s: vote withdrawn (%s)", d->key, A.suspect ? "node suspect" : "no longer open here");
-			d->my_t = 0;
-			own_vote(d, 0, 0);
-		}
-	}
-	return FL_OK;
-}
-
-static int publish_ops(char *err, size_t len)
-{
-	while (A.nops) {
-		struct op *o = &A.ops[0];
-		int rc = fl_change(&A.c, o->op, o->key, A.node, o->ttl_ms, NULL, err, len);
-
-		if (rc == FL_DOWN)
-			return rc;
-		if (rc == FL_OK && o->op == FL_COOLDOWN)
-			ag_log("%s: a Retry-After here (%llu ms left): sent to the fleet", o->key,
-			       (unsigned long long)o->ttl_ms);
-		else if (rc == FL_OK)
-			ag_log("%s: %s here by an operator: sent to the fleet", o->key,
-			       o->op == FL_RESET ? "reset" : "forced open");
-		else
-			ag_log("%s: %s not accepted by Redis: %s", o->key, fl_op_name(o->op), err);
-		memmove(&A.ops[0], &A.ops[1], (size_t)(--A.nops) * sizeof(A.ops[0]));
-	}
-	return FL_OK;
-}
-
-static uint64_t next_rand(void)
-{
-	A.rng ^= A.rng << 13;
-	A.rng ^= A.rng >> 7;
-	A.rng ^= A.rng << 17;
-	return A.rng;
-}
-
-/* Did the store lose its data since the last poll? Its counter is behind
- * what was seen, or its epoch is not the one it had (even when the counter
- * has since caught up: other agents' changes after the loss). */
-static int went_back(const struct fl_store *st)
-{
-	return st->seq < A.since || (A.epoch[0] && strcmp(st->epoch, A.epoch) != 0);
-}
-
-/* The store's epoch, named by the first agent that finds none. */
-static int adopt_epoch(const struct fl_store *st, char *err, size_t len)
-{
-	char mine[20];
-
-	if (st->epoch[0]) {
-		snprintf(A.epoch, sizeof(A.epoch), "%s", st->epoch);
-		return FL_OK;
-	}
-	snprintf(mine, sizeof(mine), "%016llx", (unsigned long long)next_rand());
-	return fl_set_epoch(&A.c, mine, err, len);   /* the next poll adopts whichever was set first */
-}
-
-/* What Redis holds is unknown until the next full poll: no vote is known,
- * and this node's own are to be published again. */
-static void forget_votes(void)
-{
-	struct dst *d, *tmp;
-
-	HASH_ITER(hh, A.dests, d, tmp) {
-		set_votes(d, NULL, 0);
-		d->my_t = 0;
-	}
 }
 
 static void lost(const char *why)
@@ -917,7 +277,8 @@ static void pass(uint64_t now)
 	__atomic_store_n(&A.t.hdr->agent_open, A.n_open, __ATOMIC_RELAXED);
 	__atomic_store_n(&A.t.hdr->agent_dests, A.n_total, __ATOMIC_RELAXED);
 	__atomic_store_n(&A.t.hdr->agent_flags, (A.connected ? NS_AGENT_CONNECTED : 0) |
-			 (A.suspect ? NS_AGENT_SUSPECT : 0), __ATOMIC_RELAXED);
+			 (A.suspect ? NS_AGENT_SUSPECT : 0) | (A.url_text ? 0 : NS_AGENT_NOFLEET) |
+			 (A.hist ? NS_AGENT_HISTORY : 0), __ATOMIC_RELAXED);
 	__atomic_store_n(&A.t.hdr->agent_beat_ms, ctl_wall_ms(), __ATOMIC_RELAXED);
 	__atomic_fetch_add(&A.t.hdr->agent_cpu_ns, cpu_ns() - c0, __ATOMIC_RELAXED);
 }
@@ -929,7 +290,9 @@ static void usage(FILE *f)
 	fprintf(f, "usage: netshim-agent --redis redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] [--node NAME] [--fleet NAME]\n"
 		"                     [--quorum N | N%%] [--suspect-share PERCENT] [--suspect-min N] [--on-event CMD]\n"
 		"                     [--table NAME] [--poll-ms MS] [--hook-timeout-ms MS] [--no-hint]\n"
-		"                     [--metrics-listen ADDRESS:PORT]\n");
+		"                     [--metrics-listen ADDRESS:PORT] [--history FILE [--history-keep SPAN]\n"
+		"                     [--history-ring N]]\n"
+		"       netshim-agent --history FILE ...   (no fleet: the table's history and hooks alone)\n");
 }
 
 static int int_arg(const char *opt, const char *v, long lo, long hi)
@@ -956,7 +319,9 @@ static void parse_args(int argc, char **argv)
 		{ "on-event", required_argument, 0, 'e' }, { "table", required_argument, 0, 't' },
 		{ "poll-ms", required_argument, 0, 'p' }, { "hook-timeout-ms", required_argument, 0, 'h' },
 		{ "no-hint", no_argument, 0, 'N' }, { "help", no_argument, 0, 'H' },
-		{ "metrics-listen", required_argument, 0, 'M' }, { 0, 0, 0, 0 },
+		{ "metrics-listen", required_argument, 0, 'M' }, { "history", required_argument, 0, 'Y' },
+		{ "history-keep", required_argument, 0, 'K' }, { "history-ring", required_argument, 0, 'R' },
+		{ 0, 0, 0, 0 },
 	};
 	const char *table = NULL;
 	char tbuf[64], uerr[128];
@@ -967,6 +332,8 @@ static void parse_args(int argc, char **argv)
 	A.suspect_min = 4;
 	A.poll_ms = 500;
 	A.hook_timeout_ms = 10000;
+	A.hist_keep_ms = 7 * 86400000ULL;
+	A.hist_ring = NS_OC_DEFAULT_CAP;
 	snprintf(A.fleet, sizeof(A.fleet), "default");
 	if (gethostname(A.node, sizeof(A.node)) < 0 || !fl_name_ok(A.node))
 		snprintf(A.node, sizeof(A.node), "node-%ld", gethostid());
@@ -995,17 +362,30 @@ static void parse_args(int argc, char **argv)
 		case 'h': A.hook_timeout_ms = int_arg("--hook-timeout-ms", optarg, 10, 3600000); break;
 		case 'N': A.no_hint = 1; break;
 		case 'M': A.metrics_at = optarg; break;
+		case 'Y': A.hist_file = optarg; break;
+		case 'K':
+			if (ctl_span_parse(optarg, &A.hist_keep_ms) < 0 || A.hist_keep_ms < 60000)
+				errx(2, "--history-keep %s: a span of at least a minute (30m, 24h, 7d)", optarg);
+			break;
+		case 'R': {
+			int n = int_arg("--history-ring", optarg, 1024, (int)NS_OC_MAX_CAP);
+
+			if (n & (n - 1))
+				errx(2, "--history-ring %s: a power of two (131072 holds 1.6 s of 80,000 outcomes a second)", optarg);
+			A.hist_ring = (uint32_t)n;
+			break;
+		}
 		case 'H': usage(stdout); exit(0);
 		default: usage(stderr); exit(2);
 		}
 	}
-	if (optind != argc || !A.url_text) {
+	if (optind != argc || (!A.url_text && !A.hist_file)) {
 		if (!A.url_text)
-			warnx("--redis URL is required");
+			warnx("--redis URL is required (or --history FILE alone, for a machine with no fleet)");
 		usage(stderr);
 		exit(2);
 	}
-	if (fl_url_parse(A.url_text, &A.url, uerr, sizeof(uerr)) < 0)
+	if (A.url_text && fl_url_parse(A.url_text, &A.url, uerr, sizeof(uerr)) < 0)
 		errx(2, "--redis %s: %s (expected redis://[[USER]:PASSWORD@]HOST[:PORT][/DB])", A.url_text, uerr);
 	if (A.metrics_at && (A.metrics_fd = msrv_listen(A.metrics_at, uerr, sizeof(uerr))) < 0)
 		errx(2, "--metrics-listen %s", uerr);
@@ -1027,10 +407,16 @@ int main(int argc, char **argv)
 	other = __atomic_load_n(&A.t.hdr->agent_pid, __ATOMIC_ACQUIRE);
 	if (other && (pid_t)other != getpid() && kill((pid_t)other, 0) == 0)
 		errx(1, "%s: another agent (pid %u) serves this table", A.t.path, other);
-	rc = try_connect(err, sizeof(err));
-	if (rc != FL_OK)
-		errx(2, "redis %s:%d: %s%s", A.url.host, A.url.port, err,
-		     rc == FL_REFUSED ? " (check the password in --redis)" : "");
+	if (A.url_text) {
+		rc = try_connect(err, sizeof(err));
+		if (rc != FL_OK)
+			errx(2, "redis %s:%d: %s%s", A.url.host, A.url.port, err,
+			     rc == FL_REFUSED ? " (check the password in --redis)" : "");
+	} else {
+		A.next_try = UINT64_MAX;   /* no fleet: the table, its hooks and its history alone */
+	}
+	if (A.hist_file && !(A.hist = hist_open(A.hist_file, &A.t, A.hist_keep_ms, A.hist_ring, err, sizeof(err))))
+		errx(1, "--history %s", err);
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_stop;
 	sigaction(SIGTERM, &sa, NULL);
@@ -1048,8 +434,13 @@ int main(int argc, char **argv)
 		snprintf(err, sizeof(err), "%d%% of the live callers", A.quorum_pct);
 	else
 		snprintf(err, sizeof(err), "%d", A.quorum);
-	ag_log("node %s, fleet %s, quorum %s, table %s, redis %s:%d, poll every %d ms", A.node, A.fleet, err,
-	       A.t.path, A.url.host, A.url.port, A.poll_ms);
+	if (A.url_text)
+		ag_log("node %s, fleet %s, quorum %s, table %s, redis %s:%d, poll every %d ms", A.node, A.fleet, err,
+		       A.t.path, A.url.host, A.url.port, A.poll_ms);
+	else
+		ag_log("node %s, table %s, no fleet (no --redis)", A.node, A.t.path);
+	if (A.hist)
+		ag_log("recording history in %s (kept %llu h)", A.hist_file, (unsigned long long)(A.hist_keep_ms / 3600000));
 	/* the gaps count from the last pass a change or a hint started early
 	 * (bursts are served together), not from a regular one, which never
 	 * delays a change it could not have seen */
@@ -1075,6 +466,8 @@ int main(int argc, char **argv)
 		}
 		if (A.hooks)
 			hooks_pass(A.hooks, ctl_mono_ms());
+		if (A.hist)
+			hist_pass(A.hist, ctl_mono_ms());
 		/* a hint that came too soon after an early pass is served when the gap ends */
 		now = ctl_mono_ms();
 		hint_wait(wait_ms(now, last_early));
@@ -1086,6 +479,10 @@ int main(int argc, char **argv)
 	if (A.hooks && hooks_running(A.hooks))
 		ag_log("%d hook run%s left running", hooks_running(A.hooks), hooks_running(A.hooks) == 1 ? "" : "s");
 	hooks_free(A.hooks);
+	if (A.hist) {
+		hist_pass(A.hist, ctl_mono_ms());
+		hist_close(A.hist);
+	}
 	fl_close(&A.sub);
 	fl_close(&A.c);
 	if (A.wake_fd >= 0)

@@ -2,8 +2,10 @@
  *
  * model.c is the Redis data model (the only code that talks to Redis; the
  * benchmark drives it for simulated nodes too), hooks.c runs --on-event
- * commands off the table's event ring, agent.c is the program: options,
- * the loop, and applying the fleet's state to the local table. */
+ * commands off the table's event ring, agent.c is the program (options,
+ * the loop, Redis's connection), fleetstate.c the local table and the
+ * fleet's votes it applies there (agentstate.h: their shared state),
+ * history.c the --history recorder, metrics.c /metrics. */
 #ifndef NS_AGENT_H
 #define NS_AGENT_H
 
@@ -146,5 +148,19 @@ void hooks_free(struct hooks *h);
 
 /* agent.c */
 void ag_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/**** history.c: --history FILE ****/
+
+struct hist;
+/* Open (make) the database and a new outcome ring of ring_cap records
+ * beside the table, and tell the programs to write into it. NULL, with the
+ * reason in err. */
+struct hist *hist_open(const char *file, struct ns_table *t, uint64_t keep_ms, uint32_t ring_cap, char *err,
+		       size_t len);
+/* Record what the ring and the event ring hold; renew the lease. */
+void hist_pass(struct hist *h, uint64_t now_ms);
+uint64_t hist_rows(const struct hist *h);
+/* The programs stop writing; the database is closed. */
+void hist_close(struct hist *h);
 
 #endif

@@ -1,0 +1,113 @@
+/* agentstate.h -- what the agent's files share (agent.c: the program and
+ * its loop; fleetstate.c: the local table and the fleet's votes): the
+ * destinations it knows, and its one state, A. */
+#ifndef NS_AGENTSTATE_H
+#define NS_AGENTSTATE_H
+
+#include <stdint.h>
+#include <uthash.h>
+
+#include "agent.h"
+
+#define CONNECT_TIMEOUT_MS 1000     /* no wait on Redis is longer */
+#define BACKOFF_MIN_MS 200
+#define BACKOFF_MAX_MS 5000
+#define TICK_MS 50                  /* events and hooks are looked at this often */
+#define HINT_GAP_MS 20              /* early passes a hint may start, at most one per */
+#define LOCAL_GAP_MS 2              /* early passes a change here may start, at most one per */
+#define SUB_RETRY_MS 5000           /* the hint channel, when lost, is tried again after */
+#define MAX_OPS 4096                /* operator commands waiting for Redis */
+
+struct dst {
+	char key[NS_KEY_MAX];
+	struct fl_vote *votes;      /* as Redis last said, plus our own writes */
+	int nvotes;
+	uint64_t cmd_seq;           /* the last operator command seen */
+	int slot;                   /* in the table, -1 = none yet */
+	int dirty;                  /* votes changed: count them again */
+	uint64_t next_exp;          /* the earliest live vote's expiry (Redis ms), 0 = none */
+	int held;                   /* the fleet holds it open here */
+	uint64_t want_t;            /* this pass: the local open's due time (0 = not open here) */
+	int tripped;                /* this pass: open or half-open here by its own failures */
+	int manual;                 /* this pass: open here under recovery = manual (until a reset) */
+	uint64_t my_t;              /* the local open our vote in Redis stands for */
+	uint64_t cool_seen;         /* the fleet's last cooldown applied here (Redis time it ends) */
+	char rule[AG_RULE_MAX];     /* the rule of the last local open */
+	int no_room;                /* the fleet named it with the table too full: said once */
+	uint64_t attempts;          /* --quorum N%: the table's connects to it at the last report, */
+	uint64_t called_ms;         /* ...and when that report was (Redis time) */
+	UT_hash_handle hh;
+};
+
+struct op {
+	int op;
+	uint64_t ttl_ms;            /* a cooldown: what is left of it */
+	char key[NS_KEY_MAX];
+};
+
+struct agent_state {
+	/* options */
+	struct fl_url url;
+	const char *url_text;
+	char node[AG_NAME_MAX];
+	char fleet[AG_NAME_MAX];
+	int quorum;
+	int quorum_pct;             /* --quorum N%: a share of the live callers (quorum unused), 0 = a count */
+	int share;                  /* percent */
+	int suspect_min;
+	int poll_ms;
+	const char *on_event;
+	int hook_timeout_ms;
+	int no_hint;
+	/* state */
+	struct ns_table t;
+	struct fl_conn c;
+	struct fl_conn sub;         /* the hint channel (pub/sub), when it works */
+	uint64_t sub_next_try;
+	uint64_t hinted;            /* the highest seq a hint announced */
+	uint64_t hint_quiet_until;  /* a hint proved false: hints wake no poll before then */
+	int wake_fd;                /* the wake-up socket (wake_open), -1 = none */
+	uint64_t bad_keys;          /* destinations in Redis that no shim could have written: ignored */
+	uint64_t bad_logged, bad_log_ms;   /* ...as many said, at most once a minute */
+	const char *metrics_at;     /* --metrics-listen */
+	int metrics_fd;             /* its listening socket, -1 = none */
+	char epoch[40];             /* the store's epoch, as last seen ("" = not yet) */
+	int connected;
+	int synced;                 /* a poll has succeeded since the agent started */
+	uint64_t since;             /* poll for changes after this seq */
+	uint64_t high;              /* the last change this agent has seen */
+	uint64_t redis_now;
+	uint64_t backoff_ms, next_try;
+	struct dst *dests;
+	struct op ops[MAX_OPS];
+	int nops;
+	uint64_t pub_next;          /* the next event to look at for operator actions */
+	int suspect;
+	int local_change;           /* a breaker here opened or closed since the last pass */
+	uint32_t n_open, n_total;
+	struct hooks *hooks;
+	uint64_t rng;
+	/* --history */
+	const char *hist_file;
+	uint64_t hist_keep_ms;
+	uint32_t hist_ring;
+	struct hist *hist;
+};
+
+extern struct agent_state A;
+
+/* fleetstate.c */
+void read_events(void);
+void scan_table(uint64_t now);
+void apply_fleet(uint64_t now);
+void release_all(const char *why);
+int reconcile(uint64_t now, char *err, size_t len);
+int publish_ops(char *err, size_t len);
+uint64_t next_rand(void);
+int went_back(const struct fl_store *st);
+int adopt_epoch(const struct fl_store *st, char *err, size_t len);
+void forget_votes(void);
+void on_dest(void *arg, const struct fl_dest *in);
+int membership(char *err, size_t len);
+
+#endif

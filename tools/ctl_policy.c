@@ -1,0 +1,71 @@
+/* ctl_policy.c -- shimctl check and explain: a policy file read, no table. */
+#include <err.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../policy/policy.h"
+#include "shimctl.h"
+
+int ctl_cmd_check(char **files, int n)
+{
+	char *errs = malloc(65536);
+	int bad = 0;
+
+	if (!errs)
+		err(1, "out of memory");
+	for (int i = 0; i < n; i++) {
+		struct ns_policy p;
+		int r = ns_policy_load(files[i], &p, errs, 65536);
+
+		if (r == 0) {
+			printf("%s: ok (%d host section%s)\n", files[i], p.nsections - 1, p.nsections == 2 ? "" : "s");
+			ns_policy_free(&p);
+		} else {
+			fputs(errs, stderr);
+			bad = 1;
+		}
+	}
+	free(errs);
+	return bad ? 2 : 0;
+}
+
+int ctl_cmd_explain(const char *policy, const char *dest)
+{
+	char errs[NS_ERRBUF * 4], val[NS_FAULTS_TEXT], esc[NS_KEY_MAX * 4];
+	struct ns_settings s;
+	struct ns_origin o;
+	struct ns_policy p;
+	struct ns_dest d;
+	int r;
+
+	if (!policy)
+		policy = ns_policy_path();
+	if (ns_dest_parse(dest, &d) < 0) {
+		ctl_escape_text(dest, esc, sizeof(esc));
+		warnx("%s: not a destination (expected HOST:PORT, ADDRESS:PORT or [IPV6]:PORT)", esc);
+		return 2;
+	}
+	r = policy ? ns_policy_load(policy, &p, errs, sizeof(errs)) : ns_policy_builtin(&p);
+	if (r != 0) {
+		fputs(errs, stderr);
+		return 2;
+	}
+	ns_policy_resolve(&p, &d, &s, &o);
+	printf("# %s under %s\n", dest, policy ? policy : "the built-in defaults");
+	for (int k = 0; k < NS_K_COUNT; k++) {
+		int sec = o.sec[k];
+
+		ns_setting_format(k, &s, val, sizeof(val));
+		printf("%-21s= %-10s # ", ns_key_names[k], val);
+		if (sec < 0)
+			printf("built-in default\n");
+		else if (sec == 0)
+			printf("[defaults] line %d\n", p.sec[0].key_line[k]);
+		else
+			printf("[host \"%s\"] line %d\n", p.sec[sec].pattern, p.sec[sec].key_line[k]);
+	}
+	ns_policy_free(&p);
+	return 0;
+}
+

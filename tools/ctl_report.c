@@ -1,0 +1,219 @@
+/* ctl_report.c -- shimctl report --html FILE: the history as one page for
+ * the morning after an incident. Self-contained (inline SVG and CSS, no
+ * script, nothing fetched): a timeline per destination with its breaker's
+ * state bands (one per recorded transition), its calls and failures over
+ * time, and the p99 of its first-byte times. */
+#include <err.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "histread.h"
+#include "shimctl.h"
+
+#define BINS 200
+#define W 1000.0
+#define H 120.0
+
+static void html_text(FILE *f, const char *s)
+{
+	for (; *s; s++) {
+		switch (*s) {
+		case '<': fputs("&lt;", f); break;
+		case '>': fputs("&gt;", f); break;
+		case '&': fputs("&amp;", f); break;
+		case '"': fputs("&quot;", f); break;
+		default:
+			if ((unsigned char)*s >= 0x20)
+				fputc(*s, f);
+		}
+	}
+}
+
+/* the state a transition leaves the breaker in */
+static const char *state_after(const char *type)
+{
+	if (!strcmp(type, "opened") || !strcmp(type, "probe_failed") || !strcmp(type, "forced_open"))
+		return "open";
+	return "closed";
+}
+
+struct bin {
+	uint32_t ok, fail, rej;
+	uint32_t lat[NS_HIST_BUCKETS];
+};
+
+static double xpos(int64_t t, int64_t t0, int64_t t1)
+{
+	return t1 > t0 ? W * (double)(t - t0) / (double)(t1 - t0) : 0;
+}
+
+static void timeline(FILE *f, const struct hist *h, int d, const struct bin *b, const struct event *ev, size_t nev,
+		     int64_t t0, int64_t t1)
+{
+	const struct dest *ds = &h->dests[d];
+	uint32_t top = 1;
+	uint64_t p99max = 1;
+	size_t nb = 0;
+
+	for (int i = 0; i < BINS; i++) {
+		uint32_t n = b[i].ok + b[i].fail + b[i].rej;
+		uint64_t tot = 0, acc = 0;
+
+		top = n > top ? n : top;
+		for (int k = 0; k < (int)NS_HIST_BUCKETS; k++)
+			tot += b[i].lat[k];
+		for (int k = 0; k < (int)NS_HIST_BUCKETS - 1 && tot; k++) {
+			acc += b[i].lat[k];
+			if (acc * 100 >= tot * 99) {
+				p99max = ns_hist_bounds_us[k] > p99max ? ns_hist_bounds_us[k] : p99max;
+				break;
+			}
+		}
+	}
+	fprintf(f, "<section class=\"timeline\" data-dest=\"");
+	html_text(f, ds->key);
+	fprintf(f, "\">\n<h2>");
+	html_text(f, ds->key);
+	fprintf(f, "</h2>\n<p>%llu succeeded, %llu failed, %llu timed out, %llu turned away by the breaker, %llu held</p>\n",
+		(unsigned long long)ds->n[NS_OC_SUCCESS], (unsigned long long)ds->n[NS_OC_FAILURE],
+		(unsigned long long)ds->n[NS_OC_TIMEOUT], (unsigned long long)ds->n[NS_OC_REJECTED],
+		(unsigned long long)(ds->n[NS_OC_REJECTED_FLEET] + ds->n[NS_OC_REJECTED_COOLDOWN]));
+	fprintf(f, "<svg width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" role=\"img\">\n", W, H + 20, W, H + 20);
+	fprintf(f, "<rect class=\"base\" x=\"0\" y=\"0\" width=\"%.0f\" height=\"12\"/>\n", W);
+	for (size_t j = 0; j < nev; j++) {
+		size_t k;
+		int64_t end = t1 * 1000;
+
+		if (strcmp(ev[j].dest, ds->key) != 0)
+			continue;
+		for (k = j + 1; k < nev; k++)
+			if (!strcmp(ev[k].dest, ds->key)) {
+				end = ev[k].wall_ms * 1000;
+				break;
+			}
+		fprintf(f, "<rect class=\"band state-%s\" data-transition=\"%s\" x=\"%.1f\" y=\"0\" width=\"%.1f\" "
+			"height=\"12\"><title>%s %s</title></rect>\n", state_after(ev[j].type), ev[j].type,
+			xpos(ev[j].wall_ms, t0, t1), xpos(end / 1000, t0, t1) - xpos(ev[j].wall_ms, t0, t1) + 0.5,
+			ev[j].type, ev[j].rule);
+		nb++;
+	}
+	for (int i = 0; i < BINS; i++) {
+		double x = W * i / BINS, bw = W / BINS - 0.5, y = H, s;
+
+		if (!(b[i].ok | b[i].fail | b[i].rej))
+			continue;
+		s = (H - 20) / top;
+		fprintf(f, "<rect class=\"ok\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>", x, y - b[i].ok * s, bw,
+			b[i].ok * s);
+		y -= b[i].ok * s;
+		fprintf(f, "<rect class=\"fail\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>", x,
+			y - b[i].fail * s, bw, b[i].fail * s);
+		y -= b[i].fail * s;
+		fprintf(f, "<rect class=\"rej\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\"/>\n", x,
+			y - b[i].rej * s, bw, b[i].rej * s);
+	}
+	fprintf(f, "<polyline class=\"p99\" points=\"");
+	for (int i = 0; i < BINS; i++) {
+		uint64_t tot = 0, acc = 0, p = 0;
+
+		for (int k = 0; k < (int)NS_HIST_BUCKETS; k++)
+			tot += b[i].lat[k];
+		for (int k = 0; k < (int)NS_HIST_BUCKETS && tot; k++) {
+			acc += b[i].lat[k];
+			if (acc * 100 >= tot * 99) {
+				p = k < (int)NS_HIST_BUCKETS - 1 ? ns_hist_bounds_us[k] : p99max;
+				break;
+			}
+		}
+		if (tot)
+			fprintf(f, "%.1f,%.1f ", W * (i + 0.5) / BINS, H - (H - 20) * (double)p / (double)p99max);
+	}
+	fprintf(f, "\"/>\n<text x=\"2\" y=\"%.0f\">p99 up to %.1f ms; %zu transitions; %u calls in the busiest column</text>\n",
+		H + 16, p99max / 1000.0, nb, top);
+	fprintf(f, "</svg>\n</section>\n");
+}
+
+int ctl_report_html(const char *history, const char *out, uint64_t since_ms)
+{
+	struct hopt o;
+	sqlite3 *db;
+	struct hist h;
+	struct event *ev;
+	struct bin *bins;
+	size_t nev;
+	int64_t t0, t1;
+	char a[40], z[40];
+	FILE *f;
+
+	memset(&o, 0, sizeof(o));
+	o.file = history;
+	o.since_ms = since_ms;
+	if (!(db = hr_open(history)))
+		return 1;
+	if (hr_load(db, &o, &h) < 0) {
+		warnx("%s: %s", history, sqlite3_errmsg(db));
+		sqlite3_close(db);
+		return 1;
+	}
+	ev = hr_load_events(db, &o, &nev);
+	sqlite3_close(db);
+	t0 = h.first_wall;
+	t1 = h.last_wall;
+	for (size_t j = 0; j < nev; j++) {
+		t0 = !t0 || ev[j].wall_ms < t0 ? ev[j].wall_ms : t0;
+		t1 = ev[j].wall_ms > t1 ? ev[j].wall_ms : t1;
+	}
+	t1 += 1;
+	bins = calloc((size_t)(h.ndests ? h.ndests : 1) * BINS, sizeof(*bins));
+	if (!bins)
+		errx(1, "out of memory");
+	for (size_t i = 0; i < h.nrows; i++) {
+		const struct row *r = &h.rows[i];
+		struct bin *b = &bins[(size_t)r->dest * BINS + (size_t)((r->wall_ms - t0) * BINS / (t1 - t0))];
+		unsigned k = 0;
+
+		if (r->kind == NS_OC_SUCCESS) {
+			b->ok++;
+			while (k < NS_HIST_BUCKETS - 1 && r->latency_us > ns_hist_bounds_us[k])
+				k++;
+			b->lat[k]++;
+		} else if (r->kind <= NS_OC_TIMEOUT) {
+			b->fail++;
+		} else {
+			b->rej++;
+		}
+	}
+	if (!(f = fopen(out, "w"))) {
+		warn("%s", out);
+		free(bins);
+		free(ev);
+		hr_free(&h);
+		return 1;
+	}
+	ctl_rfc3339((uint64_t)t0, a, sizeof(a));
+	ctl_rfc3339((uint64_t)t1, z, sizeof(z));
+	fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>netshim history</title>\n"
+		"<style>body{font:14px sans-serif;margin:1em 2em;color:#222;background:#fff}h2{font-size:15px;margin:1.2em 0 .2em}"
+		"p{margin:.2em 0}svg{border:1px solid #ccc;background:#fafafa}.base{fill:#cfe8cf}"
+		".state-open{fill:#d9534f}.state-closed{fill:#5cb85c}.ok{fill:#7fb77e}.fail{fill:#d9534f}.rej{fill:#999}"
+		".p99{fill:none;stroke:#1f4e9c;stroke-width:1.5}text{font-size:11px;fill:#444}.legend span{padding:0 .6em}"
+		"</style></head><body>\n<h1>netshim history</h1>\n<p>");
+	html_text(f, history);
+	fprintf(f, ": %zu outcomes of %d destinations, %s to %s</p>\n<p class=\"legend\"><span style=\"color:#d9534f\">"
+		"&#9632; open</span><span style=\"color:#5cb85c\">&#9632; closed</span><span style=\"color:#7fb77e\">&#9632; "
+		"succeeded</span><span style=\"color:#d9534f\">&#9632; failed or timed out</span><span style=\"color:#999\">"
+		"&#9632; turned away</span><span style=\"color:#1f4e9c\">&#8212; p99 first byte</span></p>\n",
+		h.nrows, h.ndests, a, z);
+	for (int d = 0; d < h.ndests; d++)
+		timeline(f, &h, d, &bins[(size_t)d * BINS], ev, nev, t0, t1);
+	fprintf(f, "</body></html>\n");
+	if (fclose(f) != 0) {
+		warn("%s", out);
+		return 1;
+	}
+	free(bins);
+	free(ev);
+	hr_free(&h);
+	return 0;
+}
