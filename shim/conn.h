@@ -252,6 +252,8 @@ NS_HIDDEN void ns_fd_forget_range(unsigned first, unsigned last);
 extern int ns_vforked NS_HIDDEN;
 NS_HIDDEN void *ns_vfork_bind(void);   /* libc's vfork for the exported stub */
 NS_HIDDEN int ns_vfork_pid_differs(void);
+/* This process's pid, kept across fork (fdtab.c): read with no system call */
+extern pid_t ns_own_pid NS_HIDDEN;
 static inline int ns_in_vfork_child(void)
 {
 	return __atomic_load_n(&ns_vforked, __ATOMIC_RELAXED) && ns_vfork_pid_differs();

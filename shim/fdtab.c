@@ -34,7 +34,7 @@ void (*ns_conn_end_hook)(struct ns_conn *c);
 /* The pid this copy of the process image belongs to: set at start and in
  * every fork child (atfork). A vfork child runs no atfork handler, so its
  * getpid() differs while it shares every byte of our memory. */
-static pid_t own_pid;
+pid_t ns_own_pid;
 
 /* The free records: a lock-free stack whose head word carries a 16-bit
  * count above the 48-bit pointer, so a head popped and pushed back between
@@ -103,7 +103,7 @@ static __attribute__((noinline, cold)) struct ns_conn *fresh_take(void)
 
 static void pool_child(void)
 {
-	own_pid = getpid();
+	ns_own_pid = getpid();
 }
 
 /* A child that shares our memory comes from vfork(): glibc's own
@@ -157,7 +157,7 @@ __asm__(
 
 int ns_vfork_pid_differs(void)
 {
-	return getpid() != own_pid;
+	return getpid() != ns_own_pid;
 }
 
 void ns_fd_init(void)
@@ -179,7 +179,7 @@ void ns_fd_init(void)
 		return;
 	}
 	ns_fdtab = p;
-	own_pid = getpid();
+	ns_own_pid = getpid();
 	pthread_atfork(NULL, NULL, pool_child);
 	__atomic_store_n(&ns_fdmax, (unsigned)n, __ATOMIC_RELEASE);
 }

@@ -59,18 +59,18 @@ static struct ns_ocring *ring(void)
 	return remap(gen);
 }
 
-static void put(struct ns_ocring *r, int slot, unsigned kind, monotime now, struct ns_ocrec *rec)
+static void put(struct ns_ocring *r, int slot, unsigned kind, monotime now, uint64_t wall_ms, struct ns_ocrec *rec)
 {
 	rec->at_us = (uint64_t)now / 1000;
-	rec->wall_ms = ns_wall_ms();
+	rec->wall_ms = wall_ms;
 	rec->slot = (uint32_t)slot;
-	rec->pid = (uint32_t)getpid();
+	rec->pid = (uint32_t)ns_own_pid;
 	rec->kind = (uint8_t)kind;
 	ns_ocring_put(r, rec);
 }
 
 void ns_hist_outcome(const struct ns_conn *c, int slot, int kind, int err, uint64_t latency_us,
-		     monotime now, monotime from, unsigned status)
+		     monotime now, monotime from, uint64_t wall_ms, unsigned status)
 {
 	struct ns_ocring *r = ring();
 	struct ns_ocrec rec;
@@ -86,7 +86,7 @@ void ns_hist_outcome(const struct ns_conn *c, int slot, int kind, int err, uint6
 	rec.latency_us = latency_us > UINT32_MAX ? UINT32_MAX : (uint32_t)latency_us;
 	rec.status = (uint16_t)(status < 1000 ? status : 0);
 	put(r, slot, kind == NS_OUT_SUCCESS ? NS_OC_SUCCESS : kind == NS_OUT_TIMEOUT ? NS_OC_TIMEOUT : NS_OC_FAILURE,
-	    now, &rec);
+	    now, wall_ms, &rec);
 }
 
 void ns_hist_rejected(int slot, monotime now)
@@ -98,5 +98,6 @@ void ns_hist_rejected(int slot, monotime now)
 		return;
 	memset(&rec, 0, sizeof(rec));
 	rec.start_us = rec.conn_us = (uint64_t)now / 1000;
-	put(r, slot, (unsigned)ns_table_reject_kind(&ns_breakers, slot, (uint64_t)(now / 1000000)), now, &rec);
+	put(r, slot, (unsigned)ns_table_reject_kind(&ns_breakers, slot, (uint64_t)(now / 1000000)), now, ns_wall_ms(),
+	    &rec);
 }

@@ -97,14 +97,14 @@ void ns_conn_outcome(struct ns_conn *c, int kind, int err)
 
 		if (kind != NS_OUT_SUCCESS && (set->retry_budget_bp | set->retry_budget_min_mps))
 			ns_shape_note_failure(slot, now);   /* a connect soon after is a retry */
-		uint64_t lat = kind == NS_OUT_SUCCESS ? (uint64_t)(now - from) / 1000 : 0;
+		uint64_t lat = kind == NS_OUT_SUCCESS ? (uint64_t)(now - from) / 1000 : 0, wall = ns_wall_ms();
 
 		now_ms = (uint64_t)(now / 1000000);
-		ns_table_outcome_at(&ns_breakers, slot, kind, err, lat, now_ms, ns_wall_ms(), set, &st);
+		ns_table_outcome_at(&ns_breakers, slot, kind, err, lat, now_ms, wall, set, &st);
 		if (unlikely(__atomic_load_n(&ns_breakers.hdr->hist_until_ms, __ATOMIC_RELAXED) > now_ms))
-			ns_hist_outcome(c, slot, kind, err, lat, now, from, ns_hist_status);
+			ns_hist_outcome(c, slot, kind, err, lat, now, from, wall, ns_hist_status);
 		if (unlikely(__atomic_load_n(&ns_fault_local, __ATOMIC_RELAXED) & NS_FL_SHADOW))
-			ns_shadow_outcome(c, kind, err, lat, now_ms, ns_wall_ms());
+			ns_shadow_outcome(c, kind, err, lat, now_ms, wall);
 		trace = kind != NS_OUT_SUCCESS && (ns_trace_env || set->trace);
 		if (st.transition != NS_TR_NONE && !key[0])
 			ns_conn_key(c, key);

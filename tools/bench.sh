@@ -386,4 +386,8 @@ else
 	echo "  w3m not installed (apt-get install w3m): its GC measure skipped"
 fi
 echo
+
+echo "## 9. What-if: recording the history, replaying it (tools/histbench.py)"
+"$PY" "$TOOLS/histbench.py" "$BUILD"
+echo
 echo "report written to $BUILD/bench.txt"
