@@ -26,6 +26,9 @@ window = 10s
 open_duration = 1s
 connect_timeout = 1s
 read_timeout = 2s
+slow_call = 200ms
+slow_call_rate = 15%
+min_calls = 4
 """
 
 LOOP = r"""
@@ -81,7 +84,9 @@ def rows(db, sql):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, request):
-    """12 s of a looping client through two outages, recorded."""
+    """20 s of a looping client through a slow period (answers 300 ms late:
+    slow_call_rate), a flapping outage (refused 1 s in every 2) and one of
+    resets after the request, recorded."""
     tmp = tmp_path_factory.mktemp("history")
     from conftest import Server
     srv = Server("http", tmp)
@@ -90,13 +95,15 @@ def run(tmp_path_factory, request):
     shim.ctl("status")   # the table exists before the recorder maps it
     db = tmp / "history.db"
     rec = Recorder(shim, db)
-    client = subprocess.Popen(py_script(tmp, LOOP) + [srv.host, str(srv.port), "12"],
+    client = subprocess.Popen(py_script(tmp, LOOP) + [srv.host, str(srv.port), "20"],
                               env=__import__("conftest").base_env(shim.table, shim.policy_path, {
                                   "LD_PRELOAD": str(BUILD / "libnetshim.so")}),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2)
-    shim.ctl("inject", srv.dest, "refuse", "--for", "3s")
+    time.sleep(1)
+    shim.ctl("inject", srv.dest, "latency 300ms", "--for", "4s")
     time.sleep(5)
+    shim.ctl("inject", srv.dest, "refuse for 1s every 2s", "--for", "6s")
+    time.sleep(8)
     shim.ctl("inject", srv.dest, "reset", "--for", "2s")
     client.communicate(timeout=60)
     time.sleep(0.3)
@@ -141,7 +148,8 @@ def test_backtest_of_the_live_policy_reproduces_what_happened(run):
     assert p.returncode == 0, p.stderr
     d = {x["destination"]: x for x in json.loads(p.stdout)["destinations"]}[srv.dest]
     real = rows(db, f"SELECT count(*) FROM events WHERE dest = '{srv.dest}' AND type IN ('opened', 'probe_failed', 'closed')")[0][0]
-    assert real >= 4, real
+    rules = {r for (r,) in rows(db, "SELECT rule FROM events WHERE type = 'opened'")}
+    assert real >= 6 and rules == {"slow_call_rate", "failure_threshold"}, (real, rules)
     assert d["real_transitions"] == real and d["missing"] == 0, d
     assert len(d["transitions"]) == real and all(t["real"] for t in d["transitions"]), d["transitions"]
     assert all(abs(t["real_delta_ms"]) <= 10 for t in d["transitions"]), d["transitions"]
