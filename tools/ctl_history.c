@@ -51,26 +51,28 @@ struct dres {
 	uint64_t rejected, real_rejected, let_through, held, dropped, real_transitions, missing;
 };
 
+/* Three keys compared in turn: -1, 0 or 1. */
+static int cmp3(int64_t a1, int64_t b1, int64_t a2, int64_t b2, int64_t a3, int64_t b3)
+{
+	if (a1 != b1)
+		return a1 < b1 ? -1 : 1;
+	if (a2 != b2)
+		return a2 < b2 ? -1 : 1;
+	return a3 < b3 ? -1 : a3 > b3;
+}
+
 static int cmp_att(const void *a, const void *b)
 {
 	const struct att *x = a, *y = b;
 
-	if (x->conn != y->conn)
-		return x->conn < y->conn ? -1 : 1;
-	if (x->conn_us != y->conn_us)
-		return x->conn_us < y->conn_us ? -1 : 1;
-	return x->row < y->row ? -1 : x->row > y->row;
+	return cmp3(x->conn, y->conn, x->conn_us, y->conn_us, x->row, y->row);
 }
 
 static int cmp_rev(const void *a, const void *b)
 {
 	const struct rev *x = a, *y = b;
 
-	if (x->t_us != y->t_us)
-		return x->t_us < y->t_us ? -1 : 1;
-	if (x->what != y->what)
-		return x->what < y->what ? -1 : 1;
-	return x->i < y->i ? -1 : x->i > y->i;
+	return cmp3(x->t_us, y->t_us, x->what, y->what, x->i, y->i);
 }
 
 static void *grow(void *p, size_t *cap, size_t n, size_t size)

@@ -31,30 +31,22 @@ uint64_t ctl_wall_ms(void)
 
 int ctl_span_parse(const char *s, uint64_t *ms)
 {
-	uint64_t n = 0, unit;
-	const char *p = s;
+	size_t n = strlen(s);
+	const char *why;
+	char hours[32];
+	uint64_t v;
 
-	for (; *p >= '0' && *p <= '9'; p++) {
-		if (n > 100000000ULL)
+	/* the policy's durations, and days: "7d" is "7h" 24 times */
+	if (n >= 2 && n < sizeof(hours) && s[n - 1] == 'd' && s[n - 2] >= '0' && s[n - 2] <= '9') {
+		memcpy(hours, s, n - 1);
+		hours[n - 1] = 'h';
+		hours[n] = '\0';
+		if (ns_duration_parse(hours, &v, &why) < 0 || v > UINT64_MAX / 24)
 			return -1;
-		n = n * 10 + (uint64_t)(*p - '0');
+		*ms = v * 24;
+		return 0;
 	}
-	if (p == s)
-		return -1;
-	if (strcmp(p, "ms") == 0)
-		unit = 1;
-	else if (strcmp(p, "s") == 0)
-		unit = 1000;
-	else if (strcmp(p, "m") == 0)
-		unit = 60000;
-	else if (strcmp(p, "h") == 0)
-		unit = 3600000;
-	else if (strcmp(p, "d") == 0)
-		unit = 86400000;
-	else
-		return -1;
-	*ms = n * unit;
-	return 0;
+	return ns_duration_parse(s, ms, &why) < 0 ? -1 : 0;
 }
 
 void ctl_rfc3339(uint64_t ms, char *buf, size_t len)
