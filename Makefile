@@ -75,7 +75,8 @@ $(LIB): $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) $(BUILD)/ne
 		-Wl,--version-script=$(BUILD)/netshim.map -Wl,-z,now -Wl,-z,relro -ldl -lpthread $(LDFLAGS)
 
 CTL_OBJ := $(BUILD)/tools/shimctl.o $(BUILD)/tools/tablekit.o $(BUILD)/tools/ctl_faults.o $(BUILD)/tools/ctl_metrics.o \
-	$(BUILD)/tools/ctl_policy.o $(BUILD)/tools/ctl_history.o $(BUILD)/tools/histread.o $(BUILD)/tools/ctl_report.o
+	$(BUILD)/tools/ctl_policy.o $(BUILD)/tools/ctl_history.o $(BUILD)/tools/histread.o $(BUILD)/tools/ctl_report.o \
+	$(BUILD)/tools/ctl_shadow.o
 
 $(BUILD)/shimctl: $(CTL_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lsqlite3

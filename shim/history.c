@@ -6,6 +6,7 @@
 #include "history.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -22,12 +23,22 @@ static int mapping;                    /* atomic: a thread is mapping one */
 static uint32_t failed_gen;            /* atomic: the generation that could not be mapped (+1) */
 static unsigned used;
 
+/* A child forked while another thread mapped a ring: that thread is not
+ * in the child, so the child clears its mark and maps the ring itself. */
+static void mapping_child(void)
+{
+	__atomic_store_n(&mapping, 0, __ATOMIC_RELAXED);
+}
+
 static __attribute__((noinline, cold)) struct ns_ocring *remap(uint32_t gen)
 {
+	static int atfork_set;
 	char path[320], err[NS_ERRBUF];
 	struct ns_ocring *r = NULL;
 	int zero = 0, saved = errno;
 
+	if (!__atomic_exchange_n(&atfork_set, 1, __ATOMIC_RELAXED))
+		pthread_atfork(NULL, NULL, mapping_child);
 	if (__atomic_load_n(&failed_gen, __ATOMIC_RELAXED) == gen + 1 ||
 	    !__atomic_compare_exchange_n(&mapping, &zero, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
 		return NULL;   /* another thread maps it: this outcome goes unrecorded */

@@ -37,9 +37,6 @@ static void log_step(int slot, const char *key, const struct ns_step *st, int er
 	}
 }
 
-/* The HTTP status of the outcome being counted on this thread, 0 = none. */
-static __thread unsigned ns_hist_status __attribute__((tls_model("initial-exec")));
-
 /* When the exchange in progress began: its request, or the connect for
  * the first. */
 static monotime exchange_start(const struct ns_conn *c)
@@ -47,8 +44,9 @@ static monotime exchange_start(const struct ns_conn *c)
 	return LD(c->xstart) ? LD(c->xstart) : LD(c->start);
 }
 
-/* Count the connection's one outcome. kind is NS_OUT_*. */
-void ns_conn_outcome(struct ns_conn *c, int kind, int err)
+/* Count the connection's one outcome. kind is NS_OUT_*; status: its HTTP
+ * status when that decided it (for the history), else 0. */
+static void conn_outcome(struct ns_conn *c, int kind, int err, unsigned status)
 {
 	struct ns_step st;
 	char key[NS_KEY_MAX];
@@ -97,14 +95,16 @@ void ns_conn_outcome(struct ns_conn *c, int kind, int err)
 
 		if (kind != NS_OUT_SUCCESS && (set->retry_budget_bp | set->retry_budget_min_mps))
 			ns_shape_note_failure(slot, now);   /* a connect soon after is a retry */
-		uint64_t lat = kind == NS_OUT_SUCCESS ? (uint64_t)(now - from) / 1000 : 0, wall = ns_wall_ms();
+		uint64_t lat = kind == NS_OUT_SUCCESS ? (uint64_t)(now - from) / 1000 : 0;
 
 		now_ms = (uint64_t)(now / 1000000);
-		ns_table_outcome_at(&ns_breakers, slot, kind, err, lat, now_ms, wall, set, &st);
+		ns_table_outcome_at(&ns_breakers, slot, kind, err, lat, now_ms, ns_wall_ms(), set, &st);
+		/* (the recorder and the shadow read the wall clock again: a value
+		 * kept across the call above costs every outcome a register) */
 		if (unlikely(__atomic_load_n(&ns_breakers.hdr->hist_until_ms, __ATOMIC_RELAXED) > now_ms))
-			ns_hist_outcome(c, slot, kind, err, lat, now, from, wall, ns_hist_status);
+			ns_hist_outcome(c, slot, kind, err, lat, now, from, ns_wall_ms(), status);
 		if (unlikely(__atomic_load_n(&ns_fault_local, __ATOMIC_RELAXED) & NS_FL_SHADOW))
-			ns_shadow_outcome(c, kind, err, lat, now_ms, wall);
+			ns_shadow_outcome(c, kind, err, lat, now_ms, ns_wall_ms());
 		trace = kind != NS_OUT_SUCCESS && (ns_trace_env || set->trace);
 		if (st.transition != NS_TR_NONE && !key[0])
 			ns_conn_key(c, key);
@@ -115,6 +115,11 @@ void ns_conn_outcome(struct ns_conn *c, int kind, int err)
 	}
 out:
 	errno = saved;
+}
+
+void ns_conn_outcome(struct ns_conn *c, int kind, int err)
+{
+	conn_outcome(c, kind, err, 0);
 }
 
 /* A reused connection ended (end of stream, or err) before any byte of the
@@ -162,9 +167,7 @@ void ns_conn_http(struct ns_conn *c, unsigned code, int failed)
 	__atomic_fetch_or(&c->flags, NS_C_ANSWERED, __ATOMIC_RELAXED);   /* an answer, whatever its status */
 	if (failed)
 		NS_LOG(NS_LOG_INFO, "exchange failed: HTTP %u", code);
-	ns_hist_status = code;   /* (for the history's record of this outcome) */
-	ns_conn_outcome(c, failed ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 0);
-	ns_hist_status = 0;
+	conn_outcome(c, failed ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 0, code);
 }
 
 

@@ -15,6 +15,7 @@
 #include "shadow.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,16 @@ static int loading;                      /* atomic: a thread is loading it */
 static char said[256];                   /* the last file whose errors were said */
 static struct ns_table stbl;
 static int stbl_state;                   /* atomic: 0 not opened, 1 open, 2 opening, -1 failed */
+
+/* A child forked while another thread loaded the shadow or opened its
+ * table does it again itself (that thread is not in the child). */
+static void loading_child(void)
+{
+	int opening = 2;
+
+	__atomic_store_n(&loading, 0, __ATOMIC_RELAXED);
+	__atomic_compare_exchange_n(&stbl_state, &opening, 0, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
 
 /* The shadow policy for the live policy p (NETSHIM_SHADOW_POLICY, else
  * p's shadow_policy), loaded once for each live policy (config.c replaces
@@ -39,8 +50,12 @@ static const struct ns_policy *current(void)
 	char err[NS_ERRBUF], *nl;
 	int zero = 0, saved = errno;
 
+	static int atfork_set;
+
 	if (__atomic_load_n(&loaded_for, __ATOMIC_ACQUIRE) == live)
 		return __atomic_load_n(&shadow, __ATOMIC_ACQUIRE);
+	if (!__atomic_exchange_n(&atfork_set, 1, __ATOMIC_RELAXED))
+		pthread_atfork(NULL, NULL, loading_child);
 	if (!__atomic_compare_exchange_n(&loading, &zero, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
 		return NULL;
 	env = getenv("NETSHIM_SHADOW_POLICY");

@@ -96,30 +96,9 @@ struct row {
 	uint64_t shadow_rejected;   /* ...the connects it would have turned away */
 };
 
-/* The shadow policy's table (shim/shadow.c), when some process has one. */
-static struct ns_table shadow_t;
-static int shadow_ok;
-
-static void shadow_open(const char *name)
+static void shadow_row(struct row *r)
 {
-	char sname[256], err[NS_ERRBUF];
-
-	snprintf(sname, sizeof(sname), "%s.shadow", name);
-	shadow_ok = ns_table_open(sname, 0, 0, 0, &shadow_t, err, sizeof(err)) == NS_TBL_OK;
-}
-
-static void shadow_row(struct row *r, uint64_t now)
-{
-	struct ns_entry se;
-	int slot;
-
-	r->shadow_state = NULL;
-	r->shadow_rejected = 0;
-	if (!shadow_ok || (slot = ns_table_find(&shadow_t, r->e.key, 0, now)) < 0 ||
-	    ns_table_read(&shadow_t, slot, now, &se) != 0)
-		return;
-	r->shadow_state = ns_state_name(se.brk.state);
-	r->shadow_rejected = se.rejected;
+	r->shadow_state = ctl_shadow_find(r->e.key, &r->shadow_rejected);
 }
 
 /* When half-open may begin (open) or began (half-open); not while manual. */
@@ -427,7 +406,7 @@ static struct row *load_rows(const struct ns_table *t, int only, int *n)
 			/* places whose holders died are not connections open */
 			if (rows[*n].e.inflight)
 				rows[*n].e.inflight = ns_table_inflight_live(t, (int)i);
-			shadow_row(&rows[*n], now);
+			shadow_row(&rows[*n]);
 			(*n)++;
 		}
 	}
@@ -451,7 +430,7 @@ static int cmd_status(const char *name, int json, const char *dest)
 			return 1;
 		}
 	}
-	shadow_open(name);
+	ctl_shadow_load(name);
 	rows = load_rows(&t, only, &n);
 	if (json)
 		print_json(name, &t, rows, n);
@@ -461,8 +440,7 @@ static int cmd_status(const char *name, int json, const char *dest)
 		if (rows[i].shadow_state)
 			printf("shadow policy: %s %s, would have turned away %llu\n", rows[i].e.key, rows[i].shadow_state,
 			       (unsigned long long)rows[i].shadow_rejected);
-	if (shadow_ok)
-		ns_table_close(&shadow_t);
+	ctl_shadow_free();
 	free(rows);
 	ctl_close_table(&t);
 	return 0;

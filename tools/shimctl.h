@@ -57,4 +57,11 @@ void ctl_history_default(const char *table, char *buf, size_t len);
 /* ctl_report.c: one self-contained HTML page of the history. */
 int ctl_report_html(const char *history, const char *out, uint64_t since_ms);
 
+/* ctl_shadow.c: the shadow policy's breakers of table (TABLE.shadow), read
+ * once; a destination's state name (NULL: none) and connects it would have
+ * turned away. */
+void ctl_shadow_load(const char *table);
+const char *ctl_shadow_find(const char *key, uint64_t *rejected);
+void ctl_shadow_free(void);
+
 #endif

@@ -109,7 +109,9 @@ class Shim:
         return self.status().get(dest)
 
     def cleanup(self):
-        for name in (self.table,):
+        # the table, and what lives beside it: the shadow policy's table and
+        # the history's outcome ring
+        for name in (self.table, self.table + ".shadow", self.table + ".outcomes"):
             try:
                 os.unlink(f"/dev/shm/{name}")
             except FileNotFoundError:
