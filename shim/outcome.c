@@ -186,6 +186,16 @@ void ns_conn_fail_errno(struct ns_conn *c, int e)
 }
 
 
+/* A connect the live breaker turned away on the slow path (the key, not
+ * the destination, is at hand here): the shadow's breaker asked too. */
+static __attribute__((noinline, cold)) void shadow_rejected(const char *key, monotime now)
+{
+	struct ns_dest d;
+
+	if (ns_dest_parse(key, &d) == 0)
+		ns_shadow_attempt(NULL, &d, now);
+}
+
 /* Ask the breaker whether a connect to key may go out: 0, or -1 when it is
  * open. *slot: the key's slot (hint, a slot remembered for it, or the one found), or -1
  * when uncounted. */
@@ -218,6 +228,8 @@ int ns_breaker_admit(const char *key, int hint, int *slotp, const struct ns_sett
 		NS_LOG(NS_LOG_DEBUG, "%s: breaker open, connect refused", key);
 		if (ns_hist_on((uint64_t)(now / 1000000)))
 			ns_hist_rejected(slot, now);
+		if (unlikely(__atomic_load_n(&ns_fault_local, __ATOMIC_RELAXED) & NS_FL_SHADOW))
+			shadow_rejected(key, now);
 		return -1;
 	}
 	if (st.transition == NS_TR_HALF_OPENED) {
