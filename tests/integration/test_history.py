@@ -91,29 +91,30 @@ def run(tmp_path_factory, request):
     from conftest import Server
     srv = Server("http", tmp)
     shim = Shim(tmp)
-    shim.policy(LIVE)
-    shim.ctl("status")   # the table exists before the recorder maps it
-    db = tmp / "history.db"
-    rec = Recorder(shim, db)
-    client = subprocess.Popen(py_script(tmp, LOOP) + [srv.host, str(srv.port), "20"],
-                              env=__import__("conftest").base_env(shim.table, shim.policy_path, {
-                                  "LD_PRELOAD": str(BUILD / "libnetshim.so")}),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1)
-    shim.ctl("inject", srv.dest, "latency 300ms", "--for", "4s")
-    time.sleep(5)
-    shim.ctl("inject", srv.dest, "refuse for 1s every 2s", "--for", "6s")
-    time.sleep(8)
-    shim.ctl("inject", srv.dest, "reset", "--for", "2s")
-    client.communicate(timeout=60)
-    time.sleep(0.3)
-    rec.stop()
-    yield shim, srv, db
-    srv.stop()
-    shim.cleanup()
-    for p in (f"/dev/shm/{shim.table}.outcomes",):
-        if os.path.exists(p):
-            os.unlink(p)
+    try:
+        shim.policy(LIVE)
+        shim.ctl("status")   # the table exists before the recorder maps it
+        db = tmp / "history.db"
+        rec = Recorder(shim, db)
+        try:
+            client = subprocess.Popen(py_script(tmp, LOOP) + [srv.host, str(srv.port), "20"],
+                                      env=__import__("conftest").base_env(shim.table, shim.policy_path, {
+                                          "LD_PRELOAD": str(BUILD / "libnetshim.so")}),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(1)
+            shim.ctl("inject", srv.dest, "latency 300ms", "--for", "4s")
+            time.sleep(5)
+            shim.ctl("inject", srv.dest, "refuse for 1s every 2s", "--for", "6s")
+            time.sleep(8)
+            shim.ctl("inject", srv.dest, "reset", "--for", "2s")
+            client.communicate(timeout=60)
+            time.sleep(0.3)
+        finally:
+            rec.stop()   # (a setup that failed half way leaves no agent behind)
+        yield shim, srv, db
+    finally:
+        srv.stop()
+        shim.cleanup()
 
 
 @pytest.mark.shim
