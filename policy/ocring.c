@@ -53,11 +53,3 @@ int ns_ocring_get(const struct ns_ocring *r, uint64_t pos, struct ns_ocrec *out)
 	memcpy(out, w, sizeof(*out));
 	return 0;
 }
-
-const char *ns_oc_kind_name(unsigned kind)
-{
-	static const char *const names[] = { "?", "success", "failure", "timeout", "rejected", "rejected_fleet",
-					     "rejected_cooldown" };
-
-	return kind <= NS_OC_KIND_MAX ? names[kind] : "?";
-}

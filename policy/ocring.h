@@ -94,7 +94,6 @@ uint64_t ns_ocring_head(const struct ns_ocring *r);
  * writer is in the middle of it); -1: overwritten, lost. */
 int ns_ocring_get(const struct ns_ocring *r, uint64_t pos, struct ns_ocrec *out);
 
-const char *ns_oc_kind_name(unsigned kind);
 /* Why a connect to slot idx is turned away at now_ms: NS_OC_REJECTED*. */
 int ns_table_reject_kind(const struct ns_table *t, int idx, uint64_t now_ms);
 

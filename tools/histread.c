@@ -42,7 +42,7 @@ sqlite3 *hr_open(const char *file)
 	return db;
 }
 
-int64_t hr_since_wall(const struct hopt *o)
+static int64_t hr_since_wall(const struct hopt *o)
 {
 	return o->since_ms ? (int64_t)ctl_wall_ms() - (int64_t)o->since_ms : 0;
 }

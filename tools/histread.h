@@ -54,8 +54,6 @@ struct event {
 
 /* Open FILE read-only and check its schema (saying why not): NULL on failure. */
 sqlite3 *hr_open(const char *file);
-/* The wall ms --since reaches back to, 0 = all. */
-int64_t hr_since_wall(const struct hopt *o);
 /* The outcomes of the span (of o->dest alone when set), by destination. 0 or -1. */
 int hr_load(sqlite3 *db, const struct hopt *o, struct hist *h);
 void hr_free(struct hist *h);

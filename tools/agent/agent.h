@@ -159,7 +159,6 @@ struct hist *hist_open(const char *file, struct ns_table *t, uint64_t keep_ms, u
 		       size_t len);
 /* Record what the ring and the event ring hold; renew the lease. */
 void hist_pass(struct hist *h, uint64_t now_ms);
-uint64_t hist_rows(const struct hist *h);
 /* The programs stop writing; the database is closed. */
 void hist_close(struct hist *h);
 

@@ -38,7 +38,7 @@ struct hist {
 	uint64_t stuck_since;       /* mono ms the record at pos was first found unwritten, 0 = not */
 	uint64_t next_prune;
 	int64_t *dest_id;           /* by slot: its dests.id, 0 = not looked up yet */
-	uint64_t rows, lost, lost_said, lost_log_ms, bad;
+	uint64_t lost, lost_said, lost_log_ms, bad;
 };
 
 static int exec(sqlite3 *db, const char *sql, char *err, size_t len)
@@ -185,7 +185,6 @@ static void put_outcome(struct hist *h, const struct ns_ocrec *r)
 	sqlite3_bind_int(s, 10, r->status);
 	sqlite3_step(s);
 	sqlite3_reset(s);
-	h->rows++;
 }
 
 /* The ring, from where the last pass stopped. */
@@ -290,9 +289,4 @@ void hist_pass(struct hist *h, uint64_t now)
 		h->lost_said = h->lost;
 		h->lost_log_ms = now;
 	}
-}
-
-uint64_t hist_rows(const struct hist *h)
-{
-	return h ? h->rows : 0;
 }
