@@ -82,14 +82,14 @@ $(BUILD)/shimctl: $(CTL_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lsqlite3
 
 # the fleet agent: the only program that talks to Redis (hiredis)
-AGENT_OBJ := $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/hooks.o $(BUILD)/tools/agent/metrics.o $(BUILD)/tools/agent/history.o \
+AGENT_OBJ := $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(BUILD)/tools/agent/hooks.o $(BUILD)/tools/agent/metrics.o $(BUILD)/tools/agent/history.o \
 	$(BUILD)/tools/agent/fleetstate.o \
 	$(BUILD)/tools/tablekit.o $(BUILD)/tools/ctl_metrics.o
 
 $(BUILD)/netshim-agent: $(BUILD)/tools/agent/agent.o $(AGENT_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis -lsqlite3
 
-$(BUILD)/fleetbench: $(BUILD)/tools/agent/fleetbench.o $(BUILD)/tools/agent/model.o $(POLICY_OBJ)
+$(BUILD)/fleetbench: $(BUILD)/tools/agent/fleetbench.o $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis -lpthread
 
 $(BUILD)/tools/shimrun.o: tools/shimrun.c $(wildcard policy/*.h)

@@ -210,3 +210,12 @@ def http_server(tmp_path):
     for p in procs:
         p.kill()
         p.wait()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory):
+    """A Redis Cluster (3 masters, 3 replicas) for the session's fleet tests."""
+    from rediscluster import Cluster
+    c = Cluster(str(tmp_path_factory.mktemp("cluster")))
+    yield c
+    c.close()

@@ -74,17 +74,22 @@ static void lost(const char *why)
 
 static int try_connect(char *err, size_t len)
 {
-	uint64_t seq = 0;
-	int rc = fl_connect(&A.c, &A.url, A.fleet, CONNECT_TIMEOUT_MS, err, len);
+	int rc = fl_connect(&A.c, &A.url, A.fleet, A.shards, CONNECT_TIMEOUT_MS, err, len);
 
-	if (rc == FL_OK && (rc = fl_seq(&A.c, &seq, err, len)) != FL_OK)
+	for (int s = 0; rc == FL_OK && s < A.shards; s++) {
+		uint64_t seq = 0;
+
+		if ((rc = fl_seq(&A.c, s, &seq, err, len)) == FL_OK && seq < A.sh[s].high)
+			A.sh[s].high = 0;   /* Redis lost the fleet's data: all it holds now is new */
+	}
+	if (rc != FL_OK) {
 		fl_close(&A.c);
-	if (rc != FL_OK)
 		return rc;
-	if (seq < A.high)
-		A.high = 0;   /* Redis lost the fleet's data: all it holds now is new */
-	A.since = 0;
-	A.hinted = 0;   /* a hint from before (maybe another Redis's numbering) is void */
+	}
+	for (int s = 0; s < A.shards; s++) {
+		A.sh[s].since = 0;
+		A.hinted[s] = 0;   /* a hint from before (maybe another Redis's numbering) is void */
+	}
 	A.connected = 1;
 	A.sub_next_try = 0;
 	return FL_OK;
@@ -96,10 +101,10 @@ static void hint_connect(uint64_t now)
 {
 	char err[256];
 
-	if (A.no_hint || A.sub.ctx || !A.connected || now < A.sub_next_try)
+	if (A.no_hint || A.sub.nlinks || !A.connected || now < A.sub_next_try)
 		return;
 	A.sub_next_try = now + SUB_RETRY_MS;
-	if (fl_subscribe(&A.sub, &A.url, A.fleet, CONNECT_TIMEOUT_MS, err, sizeof(err)) != FL_OK)
+	if (fl_subscribe(&A.sub, &A.c, next_rand(), err, sizeof(err)) != FL_OK)
 		ag_log("hint channel unavailable (%s): changes arrive with each poll only", err);
 }
 
@@ -109,7 +114,11 @@ static void hint_connect(uint64_t now)
  * at most double the poll rate, never more than real changes justify. */
 static int hint_due(uint64_t now)
 {
-	return A.connected && A.hinted > A.high && now >= A.hint_quiet_until;
+	int unseen = 0;
+
+	for (int s = 0; s < A.shards; s++)
+		unseen |= A.hinted[s] > A.sh[s].high;
+	return A.connected && unseen && now >= A.hint_quiet_until;
 }
 
 /* The wake-up socket: programs that write an event the agent acts on
@@ -200,7 +209,7 @@ static void hint_wait(int ms)
 		return;
 	if (p[2].revents & POLLIN)
 		msrv_serve(A.metrics_fd, agent_metrics, NULL);
-	if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) && fl_hint_read(&A.sub, &A.hinted) < 0) {
+	if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) && fl_hint_read(&A.sub, A.hinted) < 0) {
 		ag_log("hint channel lost: changes arrive with each poll only until it is back");
 		fl_close(&A.sub);
 	}
@@ -209,44 +218,109 @@ static void hint_wait(int ms)
 			;   /* any number of wake-ups: one look at the event ring */
 }
 
+/* One shard's changes since the last poll. */
+static int poll_shard(int s, char *err, size_t len)
+{
+	struct shard_state *h = &A.sh[s];
+	struct fl_store st;
+	uint64_t high;
+	int rc = fl_poll(&A.c, s, h->since, on_dest, &h->high_before, &A.redis_now, &high, &st, err, len);
+
+	if (rc == FL_OK && went_back(s, &st)) {
+		/* the store lost its data under a live connection (FLUSHDB,
+		 * a restart without it, a lagging replica promoted): what it
+		 * holds now is read whole, and this node's votes are
+		 * published again */
+		char which[24] = "";
+
+		if (A.shards > 1)
+			snprintf(which, sizeof(which), "shard %d: ", s);
+		ag_log("redis went back (%schange %llu, epoch %s; this agent had seen change %llu, epoch %s): "
+		       "reading it whole again", which, (unsigned long long)st.seq, st.epoch[0] ? st.epoch : "none",
+		       (unsigned long long)h->since, h->epoch);
+		forget_votes();
+		h->high = h->high_before = 0;
+		h->epoch[0] = '\0';
+		rc = fl_poll(&A.c, s, 0, on_dest, &h->high_before, &A.redis_now, &high, &st, err, len);
+	}
+	if (rc == FL_OK)
+		rc = adopt_epoch(s, &st, err, len);
+	if (rc == FL_OK) {
+		h->since = high;
+		if (high > h->high)
+			h->high = high;
+	}
+	return rc;
+}
+
+/* A pass failed. A cluster's node lost is most likely a failover: its
+ * replica takes over within seconds, so the holds stand (as the votes last
+ * read say) while the agent looks for the new master, up to
+ * REROUTE_GRACE_MS; a single Redis lost, or a cluster not back by then,
+ * and the holds go (local breakers alone). */
+static void failed(uint64_t now, const char *why)
+{
+	if (A.c.cluster && A.synced && !A.reroute_until) {
+		ag_log("redis cluster: %s: looking for the slots' new masters; the fleet's holds stand up to %d ms",
+		       why, REROUTE_GRACE_MS);
+		fl_close(&A.c);
+		fl_close(&A.sub);
+		A.connected = 0;
+		A.reroute_until = now + REROUTE_GRACE_MS;
+		A.next_try = now;
+		return;
+	}
+	A.reroute_until = 0;
+	lost(why);
+}
+
+static void reconnect(uint64_t now)
+{
+	char err[256];
+	uint64_t jitter;
+
+	if (try_connect(err, sizeof(err)) == FL_OK) {
+		if (A.reroute_until)
+			ag_log("redis cluster routed again (%d link%s): the fleet's state is read again",
+			       A.c.nlinks, A.c.nlinks == 1 ? "" : "s");
+		else
+			ag_log("redis %s:%d connected again: republishing this node's state", A.url.host, A.url.port);
+		A.reroute_until = 0;
+		return;
+	}
+	if (A.reroute_until) {
+		if (now < A.reroute_until) {
+			A.next_try = now + 100;
+			return;
+		}
+		lost(err);
+		A.reroute_until = 0;
+		return;
+	}
+	A.backoff_ms = A.backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : A.backoff_ms * 2;
+	jitter = next_rand() % (A.backoff_ms / 2 + 1);
+	A.next_try = now + A.backoff_ms / 2 + jitter;
+}
+
 static void pass(uint64_t now)
 {
 	char err[256];
-	uint64_t c0 = cpu_ns(), high_before = A.high, high;
+	uint64_t c0 = cpu_ns();
 	int rc = FL_OK;
 
+	for (int s = 0; s < A.shards; s++)
+		A.sh[s].high_before = A.sh[s].high;
 	scan_table(now);
-	if (!A.connected && now >= A.next_try) {
-		if (try_connect(err, sizeof(err)) == FL_OK) {
-			ag_log("redis %s:%d connected again: republishing this node's state", A.url.host, A.url.port);
-		} else {
-			uint64_t jitter;
-
-			A.backoff_ms = A.backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : A.backoff_ms * 2;
-			jitter = next_rand() % (A.backoff_ms / 2 + 1);
-			A.next_try = now + A.backoff_ms / 2 + jitter;
-		}
-	}
+	if (!A.connected && now >= A.next_try)
+		reconnect(now);
+	if (!A.connected && A.reroute_until)
+		apply_fleet(now);   /* the holds stand, as last known, while the cluster changes */
 	if (A.connected) {
-		struct fl_store st;
+		int quiet = 0;
 
-		if ((rc = publish_ops(err, sizeof(err))) == FL_OK &&
-		    (rc = fl_poll(&A.c, A.since, on_dest, &high_before, &A.redis_now, &high, &st, err,
-				  sizeof(err))) == FL_OK && went_back(&st)) {
-			/* the store lost its data under a live connection (FLUSHDB,
-			 * a restart without it, a lagging replica promoted): what it
-			 * holds now is read whole, and this node's votes are
-			 * published again */
-			ag_log("redis went back (change %llu, epoch %s; this agent had seen change %llu, epoch %s): "
-			       "reading it whole again", (unsigned long long)st.seq, st.epoch[0] ? st.epoch : "none",
-			       (unsigned long long)A.since, A.epoch);
-			forget_votes();
-			A.high = high_before = 0;
-			A.epoch[0] = '\0';
-			rc = fl_poll(&A.c, 0, on_dest, &high_before, &A.redis_now, &high, &st, err, sizeof(err));
-		}
-		if (rc == FL_OK)
-			rc = adopt_epoch(&st, err, sizeof(err));
+		rc = publish_ops(err, sizeof(err));
+		for (int s = 0; s < A.shards && rc == FL_OK; s++)
+			rc = poll_shard(s, err, sizeof(err));
 		if (A.bad_keys != A.bad_logged && now >= A.bad_log_ms + 60000) {
 			ag_log("%llu destination names in Redis that no shim could have written were ignored "
 			       "(a writer other than the agents?)", (unsigned long long)(A.bad_keys - A.bad_logged));
@@ -254,9 +328,6 @@ static void pass(uint64_t now)
 			A.bad_log_ms = now;
 		}
 		if (rc == FL_OK) {
-			A.since = high;
-			if (high > A.high)
-				A.high = high;
 			A.synced = 1;
 			rc = reconcile(now, err, sizeof(err));
 			if (rc == FL_OK)
@@ -264,19 +335,28 @@ static void pass(uint64_t now)
 		}
 		/* a hint the poll did not bear out (a seq Redis never reached)
 		 * is void: it woke one poll, and wakes no more */
-		if (rc == FL_OK && A.hinted > A.high) {
-			A.hinted = A.high;
+		for (int s = 0; s < A.shards && rc == FL_OK; s++)
+			if (A.hinted[s] > A.sh[s].high) {
+				A.hinted[s] = A.sh[s].high;
+				quiet = 1;
+			}
+		if (quiet)
 			A.hint_quiet_until = now + (uint64_t)A.poll_ms;   /* and hints wait for the next tick */
+		/* a slot moved (a MOVED was followed): the routes are read again */
+		if (rc == FL_OK && A.c.stale) {
+			ag_log("redis cluster: a slot moved (%llu redirection%s followed): routes read again",
+			       (unsigned long long)A.c.redirects, A.c.redirects == 1 ? "" : "s");
+			rc = fl_reroute(&A.c, err, sizeof(err));
 		}
 		if (rc == FL_OK)
 			apply_fleet(now);
 		else
-			lost(err);
+			failed(now, err);
 		__atomic_fetch_add(&A.t.hdr->agent_polls, 1, __ATOMIC_RELAXED);
 	}
 	__atomic_store_n(&A.t.hdr->agent_open, A.n_open, __ATOMIC_RELAXED);
 	__atomic_store_n(&A.t.hdr->agent_dests, A.n_total, __ATOMIC_RELAXED);
-	__atomic_store_n(&A.t.hdr->agent_flags, (A.connected ? NS_AGENT_CONNECTED : 0) |
+	__atomic_store_n(&A.t.hdr->agent_flags, (A.connected || A.reroute_until ? NS_AGENT_CONNECTED : 0) |
 			 (A.suspect ? NS_AGENT_SUSPECT : 0) | (A.url_text ? 0 : NS_AGENT_NOFLEET) |
 			 (A.hist ? NS_AGENT_HISTORY : 0), __ATOMIC_RELAXED);
 	__atomic_store_n(&A.t.hdr->agent_beat_ms, ctl_wall_ms(), __ATOMIC_RELAXED);
@@ -290,7 +370,7 @@ static void usage(FILE *f)
 	fprintf(f, "usage: netshim-agent --redis redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] [--node NAME] [--fleet NAME]\n"
 		"                     [--quorum N | N%%] [--suspect-share PERCENT] [--suspect-min N] [--on-event CMD]\n"
 		"                     [--table NAME] [--poll-ms MS] [--hook-timeout-ms MS] [--no-hint]\n"
-		"                     [--metrics-listen ADDRESS:PORT] [--history FILE [--history-keep SPAN]\n"
+		"                     [--shards N] [--metrics-listen ADDRESS:PORT] [--history FILE [--history-keep SPAN]\n"
 		"                     [--history-ring N]]\n"
 		"       netshim-agent --history FILE ...   (no fleet: the table's history and hooks alone)\n");
 }
@@ -321,7 +401,7 @@ static void parse_args(int argc, char **argv)
 		{ "no-hint", no_argument, 0, 'N' }, { "help", no_argument, 0, 'H' },
 		{ "metrics-listen", required_argument, 0, 'M' }, { "history", required_argument, 0, 'Y' },
 		{ "history-keep", required_argument, 0, 'K' }, { "history-ring", required_argument, 0, 'R' },
-		{ 0, 0, 0, 0 },
+		{ "shards", required_argument, 0, 'S' }, { 0, 0, 0, 0 },
 	};
 	const char *table = NULL;
 	char tbuf[64], uerr[128];
@@ -334,6 +414,7 @@ static void parse_args(int argc, char **argv)
 	A.hook_timeout_ms = 10000;
 	A.hist_keep_ms = 7 * 86400000ULL;
 	A.hist_ring = NS_OC_DEFAULT_CAP;
+	A.shards = 1;
 	snprintf(A.fleet, sizeof(A.fleet), "default");
 	if (gethostname(A.node, sizeof(A.node)) < 0 || !fl_name_ok(A.node))
 		snprintf(A.node, sizeof(A.node), "node-%ld", gethostid());
@@ -361,6 +442,7 @@ static void parse_args(int argc, char **argv)
 		case 'p': A.poll_ms = int_arg("--poll-ms", optarg, 10, 60000); break;
 		case 'h': A.hook_timeout_ms = int_arg("--hook-timeout-ms", optarg, 10, 3600000); break;
 		case 'N': A.no_hint = 1; break;
+		case 'S': A.shards = int_arg("--shards", optarg, 1, FL_SHARDS_MAX); break;
 		case 'M': A.metrics_at = optarg; break;
 		case 'Y': A.hist_file = optarg; break;
 		case 'K':
@@ -435,8 +517,9 @@ int main(int argc, char **argv)
 	else
 		snprintf(err, sizeof(err), "%d", A.quorum);
 	if (A.url_text)
-		ag_log("node %s, fleet %s, quorum %s, table %s, redis %s:%d, poll every %d ms", A.node, A.fleet, err,
-		       A.t.path, A.url.host, A.url.port, A.poll_ms);
+		ag_log("node %s, fleet %s, quorum %s, table %s, redis %s:%d%s, %d shard%s, poll every %d ms", A.node,
+		       A.fleet, err, A.t.path, A.url.host, A.url.port, A.c.cluster ? " (a cluster)" : "", A.shards,
+		       A.shards == 1 ? "" : "s", A.poll_ms);
 	else
 		ag_log("node %s, table %s, no fleet (no --redis)", A.node, A.t.path);
 	if (A.hist)

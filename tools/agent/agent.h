@@ -34,13 +34,67 @@ int fl_url_parse(const char *url, struct fl_url *u, char *err, size_t len);
 /* A node or fleet name: 1 to 63 of [A-Za-z0-9._-]. */
 int fl_name_ok(const char *s);
 
+#define FL_SHARDS_MAX 64         /* --shards */
+#define FL_LINKS_MAX FL_SHARDS_MAX
+#define FL_KNOWN_MAX 32
+#define FL_PREFIX_MAX (AG_NAME_MAX + 48)   /* "netshim:{FLEET.SHARD.K}:" */
+#define FL_REPLY_BYTES_MAX (64u << 20)   /* the most of one reply buffered: more is a protocol error */
+
+struct fl_sent {                /* a command sent, kept until its reply (to send again on a redirection) */
+	char *cmd;
+	size_t len;
+};
+
+/* One connection to one Redis node (redislink.c). */
+struct fl_link {
+	void *ctx;                  /* redisContext, NULL = closed */
+	char host[256];
+	int port;
+	struct fl_sent *q;          /* the commands whose replies are not read yet */
+	int qh, qn, qcap;
+};
+
+/* A fleet's connection: its keys are in nshards groups ("shards"), each
+ * under a hash tag of its own, each on its link (the one Redis, or the
+ * master of its slot in a cluster). */
 struct fl_conn {
-	void *ctx;                  /* redisContext */
-	char prefix[AG_NAME_MAX + 16];   /* "netshim:{FLEET}:" */
-	char sha[48];               /* the change script, loaded */
+	struct fl_link links[FL_LINKS_MAX];
+	int nlinks;
+	struct fl_link redir;       /* where the last MOVED or ASK sent a command */
+	struct fl_link *cur;        /* the link of the shard in use */
+	const char *prefix;         /* ...and its keys' prefix */
+	struct {
+		char prefix[FL_PREFIX_MAX];   /* "netshim:{TAG}:" */
+		int slot;               /* the tag's cluster slot */
+		int link;
+	} shard[FL_SHARDS_MAX];
+	int nshards;
+	int cluster;                /* the store is a Redis Cluster */
+	int stale;                  /* a MOVED was followed: route again */
+	uint64_t redirects;         /* MOVED and ASK followed */
+	struct {
+		char host[64];
+		int port;
+	} known[FL_KNOWN_MAX];      /* a cluster's nodes as last seen: where to find it again */
+	int nknown;
+	struct fl_url url;
+	const char *script;         /* loaded on every link (NULL: the hint channel's) */
+	char sha[48];
 	int timeout_ms;             /* the longest wait for a whole reply */
 	char why[160];              /* the last reply's error */
 };
+
+/* redislink.c: links, bounded replies, a cluster's routes. */
+int rl_open(struct fl_conn *c, struct fl_link *l, const char *host, int port, char *err, size_t len);
+void rl_close(struct fl_link *l);
+void rl_close_all(struct fl_conn *c);
+int rl_append(struct fl_link *l, int argc, const char **argv);
+int rl_reply(struct fl_conn *c, struct fl_link *l, void **v);
+struct redisReply;
+int rl_command(struct fl_conn *c, struct fl_link *l, struct redisReply **out, char *err, size_t len, int argc,
+	       const char **argv);
+int rl_route(struct fl_conn *c, char *err, size_t len);
+int rl_slot(const char *tag);
 
 /* Set from a signal handler: a wait for Redis ends at once (FL_DOWN). */
 extern volatile sig_atomic_t fl_stop;
@@ -51,10 +105,16 @@ enum { FL_OK = 0, FL_DOWN = -1, FL_REFUSED = -2 };
  * database, load the script. FL_OK; FL_DOWN (unreachable, lost: try again
  * later) or FL_REFUSED (auth or the server said no: a configuration error),
  * with the reason in err. */
-int fl_connect(struct fl_conn *c, const struct fl_url *u, const char *fleet, int timeout_ms, char *err, size_t len);
+int fl_connect(struct fl_conn *c, const struct fl_url *u, const char *fleet, int nshards, int timeout_ms,
+	       char *err, size_t len);
 void fl_close(struct fl_conn *c);
-/* The fleet's change counter now (0 when there is none: an empty Redis). */
-int fl_seq(struct fl_conn *c, uint64_t *seq, char *err, size_t len);
+/* A cluster's slots read again and every link made anew (after a MOVED:
+ * c->stale, or a lost master); the shards' state is the caller's. */
+int fl_reroute(struct fl_conn *c, char *err, size_t len);
+/* The shard of a destination's keys. */
+int fl_dest_shard(const struct fl_conn *c, const char *dest);
+/* A shard's change counter now (0 when there is none: an empty Redis). */
+int fl_seq(struct fl_conn *c, int shard, uint64_t *seq, char *err, size_t len);
 
 /* One change: a node's vote that dest is open (for ttl_ms, the breaker's
  * open duration left, with the rule that opened it), its withdrawal, or an
@@ -62,11 +122,11 @@ int fl_seq(struct fl_conn *c, uint64_t *seq, char *err, size_t len);
 enum fl_op { FL_VOTE, FL_UNVOTE, FL_RESET, FL_FORCE, FL_COOLDOWN };
 const char *fl_op_name(int op);
 
-/* Queue one change on the connection (pipelining); fl_collect reads the
- * replies of n queued commands. 0, or FL_DOWN. */
+/* Queue one change on its shard's link (pipelining); fl_collect reads the
+ * replies of every command queued. 0, or FL_DOWN. */
 int fl_append_change(struct fl_conn *c, int op, const char *dest, const char *node, uint64_t ttl_ms,
 		     const char *rule);
-int fl_collect(struct fl_conn *c, int n, char *err, size_t len);
+int fl_collect(struct fl_conn *c, char *err, size_t len);
 /* fl_append_change and fl_collect of one. */
 int fl_change(struct fl_conn *c, int op, const char *dest, const char *node, uint64_t ttl_ms, const char *rule,
 	      char *err, size_t len);
@@ -99,12 +159,12 @@ struct fl_store {
 	char epoch[40];
 };
 
-/* A poll: the Redis time and every destination changed after since,
+/* A poll of one shard: the Redis time and every destination changed after since,
  * handed to fn in the order of their changes. Four commands when nothing
  * changed (one round trip), two more per changed destination. *high: the
  * last change seen (since when none); *store (may be NULL): the store's
  * counter and epoch. 0, or FL_DOWN. */
-int fl_poll(struct fl_conn *c, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
+int fl_poll(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
 	    uint64_t *high, struct fl_store *store, char *err, size_t len);
 /* Membership (--quorum N%): this node's heartbeat at now_ms (Redis time),
  * or, with dest_called, that it called dest_called then. FL_OK or an error. */
@@ -115,15 +175,17 @@ int fl_heartbeat(struct fl_conn *c, const char *node, uint64_t now_ms, const cha
 int fl_since(struct fl_conn *c, const char *what, uint64_t since_ms, char names[][AG_NAME_MAX], int max,
 	     char *err, size_t len);
 /* Name the store's epoch, unless one is there already (SET NX). */
-int fl_set_epoch(struct fl_conn *c, const char *epoch, char *err, size_t len);
+int fl_set_epoch(struct fl_conn *c, int shard, const char *epoch, char *err, size_t len);
 /* The poll's first four commands, queued, and their replies read: for
  * simulated nodes polling together in one round trip. */
-int fl_append_poll(struct fl_conn *c, uint64_t since);
+int fl_append_poll(struct fl_conn *c, int shard, uint64_t since);
 
-/* The hint channel, on a connection of its own: subscribe; the descriptor
- * to wait on; after it is readable, read the hints (the highest seq in
- * *max_seq): how many, or FL_DOWN. */
-int fl_subscribe(struct fl_conn *c, const struct fl_url *u, const char *fleet, int timeout_ms, char *err, size_t len);
+/* The hint channels (one a shard), on a connection of its own (sub), to
+ * the store c is connected to (in a cluster, the node numbered pick % the
+ * nodes known): subscribe; the descriptor to wait on; after it is
+ * readable, read the hints (the highest seq of each shard in max_seq[]):
+ * how many, or FL_DOWN. */
+int fl_subscribe(struct fl_conn *sub, const struct fl_conn *c, uint64_t pick, char *err, size_t len);
 int fl_hint_fd(const struct fl_conn *c);
 int fl_hint_read(struct fl_conn *c, uint64_t *max_seq);
 

@@ -17,6 +17,16 @@
 #define LOCAL_GAP_MS 2              /* early passes a change here may start, at most one per */
 #define SUB_RETRY_MS 5000           /* the hint channel, when lost, is tried again after */
 #define MAX_OPS 4096                /* operator commands waiting for Redis */
+#define REROUTE_GRACE_MS 5000       /* a cluster's master lost: the holds stand this long while its replica takes over */
+
+/* What the agent knows of one shard of the fleet's keys (its own changes
+ * counter, epoch and hint channel). */
+struct shard_state {
+	uint64_t since;             /* poll for changes after this seq */
+	uint64_t high;              /* the last change this agent has seen */
+	uint64_t high_before;       /* ...as it was when this pass began */
+	char epoch[40];             /* the store's epoch, as last seen ("" = not yet) */
+};
 
 struct dst {
 	char key[NS_KEY_MAX];
@@ -59,23 +69,23 @@ struct agent_state {
 	const char *on_event;
 	int hook_timeout_ms;
 	int no_hint;
+	int shards;                 /* --shards */
 	/* state */
 	struct ns_table t;
 	struct fl_conn c;
 	struct fl_conn sub;         /* the hint channel (pub/sub), when it works */
 	uint64_t sub_next_try;
-	uint64_t hinted;            /* the highest seq a hint announced */
 	uint64_t hint_quiet_until;  /* a hint proved false: hints wake no poll before then */
 	int wake_fd;                /* the wake-up socket (wake_open), -1 = none */
 	uint64_t bad_keys;          /* destinations in Redis that no shim could have written: ignored */
 	uint64_t bad_logged, bad_log_ms;   /* ...as many said, at most once a minute */
 	const char *metrics_at;     /* --metrics-listen */
 	int metrics_fd;             /* its listening socket, -1 = none */
-	char epoch[40];             /* the store's epoch, as last seen ("" = not yet) */
+	struct shard_state sh[FL_SHARDS_MAX];
+	uint64_t hinted[FL_SHARDS_MAX];   /* the highest seq a hint announced, a shard */
+	uint64_t reroute_until;     /* a cluster's node lost: holds kept, routes sought until then (0 = not) */
 	int connected;
 	int synced;                 /* a poll has succeeded since the agent started */
-	uint64_t since;             /* poll for changes after this seq */
-	uint64_t high;              /* the last change this agent has seen */
 	uint64_t redis_now;
 	uint64_t backoff_ms, next_try;
 	struct dst *dests;
@@ -104,8 +114,8 @@ void release_all(const char *why);
 int reconcile(uint64_t now, char *err, size_t len);
 int publish_ops(char *err, size_t len);
 uint64_t next_rand(void);
-int went_back(const struct fl_store *st);
-int adopt_epoch(const struct fl_store *st, char *err, size_t len);
+int went_back(int shard, const struct fl_store *st);
+int adopt_epoch(int shard, const struct fl_store *st, char *err, size_t len);
 void forget_votes(void);
 void on_dest(void *arg, const struct fl_dest *in);
 int membership(char *err, size_t len);

@@ -51,12 +51,12 @@ static void agent_figures(const struct ns_table *t, uint64_t *polls, uint64_t *c
 
 static uint64_t redis_commands(struct fl_conn *c)
 {
-	redisReply *r = redisCommand(c->ctx, "INFO stats");
+	redisReply *r = redisCommand(c->links[0].ctx, "INFO stats");
 	const char *p;
 	uint64_t n = 0;
 
 	if (!r)
-		errx(1, "INFO: %s", ((redisContext *)c->ctx)->errstr);
+		errx(1, "INFO: %s", ((redisContext *)c->links[0].ctx)->errstr);
 	if (r->type == REDIS_REPLY_STRING && (p = strstr(r->str, "total_commands_processed:")))
 		n = strtoull(p + 25, NULL, 10);
 	freeReplyObject(r);
@@ -90,7 +90,7 @@ static void *sim_main(void *arg)
 		uint64_t t0 = now_us(), spent;
 
 		for (int i = 0; i < s->n; i++) {
-			if (fl_poll(&s->c, s->high[i], nothing, NULL, &now, &s->high[i], NULL, err, sizeof(err)) != FL_OK)
+			if (fl_poll(&s->c, 0, s->high[i], nothing, NULL, &now, &s->high[i], NULL, err, sizeof(err)) != FL_OK)
 				errx(1, "poll: %s", err);
 			__atomic_fetch_add(&s->polls, 1, __ATOMIC_RELAXED);
 		}
@@ -159,7 +159,7 @@ int main(int argc, char **argv)
 	if (fl_url_parse(url_text, &url, err, sizeof(err)) < 0)
 		errx(2, "%s: %s", url_text, err);
 	snprintf(fleet, sizeof(fleet), "bench-%d-%d", (int)getpid(), nodes);
-	if (fl_connect(&c, &url, fleet, 1000, err, sizeof(err)) != FL_OK)
+	if (fl_connect(&c, &url, fleet, 1, 1000, err, sizeof(err)) != FL_OK)
 		errx(1, "redis: %s", err);
 
 	/* the data set: dests destinations, one vote each (below quorum) */
@@ -171,7 +171,7 @@ int main(int argc, char **argv)
 		snprintf(node, sizeof(node), "sim-%d", d % nodes);
 		fl_append_change(&c, FL_VOTE, key, node, 3600 * 1000, "failure_threshold");
 		if (++batch == 500 || d == dests - 1) {
-			if (fl_collect(&c, batch, err, sizeof(err)) != FL_OK)
+			if (fl_collect(&c, err, sizeof(err)) != FL_OK)
 				errx(1, "vote: %s", err);
 			batch = 0;
 		}
@@ -198,7 +198,7 @@ int main(int argc, char **argv)
 	s.n = nodes - 1;
 	s.poll_ms = poll_ms;
 	s.high = calloc((size_t)nodes, sizeof(*s.high));
-	if (fl_connect(&s.c, &url, fleet, 1000, err, sizeof(err)) != FL_OK)
+	if (fl_connect(&s.c, &url, fleet, 1, 1000, err, sizeof(err)) != FL_OK)
 		errx(1, "redis: %s", err);
 	pthread_create(&th, NULL, sim_main, &s);
 	/* the agent and the simulated nodes read the data set once (a full
@@ -235,7 +235,7 @@ int main(int argc, char **argv)
 		snprintf(key, sizeof(key), "prop-%d.example:80", k);
 		fl_append_change(&c, FL_VOTE, key, "sim-0", 60000, "consecutive_failures");
 		fl_append_change(&c, FL_VOTE, key, "sim-1", 60000, "consecutive_failures");
-		if (fl_collect(&c, 2, err, sizeof(err)) != FL_OK)
+		if (fl_collect(&c, err, sizeof(err)) != FL_OK)
 			errx(1, "vote: %s", err);
 		start = now_us();
 		until = start + 10ull * 1000000;
@@ -267,7 +267,7 @@ int main(int argc, char **argv)
 
 		/* leave Redis as it was: the fleet's keys go */
 		snprintf(pat, sizeof(pat), "netshim:{%s}:*", fleet);
-		r = redisCommand(c.ctx, "EVAL %s 0 %s",
+		r = redisCommand(c.links[0].ctx, "EVAL %s 0 %s",
 				 "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end return 0", pat);
 		if (r)
 			freeReplyObject(r);

@@ -546,22 +546,24 @@ uint64_t next_rand(void)
 /* Did the store lose its data since the last poll? Its counter is behind
  * what was seen, or its epoch is not the one it had (even when the counter
  * has since caught up: other agents' changes after the loss). */
-int went_back(const struct fl_store *st)
+int went_back(int shard, const struct fl_store *st)
 {
-	return st->seq < A.since || (A.epoch[0] && strcmp(st->epoch, A.epoch) != 0);
+	const struct shard_state *h = &A.sh[shard];
+
+	return st->seq < h->since || (h->epoch[0] && strcmp(st->epoch, h->epoch) != 0);
 }
 
 /* The store's epoch, named by the first agent that finds none. */
-int adopt_epoch(const struct fl_store *st, char *err, size_t len)
+int adopt_epoch(int shard, const struct fl_store *st, char *err, size_t len)
 {
 	char mine[20];
 
 	if (st->epoch[0]) {
-		snprintf(A.epoch, sizeof(A.epoch), "%s", st->epoch);
+		snprintf(A.sh[shard].epoch, sizeof(A.sh[shard].epoch), "%s", st->epoch);
 		return FL_OK;
 	}
 	snprintf(mine, sizeof(mine), "%016llx", (unsigned long long)next_rand());
-	return fl_set_epoch(&A.c, mine, err, len);   /* the next poll adopts whichever was set first */
+	return fl_set_epoch(&A.c, shard, mine, err, len);   /* the next poll adopts whichever was set first */
 }
 
 /* What Redis holds is unknown until the next full poll: no vote is known,

@@ -1,8 +1,12 @@
-/* model.c -- the fleet's data model in Redis, and the only code that talks
- * to Redis.
+/* model.c -- the fleet's data model in Redis (redislink.c carries its
+ * commands).
  *
  * Every key of a fleet carries the hash tag {FLEET}, so a fleet lives in
- * one slot of a Redis Cluster and one script may touch all its keys:
+ * one slot of a Redis Cluster and one script may touch all its keys. With
+ * --shards N the keys are in N groups, each a fleet of its own under its
+ * tag (shard_tags: {FLEET.i.K}, spread over a cluster's masters), a
+ * destination's keys in the group its name hashes to; the members are in
+ * group 0. Within a group:
  *
  *   netshim:{F}:seq          counter, one step per change
  *   netshim:{F}:changes      sorted set: destination -> seq of its last change
@@ -162,230 +166,86 @@ static uint64_t num(const char *s)
 	return s ? strtoull(s, NULL, 10) : 0;
 }
 
-static redisContext *ctx(struct fl_conn *c)
-{
-	return c->ctx;
-}
-
-volatile sig_atomic_t fl_stop;
-
-/**** replies: bounded in time and in size ****
+/**** shards ****
  *
- * Redis is trusted with the fleet's state, not with the agent's life: a
- * reply must arrive whole within the connection's timeout (a reply trickled
- * a byte at a time would otherwise hold every read open for ever, and with
- * it the agent's loop and its SIGTERM), and no reply may hold more than
- * FL_ELEMENTS_MAX elements or FL_BYTES_MAX bytes (a reply claiming 10^9
- * elements would otherwise be allocated as it arrives). Either is a
- * protocol error: the connection is dropped and made again, with backoff. */
-#define FL_ELEMENTS_MAX (1 << 21)     /* two per destination of the largest table, and more */
-#define FL_BYTES_MAX (64u << 20)      /* bytes of one reply buffered */
-
-static const redisReplyObjectFunctions *base_fns;
-static int oversized;                  /* a reader function refused: the reason of the error */
-
-static void *cap_string(const redisReadTask *t, char *str, size_t len)
+ * With --shards 1 (the default) a fleet's keys are under the one tag
+ * {FLEET}. With N > 1, shard i's tag is FLEET.i.K, K the first number that
+ * puts the tag's cluster slot near the middle of the i-th of N equal slot
+ * ranges: a cluster whose masters split the slots evenly (redis-cli
+ * --cluster create does) serves the shards from all its masters, and every
+ * agent computes the same tags without asking anyone. A destination's
+ * shard is a hash of its name. */
+static void shard_tags(struct fl_conn *c, const char *fleet, int nshards)
 {
-	if (len > FL_BYTES_MAX) {
-		oversized = 1;
-		return NULL;
-	}
-	return base_fns->createString(t, str, len);
-}
+	c->nshards = nshards < 1 ? 1 : nshards > FL_SHARDS_MAX ? FL_SHARDS_MAX : nshards;
+	for (int i = 0; i < c->nshards; i++) {
+		char tag[AG_NAME_MAX + 24];
 
-static void *cap_array(const redisReadTask *t, int n)
-{
-	if (n < 0 || n > FL_ELEMENTS_MAX) {
-		oversized = 1;
-		return NULL;
-	}
-	return base_fns->createArray(t, n);
-}
+		snprintf(tag, sizeof(tag), "%s", fleet);
+		for (unsigned k = 0; c->nshards > 1; k++) {
+			int centre = (2 * i + 1) * 16384 / (2 * c->nshards);
 
-static void *cap_integer(const redisReadTask *t, long long v)
-{
-	return base_fns->createInteger(t, v);
-}
-
-static void *cap_nil(const redisReadTask *t)
-{
-	return base_fns->createNil(t);
-}
-
-static void cap_free(void *v)
-{
-	base_fns->freeObject(v);
-}
-
-static const redisReplyObjectFunctions capped = { cap_string, cap_array, cap_integer, cap_nil, cap_free };
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/* The next reply (queued commands are sent first), within the connection's
- * timeout: REDIS_OK and *v, or REDIS_ERR with the reason in c->why. */
-static int reply(struct fl_conn *c, void **v)
-{
-	redisContext *x = ctx(c);
-	uint64_t deadline = mono_ms() + (uint64_t)c->timeout_ms;
-	int done = 0;
-
-	*v = NULL;
-	c->why[0] = '\0';
-	oversized = 0;
-	while (!done)
-		if (redisBufferWrite(x, &done) != REDIS_OK)
-			goto fail;
-	for (;;) {
-		struct pollfd p = { .fd = x->fd, .events = POLLIN };
-		uint64_t now;
-		int n;
-
-		if (redisGetReplyFromReader(x, v) != REDIS_OK)
-			goto fail;
-		if (*v)
-			return REDIS_OK;
-		if (x->reader->len > FL_BYTES_MAX) {
-			oversized = 1;
-			goto fail;
+			snprintf(tag, sizeof(tag), "%s.%d.%u", fleet, i, k);
+			if (abs(rl_slot(tag) - centre) < 16384 / (4 * c->nshards))
+				break;
 		}
-		if (fl_stop) {
-			snprintf(c->why, sizeof(c->why), "stopping");
-			return REDIS_ERR;
-		}
-		now = mono_ms();
-		if (now >= deadline) {
-			snprintf(c->why, sizeof(c->why), "no whole reply within %d ms", c->timeout_ms);
-			return REDIS_ERR;
-		}
-		n = poll(&p, 1, (int)(deadline - now));
-		if (n < 0 && errno != EINTR)
-			goto fail;
-		if (n > 0 && redisBufferRead(x) != REDIS_OK)
-			goto fail;
+		snprintf(c->shard[i].prefix, sizeof(c->shard[i].prefix), "netshim:{%s}:", tag);
+		c->shard[i].slot = rl_slot(tag);
 	}
-fail:
-	if (oversized)
-		snprintf(c->why, sizeof(c->why), "a reply larger than %d elements or %u MiB: a protocol error",
-			 FL_ELEMENTS_MAX, FL_BYTES_MAX >> 20);
-	else
-		snprintf(c->why, sizeof(c->why), "%s", x->errstr[0] ? x->errstr : "no reply");
-	return REDIS_ERR;
+}
+
+int fl_dest_shard(const struct fl_conn *c, const char *dest)
+{
+	uint32_t h = 2166136261u;
+
+	for (const unsigned char *p = (const unsigned char *)dest; *p; p++)
+		h = (h ^ *p) * 16777619u;
+	return c->nshards > 1 ? (int)(h % (uint32_t)c->nshards) : 0;
+}
+
+/* Talk to shard s: its link and its keys' prefix. */
+static struct fl_link *use(struct fl_conn *c, int s)
+{
+	if (s < 0 || s >= c->nshards)
+		s = 0;
+	c->prefix = c->shard[s].prefix;
+	return c->cur = &c->links[c->shard[s].link < c->nlinks ? c->shard[s].link : 0];
+}
+
+static int command(struct fl_conn *c, redisReply **out, char *err, size_t len, int argc, const char **argv)
+{
+	return rl_command(c, c->cur, out, err, len, argc, argv);
 }
 
 void fl_close(struct fl_conn *c)
 {
-	if (c->ctx)
-		redisFree(ctx(c));
-	c->ctx = NULL;
+	rl_close_all(c);
 }
 
-/* A command, its reply checked: 0 and the reply (freed by the caller), or
- * FL_DOWN (no answer) / FL_REFUSED (an error reply) with the reason. */
-static int command(struct fl_conn *c, redisReply **out, char *err, size_t len, int argc, const char **argv)
+int fl_connect(struct fl_conn *c, const struct fl_url *u, const char *fleet, int nshards, int timeout_ms,
+	       char *err, size_t len)
 {
-	void *v = NULL;
-	redisReply *r;
-
-	*out = NULL;
-	if (redisAppendCommandArgv(ctx(c), argc, argv, NULL) != REDIS_OK || reply(c, &v) != REDIS_OK || !v) {
-		snprintf(err, len, "%s", c->why[0] ? c->why : "cannot queue a command");
-		return FL_DOWN;
-	}
-	r = v;
-	if (r->type == REDIS_REPLY_ERROR) {
-		snprintf(err, len, "%s: %s", argv[0], r->str);
-		freeReplyObject(r);
-		return FL_REFUSED;
-	}
-	*out = r;
-	return FL_OK;
-}
-
-int fl_connect(struct fl_conn *c, const struct fl_url *u, const char *fleet, int timeout_ms, char *err, size_t len)
-{
-	struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
-	char db[16];
-	redisReply *r;
-	int rc;
-
 	fl_close(c);
-	snprintf(c->prefix, sizeof(c->prefix), "netshim:{%s}:", fleet);
-	c->ctx = redisConnectWithTimeout(u->host, u->port, tv);
-	if (!c->ctx) {
-		snprintf(err, len, "out of memory");
-		return FL_DOWN;
-	}
-	if (ctx(c)->err) {
-		snprintf(err, len, "%s:%d: %s", u->host, u->port, ctx(c)->errstr);
-		fl_close(c);
-		return FL_DOWN;
-	}
-	/* every later wait on this connection is bounded the same way, and
-	 * every reply in time and size (reply) */
-	redisSetTimeout(ctx(c), tv);
-	redisEnableKeepAlive(ctx(c));
+	c->url = *u;
 	c->timeout_ms = timeout_ms;
-	if (!base_fns)
-		base_fns = ctx(c)->reader->fn;
-	ctx(c)->reader->fn = (redisReplyObjectFunctions *)&capped;
-	if (u->pass[0]) {
-		const char *a3[] = { "AUTH", u->user, u->pass };
-		const char *a2[] = { "AUTH", u->pass };
-
-		rc = u->user[0] ? command(c, &r, err, len, 3, a3) : command(c, &r, err, len, 2, a2);
-		if (rc != FL_OK)
-			goto fail;
-		freeReplyObject(r);
-	}
-	{
-		const char *ping[] = { "PING" };
-
-		if ((rc = command(c, &r, err, len, 1, ping)) != FL_OK)
-			goto fail;
-		freeReplyObject(r);
-	}
-	if (u->db) {
-		const char *sel[] = { "SELECT", db };
-
-		snprintf(db, sizeof(db), "%d", u->db);
-		if ((rc = command(c, &r, err, len, 2, sel)) != FL_OK)
-			goto fail;
-		freeReplyObject(r);
-	}
-	{
-		const char *load[] = { "SCRIPT", "LOAD", change_script };
-
-		if ((rc = command(c, &r, err, len, 3, load)) != FL_OK)
-			goto fail;
-		if (r->type != REDIS_REPLY_STRING || r->len >= (int)sizeof(c->sha)) {
-			snprintf(err, len, "SCRIPT LOAD: unexpected reply");
-			freeReplyObject(r);
-			rc = FL_REFUSED;
-			goto fail;
-		}
-		memcpy(c->sha, r->str, (size_t)r->len);
-		c->sha[r->len] = '\0';
-		freeReplyObject(r);
-	}
-	return FL_OK;
-fail:
-	fl_close(c);
-	return rc;
+	c->script = change_script;
+	shard_tags(c, fleet, nshards);
+	return rl_route(c, err, len);
 }
 
-int fl_seq(struct fl_conn *c, uint64_t *seq, char *err, size_t len)
+int fl_reroute(struct fl_conn *c, char *err, size_t len)
 {
-	char key[AG_NAME_MAX + 32];
+	return rl_route(c, err, len);
+}
+
+int fl_seq(struct fl_conn *c, int shard, uint64_t *seq, char *err, size_t len)
+{
+	char key[FL_PREFIX_MAX + 16];
 	const char *argv[] = { "GET", key };
 	redisReply *r;
 	int rc;
 
+	use(c, shard);
 	snprintf(key, sizeof(key), "%sseq", c->prefix);
 	if ((rc = command(c, &r, err, len, 2, argv)) != FL_OK)
 		return rc;
@@ -397,9 +257,10 @@ int fl_seq(struct fl_conn *c, uint64_t *seq, char *err, size_t len)
 int fl_append_change(struct fl_conn *c, int op, const char *dest, const char *node, uint64_t ttl_ms,
 		     const char *rule)
 {
-	char k[4][AG_NAME_MAX + 16 + NS_KEY_MAX + 8], ttl[24], chan[AG_NAME_MAX + 24];
+	char k[4][FL_PREFIX_MAX + NS_KEY_MAX + 16], ttl[24], chan[FL_PREFIX_MAX + 8];
 	const char *argv[13];
 
+	use(c, fl_dest_shard(c, dest));
 	snprintf(k[0], sizeof(k[0]), "%sseq", c->prefix);
 	snprintf(k[1], sizeof(k[1]), "%schanges", c->prefix);
 	snprintf(k[2], sizeof(k[2]), "%svotes:%s", c->prefix, dest);
@@ -417,28 +278,32 @@ int fl_append_change(struct fl_conn *c, int op, const char *dest, const char *no
 	argv[10] = ttl;
 	argv[11] = rule && *rule ? rule : "-";
 	argv[12] = chan;
-	return redisAppendCommandArgv(ctx(c), 13, argv, NULL) == REDIS_OK ? FL_OK : FL_DOWN;
+	return rl_append(c->cur, 13, argv);
 }
 
-int fl_collect(struct fl_conn *c, int n, char *err, size_t len)
+int fl_collect(struct fl_conn *c, char *err, size_t len)
 {
 	int rc = FL_OK;
 
-	for (int i = 0; i < n; i++) {
-		void *v = NULL;
-		redisReply *r;
+	for (int i = 0; i < c->nlinks; i++) {
+		struct fl_link *l = &c->links[i];
 
-		if (reply(c, &v) != REDIS_OK || !v) {
-			snprintf(err, len, "%s", c->why);
-			return FL_DOWN;
+		while (l->qn) {
+			void *v = NULL;
+			redisReply *r;
+
+			if (rl_reply(c, l, &v) != REDIS_OK || !v) {
+				snprintf(err, len, "%s", c->why);
+				return FL_DOWN;
+			}
+			r = v;
+			if (r->type == REDIS_REPLY_ERROR && rc == FL_OK) {
+				snprintf(err, len, "%s", r->str);
+				/* the script cache was flushed: a new connection loads it again */
+				rc = strncmp(r->str, "NOSCRIPT", 8) == 0 ? FL_DOWN : FL_REFUSED;
+			}
+			freeReplyObject(r);
 		}
-		r = v;
-		if (r->type == REDIS_REPLY_ERROR && rc == FL_OK) {
-			snprintf(err, len, "%s", r->str);
-			/* the script cache was flushed: a new connection loads it again */
-			rc = strncmp(r->str, "NOSCRIPT", 8) == 0 ? FL_DOWN : FL_REFUSED;
-		}
-		freeReplyObject(r);
 	}
 	return rc;
 }
@@ -450,25 +315,24 @@ int fl_change(struct fl_conn *c, int op, const char *dest, const char *node, uin
 		snprintf(err, len, "cannot queue a command");
 		return FL_DOWN;
 	}
-	return fl_collect(c, 1, err, len);
+	return fl_collect(c, err, len);
 }
 
-int fl_append_poll(struct fl_conn *c, uint64_t since)
+int fl_append_poll(struct fl_conn *c, int shard, uint64_t since)
 {
-	char key[AG_NAME_MAX + 32], min[32], seq[AG_NAME_MAX + 32], epoch[AG_NAME_MAX + 32];
+	char key[FL_PREFIX_MAX + 16], min[32], seq[FL_PREFIX_MAX + 16], epoch[FL_PREFIX_MAX + 16];
 	const char *time_argv[] = { "TIME" };
 	const char *z[] = { "ZRANGEBYSCORE", key, min, "+inf", "WITHSCORES" };
 	const char *g[] = { "GET", seq };
 	const char *e[] = { "GET", epoch };
 
+	use(c, shard);
 	snprintf(key, sizeof(key), "%schanges", c->prefix);
 	snprintf(seq, sizeof(seq), "%sseq", c->prefix);
 	snprintf(epoch, sizeof(epoch), "%sepoch", c->prefix);
 	snprintf(min, sizeof(min), "(%llu", (unsigned long long)since);
-	if (redisAppendCommandArgv(ctx(c), 1, time_argv, NULL) != REDIS_OK ||
-	    redisAppendCommandArgv(ctx(c), 2, g, NULL) != REDIS_OK ||
-	    redisAppendCommandArgv(ctx(c), 2, e, NULL) != REDIS_OK ||
-	    redisAppendCommandArgv(ctx(c), 5, z, NULL) != REDIS_OK)
+	if (rl_append(c->cur, 1, time_argv) != FL_OK || rl_append(c->cur, 2, g) != FL_OK ||
+	    rl_append(c->cur, 2, e) != FL_OK || rl_append(c->cur, 5, z) != FL_OK)
 		return FL_DOWN;
 	return FL_OK;
 }
@@ -477,7 +341,7 @@ static int get_reply(struct fl_conn *c, redisReply **r, int type, char *err, siz
 {
 	void *v = NULL;
 
-	if (reply(c, &v) != REDIS_OK || !v) {
+	if (rl_reply(c, c->cur, &v) != REDIS_OK || !v) {
 		snprintf(err, len, "%s", c->why);
 		return FL_DOWN;
 	}
@@ -545,7 +409,7 @@ static void parse_dest(struct fl_dest *d, const redisReply *votes, const redisRe
 		d->cmd_seq = 0;
 }
 
-int fl_poll(struct fl_conn *c, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
+int fl_poll(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
 	    uint64_t *high, struct fl_store *store, char *err, size_t len)
 {
 	redisReply *t = NULL, *z = NULL, *q = NULL, *e = NULL;
@@ -554,7 +418,7 @@ int fl_poll(struct fl_conn *c, uint64_t since, fl_dest_fn fn, void *arg, uint64_
 	int rc;
 
 	*high = since;
-	if (fl_append_poll(c, since) != FL_OK) {
+	if (fl_append_poll(c, shard, since) != FL_OK) {
 		snprintf(err, len, "cannot queue a command");
 		return FL_DOWN;
 	}
@@ -582,17 +446,21 @@ int fl_poll(struct fl_conn *c, uint64_t since, fl_dest_fn fn, void *arg, uint64_
 	freeReplyObject(e);
 	nd = z->elements / 2;
 	for (size_t i = 0; i < nd; i++) {
-		char key[AG_NAME_MAX + 32 + NS_KEY_MAX];
+		char key[FL_PREFIX_MAX + 16 + NS_KEY_MAX];
 		const char *dest = z->element[2 * i]->str;
 		const char *hv[] = { "HGETALL", key };
 
 		if (!dest)
 			continue;
 		snprintf(key, sizeof(key), "%svotes:%s", c->prefix, dest);
-		redisAppendCommandArgv(ctx(c), 2, hv, NULL);
+		if (rl_append(c->cur, 2, hv) != FL_OK)
+			rc = FL_DOWN;
 		snprintf(key, sizeof(key), "%scmd:%s", c->prefix, dest);
-		redisAppendCommandArgv(ctx(c), 2, hv, NULL);
-		}
+		if (rl_append(c->cur, 2, hv) != FL_OK)
+			rc = FL_DOWN;
+	}
+	if (rc != FL_OK)
+		snprintf(err, len, "cannot queue a command");
 	for (size_t i = 0; i < nd && rc == FL_OK; i++) {
 		redisReply *v = NULL, *m = NULL;
 		struct fl_dest d;
@@ -629,13 +497,14 @@ int fl_poll(struct fl_conn *c, uint64_t since, fl_dest_fn fn, void *arg, uint64_
 	return rc;
 }
 
-int fl_set_epoch(struct fl_conn *c, const char *epoch, char *err, size_t len)
+int fl_set_epoch(struct fl_conn *c, int shard, const char *epoch, char *err, size_t len)
 {
-	char key[AG_NAME_MAX + 32];
+	char key[FL_PREFIX_MAX + 16];
 	const char *argv[] = { "SET", key, epoch, "NX" };
 	redisReply *r;
 	int rc;
 
+	use(c, shard);
 	snprintf(key, sizeof(key), "%sepoch", c->prefix);
 	if ((rc = command(c, &r, err, len, 4, argv)) != FL_OK)
 		return rc;
@@ -643,12 +512,14 @@ int fl_set_epoch(struct fl_conn *c, const char *epoch, char *err, size_t len)
 	return FL_OK;
 }
 
-/**** membership: heartbeats and callers (--quorum N%) ****/
+/**** membership: heartbeats and callers (--quorum N%) ****
+ *
+ * The members are in shard 0; a destination's callers in its shard. */
 
 int fl_heartbeat(struct fl_conn *c, const char *node, uint64_t now_ms, const char *dest_called, char *err,
 		 size_t len)
 {
-	char key[AG_NAME_MAX + 32 + NS_KEY_MAX], score[24], old[24];
+	char key[FL_PREFIX_MAX + 16 + NS_KEY_MAX], score[24], old[24];
 	const char *z[] = { "ZADD", key, score, node };
 	redisReply *r;
 	int rc;
@@ -657,12 +528,13 @@ int fl_heartbeat(struct fl_conn *c, const char *node, uint64_t now_ms, const cha
 	if (dest_called) {
 		const char *ex[] = { "PEXPIRE", key, "3600000" };
 
+		use(c, fl_dest_shard(c, dest_called));
 		snprintf(key, sizeof(key), "%scallers:%s", c->prefix, dest_called);
-		if (redisAppendCommandArgv(ctx(c), 4, z, NULL) != REDIS_OK ||
-		    redisAppendCommandArgv(ctx(c), 3, ex, NULL) != REDIS_OK)
+		if (rl_append(c->cur, 4, z) != FL_OK || rl_append(c->cur, 3, ex) != FL_OK)
 			return FL_DOWN;
-		return fl_collect(c, 2, err, len);
+		return fl_collect(c, err, len);
 	}
+	use(c, 0);
 	snprintf(key, sizeof(key), "%smembers", c->prefix);
 	if ((rc = command(c, &r, err, len, 4, z)) != FL_OK)
 		return rc;
@@ -682,11 +554,12 @@ int fl_heartbeat(struct fl_conn *c, const char *node, uint64_t now_ms, const cha
 int fl_since(struct fl_conn *c, const char *what, uint64_t since_ms, char names[][AG_NAME_MAX], int max,
 	     char *err, size_t len)
 {
-	char key[AG_NAME_MAX + 32 + NS_KEY_MAX], min[24];
+	char key[FL_PREFIX_MAX + 16 + NS_KEY_MAX], min[24];
 	const char *z[] = { "ZRANGEBYSCORE", key, min, "+inf" };
 	redisReply *r;
 	int rc, n = 0;
 
+	use(c, strncmp(what, "callers:", 8) == 0 ? fl_dest_shard(c, what + 8) : 0);
 	snprintf(key, sizeof(key), "%s%s", c->prefix, what);
 	snprintf(min, sizeof(min), "%llu", (unsigned long long)since_ms);
 	if ((rc = command(c, &r, err, len, 4, z)) != FL_OK)
@@ -698,54 +571,97 @@ int fl_since(struct fl_conn *c, const char *what, uint64_t since_ms, char names[
 	return n;
 }
 
-int fl_subscribe(struct fl_conn *c, const struct fl_url *u, const char *fleet, int timeout_ms, char *err, size_t len)
+/**** the hint channels: one per shard, on one connection ****
+ *
+ * A cluster delivers a PUBLISH to the subscribers of every node, so the
+ * subscription goes to a node picked at random among those the fleet's
+ * connection last saw (replicas too): a fleet's subscribers spread over
+ * the cluster instead of all landing on one node. */
+int fl_subscribe(struct fl_conn *sub, const struct fl_conn *c, uint64_t pick, char *err, size_t len)
 {
-	char chan[AG_NAME_MAX + 24];
-	const char *argv[] = { "SUBSCRIBE", chan };
-	redisReply *r;
-	int rc = fl_connect(c, u, fleet, timeout_ms, err, len);
+	const char *argv[1 + FL_SHARDS_MAX];
+	char chan[FL_SHARDS_MAX][FL_PREFIX_MAX + 8];
+	int rc = FL_DOWN;
 
-	if (rc != FL_OK)
-		return rc;
-	snprintf(chan, sizeof(chan), "%shint", c->prefix);
-	if ((rc = command(c, &r, err, len, 2, argv)) != FL_OK) {
-		fl_close(c);
-		return rc;
+	fl_close(sub);
+	sub->url = c->url;
+	sub->timeout_ms = c->timeout_ms;
+	sub->script = NULL;
+	sub->nshards = c->nshards;
+	for (int i = 0; i < c->nshards; i++)
+		memcpy(sub->shard[i].prefix, c->shard[i].prefix, sizeof(sub->shard[i].prefix));
+	if (c->cluster && c->nknown) {
+		int k = (int)(pick % (uint64_t)c->nknown);
+
+		rc = rl_open(sub, &sub->links[0], c->known[k].host, c->known[k].port, err, len);
 	}
-	freeReplyObject(r);
-	return FL_OK;
+	if (rc != FL_OK && (rc = rl_open(sub, &sub->links[0], c->url.host, c->url.port, err, len)) != FL_OK)
+		return rc;
+	sub->nlinks = 1;
+	argv[0] = "SUBSCRIBE";
+	for (int i = 0; i < c->nshards; i++) {
+		snprintf(chan[i], sizeof(chan[i]), "%shint", c->shard[i].prefix);
+		argv[1 + i] = chan[i];
+	}
+	/* one confirmation per channel */
+	if (rl_append(&sub->links[0], 1 + c->nshards, argv) != FL_OK)
+		rc = FL_DOWN;
+	for (int i = 0; i < c->nshards && rc == FL_OK; i++) {
+		void *v = NULL;
+
+		if (rl_reply(sub, &sub->links[0], &v) != REDIS_OK || !v ||
+		    ((redisReply *)v)->type != REDIS_REPLY_ARRAY) {
+			snprintf(err, len, "SUBSCRIBE: %s", sub->why[0] ? sub->why : "unexpected reply");
+			rc = FL_DOWN;
+		}
+		if (v)
+			freeReplyObject(v);
+		/* the queue holds the command once; the later confirmations have none */
+	}
+	if (rc != FL_OK)
+		fl_close(sub);
+	return rc;
 }
 
 int fl_hint_fd(const struct fl_conn *c)
 {
-	return c->ctx ? ((const redisContext *)c->ctx)->fd : -1;
+	return c->nlinks && c->links[0].ctx ? ((const redisContext *)c->links[0].ctx)->fd : -1;
 }
 
 int fl_hint_read(struct fl_conn *c, uint64_t *max_seq)
 {
+	redisContext *x = c->nlinks ? c->links[0].ctx : NULL;
 	void *v;
 	int n = 0;
 
 	/* the socket is readable: one read, then every whole message it held
 	 * (a message larger than any reply may be: the channel is dropped) */
-	if (redisBufferRead(ctx(c)) != REDIS_OK || ctx(c)->reader->len > FL_BYTES_MAX)
+	if (!x || redisBufferRead(x) != REDIS_OK || x->reader->len > FL_REPLY_BYTES_MAX)
 		return FL_DOWN;
 	for (;;) {
 		redisReply *r;
 
 		v = NULL;
-		if (redisGetReplyFromReader(ctx(c), &v) != REDIS_OK)
+		if (redisGetReplyFromReader(x, &v) != REDIS_OK)
 			return FL_DOWN;
 		if (!v)
 			return n;
 		r = v;
-		/* ["message", channel, seq] */
-		if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[2]->type == REDIS_REPLY_STRING) {
+		/* ["message", channel, seq]: the shard is the channel's */
+		if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[1]->type == REDIS_REPLY_STRING &&
+		    r->element[2]->type == REDIS_REPLY_STRING) {
 			uint64_t seq = num(r->element[2]->str);
 
-			if (seq > *max_seq)
-				*max_seq = seq;
-			n++;
+			for (int s = 0; s < c->nshards; s++) {
+				size_t pl = strlen(c->shard[s].prefix);
+
+				if (strncmp(r->element[1]->str, c->shard[s].prefix, pl) == 0 &&
+				    strcmp(r->element[1]->str + pl, "hint") == 0) {
+					if (seq > max_seq[s])
+						max_seq[s] = seq;
+					n++;
+				}
+			}
 		}
 		freeReplyObject(r);
 	}
