@@ -59,6 +59,7 @@ def test_shards_spread_the_fleets_keys_and_commands_over_every_master(nodes, clu
     before = {m: commands(cluster, m) for m in masters}
     time.sleep(3)
     per = {m: commands(cluster, m) - before[m] for m in masters}
+    print(f"commands per master in 3 s: {per}; keys: {keys}")
     assert min(per.values()) > 0 and max(per.values()) <= 2 * min(per.values()), f"commands per master: {per}"
     assert all(d in n2.shim.status() for d in dests)
 
@@ -91,7 +92,8 @@ def test_a_master_killed_its_replica_promoted_the_agents_follow_and_no_hold_is_l
         followed = wait_for(lambda: all("routed again" in n.log() for n in (n1, n2, n3)), 10)
         assert followed is not None, n3.log()
         took = time.monotonic() - t0
-        assert took < 5 + 1, f"the agents followed the new master {took:.1f} s after the kill"
+        print(f"failover: the agents routed again {took:.2f} s after the master was killed")
+        assert took < 5, f"the agents followed the new master {took:.1f} s after the kill"
         # a trip after the failover reaches the fleet through the new master
         trip(n1, later)
         trip(n2, later)
