@@ -82,14 +82,14 @@ $(BUILD)/shimctl: $(CTL_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lsqlite3
 
 # the fleet agent: the only program that talks to Redis (hiredis)
-AGENT_OBJ := $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(BUILD)/tools/agent/hooks.o $(BUILD)/tools/agent/metrics.o $(BUILD)/tools/agent/history.o \
+AGENT_OBJ := $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(BUILD)/tools/agent/hmac.o $(BUILD)/tools/agent/hooks.o $(BUILD)/tools/agent/metrics.o $(BUILD)/tools/agent/history.o \
 	$(BUILD)/tools/agent/fleetstate.o \
 	$(BUILD)/tools/tablekit.o $(BUILD)/tools/ctl_metrics.o
 
 $(BUILD)/netshim-agent: $(BUILD)/tools/agent/agent.o $(AGENT_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis -lsqlite3
 
-$(BUILD)/fleetbench: $(BUILD)/tools/agent/fleetbench.o $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(POLICY_OBJ)
+$(BUILD)/fleetbench: $(BUILD)/tools/agent/fleetbench.o $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(BUILD)/tools/agent/hmac.o $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis -lpthread
 
 $(BUILD)/tools/shimrun.o: tools/shimrun.c $(wildcard policy/*.h)
@@ -150,8 +150,8 @@ $(BUILD)/tracee: tests/clients/tracee.c
 	$(CC) -g -O0 -Wall -o $@ $<
 
 # shim/settings.c stands alone (no libc wrapper in it): tested here directly
-$(BUILD)/unit_tests: $(UNIT_SRC) $(POLICY_OBJ) shim/settings.c
-	$(CC) $(FINAL_CFLAGS) -o $@ $(UNIT_SRC) shim/settings.c $(POLICY_OBJ) -lcriterion $(FINAL_LDFLAGS)
+$(BUILD)/unit_tests: $(UNIT_SRC) $(POLICY_OBJ) shim/settings.c tools/agent/hmac.c
+	$(CC) $(FINAL_CFLAGS) -o $@ $(UNIT_SRC) shim/settings.c tools/agent/hmac.c $(POLICY_OBJ) -lcriterion $(FINAL_LDFLAGS)
 
 $(BUILD)/stress: tests/clients/stress.c
 	@mkdir -p $(dir $@)

@@ -1,5 +1,5 @@
 """badredis.py -- a Redis that answers the agent's set-up commands properly
-and then misbehaves on its polls (the audit of issue 24, items 11 and 12):
+(its first TIME on a connection among them) and then misbehaves on its polls (the audit of issue 24, items 11 and 12):
 
   badredis.py trickle   the reply to TIME comes one byte per 0.5 s
   badredis.py huge      the reply to TIME claims 10^9 elements, then sends
@@ -43,6 +43,7 @@ def commands(c):
 
 
 def serve(c):
+    polled = False
     try:
         for args in commands(c):
             cmd = args[0].upper()
@@ -56,6 +57,11 @@ def serve(c):
                 c.sendall(b"$-1\r\n")
             elif cmd == b"SUBSCRIBE":
                 c.sendall(b"*3\r\n$9\r\nsubscribe\r\n$%d\r\n%s\r\n:1\r\n" % (len(args[1]), args[1]))
+            elif cmd == b"TIME" and not polled:
+                # the agent's first TIME on a connection is its set-up
+                # (Redis's clock for what it writes before its first poll)
+                polled = True
+                c.sendall(b"*2\r\n$10\r\n%d\r\n$6\r\n000000\r\n" % int(time.time()))
             elif cmd == b"TIME":
                 print("POLL", flush=True)
                 if MODE == "trickle":

@@ -16,6 +16,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -173,6 +174,9 @@ static void agent_metrics(FILE *f, void *arg)
 	fprintf(f, "# HELP netshim_agent_cpu_seconds_total CPU time of the agent's passes.\n"
 		"# TYPE netshim_agent_cpu_seconds_total counter\nnetshim_agent_cpu_seconds_total{node=\"%s\"} %.6f\n",
 		A.node, (double)__atomic_load_n(&A.t.hdr->agent_cpu_ns, __ATOMIC_RELAXED) / 1e9);
+	agent_gauge(f, "netshim_agent_unsigned_ignored_total",
+		    "Votes and commands in Redis ignored: not signed with a fleet key (--fleet-key-file), or replayed.",
+		    "counter", A.c.unsigned_seen);
 	agent_gauge(f, "netshim_agent_destinations", "Destinations in the table at the last pass.", "gauge", A.n_total);
 	agent_gauge(f, "netshim_agent_open_destinations", "Destinations open here at the last pass.", "gauge", A.n_open);
 	agent_gauge(f, "netshim_agent_hook_runs_total", "--on-event runs started.", "counter", hooks_runs(A.hooks));
@@ -327,6 +331,12 @@ static void pass(uint64_t now)
 			A.bad_logged = A.bad_keys;
 			A.bad_log_ms = now;
 		}
+		if (A.c.unsigned_seen != A.unsigned_logged && now >= A.unsigned_log_ms + 60000) {
+			ag_log("%llu votes or commands in Redis not signed with a fleet key (or replayed) were ignored "
+			       "(a writer without the key?)", (unsigned long long)(A.c.unsigned_seen - A.unsigned_logged));
+			A.unsigned_logged = A.c.unsigned_seen;
+			A.unsigned_log_ms = now;
+		}
 		if (rc == FL_OK) {
 			A.synced = 1;
 			rc = reconcile(now, err, sizeof(err));
@@ -365,12 +375,49 @@ static void pass(uint64_t now)
 
 /**** the program ****/
 
+/* --fleet-key-file: one key a line (16 to 127 bytes; the first signs, every
+ * one verifies, so keys rotate by adding the new one second, then first,
+ * then removing the old), readable by its owner only. Exit 2 otherwise. */
+static void load_keys(const char *file)
+{
+	char line[FL_KEY_MAX + 8];
+	struct stat st;
+	FILE *f = fopen(file, "re");
+	int n = 0;
+
+	if (!f)
+		err(2, "--fleet-key-file %s", file);
+	if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
+		errx(2, "--fleet-key-file %s: readable by others (mode %03o): chmod 600 it", file,
+		     (unsigned)(st.st_mode & 0777));
+	for (int ln = 1; fgets(line, sizeof(line), f); ln++) {
+		size_t len = strcspn(line, "\r\n");
+
+		if (len == strlen(line) && !feof(f))
+			errx(2, "--fleet-key-file %s:%d: a key longer than %d bytes", file, ln, FL_KEY_MAX - 1);
+		if (len == 0)
+			continue;
+		if (len < 16)
+			errx(2, "--fleet-key-file %s:%d: a key of %zu bytes; at least 16 (head -c 32 /dev/urandom | "
+			     "base64)", file, ln, len);
+		if (n == FL_KEYS_MAX)
+			errx(2, "--fleet-key-file %s:%d: more than %d keys", file, ln, FL_KEYS_MAX);
+		memcpy(A.c.keys[n], line, len);
+		A.c.keylen[n++] = len;
+	}
+	fclose(f);
+	if (!n)
+		errx(2, "--fleet-key-file %s: no key in it", file);
+	A.c.nkeys = n;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: netshim-agent --redis redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] [--node NAME] [--fleet NAME]\n"
 		"                     [--quorum N | N%%] [--suspect-share PERCENT] [--suspect-min N] [--on-event CMD]\n"
 		"                     [--table NAME] [--poll-ms MS] [--hook-timeout-ms MS] [--no-hint]\n"
-		"                     [--shards N] [--metrics-listen ADDRESS:PORT] [--history FILE [--history-keep SPAN]\n"
+		"                     [--shards N] [--fleet-key-file FILE] [--metrics-listen ADDRESS:PORT]\n"
+		"                     [--history FILE [--history-keep SPAN]\n"
 		"                     [--history-ring N]]\n"
 		"       netshim-agent --history FILE ...   (no fleet: the table's history and hooks alone)\n");
 }
@@ -401,7 +448,8 @@ static void parse_args(int argc, char **argv)
 		{ "no-hint", no_argument, 0, 'N' }, { "help", no_argument, 0, 'H' },
 		{ "metrics-listen", required_argument, 0, 'M' }, { "history", required_argument, 0, 'Y' },
 		{ "history-keep", required_argument, 0, 'K' }, { "history-ring", required_argument, 0, 'R' },
-		{ "shards", required_argument, 0, 'S' }, { 0, 0, 0, 0 },
+		{ "shards", required_argument, 0, 'S' }, { "fleet-key-file", required_argument, 0, 'k' },
+		{ 0, 0, 0, 0 },
 	};
 	const char *table = NULL;
 	char tbuf[64], uerr[128];
@@ -443,6 +491,7 @@ static void parse_args(int argc, char **argv)
 		case 'h': A.hook_timeout_ms = int_arg("--hook-timeout-ms", optarg, 10, 3600000); break;
 		case 'N': A.no_hint = 1; break;
 		case 'S': A.shards = int_arg("--shards", optarg, 1, FL_SHARDS_MAX); break;
+		case 'k': A.key_file = optarg; break;
 		case 'M': A.metrics_at = optarg; break;
 		case 'Y': A.hist_file = optarg; break;
 		case 'K':
@@ -467,6 +516,8 @@ static void parse_args(int argc, char **argv)
 		usage(stderr);
 		exit(2);
 	}
+	if (A.key_file)
+		load_keys(A.key_file);
 	if (A.url_text && fl_url_parse(A.url_text, &A.url, uerr, sizeof(uerr)) < 0)
 		errx(2, "--redis %s: %s (expected redis://[[USER]:PASSWORD@]HOST[:PORT][/DB])", A.url_text, uerr);
 	if (A.metrics_at && (A.metrics_fd = msrv_listen(A.metrics_at, uerr, sizeof(uerr))) < 0)
@@ -522,6 +573,9 @@ int main(int argc, char **argv)
 		       A.shards == 1 ? "" : "s", A.poll_ms);
 	else
 		ag_log("node %s, table %s, no fleet (no --redis)", A.node, A.t.path);
+	if (A.c.nkeys)
+		ag_log("votes and commands signed; only those signed with one of the %d fleet key%s are believed",
+		       A.c.nkeys, A.c.nkeys == 1 ? "" : "s");
 	if (A.hist)
 		ag_log("recording history in %s (kept %llu h)", A.hist_file, (unsigned long long)(A.hist_keep_ms / 3600000));
 	/* the gaps count from the last pass a change or a hint started early

@@ -37,6 +37,9 @@ int fl_name_ok(const char *s);
 #define FL_SHARDS_MAX 64         /* --shards */
 #define FL_LINKS_MAX FL_SHARDS_MAX
 #define FL_KNOWN_MAX 32
+#define FL_KEYS_MAX 4               /* fleet keys at once (a rotation) */
+#define FL_KEY_MAX 128
+#define FL_SIG_LEN 32               /* hex digits of a signature: 128 bits of HMAC-SHA-256 */
 #define FL_PREFIX_MAX (AG_NAME_MAX + 48)   /* "netshim:{FLEET.SHARD.K}:" */
 #define FL_REPLY_BYTES_MAX (64u << 20)   /* the most of one reply buffered: more is a protocol error */
 
@@ -79,6 +82,12 @@ struct fl_conn {
 	int nknown;
 	struct fl_url url;
 	const char *script;         /* loaded on every link (NULL: the hint channel's) */
+	char fleet[AG_NAME_MAX];
+	unsigned char keys[FL_KEYS_MAX][FL_KEY_MAX];   /* --fleet-key-file: the first signs, any verifies */
+	size_t keylen[FL_KEYS_MAX];
+	int nkeys;                  /* 0: nothing signed, everything believed */
+	uint64_t unsigned_seen;     /* votes, cooldowns, commands ignored: not signed by a fleet key */
+	uint64_t redis_ms, redis_mono;   /* Redis's clock at its last TIME, and the monotonic ms then */
 	char sha[48];
 	int timeout_ms;             /* the longest wait for a whole reply */
 	char why[160];              /* the last reply's error */
@@ -111,6 +120,9 @@ void fl_close(struct fl_conn *c);
 /* A cluster's slots read again and every link made anew (after a MOVED:
  * c->stale, or a lost master); the shards' state is the caller's. */
 int fl_reroute(struct fl_conn *c, char *err, size_t len);
+/* Redis's clock now, reckoned from its last TIME and the monotonic clock
+ * since (0: not connected yet). */
+uint64_t fl_redis_now(const struct fl_conn *c);
 /* The shard of a destination's keys. */
 int fl_dest_shard(const struct fl_conn *c, const char *dest);
 /* A shard's change counter now (0 when there is none: an empty Redis). */
@@ -142,7 +154,8 @@ struct fl_dest {
 	const char *dest;
 	struct fl_vote *votes;
 	int nvotes;
-	uint64_t cmd_seq;           /* 0 = no operator command */
+	uint64_t cmd_seq;           /* 0 = no operator command (or one not signed by a fleet key) */
+	uint64_t cmd_at;            /* its time (Redis ms) */
 	int cmd_op;                 /* FL_RESET or FL_FORCE */
 	char cmd_node[AG_NAME_MAX];
 	uint64_t cool_until;        /* a server's Retry-After seen on a node: Redis time it ends, 0 = none */

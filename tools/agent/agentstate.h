@@ -17,6 +17,7 @@
 #define LOCAL_GAP_MS 2              /* early passes a change here may start, at most one per */
 #define SUB_RETRY_MS 5000           /* the hint channel, when lost, is tried again after */
 #define MAX_OPS 4096                /* operator commands waiting for Redis */
+#define CMD_FRESH_MS 600000         /* with fleet keys, a command older than this reaching a running agent is a replay */
 #define REROUTE_GRACE_MS 5000       /* a cluster's master lost: the holds stand this long while its replica takes over */
 
 /* What the agent knows of one shard of the fleet's keys (its own changes
@@ -33,6 +34,7 @@ struct dst {
 	struct fl_vote *votes;      /* as Redis last said, plus our own writes */
 	int nvotes;
 	uint64_t cmd_seq;           /* the last operator command seen */
+	uint64_t cmd_at;            /* ...its time (Redis ms) */
 	int slot;                   /* in the table, -1 = none yet */
 	int dirty;                  /* votes changed: count them again */
 	uint64_t next_exp;          /* the earliest live vote's expiry (Redis ms), 0 = none */
@@ -70,6 +72,8 @@ struct agent_state {
 	int hook_timeout_ms;
 	int no_hint;
 	int shards;                 /* --shards */
+	const char *key_file;       /* --fleet-key-file */
+	uint64_t unsigned_logged, unsigned_log_ms;   /* unsigned entries ignored, as many said, at most once a minute */
 	/* state */
 	struct ns_table t;
 	struct fl_conn c;

@@ -299,11 +299,17 @@ void on_dest(void *arg, const struct fl_dest *in)
 			ag_log("%s: cooling down here too (%s)", d->key, detail);
 		}
 	}
-	if (in->cmd_seq && in->cmd_seq > d->cmd_seq) {
+	/* with fleet keys a command is signed with its time (its seq is not:
+	 * Redis numbers it), so a command is newer by its time too, and one
+	 * older than CMD_FRESH_MS when it reaches a running agent is a replay */
+	if (in->cmd_seq && in->cmd_seq > d->cmd_seq && (!A.c.nkeys || in->cmd_at > d->cmd_at)) {
 		d->cmd_seq = in->cmd_seq;
+		d->cmd_at = in->cmd_at;
 		if (strcmp(in->cmd_node, A.node) == 0)
 			return;   /* made here: the operator already did it to this table */
-		if (A.synced && in->cmd_seq > high_before) {
+		if (A.synced && in->cmd_seq > high_before && A.c.nkeys && in->cmd_at + CMD_FRESH_MS < A.redis_now) {
+			A.c.unsigned_seen++;
+		} else if (A.synced && in->cmd_seq > high_before) {
 			apply_command(d, in->cmd_op, in->cmd_node);
 		} else if (!A.synced && in->cmd_op == FL_FORCE) {
 			/* joining: a forced open stands until a reset, so it holds here too */

@@ -50,29 +50,36 @@
 #include <hiredis/hiredis.h>
 
 #include "agent.h"
+#include "hmac.h"
 
+/* ARGV: op, dest, node, AT (Redis ms, the agent's reckoning: a vote's
+ * expiry, a cooldown's end, a command's time), VALUE (what is stored: a
+ * vote's "EXPIRY RULE[ SIG]", a cooldown's "UNTIL NODE[ SIG]", a command's
+ * signature or "-"), the hint channel. The agent reckons the times so that
+ * it can sign them (--fleet-key-file); they are Redis's clock all the same
+ * (its last TIME and the agent's monotonic clock since). */
 static const char change_script[] =
 	"local t = redis.call('TIME')\n"
 	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
 	"local op = ARGV[1]\n"
+	"local at = tonumber(ARGV[4])\n"
+	"local keep = math.max(at - now, 0) + 60000\n"
 	"if op == 'vote' then\n"
-	"  local ttl = tonumber(ARGV[4])\n"
-	"  redis.call('HSET', KEYS[3], ARGV[3], string.format('%d %s', now + ttl, ARGV[5]))\n"
-	"  if redis.call('PTTL', KEYS[3]) < ttl + 60000 then redis.call('PEXPIRE', KEYS[3], ttl + 60000) end\n"
+	"  redis.call('HSET', KEYS[3], ARGV[3], ARGV[5])\n"
+	"  if redis.call('PTTL', KEYS[3]) < keep then redis.call('PEXPIRE', KEYS[3], keep) end\n"
 	"elseif op == 'unvote' then\n"
 	"  if redis.call('HDEL', KEYS[3], ARGV[3]) == 0 then return 0 end\n"
 	"elseif op == 'reset' then\n"
 	"  redis.call('DEL', KEYS[3])\n"
 	"elseif op == 'cooldown' then\n"
-	"  local ttl = tonumber(ARGV[4])\n"
 	"  local cur = redis.call('HGET', KEYS[3], '~cooldown')\n"
-	"  if cur and tonumber(string.match(cur, '^%d+')) >= now + ttl then return 0 end\n"
-	"  redis.call('HSET', KEYS[3], '~cooldown', string.format('%d %s', now + ttl, ARGV[3]))\n"
-	"  if redis.call('PTTL', KEYS[3]) < ttl + 60000 then redis.call('PEXPIRE', KEYS[3], ttl + 60000) end\n"
+	"  if cur and tonumber(string.match(cur, '^%d+')) >= at then return 0 end\n"
+	"  redis.call('HSET', KEYS[3], '~cooldown', ARGV[5])\n"
+	"  if redis.call('PTTL', KEYS[3]) < keep then redis.call('PEXPIRE', KEYS[3], keep) end\n"
 	"end\n"
 	"local s = redis.call('INCR', KEYS[1])\n"
 	"if op == 'reset' or op == 'forced_open' then\n"
-	"  redis.call('HSET', KEYS[4], 'seq', s, 'op', op, 'node', ARGV[3], 'at', now)\n"
+	"  redis.call('HSET', KEYS[4], 'seq', s, 'op', op, 'node', ARGV[3], 'at', ARGV[4], 'sig', ARGV[5])\n"
 	"end\n"
 	"redis.call('ZADD', KEYS[2], s, ARGV[2])\n"
 	"redis.call('PUBLISH', ARGV[6], s)\n"
@@ -166,6 +173,69 @@ static uint64_t num(const char *s)
 	return s ? strtoull(s, NULL, 10) : 0;
 }
 
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Redis's clock now, reckoned from its last TIME (0: none yet). */
+uint64_t fl_redis_now(const struct fl_conn *c)
+{
+	return c->redis_ms ? c->redis_ms + (mono_ms() - c->redis_mono) : 0;
+}
+
+static void saw_time(struct fl_conn *c, const redisReply *t)
+{
+	if (t->type == REDIS_REPLY_ARRAY && t->elements == 2 && t->element[0]->str && t->element[1]->str) {
+		c->redis_ms = num(t->element[0]->str) * 1000 + num(t->element[1]->str) / 1000;
+		c->redis_mono = mono_ms();
+	}
+}
+
+/**** signatures (--fleet-key-file) ****
+ *
+ * With fleet keys, what an agent writes carries the first key's HMAC-SHA-256
+ * (the first 16 bytes, in hex) of what it means: a vote of the fleet, for a
+ * destination, by a node, until a time, by a rule; a cooldown until a time;
+ * an operator command at a time. A reader believes only what any of the keys
+ * signed: a writer of Redis without the key can delete (which makes the
+ * fleet do less, never more) but not vote or command. */
+static void sign_with(const struct fl_conn *c, int k, const char *kind, const char *dest, const char *node,
+		      const char *a, const char *b, char out[FL_SIG_LEN + 1])
+{
+	unsigned char mac[SHA256_LEN];
+	char msg[16 + AG_NAME_MAX + NS_KEY_MAX + AG_NAME_MAX + 64 + AG_RULE_MAX];
+	int n = snprintf(msg, sizeof(msg), "%s%c%s%c%s%c%s%c%s%c%s", kind, 0, c->fleet, 0, dest, 0, node, 0, a, 0, b);
+
+	hmac_sha256(c->keys[k], c->keylen[k], msg, n < 0 ? 0 : (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1,
+		    mac);
+	for (int i = 0; i < FL_SIG_LEN / 2; i++)
+		snprintf(out + 2 * i, 3, "%02x", mac[i]);
+}
+
+static int signed_ok(struct fl_conn *c, const char *sig, const char *kind, const char *dest, const char *node,
+		     const char *a, const char *b)
+{
+	char want[FL_SIG_LEN + 1];
+
+	if (!c->nkeys)
+		return 1;
+	for (int k = 0; sig && strlen(sig) == FL_SIG_LEN && k < c->nkeys; k++) {
+		unsigned diff = 0;
+
+		sign_with(c, k, kind, dest, node, a, b, want);
+		for (int i = 0; i < FL_SIG_LEN; i++)
+			diff |= (unsigned)(want[i] ^ sig[i]);
+		if (!diff)
+			return 1;
+	}
+	c->unsigned_seen++;
+	return 0;
+}
+
 /**** shards ****
  *
  * With --shards 1 (the default) a fleet's keys are under the one tag
@@ -225,12 +295,27 @@ void fl_close(struct fl_conn *c)
 int fl_connect(struct fl_conn *c, const struct fl_url *u, const char *fleet, int nshards, int timeout_ms,
 	       char *err, size_t len)
 {
+	const char *time_argv[] = { "TIME" };
+	redisReply *t;
+	int rc;
+
 	fl_close(c);
 	c->url = *u;
 	c->timeout_ms = timeout_ms;
 	c->script = change_script;
+	snprintf(c->fleet, sizeof(c->fleet), "%s", fleet);
 	shard_tags(c, fleet, nshards);
-	return rl_route(c, err, len);
+	if ((rc = rl_route(c, err, len)) != FL_OK)
+		return rc;
+	/* Redis's clock, for the times this agent writes before its first poll */
+	use(c, 0);
+	if ((rc = command(c, &t, err, len, 1, time_argv)) != FL_OK) {
+		fl_close(c);
+		return rc;
+	}
+	saw_time(c, t);
+	freeReplyObject(t);
+	return FL_OK;
 }
 
 int fl_reroute(struct fl_conn *c, char *err, size_t len)
@@ -257,15 +342,31 @@ int fl_seq(struct fl_conn *c, int shard, uint64_t *seq, char *err, size_t len)
 int fl_append_change(struct fl_conn *c, int op, const char *dest, const char *node, uint64_t ttl_ms,
 		     const char *rule)
 {
-	char k[4][FL_PREFIX_MAX + NS_KEY_MAX + 16], ttl[24], chan[FL_PREFIX_MAX + 8];
-	const char *argv[13];
+	char k[4][FL_PREFIX_MAX + NS_KEY_MAX + 16], at[24], chan[FL_PREFIX_MAX + 8];
+	char value[24 + AG_NAME_MAX + FL_SIG_LEN + 4], sig[FL_SIG_LEN + 1] = "-";
+	const char *argv[13], *what = rule && *rule ? rule : "-";
+	uint64_t now = fl_redis_now(c);
 
+	/* a command's time is now; a vote's and a cooldown's, when they end */
+	snprintf(at, sizeof(at), "%llu", (unsigned long long)(op == FL_RESET || op == FL_FORCE ? now : now + ttl_ms));
+	if (op == FL_VOTE) {
+		if (c->nkeys)
+			sign_with(c, 0, "vote", dest, node, at, what, sig);
+		snprintf(value, sizeof(value), "%s %s%s%s", at, what, c->nkeys ? " " : "", c->nkeys ? sig : "");
+	} else if (op == FL_COOLDOWN) {
+		if (c->nkeys)
+			sign_with(c, 0, "cooldown", dest, node, at, "", sig);
+		snprintf(value, sizeof(value), "%s %s%s%s", at, node, c->nkeys ? " " : "", c->nkeys ? sig : "");
+	} else {
+		if (c->nkeys)
+			sign_with(c, 0, "cmd", dest, node, at, fl_op_name(op), sig);
+		snprintf(value, sizeof(value), "%s", sig);
+	}
 	use(c, fl_dest_shard(c, dest));
 	snprintf(k[0], sizeof(k[0]), "%sseq", c->prefix);
 	snprintf(k[1], sizeof(k[1]), "%schanges", c->prefix);
 	snprintf(k[2], sizeof(k[2]), "%svotes:%s", c->prefix, dest);
 	snprintf(k[3], sizeof(k[3]), "%scmd:%s", c->prefix, dest);
-	snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)ttl_ms);
 	snprintf(chan, sizeof(chan), "%shint", c->prefix);
 	argv[0] = "EVALSHA";
 	argv[1] = c->sha;
@@ -275,8 +376,8 @@ int fl_append_change(struct fl_conn *c, int op, const char *dest, const char *no
 	argv[7] = fl_op_name(op);
 	argv[8] = dest;
 	argv[9] = node;
-	argv[10] = ttl;
-	argv[11] = rule && *rule ? rule : "-";
+	argv[10] = at;
+	argv[11] = value;
 	argv[12] = chan;
 	return rl_append(c->cur, 13, argv);
 }
@@ -356,41 +457,70 @@ static int get_reply(struct fl_conn *c, redisReply **r, int type, char *err, siz
 	return FL_OK;
 }
 
-/* One destination's votes and command, from its two HGETALL replies. */
-static void parse_dest(struct fl_dest *d, const redisReply *votes, const redisReply *cmd)
+/* "A B C": up to three words of a stored value (more is no value of ours). */
+static int words(const char *v, char w[3][NS_KEY_MAX])
 {
+	int n = 0;
+
+	while (*v && n < 3) {
+		size_t k = strcspn(v, " ");
+
+		if (k == 0 || k >= NS_KEY_MAX)
+			return -1;
+		memcpy(w[n], v, k);
+		w[n++][k] = '\0';
+		v += k;
+		if (*v == ' ')
+			v++;
+	}
+	return *v ? -1 : n;
+}
+
+/* One destination's votes and command, from its two HGETALL replies; with
+ * fleet keys, only what is signed. */
+static void parse_dest(struct fl_conn *c, struct fl_dest *d, const redisReply *votes, const redisReply *cmd)
+{
+	const char *op = NULL, *at = NULL, *sig = NULL;
+
 	d->nvotes = 0;
 	d->cool_until = 0;
 	d->cool_node[0] = '\0';
 	for (size_t i = 0; i + 1 < votes->elements; i += 2) {
 		const redisReply *k = votes->element[i], *v = votes->element[i + 1];
 		struct fl_vote *w = &d->votes[d->nvotes];
-		char *sp;
+		char f[3][NS_KEY_MAX];
+		int n;
 
-		if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+		if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING || (n = words(v->str, f)) < 1)
 			continue;
 		if (strcmp(k->str, "~cooldown") == 0) {
-			d->cool_until = strtoull(v->str, &sp, 10);
-			if (*sp == ' ' && fl_name_ok(sp + 1))
-				snprintf(d->cool_node, sizeof(d->cool_node), "%s", sp + 1);
+			/* UNTIL NODE [SIG] */
+			if (n >= 2 && fl_name_ok(f[1]) &&
+			    signed_ok(c, n == 3 ? f[2] : NULL, "cooldown", d->dest, f[1], f[0], "")) {
+				d->cool_until = num(f[0]);
+				snprintf(d->cool_node, sizeof(d->cool_node), "%.*s", (int)sizeof(d->cool_node) - 1, f[1]);
+			}
 			continue;
 		}
-		if (!fl_name_ok(k->str))
+		/* EXPIRY [RULE [SIG]] */
+		if (!fl_name_ok(k->str) ||
+		    !signed_ok(c, n == 3 ? f[2] : NULL, "vote", d->dest, k->str, f[0], n >= 2 ? f[1] : "-"))
 			continue;
 		snprintf(w->node, sizeof(w->node), "%s", k->str);
-		w->exp_ms = strtoull(v->str, &sp, 10);
+		w->exp_ms = num(f[0]);
 		/* a rule is a word of the policy's (logged, and shown): nothing else is kept */
 		w->rule[0] = '\0';
-		if (*sp == ' ') {
+		if (n >= 2) {
 			size_t r = 0;
 
-			for (sp++; r + 1 < sizeof(w->rule) && (isalnum((unsigned char)*sp) || *sp == '_'); sp++)
-				w->rule[r++] = *sp;
+			for (const char *p = f[1]; r + 1 < sizeof(w->rule) && (isalnum((unsigned char)*p) || *p == '_'); p++)
+				w->rule[r++] = *p;
 			w->rule[r] = '\0';
 		}
 		d->nvotes++;
 	}
 	d->cmd_seq = 0;
+	d->cmd_at = 0;
 	d->cmd_op = -1;
 	d->cmd_node[0] = '\0';
 	for (size_t i = 0; i + 1 < cmd->elements; i += 2) {
@@ -401,11 +531,18 @@ static void parse_dest(struct fl_dest *d, const redisReply *votes, const redisRe
 		if (strcmp(k, "seq") == 0)
 			d->cmd_seq = num(v);
 		else if (strcmp(k, "op") == 0)
-			d->cmd_op = strcmp(v, "reset") == 0 ? FL_RESET : strcmp(v, "forced_open") == 0 ? FL_FORCE : -1;
+			op = v;
+		else if (strcmp(k, "at") == 0)
+			at = v;
+		else if (strcmp(k, "sig") == 0)
+			sig = v;
 		else if (strcmp(k, "node") == 0 && fl_name_ok(v))
 			snprintf(d->cmd_node, sizeof(d->cmd_node), "%s", v);
 	}
-	if (d->cmd_op < 0)
+	if (op)
+		d->cmd_op = strcmp(op, "reset") == 0 ? FL_RESET : strcmp(op, "forced_open") == 0 ? FL_FORCE : -1;
+	d->cmd_at = num(at);
+	if (d->cmd_op < 0 || (d->cmd_seq && !signed_ok(c, sig, "cmd", d->dest, d->cmd_node, at ? at : "", op)))
 		d->cmd_seq = 0;
 }
 
@@ -433,8 +570,8 @@ int fl_poll(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn, void *a
 			freeReplyObject(e);
 		return rc;
 	}
-	*redis_now_ms = t->elements == 2 && t->element[0]->str && t->element[1]->str ?
-		num(t->element[0]->str) * 1000 + num(t->element[1]->str) / 1000 : 0;
+	saw_time(c, t);
+	*redis_now_ms = c->redis_ms;
 	if (store) {
 		store->seq = q->type == REDIS_REPLY_STRING ? num(q->str) : 0;
 		snprintf(store->epoch, sizeof(store->epoch), "%.*s",
@@ -483,7 +620,7 @@ int fl_poll(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn, void *a
 			d.dest = z->element[2 * i]->str;
 			d.votes = votes;
 			d.seq = num(z->element[2 * i + 1]->str);
-			parse_dest(&d, v, m);
+			parse_dest(c, &d, v, m);
 			if (strlen(d.dest) < NS_KEY_MAX)
 				fn(arg, &d);
 			if (d.seq > *high)
