@@ -42,7 +42,7 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 
 LIB := $(BUILD)/libnetshim.so
 TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench $(BUILD)/tablebench \
-	$(BUILD)/netshim-agent $(BUILD)/fleetbench
+	$(BUILD)/netshim-agent $(BUILD)/fleetbench $(BUILD)/fleetscale
 CLIENTS := $(BUILD)/fclient $(BUILD)/tracee $(BUILD)/vforkclose $(BUILD)/mmsg $(BUILD)/hammer \
 	$(BUILD)/fclient-static $(BUILD)/sigconnect $(BUILD)/sslhost $(BUILD)/deepbind $(BUILD)/libdeeplib.so $(BUILD)/libdeeplib-now.so $(BUILD)/libdeeplib-addr.so
 
@@ -88,6 +88,9 @@ AGENT_OBJ := $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(BUI
 
 $(BUILD)/netshim-agent: $(BUILD)/tools/agent/agent.o $(AGENT_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis -lsqlite3
+
+$(BUILD)/fleetscale: $(BUILD)/tools/agent/fleetscale.o $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(BUILD)/tools/agent/hmac.o $(POLICY_OBJ)
+	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis
 
 $(BUILD)/fleetbench: $(BUILD)/tools/agent/fleetbench.o $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(BUILD)/tools/agent/hmac.o $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis -lpthread

@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from conftest import BUILD
-from test_fleet import Node, free_port, redis, trip, wait_for  # noqa: F401
+from test_fleet import Node, free_port, redis_single, trip, wait_for  # noqa: F401
 
 
 def scrape(port):
@@ -21,9 +21,9 @@ def scrape(port):
 
 
 @pytest.fixture
-def metered(tmp_path, redis):
+def metered(tmp_path, redis_single):
     port = free_port()
-    node = Node("n1", tmp_path, redis.url)
+    node = Node("n1", tmp_path, redis_single.url)
     node.start_agent("--metrics-listen", f"127.0.0.1:{port}", quorum=1)
     yield node, port
     node.stop_agent()
