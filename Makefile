@@ -46,7 +46,7 @@ TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench $(BU
 CLIENTS := $(BUILD)/fclient $(BUILD)/tracee $(BUILD)/vforkclose $(BUILD)/mmsg $(BUILD)/hammer \
 	$(BUILD)/fclient-static $(BUILD)/sigconnect $(BUILD)/sslhost $(BUILD)/deepbind $(BUILD)/libdeeplib.so $(BUILD)/libdeeplib-now.so $(BUILD)/libdeeplib-addr.so
 
-.PHONY: compile_commands.json all test unit integration negative install uninstall bench bench-fleet demo deps clean tsan fuzz compat deb
+.PHONY: compile_commands.json all test unit integration negative install uninstall bench bench-fleet bench-fleet-scale demo deps clean tsan fuzz compat deb
 
 all: $(LIB) $(TOOLS) $(CLIENTS)
 
@@ -216,6 +216,11 @@ bench: all
 # the fleet's propagation delay and cost at 10, 100 and 1,000 nodes
 bench-fleet: all
 	tools/bench-fleet.sh $(BUILD)
+	tools/bench-fleet-scale.sh $(BUILD)
+
+# the cluster part alone (NODES=, POLL_MS=, SHARDS=, TRIALS=, BURST=)
+bench-fleet-scale: all
+	tools/bench-fleet-scale.sh $(BUILD)
 
 demo: all
 	tools/demo.sh $(BUILD)

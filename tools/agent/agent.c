@@ -222,14 +222,27 @@ static void hint_wait(int ms)
 			;   /* any number of wake-ups: one look at the event ring */
 }
 
-/* One shard's changes since the last poll. */
-static int poll_shard(int s, char *err, size_t len)
+/* One shard's changes since the last poll (light: a hint's, the changes
+ * alone, and only where a hint announced one). */
+static int poll_shard(int s, int light, char *err, size_t len)
 {
 	struct shard_state *h = &A.sh[s];
 	struct fl_store st;
 	uint64_t high;
-	int rc = fl_poll(&A.c, s, h->since, on_dest, &h->high_before, &A.redis_now, &high, &st, err, len);
+	int rc;
 
+	if (light) {
+		if (A.hinted[s] <= h->high)
+			return FL_OK;   /* no hint for this shard */
+		rc = fl_poll_changes(&A.c, s, h->since, on_dest, &h->high_before, &A.redis_now, &high, err, len);
+		if (rc == FL_OK) {
+			h->since = high;
+			if (high > h->high)
+				h->high = high;
+		}
+		return rc;
+	}
+	rc = fl_poll(&A.c, s, h->since, on_dest, &h->high_before, &A.redis_now, &high, &st, err, len);
 	if (rc == FL_OK && went_back(s, &st)) {
 		/* the store lost its data under a live connection (FLUSHDB,
 		 * a restart without it, a lagging replica promoted): what it
@@ -306,7 +319,7 @@ static void reconnect(uint64_t now)
 	A.next_try = now + A.backoff_ms / 2 + jitter;
 }
 
-static void pass(uint64_t now)
+static void pass(uint64_t now, int light)
 {
 	char err[256];
 	uint64_t c0 = cpu_ns();
@@ -324,7 +337,7 @@ static void pass(uint64_t now)
 
 		rc = publish_ops(err, sizeof(err));
 		for (int s = 0; s < A.shards && rc == FL_OK; s++)
-			rc = poll_shard(s, err, sizeof(err));
+			rc = poll_shard(s, light, err, sizeof(err));
 		if (A.bad_keys != A.bad_logged && now >= A.bad_log_ms + 60000) {
 			ag_log("%llu destination names in Redis that no shim could have written were ignored "
 			       "(a writer other than the agents?)", (unsigned long long)(A.bad_keys - A.bad_logged));
@@ -340,7 +353,7 @@ static void pass(uint64_t now)
 		if (rc == FL_OK) {
 			A.synced = 1;
 			rc = reconcile(now, err, sizeof(err));
-			if (rc == FL_OK)
+			if (rc == FL_OK && !light)
 				rc = membership(err, sizeof(err));
 		}
 		/* a hint the poll did not bear out (a seq Redis never reached)
@@ -366,7 +379,7 @@ static void pass(uint64_t now)
 	}
 	__atomic_store_n(&A.t.hdr->agent_open, A.n_open, __ATOMIC_RELAXED);
 	__atomic_store_n(&A.t.hdr->agent_dests, A.n_total, __ATOMIC_RELAXED);
-	__atomic_store_n(&A.t.hdr->agent_flags, (A.connected || A.reroute_until ? NS_AGENT_CONNECTED : 0) |
+	__atomic_store_n(&A.t.hdr->agent_flags, (A.connected ? NS_AGENT_CONNECTED : 0) |
 			 (A.suspect ? NS_AGENT_SUSPECT : 0) | (A.url_text ? 0 : NS_AGENT_NOFLEET) |
 			 (A.hist ? NS_AGENT_HISTORY : 0), __ATOMIC_RELAXED);
 	__atomic_store_n(&A.t.hdr->agent_beat_ms, ctl_wall_ms(), __ATOMIC_RELAXED);
@@ -593,8 +606,13 @@ int main(int argc, char **argv)
 		early = (A.local_change && now >= last_early + LOCAL_GAP_MS) ||
 			(hint_due(now) && now >= last_early + HINT_GAP_MS);
 		if (now >= next_pass || (A.nops && A.connected) || early) {
+			/* a pass started by a hint alone reads the hinted shards'
+			 * changes only: a change in a fleet of thousands wakes them
+			 * all at once, so that poll is one command, not four a shard */
+			int light = now < next_pass && !A.local_change && !A.nops;
+
 			A.local_change = 0;
-			pass(now);
+			pass(now, light);
 			if (early)
 				last_early = now;
 			else

@@ -179,6 +179,11 @@ struct fl_store {
  * counter and epoch. 0, or FL_DOWN. */
 int fl_poll(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
 	    uint64_t *high, struct fl_store *store, char *err, size_t len);
+/* A hint's poll of one shard: the changes alone (one command, and two per
+ * changed destination), the Redis time reckoned; the store's counter and
+ * epoch are left to the regular polls. */
+int fl_poll_changes(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
+		    uint64_t *high, char *err, size_t len);
 /* Membership (--quorum N%): this node's heartbeat at now_ms (Redis time),
  * or, with dest_called, that it called dest_called then. FL_OK or an error. */
 int fl_heartbeat(struct fl_conn *c, const char *node, uint64_t now_ms, const char *dest_called, char *err,

@@ -48,6 +48,7 @@ struct dst {
 	int no_room;                /* the fleet named it with the table too full: said once */
 	uint64_t attempts;          /* --quorum N%: the table's connects to it at the last report, */
 	uint64_t called_ms;         /* ...and when that report was (Redis time) */
+	uint32_t need;              /* --quorum N%: the votes it needed at the last count (0 = none yet) */
 	UT_hash_handle hh;
 };
 

@@ -61,7 +61,7 @@ struct machine {
 	uint64_t since[FL_SHARDS_MAX];
 	uint64_t next_poll;         /* monotonic us */
 	uint64_t last_early;
-	int hinted;
+	uint64_t hinted;            /* a bit a shard whose hint came */
 	struct sock *conn[FL_SHARDS_MAX];   /* by shard (shards on one master share it) */
 };
 
@@ -157,7 +157,9 @@ static int busy(const struct machine *m)
 	return 0;
 }
 
-static void poll_machine(struct machine *m)
+/* A poll as the agent makes it: every shard's four commands, or after a
+ * hint (hints != 0) the hinted shards' changes alone. */
+static void poll_machine(struct machine *m, uint64_t hints)
 {
 	if (busy(m)) {
 		late++;
@@ -173,6 +175,11 @@ static void poll_machine(struct machine *m)
 		snprintf(seq, sizeof(seq), "%sseq", ctl.shard[sh].prefix);
 		snprintf(epo, sizeof(epo), "%sepoch", ctl.shard[sh].prefix);
 		snprintf(min, sizeof(min), "(%llu", (unsigned long long)m->since[sh]);
+		if (hints) {
+			if (hints & (1ull << sh))
+				sendcmd(s, 5, z);
+			continue;
+		}
 		sendcmd(s, 1, t);
 		sendcmd(s, 2, g);
 		sendcmd(s, 2, e);
@@ -212,9 +219,11 @@ static void on_reply(struct sock *s, redisReply *r)
 /* A hint: the machine polls at once, or when its 20 ms gap ends. */
 static void on_hint(struct sock *s, redisReply *r)
 {
-	if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->str &&
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 && r->element[0]->str && r->element[1]->str &&
 	    strcmp(r->element[0]->str, "message") == 0)
-		M[s->machine].hinted = 1;
+		for (int sh = 0; sh < ctl.nshards; sh++)
+			if (strncmp(r->element[1]->str, ctl.shard[sh].prefix, strlen(ctl.shard[sh].prefix)) == 0)
+				M[s->machine].hinted |= 1ull << sh;
 }
 
 static void drive(uint64_t until)
@@ -255,14 +264,16 @@ static void drive(uint64_t until)
 			struct machine *m = &M[i];
 
 			if (now >= m->next_poll) {
-				poll_machine(m);
+				poll_machine(m, 0);
 				m->next_poll += (uint64_t)poll_ms * 1000;
 				if (m->next_poll < now)
 					m->next_poll = now + (uint64_t)poll_ms * 1000;
 			} else if (m->hinted && now >= m->last_early + HINT_GAP_MS * 1000) {
+				uint64_t h = m->hinted;
+
 				m->hinted = 0;
 				m->last_early = now;
-				poll_machine(m);
+				poll_machine(m, h);
 			}
 		}
 	}

@@ -395,13 +395,14 @@ static uint32_t needed(struct dst *d, uint32_t *callers_out)
 	*callers_out = 0;
 	if (!A.quorum_pct)
 		return (uint32_t)A.quorum;
-	if (n_live < 0)
-		return 0;
+	/* not countable now (Redis away: a cluster's failover): the last count */
+	if (n_live < 0 || !A.connected)
+		return d->need;
 	snprintf(what, sizeof(what), "callers:%s", d->key);
 	n = fl_since(&A.c, what, A.redis_now > CALLED_WINDOW_MS ? A.redis_now - CALLED_WINDOW_MS : 0, callers,
 		     MEMBERS_MAX, err, sizeof(err));
 	if (n < 0)
-		return 0;
+		return d->need;
 	for (int i = 0; i < n; i++)
 		count += (uint32_t)is_live(callers[i]);
 	/* a live voter called it too, reported or not yet */
@@ -413,7 +414,8 @@ static uint32_t needed(struct dst *d, uint32_t *callers_out)
 		count += (uint32_t)(!listed && d->votes[i].exp_ms > A.redis_now);
 	}
 	*callers_out = count;
-	return (uint32_t)(((uint64_t)count * (uint64_t)A.quorum_pct + 99) / 100) ?: 1;
+	d->need = (uint32_t)(((uint64_t)count * (uint64_t)A.quorum_pct + 99) / 100) ?: 1;
+	return d->need;
 }
 
 /* Count the live votes of every destination that changed or whose

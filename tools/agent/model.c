@@ -546,42 +546,15 @@ static void parse_dest(struct fl_conn *c, struct fl_dest *d, const redisReply *v
 		d->cmd_seq = 0;
 }
 
-int fl_poll(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
-	    uint64_t *high, struct fl_store *store, char *err, size_t len)
+/* A ZRANGEBYSCORE of the changes read (z, freed here): each destination's
+ * two hashes, handed to fn; *high the last change. */
+static int read_changes(struct fl_conn *c, redisReply *z, fl_dest_fn fn, void *arg, uint64_t *high, char *err,
+			size_t len)
 {
-	redisReply *t = NULL, *z = NULL, *q = NULL, *e = NULL;
 	struct fl_vote *votes = NULL;
-	size_t nd;
-	int rc;
+	size_t nd = z->elements / 2;
+	int rc = FL_OK;
 
-	*high = since;
-	if (fl_append_poll(c, shard, since) != FL_OK) {
-		snprintf(err, len, "cannot queue a command");
-		return FL_DOWN;
-	}
-	if ((rc = get_reply(c, &t, REDIS_REPLY_ARRAY, err, len)) != FL_OK)
-		return rc;
-	if ((rc = get_reply(c, &q, -1, err, len)) != FL_OK || (rc = get_reply(c, &e, -1, err, len)) != FL_OK ||
-	    (rc = get_reply(c, &z, REDIS_REPLY_ARRAY, err, len)) != FL_OK) {
-		freeReplyObject(t);
-		if (q)
-			freeReplyObject(q);
-		if (e)
-			freeReplyObject(e);
-		return rc;
-	}
-	saw_time(c, t);
-	*redis_now_ms = c->redis_ms;
-	if (store) {
-		store->seq = q->type == REDIS_REPLY_STRING ? num(q->str) : 0;
-		snprintf(store->epoch, sizeof(store->epoch), "%.*s",
-			 e->type == REDIS_REPLY_STRING && e->len < sizeof(store->epoch) ? (int)e->len : 0,
-			 e->type == REDIS_REPLY_STRING ? e->str : "");
-	}
-	freeReplyObject(t);
-	freeReplyObject(q);
-	freeReplyObject(e);
-	nd = z->elements / 2;
 	for (size_t i = 0; i < nd; i++) {
 		char key[FL_PREFIX_MAX + 16 + NS_KEY_MAX];
 		const char *dest = z->element[2 * i]->str;
@@ -632,6 +605,64 @@ int fl_poll(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn, void *a
 	free(votes);
 	freeReplyObject(z);
 	return rc;
+}
+
+int fl_poll(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
+	    uint64_t *high, struct fl_store *store, char *err, size_t len)
+{
+	redisReply *t = NULL, *z = NULL, *q = NULL, *e = NULL;
+	int rc;
+
+	*high = since;
+	if (fl_append_poll(c, shard, since) != FL_OK) {
+		snprintf(err, len, "cannot queue a command");
+		return FL_DOWN;
+	}
+	if ((rc = get_reply(c, &t, REDIS_REPLY_ARRAY, err, len)) != FL_OK)
+		return rc;
+	if ((rc = get_reply(c, &q, -1, err, len)) != FL_OK || (rc = get_reply(c, &e, -1, err, len)) != FL_OK ||
+	    (rc = get_reply(c, &z, REDIS_REPLY_ARRAY, err, len)) != FL_OK) {
+		freeReplyObject(t);
+		if (q)
+			freeReplyObject(q);
+		if (e)
+			freeReplyObject(e);
+		return rc;
+	}
+	saw_time(c, t);
+	*redis_now_ms = c->redis_ms;
+	if (store) {
+		store->seq = q->type == REDIS_REPLY_STRING ? num(q->str) : 0;
+		snprintf(store->epoch, sizeof(store->epoch), "%.*s",
+			 e->type == REDIS_REPLY_STRING && e->len < sizeof(store->epoch) ? (int)e->len : 0,
+			 e->type == REDIS_REPLY_STRING ? e->str : "");
+	}
+	freeReplyObject(t);
+	freeReplyObject(q);
+	freeReplyObject(e);
+	return read_changes(c, z, fn, arg, high, err, len);
+}
+
+int fl_poll_changes(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
+		    uint64_t *high, char *err, size_t len)
+{
+	char key[FL_PREFIX_MAX + 16], min[32];
+	const char *z[] = { "ZRANGEBYSCORE", key, min, "+inf", "WITHSCORES" };
+	redisReply *r;
+	int rc;
+
+	*high = since;
+	use(c, shard);
+	snprintf(key, sizeof(key), "%schanges", c->prefix);
+	snprintf(min, sizeof(min), "(%llu", (unsigned long long)since);
+	if (rl_append(c->cur, 5, z) != FL_OK) {
+		snprintf(err, len, "cannot queue a command");
+		return FL_DOWN;
+	}
+	if ((rc = get_reply(c, &r, REDIS_REPLY_ARRAY, err, len)) != FL_OK)
+		return rc;
+	*redis_now_ms = fl_redis_now(c);
+	return read_changes(c, r, fn, arg, high, err, len);
 }
 
 int fl_set_epoch(struct fl_conn *c, int shard, const char *epoch, char *err, size_t len)
