@@ -89,10 +89,10 @@ AGENT_OBJ := $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(BUI
 $(BUILD)/netshim-agent: $(BUILD)/tools/agent/agent.o $(AGENT_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis -lsqlite3
 
-$(BUILD)/fleetscale: $(BUILD)/tools/agent/fleetscale.o $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(BUILD)/tools/agent/hmac.o $(POLICY_OBJ)
+$(BUILD)/fleetscale: $(BUILD)/tools/agent/fleetscale.o $(BUILD)/tools/agent/benchkit.o $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(BUILD)/tools/agent/hmac.o $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis
 
-$(BUILD)/fleetbench: $(BUILD)/tools/agent/fleetbench.o $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(BUILD)/tools/agent/hmac.o $(POLICY_OBJ)
+$(BUILD)/fleetbench: $(BUILD)/tools/agent/fleetbench.o $(BUILD)/tools/agent/benchkit.o $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(BUILD)/tools/agent/hmac.o $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis -lpthread
 
 $(BUILD)/tools/shimrun.o: tools/shimrun.c $(wildcard policy/*.h)

@@ -15,11 +15,9 @@
  *   --no-hint: the agent ignores the hint channel (polls alone). */
 #include <err.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <pthread.h>
-#include <spawn.h>
 #include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,16 +29,8 @@
 #include <hiredis/hiredis.h>
 
 #include "agent.h"
+#include "benchkit.h"
 
-extern char **environ;
-
-static uint64_t now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
 
 /* The agent's own figures, from its table header. */
 static void agent_figures(const struct ns_table *t, uint64_t *polls, uint64_t *cpu)
@@ -87,39 +77,18 @@ static void *sim_main(void *arg)
 	uint64_t now;
 
 	while (!s->stop) {
-		uint64_t t0 = now_us(), spent;
+		uint64_t t0 = bk_now_us(), spent;
 
 		for (int i = 0; i < s->n; i++) {
 			if (fl_poll(&s->c, 0, s->high[i], nothing, NULL, &now, &s->high[i], NULL, err, sizeof(err)) != FL_OK)
 				errx(1, "poll: %s", err);
 			__atomic_fetch_add(&s->polls, 1, __ATOMIC_RELAXED);
 		}
-		spent = now_us() - t0;
+		spent = bk_now_us() - t0;
 		if (spent < (uint64_t)s->poll_ms * 1000)
 			usleep((useconds_t)((uint64_t)s->poll_ms * 1000 - spent));
 	}
 	return NULL;
-}
-
-static int held(struct ns_table *t, const char *key)
-{
-	struct timespec ts;
-	uint64_t until, mono;
-	struct ns_brk b;
-	char k[NS_KEY_MAX];
-	int idx;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	mono = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-	idx = ns_table_find(t, key, 0, mono);
-	return idx >= 0 && ns_table_state(t, idx, k, sizeof(k), &b, &until) == 0 && until > mono;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv)
@@ -132,8 +101,8 @@ int main(int argc, char **argv)
 		{ 0, 0, 0, 0 },
 	};
 	const char *url_text = NULL, *agent = NULL;
-	int nodes = 10, dests = 1000, poll_ms = 500, trials = 50, o, batch, no_hint = 0;
-	char err[256], fleet[AG_NAME_MAX], table[64], pollarg[16], urlarg[300];
+	int nodes = 10, dests = 1000, poll_ms = 500, trials = 50, o, no_hint = 0;
+	char err[256], fleet[AG_NAME_MAX], table[64];
 	struct fl_url url;
 	struct fl_conn c = { 0 };
 	struct ns_table t;
@@ -163,37 +132,13 @@ int main(int argc, char **argv)
 		errx(1, "redis: %s", err);
 
 	/* the data set: dests destinations, one vote each (below quorum) */
-	batch = 0;
-	for (int d = 0; d < dests; d++) {
-		char key[64], node[32];
-
-		snprintf(key, sizeof(key), "site-%d.example:443", d);
-		snprintf(node, sizeof(node), "sim-%d", d % nodes);
-		fl_append_change(&c, FL_VOTE, key, node, 3600 * 1000, "failure_threshold");
-		if (++batch == 500 || d == dests - 1) {
-			if (fl_collect(&c, err, sizeof(err)) != FL_OK)
-				errx(1, "vote: %s", err);
-			batch = 0;
-		}
-	}
+	bk_dataset(&c, dests, nodes);
 
 	/* the real agent, on a fresh table */
-	snprintf(table, sizeof(table), "nsfleetbench.%d", (int)getpid());
-	if (ns_table_open(table, 1, 0, 0, &t, err, sizeof(err)) != NS_TBL_OK)
-		errx(1, "%s", err);
-	snprintf(pollarg, sizeof(pollarg), "%d", poll_ms);
-	snprintf(urlarg, sizeof(urlarg), "%s", url_text);
 	{
-		char *av[] = { (char *)agent, "--redis", urlarg, "--node", "real", "--fleet", fleet, "--table", table,
-			"--poll-ms", pollarg, no_hint ? "--no-hint" : NULL, NULL };
+		char *extra[] = { no_hint ? "--no-hint" : NULL, NULL };
 
-		posix_spawn_file_actions_t fa;
-
-		/* its log (a line per fleet open) would bury the figures */
-		posix_spawn_file_actions_init(&fa);
-		posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-		if (posix_spawn(&pid, agent, &fa, NULL, av, environ) != 0)
-			errx(1, "cannot start %s", agent);
+		pid = bk_agent(agent, url_text, fleet, poll_ms, &t, table, sizeof(table), extra);
 	}
 	s.n = nodes - 1;
 	s.poll_ms = poll_ms;
@@ -211,9 +156,9 @@ int main(int argc, char **argv)
 	agent_figures(&t, &p0, &c0);
 	sp0 = __atomic_load_n(&s.polls, __ATOMIC_RELAXED);
 	r0 = redis_commands(&c);
-	t0 = now_us();
+	t0 = bk_now_us();
 	usleep(5 * 1000 * 1000);
-	t1 = now_us();
+	t1 = bk_now_us();
 	r1 = redis_commands(&c);
 	sp1 = __atomic_load_n(&s.polls, __ATOMIC_RELAXED);
 	agent_figures(&t, &p1, &c1);
@@ -227,7 +172,7 @@ int main(int argc, char **argv)
 	delay = calloc((size_t)trials, sizeof(*delay));
 	agent_figures(&t, &p0, &c0);
 	r0 = redis_commands(&c);
-	t0 = now_us();
+	t0 = bk_now_us();
 	for (int k = 0; k < trials; k++) {
 		char key[64];
 		uint64_t start, until;
@@ -237,18 +182,18 @@ int main(int argc, char **argv)
 		fl_append_change(&c, FL_VOTE, key, "sim-1", 60000, "consecutive_failures");
 		if (fl_collect(&c, err, sizeof(err)) != FL_OK)
 			errx(1, "vote: %s", err);
-		start = now_us();
+		start = bk_now_us();
 		until = start + 10ull * 1000000;
-		while (!held(&t, key) && now_us() < until)
+		while (!bk_held(&t, key) && bk_now_us() < until)
 			usleep(200);
-		delay[k] = now_us() - start;
+		delay[k] = bk_now_us() - start;
 		/* the next trip lands at another point of the agent's poll cycle */
 		usleep((useconds_t)(rand() % poll_ms + 1) * 1000);
 	}
-	t1 = now_us();
+	t1 = bk_now_us();
 	r1 = redis_commands(&c);
 	agent_figures(&t, &p1, &c1);
-	qsort(delay, (size_t)trials, sizeof(*delay), cmp_u64);
+	qsort(delay, (size_t)trials, sizeof(*delay), bk_cmp_u64);
 	printf("propagation_ms_p50 %.1f\npropagation_ms_p99 %.1f\npropagation_ms_max %.1f\n",
 	       (double)delay[trials / 2] / 1000, (double)delay[(trials * 99 + 99) / 100 - 1] / 1000,
 	       (double)delay[trials - 1] / 1000);

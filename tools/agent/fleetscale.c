@@ -27,7 +27,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,8 +42,8 @@
 #include <hiredis/hiredis.h>
 
 #include "agent.h"
+#include "benchkit.h"
 
-extern char **environ;
 
 #define HINT_GAP_MS 20
 
@@ -88,14 +87,6 @@ static void on_term(int sig)
 	stopping = 1;
 }
 static char fleet[AG_NAME_MAX];
-
-static uint64_t now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
 
 static int dial(const char *host, int port)
 {
@@ -231,7 +222,7 @@ static void drive(uint64_t until)
 	struct epoll_event ev[256];
 	uint64_t next_scan = 0;
 
-	while (now_us() < until && !stopping) {
+	while (bk_now_us() < until && !stopping) {
 		uint64_t now;
 		int n = epoll_wait(ep, ev, 256, 1);
 
@@ -254,7 +245,7 @@ static void drive(uint64_t until)
 			}
 		}
 		/* the machines due (looked at every 2 ms): their regular poll, or a hint's */
-		now = now_us();
+		now = bk_now_us();
 		if (now < next_scan)
 			continue;
 		next_scan = now + 2000;
@@ -309,23 +300,6 @@ static void stats(struct master_stats *st)
 	}
 }
 
-static int held(struct ns_table *t, const char *key)
-{
-	struct ns_brk b;
-	uint64_t until, mono = now_us() / 1000;
-	char k[NS_KEY_MAX];
-	int idx = ns_table_find(t, key, 0, mono);
-
-	return idx >= 0 && ns_table_state(t, idx, k, sizeof(k), &b, &until) == 0 && until > mono;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static void vote(const char *key)
 {
 	char err[256];
@@ -378,11 +352,11 @@ static void worker(int first, int count, const uint64_t *seq0, uint64_t t0)
 
 static void nap(uint64_t until)
 {
-	uint64_t now = now_us();
+	uint64_t now = bk_now_us();
 
 	if (until > now)
 		usleep((useconds_t)(until - now > 1000000 ? 1000000 : until - now));
-	while (now_us() < until)
+	while (bk_now_us() < until)
 		usleep(200);
 }
 
@@ -409,7 +383,7 @@ int main(int argc, char **argv)
 	struct fl_url url;
 	struct ns_table t;
 	struct rlimit rl;
-	char err[256], table[64], pollarg[16], shardarg[16];
+	char err[256], table[64], shardarg[16];
 	uint64_t t0, t1, p0, *delay, seq0[FL_SHARDS_MAX] = { 0 };
 	pid_t pid, wpid[WORKERS_MAX];
 	int o, busiest = 0, per, workers;
@@ -444,16 +418,7 @@ int main(int argc, char **argv)
 	rl.rlim_cur = rl.rlim_max;
 	setrlimit(RLIMIT_NOFILE, &rl);
 	total = nodes;
-	for (int d = 0; d < dests; d++) {
-		char key[64], node[32];
-
-		snprintf(key, sizeof(key), "site-%d.example:443", d);
-		snprintf(node, sizeof(node), "sim-%d", d % nodes);
-		fl_append_change(&ctl, FL_VOTE, key, node, 3600 * 1000, "failure_threshold");
-		if (d % 500 == 499 || d == dests - 1)
-			if (fl_collect(&ctl, err, sizeof(err)) != FL_OK)
-				errx(1, "vote: %s", err);
-	}
+	bk_dataset(&ctl, dests, nodes);
 	/* the simulated machines have read the data set already (a fleet that
 	 * has been running): they poll from each shard's current change */
 	for (int k = 0; k < ctl.nshards; k++)
@@ -466,7 +431,7 @@ int main(int argc, char **argv)
 	sh_mem = mmap(NULL, sizeof(*sh_mem), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh_mem == MAP_FAILED)
 		errx(1, "mmap: %s", strerror(errno));
-	t0 = now_us();
+	t0 = bk_now_us();
 	for (int w = 0; w < workers; w++) {
 		int first = w * per, count = first + per > nodes ? nodes - first : per;
 
@@ -481,32 +446,23 @@ int main(int argc, char **argv)
 		while (!__atomic_load_n(&sh_mem->ready[w], __ATOMIC_ACQUIRE))
 			usleep(10000);
 	printf("nodes %d\ndestinations %d\nshards %d\nmasters %d\npoll_ms %d\nconnect_s %.1f\n", nodes, dests, ctl.nshards,
-	       ctl.nlinks, poll_ms, (double)(now_us() - t0) / 1e6);
+	       ctl.nlinks, poll_ms, (double)(bk_now_us() - t0) / 1e6);
 	fflush(stdout);
 
 	/* the real agent, on a fresh table */
-	snprintf(table, sizeof(table), "nsfleetscale.%d", (int)getpid());
-	if (ns_table_open(table, 1, 0, 0, &t, err, sizeof(err)) != NS_TBL_OK)
-		errx(1, "%s", err);
-	snprintf(pollarg, sizeof(pollarg), "%d", poll_ms);
 	snprintf(shardarg, sizeof(shardarg), "%d", shards);
 	{
-		char *av[] = { (char *)agent, "--redis", (char *)url_text, "--node", "real", "--fleet", fleet,
-			"--table", table, "--poll-ms", pollarg, "--shards", shardarg, NULL };
-		posix_spawn_file_actions_t fa;
+		char *extra[] = { "--shards", shardarg, NULL };
 
-		posix_spawn_file_actions_init(&fa);
-		posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-		if (posix_spawn(&pid, agent, &fa, NULL, av, environ) != 0)
-			errx(1, "cannot start %s", agent);
+		pid = bk_agent(agent, url_text, fleet, poll_ms, &t, table, sizeof(table), extra);
 	}
 	/* the first full polls, then the steady state */
-	nap(now_us() + 3000000 + 2ull * (uint64_t)poll_ms * 1000);
+	nap(bk_now_us() + 3000000 + 2ull * (uint64_t)poll_ms * 1000);
 	stats(a);
 	p0 = sum(sh_mem->polls, workers);
-	t0 = now_us();
+	t0 = bk_now_us();
 	nap(t0 + (uint64_t)seconds * 1000000);
-	t1 = now_us();
+	t1 = bk_now_us();
 	stats(b);
 	printf("workers %d\npolls_wanted_per_s %.0f\npolls_done_per_s %.0f\npolls_late %llu\n", workers,
 	       nodes * 1000.0 / poll_ms, (double)(sum(sh_mem->polls, workers) - p0) / ((double)(t1 - t0) / 1e6),
@@ -528,20 +484,20 @@ int main(int argc, char **argv)
 
 		snprintf(key, sizeof(key), "prop-%d.example:80", k);
 		vote(key);
-		start = now_us();
-		while (!held(&t, key) && now_us() < start + 10000000)
+		start = bk_now_us();
+		while (!bk_held(&t, key) && bk_now_us() < start + 10000000)
 			usleep(500);
-		delay[k] = now_us() - start;
-		nap(now_us() + (uint64_t)(rand() % poll_ms + 1) * 1000);
+		delay[k] = bk_now_us() - start;
+		nap(bk_now_us() + (uint64_t)(rand() % poll_ms + 1) * 1000);
 	}
-	qsort(delay, (size_t)trials, sizeof(*delay), cmp_u64);
+	qsort(delay, (size_t)trials, sizeof(*delay), bk_cmp_u64);
 	printf("propagation_ms_p50 %.1f\npropagation_ms_p99 %.1f\n", (double)delay[trials / 2] / 1000,
 	       (double)delay[(trials * 99 + 99) / 100 - 1] / 1000);
 
 	/* a burst: many destinations at once */
-	nap(now_us() + (uint64_t)poll_ms * 1000);
+	nap(bk_now_us() + (uint64_t)poll_ms * 1000);
 	stats(a);
-	t0 = now_us();
+	t0 = bk_now_us();
 	for (int k = 0; k < burst; k++) {
 		char key[64];
 
@@ -551,17 +507,17 @@ int main(int argc, char **argv)
 	}
 	if (fl_collect(&ctl, err, sizeof(err)) != FL_OK)
 		errx(1, "vote: %s", err);
-	for (int all = 0; !all && now_us() < t0 + 30000000;) {
-		nap(now_us() + 1000);
+	for (int all = 0; !all && bk_now_us() < t0 + 30000000;) {
+		nap(bk_now_us() + 1000);
 		all = 1;
 		for (int k = 0; k < burst && all; k++) {
 			char key[64];
 
 			snprintf(key, sizeof(key), "burst-%d.example:80", k);
-			all = held(&t, key);
+			all = bk_held(&t, key);
 		}
 	}
-	t1 = now_us();
+	t1 = bk_now_us();
 	printf("burst %d\nburst_all_held_ms %.1f\n", burst, (double)(t1 - t0) / 1000);
 	nap(t0 + 2000000);
 	stats(b);
@@ -569,8 +525,8 @@ int main(int argc, char **argv)
 		if (b[i].cmds - a[i].cmds > b[busiest].cmds - a[busiest].cmds)
 			busiest = i;
 	printf("burst_busiest_master_commands_per_s %.0f\nburst_busiest_master_cpu %.3f\n",
-	       (double)(b[busiest].cmds - a[busiest].cmds) / ((double)(now_us() - t0) / 1e6),
-	       (b[busiest].cpu - a[busiest].cpu) / ((double)(now_us() - t0) / 1e6));
+	       (double)(b[busiest].cmds - a[busiest].cmds) / ((double)(bk_now_us() - t0) / 1e6),
+	       (b[busiest].cpu - a[busiest].cpu) / ((double)(bk_now_us() - t0) / 1e6));
 	kill(pid, SIGTERM);
 	waitpid(pid, NULL, 0);
 	for (int w = 0; w < workers; w++) {
