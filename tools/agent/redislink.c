@@ -76,6 +76,71 @@ static uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] */
+int fl_url_parse(const char *url, struct fl_url *u, char *err, size_t len)
+{
+	const char *p, *at, *end, *colon;
+	char *e;
+	long v;
+
+	memset(u, 0, sizeof(*u));
+	u->port = 6379;
+	if (strncmp(url, "redis://", 8) != 0) {
+		snprintf(err, len, "not a redis:// URL");
+		return -1;
+	}
+	p = url + 8;
+	end = p + strcspn(p, "/");
+	at = memchr(p, '@', (size_t)(end - p));
+	if (at) {
+		colon = memchr(p, ':', (size_t)(at - p));
+		if (!colon) {
+			snprintf(err, len, "credentials must be [USER]:PASSWORD@");
+			return -1;
+		}
+		if ((size_t)(colon - p) >= sizeof(u->user) || (size_t)(at - colon - 1) >= sizeof(u->pass)) {
+			snprintf(err, len, "user or password too long");
+			return -1;
+		}
+		memcpy(u->user, p, (size_t)(colon - p));
+		memcpy(u->pass, colon + 1, (size_t)(at - colon - 1));
+		p = at + 1;
+	}
+	colon = memchr(p, ':', (size_t)(end - p));
+	if (*p == '[') {
+		snprintf(err, len, "IPv6 literals are not supported; use a host name");
+		return -1;
+	}
+	if ((colon ? colon : end) == p) {
+		snprintf(err, len, "no host");
+		return -1;
+	}
+	if ((size_t)((colon ? colon : end) - p) >= sizeof(u->host)) {
+		snprintf(err, len, "host name too long");
+		return -1;
+	}
+	memcpy(u->host, p, (size_t)((colon ? colon : end) - p));
+	if (colon) {
+		errno = 0;
+		v = strtol(colon + 1, &e, 10);
+		if (e == colon + 1 || e != end || v < 1 || v > 65535 || errno) {
+			snprintf(err, len, "bad port");
+			return -1;
+		}
+		u->port = (int)v;
+	}
+	if (*end == '/' && end[1]) {
+		errno = 0;
+		v = strtol(end + 1, &e, 10);
+		if (e == end + 1 || *e || v < 0 || v > 1000000 || errno) {
+			snprintf(err, len, "bad database number");
+			return -1;
+		}
+		u->db = (int)v;
+	}
+	return 0;
+}
+
 /**** the commands a link has sent and not had answered ****/
 
 static int q_push(struct fl_link *l, const char *cmd, size_t n)
