@@ -13,30 +13,24 @@ import time
 
 import pytest
 
-from test_fleet import Node, trip, trip_until_held, wait_for
+from test_fleet import Node, fleet, trip, trip_until_held, wait_for  # noqa: F401
 
 
 @pytest.fixture
-def cluster(redis_cluster):
+def redis(redis_cluster):
+    """The store of test_fleet's `fleet` fixture here: the cluster alone."""
     redis_cluster.reset()
     return redis_cluster
 
 
 @pytest.fixture
-def nodes(tmp_path, cluster):
-    made = []
+def cluster(redis):
+    return redis
 
-    def make(n=3, quorum=2, extra=()):
-        for i in range(n):
-            node = Node(f"n{i + 1}", tmp_path, cluster.url)
-            made.append(node)
-            node.start_agent(*extra, quorum=quorum)
-        return made
 
-    yield make
-    for node in made:
-        node.stop_agent()
-        node.shim.cleanup()
+@pytest.fixture
+def nodes(fleet):
+    return fleet
 
 
 def commands(cluster, port):

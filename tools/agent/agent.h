@@ -104,6 +104,7 @@ int rl_command(struct fl_conn *c, struct fl_link *l, struct redisReply **out, ch
 	       const char **argv);
 int rl_route(struct fl_conn *c, char *err, size_t len);
 int rl_slot(const char *tag);
+uint64_t fl_mono_ms(void);       /* CLOCK_MONOTONIC in ms */
 
 /* Set from a signal handler: a wait for Redis ends at once (FL_DOWN). */
 extern volatile sig_atomic_t fl_stop;

@@ -109,25 +109,17 @@ static uint64_t num(const char *s)
 	return s ? strtoull(s, NULL, 10) : 0;
 }
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Redis's clock now, reckoned from its last TIME (0: none yet). */
 uint64_t fl_redis_now(const struct fl_conn *c)
 {
-	return c->redis_ms ? c->redis_ms + (mono_ms() - c->redis_mono) : 0;
+	return c->redis_ms ? c->redis_ms + (fl_mono_ms() - c->redis_mono) : 0;
 }
 
 static void saw_time(struct fl_conn *c, const redisReply *t)
 {
 	if (t->type == REDIS_REPLY_ARRAY && t->elements == 2 && t->element[0]->str && t->element[1]->str) {
 		c->redis_ms = num(t->element[0]->str) * 1000 + num(t->element[1]->str) / 1000;
-		c->redis_mono = mono_ms();
+		c->redis_mono = fl_mono_ms();
 	}
 }
 
@@ -355,21 +347,29 @@ int fl_change(struct fl_conn *c, int op, const char *dest, const char *node, uin
 	return fl_collect(c, err, len);
 }
 
+/* The shard in use's changes after since, queued. */
+static int append_changes(struct fl_conn *c, uint64_t since)
+{
+	char key[FL_PREFIX_MAX + 16], min[32];
+	const char *z[] = { "ZRANGEBYSCORE", key, min, "+inf", "WITHSCORES" };
+
+	snprintf(key, sizeof(key), "%schanges", c->prefix);
+	snprintf(min, sizeof(min), "(%llu", (unsigned long long)since);
+	return rl_append(c->cur, 5, z);
+}
+
 int fl_append_poll(struct fl_conn *c, int shard, uint64_t since)
 {
-	char key[FL_PREFIX_MAX + 16], min[32], seq[FL_PREFIX_MAX + 16], epoch[FL_PREFIX_MAX + 16];
+	char seq[FL_PREFIX_MAX + 16], epoch[FL_PREFIX_MAX + 16];
 	const char *time_argv[] = { "TIME" };
-	const char *z[] = { "ZRANGEBYSCORE", key, min, "+inf", "WITHSCORES" };
 	const char *g[] = { "GET", seq };
 	const char *e[] = { "GET", epoch };
 
 	use(c, shard);
-	snprintf(key, sizeof(key), "%schanges", c->prefix);
 	snprintf(seq, sizeof(seq), "%sseq", c->prefix);
 	snprintf(epoch, sizeof(epoch), "%sepoch", c->prefix);
-	snprintf(min, sizeof(min), "(%llu", (unsigned long long)since);
 	if (rl_append(c->cur, 1, time_argv) != FL_OK || rl_append(c->cur, 2, g) != FL_OK ||
-	    rl_append(c->cur, 2, e) != FL_OK || rl_append(c->cur, 5, z) != FL_OK)
+	    rl_append(c->cur, 2, e) != FL_OK || append_changes(c, since) != FL_OK)
 		return FL_DOWN;
 	return FL_OK;
 }
@@ -582,16 +582,12 @@ int fl_poll(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn, void *a
 int fl_poll_changes(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
 		    uint64_t *high, char *err, size_t len)
 {
-	char key[FL_PREFIX_MAX + 16], min[32];
-	const char *z[] = { "ZRANGEBYSCORE", key, min, "+inf", "WITHSCORES" };
 	redisReply *r;
 	int rc;
 
 	*high = since;
 	use(c, shard);
-	snprintf(key, sizeof(key), "%schanges", c->prefix);
-	snprintf(min, sizeof(min), "(%llu", (unsigned long long)since);
-	if (rl_append(c->cur, 5, z) != FL_OK) {
+	if (append_changes(c, since) != FL_OK) {
 		snprintf(err, len, "cannot queue a command");
 		return FL_DOWN;
 	}

@@ -68,7 +68,7 @@ static void cap_free(void *v)
 
 static const redisReplyObjectFunctions capped = { cap_string, cap_array, cap_integer, cap_nil, cap_free };
 
-static uint64_t mono_ms(void)
+uint64_t fl_mono_ms(void)
 {
 	struct timespec ts;
 
@@ -222,7 +222,7 @@ int rl_append(struct fl_link *l, int argc, const char **argv)
 static int raw_reply(struct fl_conn *c, struct fl_link *l, void **v)
 {
 	redisContext *x = l->ctx;
-	uint64_t deadline = mono_ms() + (uint64_t)c->timeout_ms;
+	uint64_t deadline = fl_mono_ms() + (uint64_t)c->timeout_ms;
 	int done = 0;
 
 	*v = NULL;
@@ -252,7 +252,7 @@ static int raw_reply(struct fl_conn *c, struct fl_link *l, void **v)
 			snprintf(c->why, sizeof(c->why), "stopping");
 			return REDIS_ERR;
 		}
-		now = mono_ms();
+		now = fl_mono_ms();
 		if (now >= deadline) {
 			snprintf(c->why, sizeof(c->why), "no whole reply within %d ms", c->timeout_ms);
 			return REDIS_ERR;
@@ -384,6 +384,28 @@ static int simple(struct fl_conn *c, struct fl_link *l, char *err, size_t len, i
 	return rc;
 }
 
+/* The change script loaded on l (when c has one): its SHA in c->sha. */
+static int load_script(struct fl_conn *c, struct fl_link *l, char *err, size_t len)
+{
+	const char *load[] = { "SCRIPT", "LOAD", c->script };
+	redisReply *r;
+	int rc;
+
+	if (!c->script)
+		return FL_OK;
+	if ((rc = rl_command(c, l, &r, err, len, 3, load)) != FL_OK)
+		return rc;
+	if (r->type != REDIS_REPLY_STRING || r->len >= sizeof(c->sha)) {
+		snprintf(err, len, "SCRIPT LOAD: unexpected reply");
+		freeReplyObject(r);
+		return FL_REFUSED;
+	}
+	memcpy(c->sha, r->str, r->len);
+	c->sha[r->len] = '\0';
+	freeReplyObject(r);
+	return FL_OK;
+}
+
 /* Connect to one node: every wait bounded, authenticated, the change script
  * loaded (when c has one). */
 int rl_open(struct fl_conn *c, struct fl_link *l, const char *host, int port, char *err, size_t len)
@@ -424,22 +446,8 @@ int rl_open(struct fl_conn *c, struct fl_link *l, const char *host, int port, ch
 		if ((rc = simple(c, l, err, len, 1, ping)) != FL_OK)
 			goto fail;
 	}
-	if (c->script) {
-		const char *load[] = { "SCRIPT", "LOAD", c->script };
-		redisReply *r;
-
-		if ((rc = rl_command(c, l, &r, err, len, 3, load)) != FL_OK)
-			goto fail;
-		if (r->type != REDIS_REPLY_STRING || r->len >= sizeof(c->sha)) {
-			snprintf(err, len, "SCRIPT LOAD: unexpected reply");
-			freeReplyObject(r);
-			rc = FL_REFUSED;
-			goto fail;
-		}
-		memcpy(c->sha, r->str, r->len);
-		c->sha[r->len] = '\0';
-		freeReplyObject(r);
-	}
+	if ((rc = load_script(c, l, err, len)) != FL_OK)
+		goto fail;
 	return FL_OK;
 fail:
 	rl_close(l);
@@ -597,22 +605,8 @@ int rl_route(struct fl_conn *c, char *err, size_t len)
 		snprintf(db, sizeof(db), "%d", c->url.db);
 		if (c->url.db && (rc = simple(c, &c->links[0], err, len, 2, sel)) != FL_OK)
 			goto fail;
-		if (c->script) {
-			const char *load[] = { "SCRIPT", "LOAD", c->script };
-
-			if ((rc = rl_command(c, &c->links[0], &r, err, len, 3, load)) != FL_OK)
-				goto fail;
-			if (r->type == REDIS_REPLY_STRING && r->len < sizeof(c->sha)) {
-				memcpy(c->sha, r->str, r->len);
-				c->sha[r->len] = '\0';
-			} else {
-				snprintf(err, len, "SCRIPT LOAD: unexpected reply");
-				rc = FL_REFUSED;
-			}
-			freeReplyObject(r);
-			if (rc != FL_OK)
-				goto fail;
-		}
+		if ((rc = load_script(c, &c->links[0], err, len)) != FL_OK)
+			goto fail;
 		return FL_OK;
 	}
 	if (rc != FL_OK)
