@@ -332,6 +332,12 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 			break;
 		}
 	}
+	/* a queued connect is a slow connect: unset, queue_timeout is the
+	 * destination's connect_timeout (the built-in one where that is off);
+	 * 0 set still refuses at once */
+	if (best[NS_K_QUEUE_TIMEOUT] < 0)
+		out->queue_timeout_ms = out->connect_timeout_ms ? out->connect_timeout_ms
+								: ns_builtin_settings.connect_timeout_ms;
 	/* rate's interval: 3.6e12 microsecond-thousandths an hour over the rate */
 	out->rate_interval_us = out->rate_mph ? 3600000000000ULL / out->rate_mph : 0;
 	if (out->rate_mph && !out->rate_interval_us)

@@ -412,6 +412,9 @@ void ns_table_http(struct ns_table *t, int idx, unsigned code, int failed);
 #define NS_PLACE_PID_MAX ((1u << (32 - NS_PLACE_TAG_BITS)) - 1)
 uint32_t ns_place_holder(unsigned pid, uint64_t start);
 uint64_t ns_proc_start_time(unsigned pid, char *state);   /* state: its letter (NULL: not wanted) */
+/* Field `field` (1-based, as proc(5) numbers them; 20: threads, 22: start
+ * time) of /proc/PID/stat, 0 when unreadable. */
+uint64_t ns_proc_stat_field(unsigned pid, int field, char *state);
 /* deep: also a reused pid or a zombie (/proc read); else kill() alone */
 int ns_place_holder_lives(uint32_t holder, int deep);
 /* Places of slot idx held by running processes (system calls: for shimctl). */

@@ -126,6 +126,11 @@ static void guard_remove(const struct ns_table *t)
 
 uint64_t ns_proc_start_time(unsigned pid, char *state)
 {
+	return ns_proc_stat_field(pid, 22, state);
+}
+
+uint64_t ns_proc_stat_field(unsigned pid, int want, char *state)
+{
 	char path[64], buf[512], *p;
 	ssize_t n;
 	int fd, saved = errno;
@@ -146,7 +151,7 @@ uint64_t ns_proc_start_time(unsigned pid, char *state)
 	p = strrchr(buf, ')');   /* the command name may hold spaces and parentheses */
 	if (state && p && p[1] == ' ')
 		*state = p[2];   /* field 3: R, S, D, Z (a zombie: it died) ... */
-	for (int field = 2; p && field < 22; field++)
+	for (int field = 2; p && field < want; field++)
 		p = strchr(p + 1, ' ');
 	if (p)
 		v = strtoull(p + 1, NULL, 10);

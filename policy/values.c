@@ -37,6 +37,7 @@ const struct ns_settings ns_builtin_settings = {
 	.failure_status = { 0, 0, 0, 0, 0, 1ULL << 9, 0xffffffffffff0000ULL, 0x000fffffffffffffULL },
 	.retry_after = 1,
 	.burst = 1,
+	.queue_timeout_ms = 5000,   /* unset in a policy: the destination's connect_timeout (ns_policy_resolve) */
 	.retry_after_max_ms = 600000,
 	.fault_seed = 0,
 	.fault = { 0, 0, { { 0, 0, 0, 0 } } },

@@ -92,9 +92,16 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
 /* The shadow policy (shadow.c) turned this connect away: its outcomes are
  * not the shadow's */
 #define NS_C_SHADOW_AWAY 0x20000000u
+/* shape.c: this idle keep-alive connection gave its place to a connect of
+ * the same process that had to wait (shut down: the program sees a
+ * server's idle close); a send on it fails EPIPE, a stale reuse */
+#define NS_C_GIVENUP 0x40000000u
+/* ...a send that starts an exchange on a connection holding a place is on
+ * its way to the kernel: its place is not given up under it */
+#define NS_C_OUTGOING 0x80000000u
 /* A send or read that is a turn of the exchange (exchange.c) */
 #define NS_C_TURN (NS_C_XNEXT | NS_C_PARSE | NS_C_SNIFF | NS_C_HDRS)
-#define NS_C_PRE (NS_C_TOTAL | NS_C_INTR | NS_C_EXPIRED | NS_C_FAULT | NS_C_RTCHECK)
+#define NS_C_PRE (NS_C_TOTAL | NS_C_INTR | NS_C_EXPIRED | NS_C_FAULT | NS_C_RTCHECK | NS_C_GIVENUP)
 #define NS_C_PRE_DIR(d) (NS_C_PRE | ((d) == NS_OUT ? (NS_C_XNEXT | NS_C_SNIFF | NS_C_PACED) : (NS_C_PARSE | NS_C_HDRS)))
 #define NS_C_POST (NS_C_CONNECTING | NS_C_FAULT | NS_C_WAITING | NS_C_INTR)
 
@@ -244,6 +251,9 @@ static inline const struct ns_settings *ns_conn_set(const struct ns_conn *c)
 NS_HIDDEN void ns_conn_key(const struct ns_conn *c, char out[NS_KEY_MAX]);
 /* Is HTTP status code a failure under the record's failure_status? */
 NS_HIDDEN int ns_conn_status_fails(const struct ns_conn *c, unsigned code);
+/* Is fd still the socket c was made for? (a close the shim could not see
+ * may have freed the number). Drops fd's entry when not. errno is kept. */
+NS_HIDDEN int ns_conn_still(int fd, struct ns_conn *c);
 /* Drop the entries of fds first..last (both included), as their closing
  * behind the shim's back (close_range, closefrom, fclose) requires. */
 NS_HIDDEN void ns_fd_forget_range(unsigned first, unsigned last);

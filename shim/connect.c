@@ -668,7 +668,7 @@ static __attribute__((noinline)) int shaped(struct attempt *a, int *r)
 	if (a->shape < 0)
 		a->shape = ns_shape_connect(a->c, a->sp, a->slot, (a->v & NS_TAG_NONBLOCK) != 0, a->now);
 	if (a->shape == NS_SHAPE_REFUSE) {
-		ns_shape_throttled(a->slot, a->kp);
+		ns_shape_throttled(a->slot, a->kp, a->sp);
 		ns_conn_unref(a->c);   /* (not published) */
 		*r = ns_refuse_open(a->fd, a->v, a->sa->sa_family);
 		return STEP_DONE;
@@ -688,7 +688,7 @@ static __attribute__((noinline, cold)) int shaped_queued(struct attempt *a, int 
 	monotime look = LD(c->pace_until) ? LD(c->pace_until) : a->now + NS_SHAPE_TICK_NS;
 
 	if (ns_fault_hold_connect(c, a->sa, a->len, look, &a->to, &a->tolen) < 0) {
-		ns_shape_throttled(a->slot, a->kp);   /* no local target to hold it at */
+		ns_shape_throttled(a->slot, a->kp, a->sp);   /* no local target to hold it at */
 		ns_conn_unref(c);
 		*r = ns_refuse_open(a->fd, a->v, a->sa->sa_family);
 		return STEP_DONE;

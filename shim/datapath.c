@@ -78,6 +78,7 @@ struct io_req {
 	int flags;
 	int cap;
 	int turn;               /* a turn of the exchange (NS_C_TURN when checked) */
+	int outgoing;           /* NS_C_OUTGOING set: cleared after the call */
 	uint32_t gen;
 	void *buf;
 	size_t len;
@@ -94,6 +95,7 @@ static inline __attribute__((always_inline)) void io_req_init(struct io_req *q, 
 	q->flags = flags;
 	q->cap = cap;
 	q->turn = 0;
+	q->outgoing = 0;
 	q->gen = __atomic_load_n(&c->gen, __ATOMIC_RELAXED);
 	q->buf = (void *)buf;
 	q->len = len;
@@ -182,11 +184,27 @@ static int io_pre(struct ns_conn *c, struct io_req *q)
 			return IO_DONE;
 		}
 	}
+	if (q->d == NS_OUT && unlikely((LD(c->flags) & NS_C_GIVENUP) ||
+				       (LD(c->flags) & (NS_C_PLACE | NS_C_XNEXT)) == (NS_C_PLACE | NS_C_XNEXT))) {
+		/* a request on an idle connection that holds a place: either
+		 * it goes out, or the place was given up first (shape.c) */
+		if (ns_shape_outgoing(c) < 0) {
+			q->r = -1;
+			return IO_DONE;
+		}
+		q->outgoing = 1;
+	}
 	return IO_CALL;
 }
 
 static ssize_t io_post(struct ns_conn *c, const struct io_req *q, ssize_t r)
 {
+	if (unlikely(q->outgoing)) {
+		int e = errno;
+
+		__atomic_fetch_and(&c->flags, ~NS_C_OUTGOING, __ATOMIC_RELEASE);
+		errno = e;
+	}
 	if (q->turn)
 		return turn_io(c, q, r);
 	if (likely(r > 0 && (q->d == NS_OUT || LD(c->outcome)) && !(LD(c->flags) & NS_C_POST)))

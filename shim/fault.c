@@ -413,7 +413,7 @@ static void throttle_held(int fd, struct ns_conn *c)
 	char key[NS_KEY_MAX];
 
 	ns_conn_key(c, key);
-	ns_shape_throttled(LD(c->slot), key);
+	ns_shape_throttled(LD(c->slot), key, ns_conn_set(c));
 	__atomic_store_n(&c->outcome, 1, __ATOMIC_RELEASE);   /* throttled: no failure */
 	__atomic_fetch_or(&c->flags, NS_C_THROTTLED, __ATOMIC_RELAXED);
 	ns_drop_attempt(fd);

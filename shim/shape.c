@@ -32,6 +32,10 @@
 
 #include <errno.h>
 #include <linux/futex.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -43,6 +47,7 @@
 #include "real.h"
 
 #define BLOCKED_LOOK_NS (50 * 1000000LL)   /* a blocked waiter looks for dead holders this often */
+#define QUIET_MS 100u   /* a threaded process's idle connection gives its place up after this quiet (give_up_idle) */
 
 uint32_t ns_shape_self;   /* atomic: this process's holder word, 0 until first needed */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
@@ -104,6 +109,120 @@ static int reclaim(int slot, uint32_t cap)
 	return freed;
 }
 
+/* Hold and wait: a connect over the cap while this very process holds
+ * places of the destination with idle keep-alive connections (a pool's)
+ * would wait on itself. Such a connection, answered and quiet, gives its
+ * place up: shut down, so that the program sees what a server's idle close
+ * looks like (end of stream; a send on it fails EPIPE, counted a stale
+ * reuse), which every pool already handles by connecting anew.
+ *
+ * Idle: an HTTP or TLS connection whose last exchange had its answer,
+ * nothing sent since, no request held for a token, nothing unread in the
+ * kernel and nothing unsent. Another protocol is never cut (its client may
+ * keep a session's state on it). The oldest (by its last request) goes. */
+#define BUSY (NS_C_CONNECTING | NS_C_SENT | NS_C_PARSE | NS_C_HDRS | NS_C_SNIFF | NS_C_PACED | NS_C_QUEUED | \
+	      NS_C_TOKEN | NS_C_FAULT | NS_C_EXPIRED | NS_C_GIVENUP)
+
+static int idle_holder(int fd, struct ns_conn *c, int slot, uint32_t cap, uint32_t self)
+{
+	uint32_t f = LD(c->flags);
+	int p = LD(c->place), n = 0;
+
+	if (!(f & NS_C_PLACE) || p < 0 || (uint32_t)p >= cap || LD(c->place_slot) != slot ||
+	    LD(c->place_holder) != self || !LD(c->outcome))
+		return 0;
+	if ((f & (NS_C_ANSWERED | NS_C_XNEXT)) != (NS_C_ANSWERED | NS_C_XNEXT) || (f & BUSY) ||
+	    !(f & (NS_C_HTTP | NS_C_TLSWIRE)))
+		return 0;
+	return ns_real_syscall(SYS_ioctl, fd, SIOCINQ, &n) == 0 && n == 0 &&
+	       ns_real_syscall(SYS_ioctl, fd, SIOCOUTQ, &n) == 0 && n == 0;
+}
+
+/* ...and when this process has other threads, one of which may have just
+ * taken it back from its pool to send on it: only after QUIET_MS of
+ * silence. (A single thread waiting in connect, or in its own event loop's
+ * wait, is not between a pool and a send.) */
+static int quiet_enough(int fd)
+{
+	struct tcp_info ti;
+	socklen_t tl = sizeof(ti);
+
+	if (ns_proc_stat_field((unsigned)ns_own_pid, 20, NULL) <= 1)
+		return 1;
+	return ns_real_syscall(SYS_getsockopt, fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
+	       ti.tcpi_last_data_recv >= QUIET_MS && ti.tcpi_last_data_sent >= QUIET_MS;
+}
+
+/* The place of this process's oldest idle connection to slot, given up:
+ * its index, or -1 when there is none. */
+static int give_up_idle(int slot, uint32_t cap, uint32_t self)
+{
+	unsigned hi = __atomic_load_n(&ns_fdhi, __ATOMIC_ACQUIRE);
+	struct ns_conn *best = NULL;
+	int best_fd = -1, saved = errno, p;
+	monotime best_t = 0;
+	uint32_t was;
+
+	if (!self)
+		return -1;
+	for (unsigned fd = 0; fd < hi && fd < ns_fdmax; fd++) {
+		struct ns_conn *c = ns_conn_of((int)fd);
+		monotime t;
+
+		if (!c || !idle_holder((int)fd, c, slot, cap, self))
+			continue;
+		t = LD(c->xstart) ? LD(c->xstart) : LD(c->start);
+		if (!best || t < best_t) {
+			best = c;
+			best_fd = (int)fd;
+			best_t = t;
+		}
+	}
+	if (!best || !quiet_enough(best_fd) || !ns_conn_still(best_fd, best)) {
+		errno = saved;
+		return -1;
+	}
+	/* a request that started on it since it was looked at keeps it
+	 * (NS_C_OUTGOING, and the exchange's flags after it): one word, so
+	 * either the send sees NS_C_GIVENUP or this sees the send */
+	was = __atomic_fetch_or(&best->flags, NS_C_GIVENUP, __ATOMIC_ACQ_REL);
+	if (was & ((NS_C_OUTGOING | BUSY) & ~NS_C_GIVENUP)) {
+		__atomic_fetch_and(&best->flags, ~NS_C_GIVENUP, __ATOMIC_RELEASE);
+		errno = saved;
+		return -1;
+	}
+	if (was & NS_C_GIVENUP) {
+		errno = saved;
+		return -1;   /* another thread's */
+	}
+	/* the thread that takes the place from the record gives it up */
+	p = __atomic_exchange_n(&best->place, -1, __ATOMIC_ACQ_REL);
+	if (p < 0) {
+		errno = saved;
+		return -1;   /* (it stays shut to sends: its place went elsewhere) */
+	}
+	ns_real_syscall(SYS_shutdown, best_fd, SHUT_RDWR);
+	NS_LOG(NS_LOG_INFO, "fd %d: an idle keep-alive connection gave its place (max_connections) to a new connect "
+	       "of the same process, and was shut down", best_fd);
+	errno = saved;
+	return p;
+}
+
+int ns_shape_outgoing(struct ns_conn *c)
+{
+	int slot = LD(c->slot);
+	uint32_t was = __atomic_fetch_or(&c->flags, NS_C_OUTGOING, __ATOMIC_ACQ_REL);
+
+	if (likely(!(was & NS_C_GIVENUP)))
+		return 0;
+	__atomic_fetch_and(&c->flags, ~NS_C_OUTGOING, __ATOMIC_RELEASE);
+	if ((__atomic_fetch_and(&c->flags, ~NS_C_ANSWERED, __ATOMIC_RELAXED) & NS_C_ANSWERED) && slot >= 0 &&
+	    ns_breakers_ok)
+		ns_table_stale_reuse(&ns_breakers, slot);
+	errno = EPIPE;
+	return -1;
+}
+
 /* A place for c: 1, or 0 when every one of [0, cap) is held by the living.
  * published: c is in the fd table (its flags change bit by bit); else the
  * caller writes NS_C_PLACE into them itself. */
@@ -113,6 +232,8 @@ static int take(struct ns_conn *c, int slot, uint32_t cap, uint32_t holder, int 
 
 	if (p < 0 && reclaim(slot, cap) > 0)
 		p = ns_table_place_take(&ns_breakers, slot, cap, holder);
+	if (p < 0)
+		p = give_up_idle(slot, cap, holder);   /* (the place stays this process's in the table) */
 	if (p < 0)
 		return 0;
 	if (unlikely(!__atomic_load_n(&ns_conn_end_hook, __ATOMIC_RELAXED)))
@@ -185,13 +306,19 @@ static void note_waited(int slot, monotime from, monotime now)
 	ns_table_waited(&ns_breakers, slot, (uint64_t)(now - from) / 1000000);
 }
 
-void ns_shape_throttled(int slot, const char *key)
+void ns_shape_throttled(int slot, const char *key, const struct ns_settings *set)
 {
 	uint64_t now_ms = (uint64_t)(ns_now() / 1000000);
 
 	NS_LOG(NS_LOG_DEBUG, "%s: every place held (max_connections), connect turned away", key);
-	if (ns_table_throttled(&ns_breakers, slot, now_ms))
+	if (ns_table_throttled(&ns_breakers, slot, now_ms)) {
+		/* the first of a minute is said where the program's operator
+		 * looks: a connect refused for a cap is no network failure */
+		NS_LOG(NS_LOG_WARN, "%s: max_connections (%u) reached: connects turned away after queue_timeout (%llu ms), "
+		       "counted throttled (said at most once a minute)", key, set->max_connections,
+		       (unsigned long long)set->queue_timeout_ms);
 		ns_note_event(NS_E_THROTTLING, slot, key, "max_connections reached: connects turned away");
+	}
 }
 
 /**** rate ****/

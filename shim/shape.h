@@ -55,7 +55,13 @@ static inline int ns_shape_wants_token(const struct ns_conn *c, uint32_t f, uint
 		ns_conn_set(c)->rate_interval_us);
 }
 /* Count a connect turned away (and the throttling event, once a minute). */
-NS_HIDDEN void ns_shape_throttled(int slot, const char *key);
+NS_HIDDEN void ns_shape_throttled(int slot, const char *key, const struct ns_settings *set);
+/* A send that may start a request on an idle connection holding a place:
+ * 0, it goes out (NS_C_OUTGOING set: the caller clears it after the call,
+ * and the place is not given up meanwhile), or -1 with EPIPE when the
+ * place was given up first (the connection shut down): as after a server's
+ * idle close, but with no SIGPIPE; the first is counted a stale reuse. */
+NS_HIDDEN int ns_shape_outgoing(struct ns_conn *c);
 /* c's place back (its record ends). */
 NS_HIDDEN void ns_shape_release(struct ns_conn *c);
 /* retry_budget: this process's failure to slot (now), and whether a

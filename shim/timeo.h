@@ -44,9 +44,6 @@ NS_HIDDEN void ns_dir_sync(int fd, struct ns_conn *c, int d, int64_t want_ns, ui
 NS_HIDDEN void ns_dir_want(const struct ns_conn *c, int d, int64_t left, int64_t *want, uint32_t *src);
 /* The program's own timeout opt (SO_RCVTIMEO or SO_SNDTIMEO), asked of the kernel; 0 = none. */
 NS_HIDDEN int64_t ns_prog_timeout(int fd, int opt);
-/* Is fd still the socket c was made for? (a close the shim could not see
- * may have freed the number). Drops fd's entry when not. errno is kept. */
-NS_HIDDEN int ns_conn_still(int fd, struct ns_conn *c);
 /* Before a data call with a deadline of its own: 0, 1 when fd is no longer
  * c's socket, or -1 with errno ETIMEDOUT. */
 NS_HIDDEN int ns_deadline_check(int fd, struct ns_conn *c, int d);

@@ -540,8 +540,10 @@ def test_a_real_crawler_keeps_to_two_connections_and_twenty_pages_a_second(shim,
     assert pages == {f"/p/{n}" for n in range(200)}, len(pages)
     assert srv.peak <= 2, srv.peak
     t = srv.arrivals()
-    # 200 connections, a token each, 20 a second from a full bucket of one
-    assert 8.5 <= t[-1] - t[0] <= 11.5, t[-1] - t[0]
+    # 200 connections, a token each, 20 a second from a full bucket of one:
+    # by the server's own stamps no faster than that (a starved machine only
+    # adds time: the upper bound is a hang's, not the rate's)
+    assert 8.5 <= t[-1] - t[0] <= 60, t[-1] - t[0]
     e = shim.entry(srv.dest)
     assert e["throttled"] == 0 and e["failures"] == 0, e
 

@@ -196,14 +196,24 @@ print(json.dumps({"errno": e, "ms": (time.monotonic() - t0) * 1000}))
 
 @pytest.mark.shim
 @pytest.mark.parametrize("how", ["blocking", "nonblocking"])
-def test_without_a_queue_the_excess_connect_is_refused_at_once_and_throttled(shim, counting, tmp_path, how):
+@pytest.mark.parametrize("queue", ["queue_timeout = 0", "(unset: connect_timeout)"])
+def test_the_excess_connect_waits_queue_timeout_then_is_refused_and_throttled(shim, counting, tmp_path, how, queue):
+    """queue_timeout = 0 refuses at once; unset, a queued connect is a slow
+    connect: it waits the destination's connect_timeout (here 3 s), then is
+    refused, and the first throttling says so on the program's stderr."""
     srv = counting()
-    shim.policy("[defaults]\nmax_connections = 2\n")
+    shim.policy("[defaults]\nmax_connections = 2\nconnect_timeout = 3s\n" +
+                (queue + "\n" if queue.startswith("queue_timeout") else ""))
     holders = hold_places(shim, tmp_path, srv, 2, 30)
     try:
         r = shim.run(py_script(tmp_path, CONNECT) + [srv.port, how])
         rep = r.last_json()
-        assert rep["errno"] == 111 and rep["ms"] < 500, rep   # ECONNREFUSED, at once
+        assert rep["errno"] == 111, rep   # ECONNREFUSED
+        if queue.startswith("queue_timeout"):
+            assert rep["ms"] < 1500, rep   # at once (half the wait the other case must make)
+        else:
+            assert rep["ms"] >= 2995, rep
+        assert "netshim: 127.0.0.1:%d: max_connections (2) reached" % srv.port in r.err, r.err
         e = shim.entry(srv.dest)
         assert e["throttled"] == 1 and e["failures"] == 0 and e["state"] == "closed", e
         assert e["calls"] == 2 and e["inflight"] == 2, e
@@ -675,7 +685,7 @@ time.sleep(float(sys.argv[2]))
 @pytest.mark.shim
 def test_a_forked_childs_close_leaves_its_parents_place_held(shim, counting, tmp_path):
     srv = counting()
-    shim.policy("[defaults]\nmax_connections = 1\n")
+    shim.policy("[defaults]\nmax_connections = 1\nqueue_timeout = 0\n")
     p = spawn(shim, py_script(tmp_path, FORKER) + [srv.port, 30])
     try:
         assert "forked" in p.stdout.readline()
