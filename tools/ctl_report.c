@@ -92,10 +92,16 @@ static void timeline(FILE *f, const struct hist *h, int d, const struct bin *b, 
 				end = ev[k].wall_ms * 1000;
 				break;
 			}
-		fprintf(f, "<rect class=\"band state-%s\" data-transition=\"%s\" x=\"%.1f\" y=\"0\" width=\"%.1f\" "
-			"height=\"12\"><title>%s %s</title></rect>\n", state_after(ev[j].type), ev[j].type,
-			xpos(ev[j].wall_ms, t0, t1), xpos(end / 1000, t0, t1) - xpos(ev[j].wall_ms, t0, t1) + 0.5,
-			ev[j].type, ev[j].rule);
+		/* every string from the database is the writer's, not ours:
+		 * escaped wherever it lands */
+		fprintf(f, "<rect class=\"band state-%s\" data-transition=\"", state_after(ev[j].type));
+		html_text(f, ev[j].type);
+		fprintf(f, "\" x=\"%.1f\" y=\"0\" width=\"%.1f\" height=\"12\"><title>", xpos(ev[j].wall_ms, t0, t1),
+			xpos(end / 1000, t0, t1) - xpos(ev[j].wall_ms, t0, t1) + 0.5);
+		html_text(f, ev[j].type);
+		fputc(' ', f);
+		html_text(f, ev[j].rule);
+		fprintf(f, "</title></rect>\n");
 		nb++;
 	}
 	for (int i = 0; i < BINS; i++) {

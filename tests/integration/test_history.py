@@ -228,6 +228,57 @@ def test_report_has_a_timeline_per_destination_and_a_band_per_transition(run, tm
     assert shoot(out) > 4 * shoot(blank)
 
 
+MARKUP = '<img src=x onerror="alert(1)"><script>alert(2)</script>&amp;\'"'
+
+
+@pytest.mark.agent
+def test_report_escapes_every_string_of_the_history(tmp_path):
+    """A history is written by whatever reached the table: markup in every
+    text column (a destination, an event's type, rule and detail) is text
+    in the report, never an element or an attribute of it."""
+    shim = Shim(tmp_path)
+    shim.ctl("status")
+    db = tmp_path / "x.db"
+    Recorder(shim, db).stop()
+    now = int(time.time() * 1000)
+    c = sqlite3.connect(db)
+    c.execute("INSERT INTO dests(id, key) VALUES (1, ?)", (MARKUP,))
+    c.executemany("INSERT INTO outcomes VALUES (?,?,1,?,0,0,0,1,100,200)",
+                  [(now - 5000 + i * 100, i * 100_000, 1 + i % 2) for i in range(40)])
+    for i, typ in enumerate(("opened", "closed", "reset", "probe_failed", "forced_open", MARKUP)):
+        c.execute("INSERT INTO events VALUES (?,?,?,?,?,0,1,?)",
+                  (now - 4000 + i * 500, i * 500_000, MARKUP, typ, MARKUP, MARKUP))
+    c.commit()
+    c.close()
+    out = tmp_path / "report.html"
+    p = shim.ctl("report", "--html", out, "--history", db, "--since", "1h")
+    assert p.returncode == 0, p.stderr
+    page = out.read_text()
+
+    class Tags(html.parser.HTMLParser):
+        tags, attrs, texts = set(), set(), []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.add(tag)
+            self.attrs.update(k for k, _ in attrs)
+
+        def handle_data(self, data):
+            self.texts.append(data)
+
+    t = Tags(convert_charrefs=True)
+    t.feed(page)
+    written = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "span", "section", "svg", "rect",
+               "polyline", "text"}
+    assert t.tags <= written, t.tags - written
+    assert not any(a.startswith("on") for a in t.attrs), t.attrs
+    assert "src" not in t.attrs and "img" not in t.tags and "script" not in t.tags
+    # the markup is there, as text: the destination's heading, and the rule
+    # (as much of it as an event keeps) in the bands' titles
+    assert sum(MARKUP in x for x in t.texts) >= 1, [x for x in t.texts if "alert" in x][:3]
+    assert sum(x.startswith("opened <img src=x onerror") for x in t.texts) == 1, t.texts
+    shim.cleanup()
+
+
 @pytest.mark.agent
 def test_suggest_puts_the_read_timeout_in_the_bucket_of_the_kept_share(tmp_path):
     """10,000 recorded successes: 99.9 % of first bytes between 10 and 780 ms,
