@@ -279,8 +279,11 @@ void ns_conn_retry_after(struct ns_conn *c, const char *value)
 	if (value[0] >= '0' && value[0] <= '9') {
 		const char *v = value;
 
-		for (secs = 0; *v >= '0' && *v <= '9' && secs < 100000000; v++)
-			secs = secs * 10 + (*v - '0');
+		/* any number of digits: past 10^8 s it only grows beyond
+		 * every retry_after_max, so it stops growing there */
+		for (secs = 0; *v >= '0' && *v <= '9'; v++)
+			if (secs < 100000000)
+				secs = secs * 10 + (*v - '0');
 		if (*v && *v != ' ' && *v != '\t')
 			secs = -1;
 	} else {

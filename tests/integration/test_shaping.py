@@ -552,6 +552,7 @@ def test_a_429_with_retry_after_holds_every_process_off_for_that_long(shim, http
 @pytest.mark.parametrize("script,policy,lo,hi", [
     ("503,radate=3,close;200,close", "", 1.8, 3.4),            # the HTTP-date form (whole seconds)
     ("429,ra=30,close;200,close", "retry_after_max = 1s\n", 0.9, 1.4),   # capped
+    ("429,ra=99999999999,close;200,close", "retry_after_max = 1s\n", 0.9, 1.4),   # 11 digits: capped too
 ])
 def test_retry_after_as_a_date_and_capped(shim, http_server, tmp_path, script, policy, lo, hi):
     port = http_server(script)
