@@ -7,6 +7,21 @@
 #include "../policy/policy.h"
 #include "shimctl.h"
 
+/* A policy's shadow_policy is loaded by every governed program: a broken
+ * one is the policy's error too (else it shows only in their stderr). */
+static int check_shadow(const char *file, const char *shadow, char *errs, size_t len)
+{
+	struct ns_policy sp;
+
+	if (ns_policy_load(shadow, &sp, errs, len) == 0) {
+		ns_policy_free(&sp);
+		return 0;
+	}
+	fprintf(stderr, "%s: shadow_policy %s does not load:\n", file, shadow);
+	fputs(errs, stderr);
+	return 1;
+}
+
 int ctl_cmd_check(char **files, int n)
 {
 	char *errs = malloc(65536);
@@ -18,8 +33,12 @@ int ctl_cmd_check(char **files, int n)
 		struct ns_policy p;
 		int r = ns_policy_load(files[i], &p, errs, 65536);
 
-		if (r == 0) {
-			printf("%s: ok (%d host section%s)\n", files[i], p.nsections - 1, p.nsections == 2 ? "" : "s");
+		if (r == 0 && p.shadow[0] && check_shadow(files[i], p.shadow, errs, 65536) != 0) {
+			ns_policy_free(&p);
+			bad = 1;
+		} else if (r == 0) {
+			printf("%s: ok (%d host section%s%s%s)\n", files[i], p.nsections - 1, p.nsections == 2 ? "" : "s",
+			       p.shadow[0] ? "; shadow policy " : "", p.shadow);
 			ns_policy_free(&p);
 		} else {
 			fputs(errs, stderr);

@@ -83,3 +83,23 @@ def test_shadow_policy_belongs_in_defaults(shim, tmp_path):
     p.write_text('[defaults]\nread_timeout = 1s\n[host "example.com"]\nshadow_policy = x.conf\n')
     r = shim.ctl("check", p)
     assert r.returncode == 2 and f"{p}:4" in r.stderr and "only in [defaults]" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("shadow, msg", [
+    (None, "cannot open: No such file or directory"),
+    ("[defaults]\nread_timeout = 3\n", "shadow.conf:2: read_timeout: bad duration '3'"),
+])
+def test_check_loads_the_shadow_policy_too(shim, tmp_path, shadow, msg):
+    """A shadow_policy that is missing or broken fails shimctl check (else it
+    shows only in the stderr of every governed program)."""
+    if shadow is not None:
+        (tmp_path / "shadow.conf").write_text(shadow)
+    pol = shim.policy("[defaults]\nshadow_policy = shadow.conf\n")
+    p = shim.ctl("check", pol)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert f"{pol}: shadow_policy {tmp_path / 'shadow.conf'} does not load" in p.stderr, p.stderr
+    assert msg in p.stderr, p.stderr
+    (tmp_path / "shadow.conf").write_text("[defaults]\nread_timeout = 3s\n")
+    p = shim.ctl("check", pol)
+    assert p.returncode == 0 and "shadow policy" in p.stdout, (p.stdout, p.stderr)
+
