@@ -457,6 +457,18 @@ static uint64_t bucket_up(uint64_t us)
 	return us;
 }
 
+/* A read_timeout is never suggested below 100 ms, nor below ten times the
+ * median first byte (a quiet loopback history would cut the first slow
+ * day), nor from fewer samples than the share asks to see: a percentile
+ * that keeps keep_bp needs at least ten samples beyond it. */
+#define SUGGEST_FLOOR_US 100000u
+#define SUGGEST_MEDIAN_TIMES 10u
+
+static uint64_t samples_needed(uint32_t keep_bp)
+{
+	return keep_bp >= 10000 ? UINT64_MAX : (10ull * 10000 + (10000 - keep_bp) - 1) / (10000 - keep_bp);
+}
+
 static int suggest(const struct hopt *o)
 {
 	sqlite3 *db = hr_open(o->file);
@@ -464,10 +476,12 @@ static int suggest(const struct hopt *o)
 	char errs[4096], cur[32];
 	struct hist h;
 	int first = 1;
+	const char *policy = o->policy ? o->policy : ns_policy_path();   /* the policy in force */
+	uint64_t need = samples_needed(o->keep_bp);
 
 	if (!db)
 		return 1;
-	if ((o->policy ? ns_policy_load(o->policy, &pol, errs, sizeof(errs)) : ns_policy_builtin(&pol)) != 0) {
+	if ((policy ? ns_policy_load(policy, &pol, errs, sizeof(errs)) : ns_policy_builtin(&pol)) != 0) {
 		fputs(errs, stderr);
 		sqlite3_close(db);
 		return 2;
@@ -482,19 +496,31 @@ static int suggest(const struct hopt *o)
 		printf("{\"keep\":%.2f,\"destinations\":[", o->keep_bp / 100.0);
 	else
 		printf("# keep %.2f%% of the recorded successes; policy %s\n%-28s %9s %12s %14s %12s %s\n",
-		       o->keep_bp / 100.0, o->policy ? o->policy : "(built-in defaults)", "DESTINATION", "SUCCESSES",
+		       o->keep_bp / 100.0, policy ? policy : "(built-in defaults)", "DESTINATION", "SUCCESSES",
 		       "FIRST_BYTE", "READ_TIMEOUT", "POLICY", "CUT_BY_POLICY");
 	for (int i = 0; i < h.ndests; i++) {
 		struct dest *d = &h.dests[i];
 		struct ns_settings s;
 		struct ns_dest nd;
-		uint64_t q, sug, cut = 0, rt;
+		uint64_t q, sug, cut = 0, rt, med;
+		const char *by = "percentile";
+		int enough = (uint64_t)d->nlat >= need;
 
 		if (!d->nlat)
 			continue;
 		qsort(d->lat, d->nlat, sizeof(uint32_t), hr_cmp_u32);
 		q = hr_quantile(d->lat, d->nlat, o->keep_bp);
-		sug = bucket_up(q);
+		med = hr_quantile(d->lat, d->nlat, 5000);
+		sug = q;
+		if (sug < med * SUGGEST_MEDIAN_TIMES) {
+			sug = med * SUGGEST_MEDIAN_TIMES;
+			by = "10x median";
+		}
+		if (sug < SUGGEST_FLOOR_US) {
+			sug = SUGGEST_FLOOR_US;
+			by = "minimum";
+		}
+		sug = bucket_up(sug);
 		memset(&nd, 0, sizeof(nd));
 		if (ns_dest_parse(d->key, &nd) < 0)
 			nd.family = AF_INET;
@@ -506,20 +532,31 @@ static int suggest(const struct hopt *o)
 		if (o->json) {
 			printf("%s{\"destination\":", first ? "" : ",");
 			ctl_json_string(stdout, d->key);
-			printf(",\"successes\":%zu,\"first_byte_at_keep_ms\":%.3f,\"read_timeout_ms\":%.3f,"
-			       "\"policy_read_timeout_ms\":%llu,\"cut_by_policy\":%llu}", d->nlat, q / 1000.0, sug / 1000.0,
-			       (unsigned long long)s.read_timeout_ms, (unsigned long long)cut);
+			printf(",\"successes\":%zu,\"samples_needed\":%llu,\"first_byte_at_keep_ms\":%.3f,\"median_ms\":%.3f,",
+			       d->nlat, (unsigned long long)need, q / 1000.0, med / 1000.0);
+			if (enough)
+				printf("\"read_timeout_ms\":%.3f,\"suggested_by\":\"%s\",", sug / 1000.0, by);
+			else
+				printf("\"read_timeout_ms\":null,\"suggested_by\":null,");
+			printf("\"policy_read_timeout_ms\":%llu,\"cut_by_policy\":%llu}", (unsigned long long)s.read_timeout_ms,
+			       (unsigned long long)cut);
+		} else if (enough) {
+			printf("%-28s %9zu %10.1fms %12.1fms %12s %llu (%.3f%%)%s%s\n", d->key, d->nlat, q / 1000.0, sug / 1000.0,
+			       s.read_timeout_ms ? cur : "none", (unsigned long long)cut, 100.0 * (double)cut / (double)d->nlat,
+			       strcmp(by, "percentile") ? " raised to the " : "", strcmp(by, "percentile") ? by : "");
 		} else {
-			printf("%-28s %9zu %10.1fms %12.1fms %12s %llu (%.3f%%)\n", d->key, d->nlat, q / 1000.0, sug / 1000.0,
-			       s.read_timeout_ms ? cur : "none", (unsigned long long)cut, 100.0 * (double)cut / (double)d->nlat);
+			printf("%-28s %9zu %10.1fms %12s %12s %llu (%.3f%%) too few: %.2f%% needs %llu samples\n", d->key,
+			       d->nlat, q / 1000.0, "-", s.read_timeout_ms ? cur : "none", (unsigned long long)cut,
+			       100.0 * (double)cut / (double)d->nlat, o->keep_bp / 100.0, (unsigned long long)need);
 		}
 		first = 0;
 	}
 	if (o->json)
 		printf("]}\n");
 	else
-		printf("(FIRST_BYTE: the time to the first byte that keeps that share; READ_TIMEOUT: it, rounded up to "
-		       "the bucket the table's histograms use. connect_timeout and total_timeout are not suggested: the "
+		printf("(FIRST_BYTE: the time to the first byte that keeps that share; READ_TIMEOUT: it, but at least 10 "
+		       "times the median and 100 ms, rounded up to the bucket the table's histograms use; none from fewer "
+		       "samples than 10 beyond the share. connect_timeout and total_timeout are not suggested: the "
 		       "history keeps first-byte times only)\n");
 	hr_free(&h);
 	ns_policy_free(&pol);

@@ -303,9 +303,47 @@ def test_suggest_puts_the_read_timeout_in_the_bucket_of_the_kept_share(tmp_path)
     c.close()
     s = json.loads(shim.ctl("suggest", "--history", db, "--keep", "99.9%", "--policy", pol, "--json").stdout)
     d = s["destinations"][0]
-    assert d["successes"] == 10000
-    assert 500 < d["read_timeout_ms"] <= 1000 and 700 < d["first_byte_at_keep_ms"] <= 780, d
+    assert d["successes"] == 10000 and d["samples_needed"] == 10000
+    assert 700 < d["first_byte_at_keep_ms"] <= 780, d
+    # ten times the median (about 395 ms) is above the kept share's first byte: it decides
+    assert d["suggested_by"] == "10x median" and d["read_timeout_ms"] == 5000, d
     assert d["policy_read_timeout_ms"] == 3000 and d["cut_by_policy"] == sum(v > 3_000_000 for v in lat), d
+    shim.cleanup()
+
+
+@pytest.mark.agent
+def test_suggest_wants_enough_samples_and_keeps_a_floor(tmp_path):
+    """91 loopback first bytes (0.3 to 1 ms) cannot give a 99.9th percentile:
+    nothing is suggested, and the output says how many it needs. From 200
+    samples at 90 % the suggestion is the floor, 100 ms, not the 1 ms the
+    percentile alone would give. The POLICY column is the policy in force
+    (NETSHIM_POLICY), not the built-in default."""
+    db = tmp_path / "f.db"
+    shim = Shim(tmp_path)
+    pol = shim.policy("[defaults]\nread_timeout = 7s\n")
+    shim.ctl("status")
+    Recorder(shim, db).stop()
+    now = int(time.time() * 1000)
+    c = sqlite3.connect(db)
+    c.execute("INSERT INTO dests(id, key) VALUES (1, '127.0.0.1:9'), (2, '127.0.0.1:10')")
+    rows_ = [(now - 1000 + i, i * 1000, 1, i + 1, 300 + (i * 7) % 700) for i in range(91)]
+    rows_ += [(now - 1000 + i, i * 1000, 2, i + 1, 300 + (i * 7) % 700) for i in range(200)]
+    c.executemany("INSERT INTO outcomes VALUES (?,?,?,1,0,0,0,?,?,200)", rows_)
+    c.commit()
+    c.close()
+    env = {"NETSHIM_POLICY": str(pol)}
+    s = json.loads(shim.ctl("suggest", "--history", db, "--json", env=env).stdout)
+    d = {x["destination"]: x for x in s["destinations"]}
+    few = d["127.0.0.1:9"]
+    assert few["successes"] == 91 and few["samples_needed"] == 10000 and few["read_timeout_ms"] is None, few
+    assert few["policy_read_timeout_ms"] == 7000, few
+    p = shim.ctl("suggest", "--history", db, "--keep", "90%", "--json", env=env)
+    d = {x["destination"]: x for x in json.loads(p.stdout)["destinations"]}
+    assert d["127.0.0.1:10"]["read_timeout_ms"] == 100 and d["127.0.0.1:10"]["suggested_by"] == "minimum", d
+    assert d["127.0.0.1:9"]["read_timeout_ms"] is None, d   # 90 % needs 100
+    text = shim.ctl("suggest", "--history", db, env=env).stdout
+    assert f"policy {pol}" in text and "too few: 99.90% needs 10000 samples" in text, text
+    assert "7000ms" in text, text
     shim.cleanup()
 
 
