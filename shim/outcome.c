@@ -18,16 +18,65 @@
 #include "shape.h"
 
 
-static void log_step(int slot, const char *key, const struct ns_step *st, int err, int trace, const char *what)
+/* The figures of the rule that opened the breaker, as the table has them
+ * now (the window, the threshold the policy set), for the log line. */
+static void rule_figures(int slot, const struct ns_step *st, const struct ns_settings *s, char *b, size_t n)
 {
+	struct ns_entry e;
+	unsigned long long win = (unsigned long long)s->window_ms;
+
+	memset(&e, 0, sizeof(e));
+	ns_table_read(&ns_breakers, slot, (uint64_t)(ns_now() / 1000000), &e);
+	switch (st->rule) {
+	case NS_RULE_THRESHOLD:
+		snprintf(b, n, "%u failures in the %llu ms window, threshold %u", e.failures_in_window, win,
+			 s->failure_threshold);
+		break;
+	case NS_RULE_CONSECUTIVE:
+		snprintf(b, n, "%u failures in a row, threshold %u", st->next.consec, s->consecutive_failures);
+		break;
+	case NS_RULE_RATE:
+		snprintf(b, n, "%u of %u outcomes in the %llu ms window failed, failure_rate %u.%02u%%",
+			 e.failures_in_window, e.outcomes_in_window, win, s->failure_rate_bp / 100, s->failure_rate_bp % 100);
+		break;
+	case NS_RULE_TIMEOUT_RATE:
+		snprintf(b, n, "%u of %u outcomes in the %llu ms window timed out, timeout_rate %u.%02u%%",
+			 e.timeouts_in_window, e.outcomes_in_window, win, s->timeout_rate_bp / 100, s->timeout_rate_bp % 100);
+		break;
+	case NS_RULE_SLOW_RATE:
+		snprintf(b, n, "%u of %u outcomes in the %llu ms window slower than %llu ms, slow_call_rate %u.%02u%%",
+			 e.slow_in_window, e.outcomes_in_window, win, (unsigned long long)s->slow_call_ms,
+			 s->slow_call_rate_bp / 100, s->slow_call_rate_bp % 100);
+		break;
+	case NS_RULE_LATENCY_P99:
+		snprintf(b, n, "first-byte p99 %llu ms in the %llu ms window, latency_p99 %llu ms",
+			 (unsigned long long)(e.p99_in_window_us / 1000), win, (unsigned long long)s->latency_p99_ms);
+		break;
+	default:
+		snprintf(b, n, "%u failures in a row", st->next.consec);
+	}
+}
+
+/* A transition of the breaker: said once at warn, and written to the
+ * events. what: the event's detail; last: the outcome that moved it, as
+ * the log says it ("HTTP 429", "ETIMEDOUT after the request was sent"). */
+static void log_step(int slot, const char *key, const struct ns_step *st, int err, int trace, const char *what,
+		     const char *last, const struct ns_settings *set)
+{
+	char fig[160];
+
 	switch (st->transition) {
 	case NS_TR_OPENED:
-		NS_LOG(NS_LOG_WARN, "breaker for %s opened by rule %s (%u failures in a row)%s%s",
-		       key, ns_rule_name(st->rule), st->next.consec, what ? "; the last " : "", what ? what : "");
+		if (ns_log_level >= NS_LOG_WARN) {
+			rule_figures(slot, st, set, fig, sizeof(fig));
+			ns_log(NS_LOG_WARN, "breaker for %s opened by rule %s (%s)%s%s", key, ns_rule_name(st->rule), fig,
+			       last[0] ? "; the last: " : "", last);
+		}
 		ns_emit(NS_E_OPENED, slot, key, st, err, what, trace);
 		break;
 	case NS_TR_REOPENED:
-		NS_LOG(NS_LOG_WARN, "breaker for %s reopened: half-open probe failed", key);
+		NS_LOG(NS_LOG_WARN, "breaker for %s reopened: half-open probe failed%s%s%s", key, last[0] ? " (" : "",
+		       last, last[0] ? ")" : "");
 		ns_emit(NS_E_REOPENED, slot, key, st, err, what, trace);
 		break;
 	case NS_TR_CLOSED:
@@ -54,6 +103,7 @@ static void conn_outcome(struct ns_conn *c, int kind, int err, unsigned status)
 	uint32_t was;
 	int saved = errno, trace, slot;
 	const char *what = NULL;
+	char last[80] = "";
 
 	was = __atomic_fetch_and(&c->flags, ~(NS_C_CONNECTING | NS_C_PARSE | NS_C_SENT), __ATOMIC_RELAXED);
 	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
@@ -80,14 +130,23 @@ static void conn_outcome(struct ns_conn *c, int kind, int err, unsigned status)
 	/* the bank-transfer lesson: a connect that failed never reached the
 	 * server (safe to retry); a failure after the request went out is an
 	 * unknown outcome (never retry it blindly) */
-	if (kind != NS_OUT_SUCCESS)
+	if (kind != NS_OUT_SUCCESS && status) {
+		snprintf(last, sizeof(last), "HTTP %u", status);   /* the answer said so: not unknown */
+		what = last;
+	} else if (kind != NS_OUT_SUCCESS) {
+		/* the event's detail keeps its words (scripts read them); the
+		 * log line says the errno too */
 		what = (was & NS_C_CONNECTING) ? "connect failed (nothing sent)" :
 		       !(was & NS_C_SENT) ? NULL : kind == NS_OUT_TIMEOUT ?
 		       "timed out after the request was sent (outcome unknown)" :
 		       "failed after the request was sent (outcome unknown)";
+		snprintf(last, sizeof(last), "%s%s", kind == NS_OUT_TIMEOUT ? "ETIMEDOUT" :
+			 err ? ns_errno_name(err) : "closed before the answer",
+			 (was & NS_C_CONNECTING) ? " at connect (nothing sent)" : !(was & NS_C_SENT) ? "" :
+			 " after the request was sent (outcome unknown)");
+	}
 	if (kind != NS_OUT_SUCCESS)
-		NS_LOG(NS_LOG_INFO, "%s: %s%s%s", key, kind == NS_OUT_TIMEOUT ? "deadline expired" :
-		       err ? strerror(err) : "closed before the answer", what ? ": " : "", what ? what : "");
+		NS_LOG(NS_LOG_INFO, "%s: %s%s", key, kind == NS_OUT_TIMEOUT ? "deadline expired: " : "", last);
 	if (slot >= 0 && ns_breakers_ok) {
 		monotime now = ns_now(), from = exchange_start(c);
 
@@ -109,7 +168,7 @@ static void conn_outcome(struct ns_conn *c, int kind, int err, unsigned status)
 		if (st.transition != NS_TR_NONE && !key[0])
 			ns_conn_key(c, key);
 		if (st.transition != NS_TR_NONE)
-			log_step(slot, key, &st, err, trace, what);
+			log_step(slot, key, &st, err, trace, what, last, set);
 		else if (trace)
 			ns_emit(NS_E_CONNECT_FAILED, slot, key, &st, err, what, 1);
 	}

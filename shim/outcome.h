@@ -4,6 +4,7 @@
 #define NS_OUTCOME_H
 
 #include <errno.h>
+#include <string.h>
 
 #include "config.h"
 #include "conn.h"
@@ -21,6 +22,22 @@ static inline int ns_is_failure_errno(int e)
 	}
 }
 
+/* ...its name, for the log ("ECONNREFUSED"); another errno: its text. */
+static inline const char *ns_errno_name(int e)
+{
+	switch (e) {
+	case ECONNREFUSED: return "ECONNREFUSED";
+	case ECONNRESET: return "ECONNRESET";
+	case ETIMEDOUT: return "ETIMEDOUT";
+	case EHOSTUNREACH: return "EHOSTUNREACH";
+	case ENETUNREACH: return "ENETUNREACH";
+	case ENETDOWN: return "ENETDOWN";
+	case EHOSTDOWN: return "EHOSTDOWN";
+	case ECONNABORTED: return "ECONNABORTED";
+	case EPIPE: return "EPIPE";
+	default: return strerror(e);
+	}
+}
 
 /* Count the connection's one outcome: NS_OUT_* with its errno (0 when no
  * errno says it: the peer closed before the answer). errno is kept. */

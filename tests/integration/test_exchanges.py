@@ -204,6 +204,24 @@ def test_events_say_whether_the_request_went_out(shim, server, tmp_path):
                    refused.dest: "connect failed (nothing sent)"}, got
 
 
+@pytest.mark.shim
+@pytest.mark.parametrize("script, policy, line", [
+    ("429", "failure_threshold = 5\n",
+     "opened by rule failure_threshold (5 failures in the 30000 ms window, threshold 5); the last: HTTP 429"),
+    ("503", "failure_threshold = 0\nconsecutive_failures = 3\n",
+     "opened by rule consecutive_failures (3 failures in a row, threshold 3); the last: HTTP 503"),
+    ("silent", "failure_threshold = 2\nread_timeout = 300ms\n",
+     "opened by rule failure_threshold (2 failures in the 30000 ms window, threshold 2); "
+     "the last: ETIMEDOUT after the request was sent (outcome unknown)"),
+])
+def test_the_breakers_line_gives_the_rules_figures_and_the_last_outcome(shim, http_server, tmp_path, script,
+                                                                        policy, line):
+    port = http_server(script + ",close" if script != "silent" else script)
+    shim.policy("[defaults]\n" + policy)
+    r = shim.run(py_script(tmp_path, CURL_N) + [f"http://127.0.0.1:{port}/", 6], timeout=60)
+    assert f"netshim: breaker for 127.0.0.1:{port} {line}\n" in r.err, r.err
+
+
 # ---- inside TLS: OpenSSL (python requests, curl) and GnuTLS (wget)
 
 TLS_CLIENTS = {
