@@ -575,6 +575,21 @@ int ns_ocring_create(const char *path, uint32_t cap, char *err, size_t errlen)
 		bad(err, errlen, "%s: %s", path, "a ring's size is a power of two up to 16777216");
 		return -1;
 	}
+	{
+		struct stat st;
+
+		/* another user's file in its place (/dev/shm is everyone's):
+		 * the rename below could not replace it, and programs would
+		 * refuse it; say whose it is and the way out */
+		if (lstat(path, &st) == 0 && st.st_uid != geteuid()) {
+			if (err && errlen)
+				snprintf(err, errlen, "%s: owned by another user (uid %u, not you: uid %u), refused: someone "
+					 "made it before you, which keeps your history off; remove it (rm -f %.120s, as "
+					 "its owner or root) or use another table (NETSHIM_TABLE=NAME)", path,
+					 (unsigned)st.st_uid, (unsigned)geteuid(), path);
+			return -1;
+		}
+	}
 	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
 	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {

@@ -12,6 +12,7 @@
 #include <err.h>
 #include <getopt.h>
 #include <sqlite3.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -566,13 +567,18 @@ static int suggest(const struct hopt *o)
 void ctl_history_default(const char *table, char *buf, size_t len)
 {
 	const char *state = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+	struct passwd *pw;
 
+	if (!(home && home[0] == '/') && (pw = getpwuid(geteuid())) && pw->pw_dir && pw->pw_dir[0] == '/')
+		home = pw->pw_dir;   /* (cron: no HOME) the user's own, never a shared directory */
 	if (geteuid() == 0)
 		snprintf(buf, len, "/var/lib/netshim/%s.history.db", table);
 	else if (state && state[0] == '/')
 		snprintf(buf, len, "%s/netshim/%s.history.db", state, table);
+	else if (home && home[0] == '/')
+		snprintf(buf, len, "%s/.local/state/netshim/%s.history.db", home, table);
 	else
-		snprintf(buf, len, "%s/.local/state/netshim/%s.history.db", home && home[0] == '/' ? home : "/tmp", table);
+		snprintf(buf, len, "/run/user/%u/netshim/%s.history.db", (unsigned)geteuid(), table);
 }
 
 int ctl_history_main(int argc, char **argv)

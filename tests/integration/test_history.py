@@ -8,6 +8,8 @@ request), with the agent recording from before the first connect."""
 import html.parser
 import json
 import os
+import pathlib
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -367,6 +369,82 @@ def test_a_recorder_killed_mid_write_leaves_a_database_that_opens(tmp_path, serv
     # recorded up to the kill (at most the last pass lost), nothing after the lease
     assert 0 < n <= e["successes"], (n, e)
     shim.cleanup()
+
+
+@pytest.mark.agent
+def test_the_history_is_private_in_a_private_directory(tmp_path):
+    """The database and its WAL are 0600; a missing directory is made 0700
+    (the README's /var/lib/netshim need not exist); a directory others may
+    write is refused, as is a database another user owns, and an outcome
+    ring another user put in the table's place."""
+    shim = Shim(tmp_path)
+    shim.ctl("status")
+    db = tmp_path / "state" / "netshim" / "h.db"
+    (tmp_path / "state").mkdir()
+    rec = Recorder(shim, db)
+    rec.stop()
+    assert oct(os.stat(db.parent).st_mode & 0o777) == "0o700"
+    for f in (db, pathlib.Path(str(db) + "-wal")):
+        if f.exists():
+            assert oct(f.stat().st_mode & 0o777) == "0o600", f
+    assert oct(db.stat().st_mode & 0o777) == "0o600"
+
+    def refused(path, *extra):
+        p = subprocess.run([str(BUILD / "netshim-agent"), "--history", str(path), "--table", shim.table, *extra],
+                           capture_output=True, text=True, timeout=10)
+        return p.returncode, p.stderr
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    rc, err = refused(shared / "h.db")
+    assert rc == 1 and "writable by others or not yours" in err and "refused" in err, err
+    assert not (shared / "h.db").exists()
+    theirs = tmp_path / "theirs.db"
+    theirs.write_text("")
+    os.chown(theirs, 65534, 65534)
+    rc, err = refused(theirs)
+    assert rc == 1 and "owned by another user (uid 65534)" in err, err
+    # an outcome ring squatted beside the table: a refusal that says the way out
+    ring = pathlib.Path(f"/dev/shm/{shim.table}.outcomes")
+    ring.write_text("")
+    os.chown(ring, 65534, 65534)
+    try:
+        rc, err = refused(tmp_path / "h2.db")
+        assert rc == 1 and "owned by another user" in err and f"rm -f {ring}" in err, err
+    finally:
+        ring.unlink()
+    shim.cleanup()
+
+
+@pytest.mark.agent
+def test_the_packaged_service_records_the_history_alone(tmp_path):
+    """The unit's command line as systemd runs it (its $$ is a $), with no
+    NETSHIM_REDIS and the history in NETSHIM_AGENT_ARGS: the agent starts
+    without --redis and records."""
+    unit = (pathlib.Path(__file__).resolve().parents[2] / "tools" / "agent" / "netshim-agent.service").read_text()
+    line = next(l for l in unit.splitlines() if l.startswith("ExecStart="))[len("ExecStart="):]
+    argv = shlex.split(line.replace("$$", "$").replace("@PREFIX@/bin/netshim-agent", str(BUILD / "netshim-agent")))
+    shim = Shim(tmp_path)
+    shim.ctl("status")
+    db = tmp_path / "lib" / "h.db"
+    env = dict(os.environ, NETSHIM_AGENT_ARGS=f"--history {db} --table {shim.table}")
+    env.pop("NETSHIM_REDIS", None)
+    if NO_AGENT:
+        env["NETSHIM_AGENT_ARGS"] = "--version-none"
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, ok = time.monotonic() + 5, False
+        while time.monotonic() < deadline and not ok:
+            st = shim.ctl("status", "--json")
+            ok = st.returncode == 0 and bool((json.loads(st.stdout)["agent"] or {}).get("history"))
+            time.sleep(0.05)
+        assert ok, p.stderr.read() if p.poll() is not None else "not recording"
+        assert db.exists()
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+        shim.cleanup()
 
 
 @pytest.mark.agent

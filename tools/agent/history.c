@@ -11,11 +11,15 @@
  * agent stopped or starved for longer than the ring holds) are counted as
  * lost in meta and said once a minute. */
 #include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../../policy/ocring.h"
 #include "../histdb.h"
@@ -88,6 +92,61 @@ void hist_close(struct hist *h)
 	free(h);
 }
 
+/* The history is every destination this user's programs reached, with
+ * times: a private file (0600, with its WAL and shared-memory files) in a
+ * private directory, made so (0700) when missing. A directory others may
+ * write (/tmp) is refused: another user could put a file of theirs there
+ * first, or replace it. */
+static int private_file(const char *file, char *err, size_t len)
+{
+	char dbuf[320], side[340];
+	struct stat st;
+	const char *dir;
+	int fd;
+
+	snprintf(dbuf, sizeof(dbuf), "%s", file);
+	dir = dirname(dbuf);
+	if (lstat(dir, &st) < 0 && errno == ENOENT && mkdir(dir, 0700) < 0) {
+		snprintf(err, len, "%s: cannot make its directory %s: %s", file, dir, strerror(errno));
+		return -1;
+	}
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(err, len, "%s: %s is not a directory", file, dir);
+		return -1;
+	}
+	if ((st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & 0022)) {
+		snprintf(err, len, "%s: its directory %s is writable by others or not yours (uid %u, mode %03o), refused: "
+			 "another user could make or replace the file; use a private directory (for example "
+			 "/var/lib/netshim as root, ~/.local/state/netshim)", file, dir, (unsigned)st.st_uid,
+			 (unsigned)(st.st_mode & 07777));
+		return -1;
+	}
+	fd = open(file, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		snprintf(err, len, "%s: cannot open: %s", file, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	if (st.st_uid != geteuid()) {
+		snprintf(err, len, "%s: owned by another user (uid %u), refused: remove it (as its owner or root) or "
+			 "name another file", file, (unsigned)st.st_uid);
+		close(fd);
+		return -1;
+	}
+	if ((st.st_mode & 077) && fchmod(fd, 0600) == 0)
+		ag_log("history %s: was readable by others (mode %03o), now 0600", file, (unsigned)(st.st_mode & 0777));
+	close(fd);
+	/* SQLite makes these with the database's mode; ones left from before
+	 * are made private too */
+	for (int i = 0; i < 2; i++) {
+		snprintf(side, sizeof(side), "%s%s", file, i ? "-shm" : "-wal");
+		if (lstat(side, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && (st.st_mode & 077))
+			chmod(side, 0600);
+	}
+	return 0;
+}
+
 struct hist *hist_open(const char *file, struct ns_table *t, uint64_t keep_ms, uint32_t ring_cap, char *err,
 		       size_t len)
 {
@@ -101,6 +160,8 @@ struct hist *hist_open(const char *file, struct ns_table *t, uint64_t keep_ms, u
 	}
 	h->t = t;
 	h->keep_ms = keep_ms;
+	if (private_file(file, err, len) < 0)
+		goto fail;
 	if (sqlite3_open_v2(file, &h->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL) !=
 	    SQLITE_OK) {
 		snprintf(err, len, "%s: %s", file, h->db ? sqlite3_errmsg(h->db) : "cannot open");
