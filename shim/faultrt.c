@@ -17,6 +17,7 @@
 #include "../policy/table.h"
 #include "config.h"
 #include "conn.h"
+#include "lock.h"
 #include "outcome.h"
 #include "settings.h"
 
@@ -153,7 +154,8 @@ static int rt_lookup(const struct ns_dest *d, monotime now, struct ns_faults *ou
 	if (!ns_tbl() || !ns_table_fault_gen(ns_tbl()))
 		return -1;
 	pthread_once(&rt_once, rt_init);
-	pthread_mutex_lock(&rt_lock);
+	if (!ns_mutex_take(&rt_lock, NS_LOCK_RT))
+		return -1;   /* a handler's connect inside its own thread's lookup: no runtime fault */
 	best = rt_best(d, now, &expired, &fresh);
 	if (best >= 0 && (!existing || (rt_copy[best].existing && rt_copy[best].seen > *existing))) {
 		*out = rt_copy[best].f;
@@ -165,7 +167,7 @@ static int rt_lookup(const struct ns_dest *d, monotime now, struct ns_faults *ou
 		memcpy(dest, rt_copy[expired].dest, sizeof(dest));
 		expired = (int)rt_copy[expired].idx;
 	}
-	pthread_mutex_unlock(&rt_lock);
+	ns_mutex_give(&rt_lock, NS_LOCK_RT);
 	if (fresh)
 		flag_open_connections();
 	/* --for ran out: the first process to notice says so, once */
@@ -207,10 +209,11 @@ void ns_fault_rt_poll(void)
 	if (!g || !t || (gen = __atomic_load_n(g, __ATOMIC_ACQUIRE)) == __atomic_load_n(&rt_gen, __ATOMIC_ACQUIRE))
 		return;
 	pthread_once(&rt_once, rt_init);
-	pthread_mutex_lock(&rt_lock);
+	if (!ns_mutex_take(&rt_lock, NS_LOCK_RT))
+		return;   /* (its own thread is refreshing the copy) */
 	if (gen != rt_gen)
 		fresh = rt_refresh(t, gen, ns_now());
-	pthread_mutex_unlock(&rt_lock);
+	ns_mutex_give(&rt_lock, NS_LOCK_RT);
 	if (fresh)
 		flag_open_connections();
 }

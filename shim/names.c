@@ -19,6 +19,7 @@
 #include "conn.h"
 #include "fault.h"
 #include "faultcfg.h"
+#include "lock.h"
 #include "real.h"
 
 #define NAMES_MAX 4096u
@@ -72,11 +73,12 @@ static void remember(const char *name, int family, const void *addr)
 	pthread_once(&names_once, names_init);
 	if (!names)
 		return;
-	pthread_mutex_lock(&names_lock);
+	if (!ns_mutex_take(&names_lock, NS_LOCK_NAMES))
+		return;   /* a handler's lookup inside its own thread's: not remembered */
 	if (ns_namemap_put(names, family, addr, name, now) == 0)
 		__atomic_store_n(&names_used, 1, __ATOMIC_RELEASE);
 	__atomic_fetch_add(&names_gen, 1, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&names_lock);
+	ns_mutex_give(&names_lock, NS_LOCK_NAMES);
 }
 
 static void remember_hostent(const char *name, const struct hostent *h)
@@ -102,9 +104,10 @@ int ns_names_lookup_map(int family, const void *addr, char *out, size_t len, mon
 		strcpy(out, last.name);
 		return 0;
 	}
-	pthread_mutex_lock(&names_lock);
+	if (!ns_mutex_take(&names_lock, NS_LOCK_NAMES))
+		return -1;   /* a handler's connect inside its own thread's lookup: the address is the key */
 	r = ns_namemap_get(names, family, addr, out, len, now);
-	pthread_mutex_unlock(&names_lock);
+	ns_mutex_give(&names_lock, NS_LOCK_NAMES);
 	last.gen = gen;
 	last.until_ms = now + 1000;
 	last.family = family;

@@ -16,6 +16,7 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
+#include "lock.h"
 #include "settings.h"
 
 static struct {
@@ -98,14 +99,15 @@ unsigned ns_trace_frames(char frames[][150], unsigned max)
 			break;
 		h = name_set(ip);
 		hit = 0;
-		pthread_mutex_lock(&name_lock);
+		if (!ns_mutex_take(&name_lock, NS_LOCK_TRACE))
+			break;   /* a handler's failure inside its own thread's trace: no frames */
 		for (unsigned w = 0; name_cache && w < NAME_WAYS && !hit; w++) {
 			if (name_cache[h + w].ip == ip) {
 				memcpy(frames[n], name_cache[h + w].text, 150);
 				hit = 1;
 			}
 		}
-		pthread_mutex_unlock(&name_lock);
+		ns_mutex_give(&name_lock, NS_LOCK_TRACE);
 		if (hit) {
 			if (frames[n][0])
 				n++;
@@ -127,7 +129,8 @@ unsigned ns_trace_frames(char frames[][150], unsigned max)
 		}
 		snprintf(frames[n], 150, "%s+0x%lx (%s)", name, (unsigned long)off, obj);
 out_cache:
-		pthread_mutex_lock(&name_lock);
+		if (!ns_mutex_take(&name_lock, NS_LOCK_TRACE))
+			break;
 		if (name_cache) {
 			unsigned w = 0;
 
@@ -138,7 +141,7 @@ out_cache:
 			name_cache[h + w].ip = ip;
 			memcpy(name_cache[h + w].text, frames[n], 150);
 		}
-		pthread_mutex_unlock(&name_lock);
+		ns_mutex_give(&name_lock, NS_LOCK_TRACE);
 		if (frames[n][0])
 			n++;
 	}

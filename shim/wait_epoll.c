@@ -2,6 +2,7 @@
  * epoll set watches (by fd number, kept from epoll_ctl), its deadlines in
  * a heap, and epoll_wait, epoll_pwait and epoll_pwait2 shortened to the
  * nearest, as in poll (wait_poll.c). */
+#include "lock.h"
 #include "wait.h"
 
 #include <errno.h>
@@ -88,8 +89,13 @@ static unsigned ep_bycap;
 static unsigned ep_nconnecting; /* atomic: registrations whose connect is in progress */
 static uint64_t ep_round;
 
-static void ep_lock(void)
+/* 1: taken; 0: this thread holds it already (a signal handler that closed,
+ * connected or waited inside its own thread's hold, lock.h): the caller
+ * does without it. */
+static int ep_lock(void)
 {
+	if (!ns_lock_mine(NS_LOCK_EPOLL))
+		return 0;
 	for (unsigned spins = 0; __atomic_exchange_n(&ep_lk, 1, __ATOMIC_ACQUIRE); spins++) {
 		while (__atomic_load_n(&ep_lk, __ATOMIC_RELAXED)) {
 			__builtin_ia32_pause();
@@ -99,16 +105,28 @@ static void ep_lock(void)
 			}
 		}
 	}
+	return 1;
 }
 
 static void ep_unlock(void)
 {
 	__atomic_store_n(&ep_lk, 0, __ATOMIC_RELEASE);
+	ns_lock_done(NS_LOCK_EPOLL);
 }
 
-static void ep_prepare(void) { ep_lock(); }
-static void ep_parent(void) { ep_unlock(); }
-static void ep_child(void) { __atomic_store_n(&ep_lk, 0, __ATOMIC_RELAXED); }
+static int ep_fork_took;   /* the forking thread took the lock for the fork (not inside its own hold) */
+static void ep_prepare(void) { ep_fork_took = ep_lock(); }
+static void ep_parent(void)
+{
+	if (ep_fork_took)
+		ep_unlock();
+}
+static void ep_child(void)
+{
+	__atomic_store_n(&ep_lk, 0, __ATOMIC_RELAXED);
+	if (ep_fork_took)
+		ns_lock_done(NS_LOCK_EPOLL);
+}
 
 static void ep_init(void)
 {
@@ -304,7 +322,8 @@ static void ep_remember(int epfd, int fd, const struct epoll_event *ev)
 	if (epfd < 0 || fd < 0)
 		return;
 	pthread_once(&ep_once, ep_init);
-	ep_lock();
+	if (!ep_lock())
+		return;   /* (not remembered: its deadlines are the kernel's) */
 	if (!ep_byfd) {
 		void *m = mmap(NULL, (size_t)ns_fdmax * sizeof(*ep_byfd), PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -372,7 +391,8 @@ void ns_wait_note_fd_held(int fd)
 {
 	struct ep_reg *g;
 
-	ep_lock();
+	if (!ep_lock())
+		return;
 	for (struct ep_set *s = ep_sets; s; s = s->next)
 		if ((g = reg_of(s, fd)) != NULL)
 			mark_dirty(s, g);
@@ -384,7 +404,8 @@ static void ep_forget(int epfd, int fd)
 	struct ep_set *s;
 	struct ep_reg *g;
 
-	ep_lock();
+	if (!ep_lock())
+		return;
 	s = set_of(epfd);
 	if (s && (g = reg_of(s, fd)) != NULL)
 		ep_drop(s, g);
@@ -396,7 +417,8 @@ void ns_wait_forget_fd_held(int fd)
 	struct ep_set *s, *next;
 	struct ep_reg *g;
 
-	ep_lock();
+	if (!ep_lock())
+		return;
 	for (s = ep_sets; s; s = next) {
 		next = s->next;
 		if (s->epfd == fd)
@@ -536,7 +558,8 @@ static __attribute__((noinline)) monotime ep_nearest_dirty(struct ep_set *s, int
 	struct gate_ops ops;
 
 	ops.n = 0;
-	ep_lock();
+	if (!ep_lock())
+		return __atomic_load_n(&s->top, __ATOMIC_ACQUIRE);   /* a handler's wait inside its thread's */
 	while ((g = s->dirty) != NULL) {
 		DL_DELETE2(s->dirty, g, dprev, dnext);
 		g->dirty = 0;
@@ -609,7 +632,8 @@ static int ep_mark(const struct epcall *p, int r, monotime now)
 	uint64_t round;
 	int added = 0;
 
-	ep_lock();
+	if (!ep_lock())
+		return 0;   /* a handler's wait inside its own thread's hold: the kernel's events as they are */
 	round = ++ep_round;
 	s = set_of(p->epfd);
 	if (!s)

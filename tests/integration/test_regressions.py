@@ -460,3 +460,29 @@ def test_a_signal_handlers_connect_during_the_first_connects_set_up_completes(sh
     assert r.elapsed >= 0.2
     e = shim.entry(srv.dest)
     assert e is not None and e["calls"] == 1, e   # the main connect, counted; the handler's passed through
+
+
+# ---- a signal handler's connect inside a lock its own thread holds (issue 34 item 4)
+
+@pytest.mark.shim
+def test_a_signal_handlers_connect_never_waits_on_its_own_threads_lock(shim, server):
+    """A 300 us timer's handler connects, over and over, while its thread
+    loops through every lock of the connect and data paths: the host-name
+    map (getaddrinfo of localhost, the name at each connect), the runtime
+    faults (one injected for another destination, so every connect looks),
+    epoll's registrations (add, wait, close). A handler that waited on its
+    own thread's lock hung the process (3 of 10 runs, on the runtime
+    faults' lock alone); every run must finish, with handlers having run."""
+    srv = server("http")
+    shim.policy("[defaults]\n")
+    shim.ctl("status")
+    assert shim.ctl("inject", "127.0.0.2:9", "refuse").returncode == 0
+    loops = 0
+    for _ in range(3):
+        r = shim.run([client("siglocks"), srv.host, srv.port, 2], timeout=30)
+        rep = r.last_json()
+        assert rep["loops"] > 5 and rep["handler_connects"] > 100 and rep["handler_errors"] == 0, rep
+        loops += rep["loops"]
+    # governed all along: the loop's connects under the name it looked up
+    e = shim.entry(f"localhost:{srv.port}")
+    assert e is not None and e["calls"] >= loops, (e, loops)

@@ -1,0 +1,56 @@
+/* lock.h -- the few locks the connect and data paths take, made safe
+ * against a signal handler that calls in on the thread that holds one.
+ *
+ * A handler that connects (or closes, or waits) while its thread was
+ * inside one of these locks would wait for itself for ever. Each lock has
+ * a bit in a per-thread word, set before it is taken and cleared after it
+ * is given back: a call that finds its bit set is a handler that
+ * interrupted its own thread in there (or between the bit and the lock),
+ * so it does not wait: it goes on without what the lock guards (no host
+ * name for the key, no runtime fault, no frames for the trace, no epoll
+ * bookkeeping), which is the shim's fail-safe answer everywhere. Another
+ * thread's hold is waited for as before: that thread gives it back. */
+#ifndef NS_LOCK_H
+#define NS_LOCK_H
+
+#include <pthread.h>
+
+#include "base.h"
+
+enum { NS_LOCK_NAMES = 1u, NS_LOCK_RT = 2u, NS_LOCK_TRACE = 4u, NS_LOCK_EPOLL = 8u };
+
+extern __thread unsigned ns_locks_held __attribute__((tls_model("initial-exec"))) NS_HIDDEN;
+
+/* 1: bit is this thread's now (the caller takes its lock, then gives both
+ * back); 0: this thread holds it already (a handler inside): do without. */
+static inline int ns_lock_mine(unsigned bit)
+{
+	if (__atomic_load_n(&ns_locks_held, __ATOMIC_RELAXED) & bit)
+		return 0;
+	__atomic_store_n(&ns_locks_held, ns_locks_held | bit, __ATOMIC_RELAXED);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);   /* the bit is set before the lock is taken */
+	return 1;
+}
+
+static inline void ns_lock_done(unsigned bit)
+{
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);   /* ...and cleared after it is given back */
+	__atomic_store_n(&ns_locks_held, ns_locks_held & ~bit, __ATOMIC_RELAXED);
+}
+
+/* The same for a pthread mutex: take (1) or do without (0); give back. */
+static inline int ns_mutex_take(pthread_mutex_t *m, unsigned bit)
+{
+	if (!ns_lock_mine(bit))
+		return 0;
+	pthread_mutex_lock(m);
+	return 1;
+}
+
+static inline void ns_mutex_give(pthread_mutex_t *m, unsigned bit)
+{
+	pthread_mutex_unlock(m);
+	ns_lock_done(bit);
+}
+
+#endif
