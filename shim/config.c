@@ -7,7 +7,6 @@
  * from the connect path, looked at no more than once a second. */
 
 #include "config.h"
-#include "lock.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -53,7 +52,6 @@ int ns_tbl_ready;                  /* atomic: tbl_load has run */
  * policy's built-in defaults are not even needed: it is simply not
  * governed, as a call before the set-up began would not be). */
 __thread int ns_cfg_loading __attribute__((tls_model("initial-exec")));
-__thread unsigned ns_locks_held __attribute__((tls_model("initial-exec")));   /* lock.h */
 __thread int ns_tbl_loading __attribute__((tls_model("initial-exec")));
 
 /* Load the policy file into a new heap policy. Returns it, or NULL with the

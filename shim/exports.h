@@ -16,7 +16,8 @@
  *
  * sym is the exported name, field the table's (the fortified __recv_chk is
  * recv_chk). A symbol libc lacks (epoll_pwait2 before glibc 2.35,
- * close_range and closefrom before 2.34) is bound to NULL. */
+ * close_range and closefrom before 2.34, execveat before 2.34) is bound to
+ * NULL. */
 #ifndef NS_EXPORTS_H
 #define NS_EXPORTS_H
 
@@ -88,6 +89,14 @@
 	CALL(int, fclose, fclose, (FILE *fp), (fp)) \
 	CALL(int, accept, accept, (int fd, struct sockaddr *sa, socklen_t *len), (fd, sa, len)) \
 	CALL(int, accept4, accept4, (int fd, struct sockaddr *sa, socklen_t *len, int flags), (fd, sa, len, flags)) \
+	CALL(int, execve, execve, (const char *path, char *const argv[], char *const envp[]), (path, argv, envp)) \
+	CALL(int, execv, execv, (const char *path, char *const argv[]), (path, argv)) \
+	CALL(int, execvp, execvp, (const char *file, char *const argv[]), (file, argv)) \
+	CALL(int, execvpe, execvpe, (const char *file, char *const argv[], char *const envp[]), (file, argv, envp)) \
+	CALL(int, fexecve, fexecve, (int fd, char *const argv[], char *const envp[]), (fd, argv, envp)) \
+	CALL(int, execveat, execveat, (int dirfd, const char *path, char *const argv[], char *const envp[], \
+		int flags), (dirfd, path, argv, envp, flags)) \
+	OWN(execl) OWN(execlp) OWN(execle)   /* wrappers.c: variadic, over execv, execvp, execve */ \
 	OWN(sendfile64)          /* wrappers.c: sendfile's worker */ \
 	OWN(syscall)             /* wrappers.c, for uring.c */ \
 	OWN(SSL_read) OWN(SSL_write) OWN(SSL_read_ex) OWN(SSL_write_ex) \

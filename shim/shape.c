@@ -31,6 +31,7 @@
 #include "shape.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
@@ -584,6 +585,74 @@ void ns_shape_release(struct ns_conn *c)
 
 		if (wake)
 			futex_wake(wake);
+	}
+}
+
+/**** exec ****/
+
+/* Before an exec the kernel will close every close-on-exec descriptor
+ * behind the shim's back: a place held only by such sockets would outlive
+ * its connection for as long as the new program runs (it has the same pid
+ * and start time, so no one could tell it from a live holder). They are
+ * given back here; a failed exec takes them again. A socket one of whose
+ * descriptors survives the exec keeps its place (its connection goes on
+ * in the new program). */
+#define EXEC_MAX 256
+
+int ns_shape_exec_release(struct ns_conn **out, int max)
+{
+	unsigned hi = __atomic_load_n(&ns_fdhi, __ATOMIC_ACQUIRE);
+	uint32_t self = __atomic_load_n(&ns_shape_self, __ATOMIC_RELAXED);
+	struct ns_conn *seen[EXEC_MAX];
+	uint8_t keeps[EXEC_MAX];
+	int n = 0, out_n = 0, saved = errno;
+
+	if (!self || !ns_breakers_ok || ns_in_vfork_child())
+		return 0;   /* (a vfork child's exec closes nothing of its parent's) */
+	for (unsigned fd = 0; fd < hi && fd < ns_fdmax; fd++) {
+		struct ns_conn *c = ns_conn_of((int)fd);
+		long fl;
+		int i;
+
+		if (!c || !(LD(c->flags) & NS_C_PLACE) || LD(c->place) < 0 || LD(c->place_holder) != self)
+			continue;
+		fl = ns_real_syscall(SYS_fcntl, (int)fd, F_GETFD, 0);
+		for (i = 0; i < n && seen[i] != c; i++)
+			;
+		if (i == n) {
+			if (n == EXEC_MAX)
+				continue;   /* (past that many, a place is kept: freed when the process ends) */
+			seen[n] = c;
+			keeps[n++] = 0;
+		}
+		if (fl < 0 || !(fl & FD_CLOEXEC))
+			keeps[i] = 1;   /* this descriptor, and so the connection, lives on */
+	}
+	for (int i = 0; i < n && out_n < max; i++) {
+		if (keeps[i])
+			continue;
+		ns_shape_release(seen[i]);
+		out[out_n++] = seen[i];
+	}
+	errno = saved;
+	return out_n;
+}
+
+void ns_shape_exec_failed(struct ns_conn **list, int n)
+{
+	uint32_t self = __atomic_load_n(&ns_shape_self, __ATOMIC_RELAXED);
+
+	for (int i = 0; i < n; i++) {
+		struct ns_conn *c = list[i];
+		int slot = LD(c->place_slot), p;
+
+		p = ns_table_place_take(&ns_breakers, slot, NS_PLACES, self);
+		if (p < 0) {
+			NS_LOG(NS_LOG_WARN, "an exec failed after its connections gave their places back, and no place is "
+			       "free for one: it goes on over max_connections until it closes");
+			continue;
+		}
+		__atomic_store_n(&c->place, p, __ATOMIC_RELEASE);
 	}
 }
 

@@ -64,6 +64,12 @@ NS_HIDDEN void ns_shape_throttled(int slot, const char *key, const struct ns_set
 NS_HIDDEN int ns_shape_outgoing(struct ns_conn *c);
 /* c's place back (its record ends). */
 NS_HIDDEN void ns_shape_release(struct ns_conn *c);
+/* Before an exec: the places of connections whose every descriptor is
+ * close-on-exec given back (the kernel closes them unseen); their records
+ * in out, at most max: how many. A failed exec gives them to
+ * ns_shape_exec_failed, which takes places for them again. */
+NS_HIDDEN int ns_shape_exec_release(struct ns_conn **out, int max);
+NS_HIDDEN void ns_shape_exec_failed(struct ns_conn **list, int n);
 /* retry_budget: this process's failure to slot (now), and whether a
  * connect to it may go out: 0, or -1 when it is a retry beyond the budget
  * (counted retry_throttled). */

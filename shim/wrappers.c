@@ -20,6 +20,7 @@
 #include "real.h"
 #include "connect.h"
 #include "datapath.h"
+#include "exec.h"
 #include "fdops.h"
 #include "names.h"
 #include "tls.h"
@@ -92,6 +93,78 @@ EXPORT int gnutls_certificate_verify_peers2(void *session, unsigned *status)
 EXPORT int gnutls_certificate_verify_peers3(void *session, const char *host, unsigned *status)
 {
 	return ns_gnutls_verify_peers3(session, host, status, CALLER);
+}
+
+/* execl, execlp, execle: their arguments made into a vector, as libc's own
+ * do, then the vector form's worker (exec.c). */
+static size_t execl_count(va_list *ap)
+{
+	va_list c;
+	size_t n = 1;
+
+	va_copy(c, *ap);
+	while (va_arg(c, char *))
+		n++;
+	va_end(c);
+	return n;
+}
+
+/* argv[0..n]: first, the n - 1 others, the terminating NULL; *ap is left
+ * after it (execle's envp follows) */
+static void execl_fill(const char *first, va_list *ap, char **argv, size_t n)
+{
+	argv[0] = (char *)first;
+	for (size_t i = 1; i <= n; i++)
+		argv[i] = va_arg(*ap, char *);
+}
+
+EXPORT int execl(const char *path, const char *arg, ...)
+{
+	va_list ap;
+	char **argv;
+	size_t n;
+	int r;
+
+	va_start(ap, arg);
+	n = execl_count(&ap);
+	argv = __builtin_alloca((n + 1) * sizeof(char *));
+	execl_fill(arg, &ap, argv, n);
+	va_end(ap);
+	r = ns_execv(path, argv);
+	return r;
+}
+
+EXPORT int execlp(const char *file, const char *arg, ...)
+{
+	va_list ap;
+	char **argv;
+	size_t n;
+	int r;
+
+	va_start(ap, arg);
+	n = execl_count(&ap);
+	argv = __builtin_alloca((n + 1) * sizeof(char *));
+	execl_fill(arg, &ap, argv, n);
+	va_end(ap);
+	r = ns_execvp(file, argv);
+	return r;
+}
+
+EXPORT int execle(const char *path, const char *arg, ...)
+{
+	va_list ap;
+	char **argv, *const *envp;
+	size_t n;
+	int r;
+
+	va_start(ap, arg);
+	n = execl_count(&ap);
+	argv = __builtin_alloca((n + 1) * sizeof(char *));
+	execl_fill(arg, &ap, argv, n);
+	envp = va_arg(ap, char *const *);
+	va_end(ap);
+	r = ns_execve(path, argv, envp);
+	return r;
 }
 
 /* The variadic ones: every fcntl and ioctl argument is an int or a pointer,

@@ -698,3 +698,48 @@ def test_a_forked_childs_close_leaves_its_parents_place_held(shim, counting, tmp
         p.wait()
     r = shim.run(py_script(tmp_path, CONNECT) + [srv.port, "blocking"])
     assert r.last_json()["errno"] == 0   # its holder died: the place is free again
+
+
+# ---- exec: what the kernel closes unseen gives its place back (issue 34 item 2)
+
+EXECER = """
+import json, os, socket, sys, time
+s = socket.socket()                     # close-on-exec, as Python makes them
+s.connect(("127.0.0.1", int(sys.argv[1])))
+if sys.argv[2] == "inherit":
+    s.set_inheritable(True)             # this one lives on in the new program
+try:
+    os.execv("/nonexistent/program", ["x"])   # a failed exec: the place is taken again
+except OSError:
+    pass
+print(json.dumps({"failed_exec": True}), flush=True)
+sys.stdin.readline()                    # the test looks at the table
+os.execv("/bin/sleep", ["sleep", "30"])
+"""
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("how", ["cloexec", "inherit"])
+def test_a_place_held_by_a_close_on_exec_socket_is_given_back_at_exec(shim, counting, tmp_path, how):
+    srv = counting()
+    shim.policy("[defaults]\nmax_connections = 1\nqueue_timeout = 0\n")
+    cmd = [str(BUILD / "shimrun"), "--policy", str(shim.policy_path), "--"] + py_script(tmp_path, EXECER) + \
+        [str(srv.port), how]
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=base_env(shim.table, shim.policy_path))
+    try:
+        assert "failed_exec" in p.stdout.readline(), p.stderr.read() if p.poll() is not None else ""
+        assert shim.entry(srv.dest)["inflight"] == 1   # held again after the exec that failed
+        p.stdin.write("\n")
+        p.stdin.flush()
+        time.sleep(0.5)                  # sleep(1) runs in its place, same pid, same start time
+        assert p.poll() is None
+        r = shim.run(py_script(tmp_path, CONNECT) + [srv.port, "blocking"])
+        if how == "cloexec":
+            assert r.last_json()["errno"] == 0, r.last_json()     # the place came back at the exec
+            assert shim.entry(srv.dest)["throttled"] == 0
+        else:
+            assert r.last_json()["errno"] == 111, r.last_json()   # the connection lives on: still held
+    finally:
+        p.kill()
+        p.wait()
