@@ -24,6 +24,7 @@
 #include "shape.h"
 #include "timeo.h"
 #include "tls.h"
+#include "wait.h"
 
 /**** the healthy path ****/
 
@@ -141,6 +142,10 @@ static int io_pre(struct ns_conn *c, struct io_req *q)
 {
 	int k;
 
+	/* a connect still held back by the shim: its turn is looked at here
+	 * too (a program may learn the result by sending) */
+	if (unlikely(LD(c->expired) & NS_ATTN_FAULT) && (LD(c->flags) & NS_C_CONNECTING))
+		ns_wait_settle_connect(q->fd, c, !(LD(c->flags) & NS_C_NONBLOCK) && !(q->flags & MSG_DONTWAIT));
 	/* a request held for rate's token (the wait is not the deadlines': they are looked at after it) */
 	if (q->d == NS_OUT && unlikely(ns_shape_wants_token(c, LD(c->flags), 0)) &&
 	    ns_shape_request(q->fd, c, (LD(c->flags) & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) {

@@ -23,7 +23,7 @@ __attribute__((noinline, cold)) int ns_conn_still(int fd, struct ns_conn *c)
 
 	tl = sizeof(type);
 	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && type == SOCK_STREAM) {
-		if (getpeername(fd, (struct sockaddr *)&ss, &l) < 0)
+		if (REAL(getpeername)(fd, (struct sockaddr *)&ss, &l) < 0)
 			ours = errno == ENOTCONN;
 		else
 			ours = (LD(c->flags) & NS_C_FAULT) ||

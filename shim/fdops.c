@@ -278,6 +278,17 @@ int ns_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 	return 0;
 }
 
+/* getpeername: how some programs ask whether a connect is done (ENOTCONN
+ * until it is): a connect the shim holds back moves on here too. */
+int ns_getpeername(int fd, struct sockaddr *sa, socklen_t *len)
+{
+	struct ns_conn *c = ns_conn_of(fd);
+
+	if (unlikely(c != NULL) && (LD(c->flags) & NS_C_CONNECTING))
+		ns_wait_settle_connect(fd, c, 0);
+	return REAL(getpeername)(fd, sa, len);
+}
+
 int ns_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
 	struct ns_conn *c = ns_conn_of(fd);
@@ -300,8 +311,11 @@ int ns_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 	}
 	so_error = level == SOL_SOCKET && name == SO_ERROR && val && len && *len >= (socklen_t)sizeof(int);
 	if (so_error) {
-		uint32_t exp = ns_exp_kind(c);
+		uint32_t exp;
 		int pending = 0;
+
+		ns_wait_settle_connect(fd, c, 0);   /* a held connect's turn, looked at here too */
+		exp = ns_exp_kind(c);
 
 		/* a timed-out connect's error is read once, as the kernel's is;
 		 * a read or total deadline stays in force on the connection */

@@ -7,6 +7,7 @@
 #include <errno.h>
 
 #include "outcome.h"
+#include "real.h"
 #include "timeo.h"
 
 void ns_wait_start_clock(struct ns_conn *c, monotime now)
@@ -63,6 +64,32 @@ int ns_wait_expire(struct ns_conn *c, int fd, int want_in, int want_out, monotim
 		ns_conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
 	}
 	return (int)ns_exp_kind(c);
+}
+
+void ns_wait_settle_connect(int fd, struct ns_conn *c, int blocking)
+{
+	int saved = errno;
+
+	while ((LD(c->expired) & NS_ATTN_FAULT) && (LD(c->flags) & NS_C_CONNECTING) && LD(c->fault.delay_until) &&
+	       ns_conn_of(fd) == c) {
+		monotime now = ns_now(), until;
+		struct timespec ts;
+
+		if (ns_wait_expire(c, fd, 1, 1, now) || !blocking)
+			break;
+		until = LD(c->fault.delay_until);
+		if (!until || !(LD(c->flags) & NS_C_CONNECTING))
+			break;
+		/* a blocking call waits for the held connect as the kernel's
+		 * would for its own: a look every few milliseconds (a place
+		 * may free at any time), a signal only makes it look sooner */
+		if (until > now + NS_SETTLE_TICK_NS)
+			until = now + NS_SETTLE_TICK_NS;
+		ts.tv_sec = (until - now) / 1000000000;
+		ts.tv_nsec = (until - now) % 1000000000;
+		REAL(ppoll)(NULL, 0, &ts, NULL);
+	}
+	errno = saved;
 }
 
 void ns_wait_ready(struct ns_conn *c, int in, int out, int err)

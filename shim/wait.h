@@ -125,6 +125,13 @@ static inline monotime ns_wait_interest(struct ns_conn *c, uint32_t x, int want_
 }
 /* The program saw c ready for input or output: it is no longer waiting. */
 NS_HIDDEN void ns_wait_ready(struct ns_conn *c, int in, int out, int err);
+/* A connect the shim holds back (queued for a place or a token, or an
+ * injected delay) moves on at whatever call the program makes on fd, as
+ * the kernel finishes a connect in the background: it connects for real
+ * once its turn comes, is refused at queue_timeout, or meets its connect
+ * deadline. blocking: the call (on a blocking socket) waits for that. */
+#define NS_SETTLE_TICK_NS (5 * 1000000LL)
+NS_HIDDEN void ns_wait_settle_connect(int fd, struct ns_conn *c, int blocking);
 
 /* Injected faults on c's input (fault.c): NS_FW_NONE, NS_FW_GATED (the
  * kernel must not report input: it is held back) or NS_FW_READY (report

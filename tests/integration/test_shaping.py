@@ -743,3 +743,93 @@ def test_a_place_held_by_a_close_on_exec_socket_is_given_back_at_exec(shim, coun
     finally:
         p.kill()
         p.wait()
+
+
+# ---- a queued non-blocking connect moves on whatever call asks (issue 34 item 3)
+
+ASKS = r"""
+import errno, json, socket, sys, time
+port, how = int(sys.argv[1]), sys.argv[2]
+s = socket.socket()
+s.setblocking(False)
+t0 = time.monotonic()
+assert s.connect_ex(("127.0.0.1", port)) == errno.EINPROGRESS
+err = 0
+if how == "blocking-send":
+    s.setblocking(True)          # O_NONBLOCK cleared: the send waits for the connect
+    try:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    except OSError as e:
+        err = e.errno
+else:
+    while time.monotonic() - t0 < 60:
+        if how == "so_error":
+            err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                break
+            try:
+                s.getpeername()
+                break
+            except OSError:
+                pass
+        else:                    # send: EAGAIN / ENOTCONN until it is connected
+            try:
+                s.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                break
+            except BlockingIOError:
+                pass
+            except OSError as e:
+                if e.errno != errno.ENOTCONN:
+                    err = e.errno
+                    break
+        time.sleep(0.001)        # no poll, select or epoll: the shim's waits are never entered
+    if not err and how == "so_error":
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+ms = (time.monotonic() - t0) * 1000
+answer = b""
+if not err:
+    s.setblocking(True)
+    s.settimeout(10)
+    answer = s.recv(12)
+print(json.dumps({"errno": err, "ms": ms, "answer": answer.decode()}))
+"""
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("how", ["so_error", "send", "blocking-send"])
+def test_a_queued_connect_moves_on_whatever_call_asks(shim, counting, tmp_path, how):
+    """The only place is held for 1.5 s by another process; a non-blocking
+    connect queued behind it is asked about with SO_ERROR and getpeername,
+    or with send, in a loop that never polls, or its socket is made
+    blocking and sent on: it connects once the place frees, and the
+    request is answered. (It stayed 'not connected, no error' for ever, and
+    the blocking send hung until the kernel gave up, 134 s.)"""
+    srv = counting()
+    shim.policy("[defaults]\nmax_connections = 1\nqueue_timeout = 20s\n")
+    holder = hold_places(shim, tmp_path, srv, 1, 1.5)[0]
+    try:
+        r = shim.run(py_script(tmp_path, ASKS) + [srv.port, how], timeout=60)
+        rep = r.last_json()
+        assert rep["errno"] == 0 and rep["answer"] == "HTTP/1.1 200", rep
+        assert 1000 <= rep["ms"] < 15000, rep   # it waited for the place, not for the queue's end
+    finally:
+        holder.kill()
+        holder.wait()
+    e = shim.entry(srv.dest)
+    assert e["throttled"] == 0 and e["failures"] == 0, e
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("how", ["so_error", "send"])
+def test_a_queued_connect_asked_without_a_wait_is_refused_at_queue_timeout(shim, counting, tmp_path, how):
+    srv = counting()
+    shim.policy("[defaults]\nmax_connections = 1\nqueue_timeout = 1s\n")
+    holder = hold_places(shim, tmp_path, srv, 1, 30)[0]
+    try:
+        r = shim.run(py_script(tmp_path, ASKS) + [srv.port, how], timeout=60)
+        rep = r.last_json()
+        assert rep["errno"] == 111 and rep["ms"] >= 995, rep   # ECONNREFUSED, at queue_timeout
+        assert shim.entry(srv.dest)["throttled"] == 1
+    finally:
+        holder.kill()
+        holder.wait()
