@@ -40,6 +40,13 @@ void ns_table_cooldown(struct ns_table *t, int idx, uint64_t until_ms)
 		;
 }
 
+uint64_t ns_table_cooldown_until(const struct ns_table *t, int idx)
+{
+	struct ns_slot *s = slot_at(t, idx);
+
+	return s ? LOAD(&s->cooldown_until_ms) : 0;
+}
+
 uint32_t ns_table_share_now(const struct ns_table *t, int idx, uint64_t slow_start_ms, uint64_t now_ms)
 {
 	struct ns_slot *s = slot_at(t, idx);

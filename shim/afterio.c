@@ -37,8 +37,9 @@ __attribute__((noinline)) ssize_t ns_after_io(int fd, struct ns_conn *c, int d, 
 			ns_conn_connected(c);
 		if ((LD(c->flags) & NS_C_FAULT) && !(flags & MSG_PEEK))
 			ns_fault_post(c, d, r);
-		if (!LD(c->outcome) && d == NS_IN && !(LD(c->flags) & (NS_C_PARSE | NS_C_TLS))) {
-			/* the first byte of the answer: the exchange succeeded */
+		if (!LD(c->outcome) && d == NS_IN && !(LD(c->flags) & (NS_C_PARSE | NS_C_TLS | NS_C_HDRS))) {
+			/* the first byte of the answer: the exchange succeeded (a
+			 * 429/503's headers decide it: exchange.c) */
 			ns_first_byte_latency(c);
 			ns_conn_outcome(c, NS_OUT_SUCCESS, 0);
 		}

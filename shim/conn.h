@@ -165,6 +165,7 @@ struct ns_conn {
 	char hbuf[16];            /* "HTTP/1.1 503" */
 	char hval[32];            /* a Retry-After's value, as it arrives */
 	uint32_t hvlen;
+	uint32_t xstatus;         /* a 429/503 whose outcome waits for its headers (Retry-After), 0 = none */
 	/* shaping (shape.c): the place held under max_connections (valid with
 	 * NS_C_PLACE; -1 once given back) */
 	int32_t place;            /* atomic */

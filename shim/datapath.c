@@ -146,6 +146,13 @@ static int io_pre(struct ns_conn *c, struct io_req *q)
 	 * too (a program may learn the result by sending) */
 	if (unlikely(LD(c->expired) & NS_ATTN_FAULT) && (LD(c->flags) & NS_C_CONNECTING))
 		ns_wait_settle_connect(q->fd, c, !(LD(c->flags) & NS_C_NONBLOCK) && !(q->flags & MSG_DONTWAIT));
+	/* a new request on a connection that had its answer, while the
+	 * destination cools down (Retry-After): held until then */
+	if (q->d == NS_OUT && (LD(c->flags) & (NS_C_XNEXT | NS_C_ANSWERED)) == (NS_C_XNEXT | NS_C_ANSWERED) &&
+	    ns_shape_cooldown(q->fd, c, (LD(c->flags) & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) {
+		q->r = -1;
+		return IO_DONE;
+	}
 	/* a request held for rate's token (the wait is not the deadlines': they are looked at after it) */
 	if (q->d == NS_OUT && unlikely(ns_shape_wants_token(c, LD(c->flags), 0)) &&
 	    ns_shape_request(q->fd, c, (LD(c->flags) & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) {

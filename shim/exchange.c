@@ -108,7 +108,14 @@ static void decide(struct ns_conn *c, const char *hb)
 		ns_conn_outcome(c, NS_OUT_SUCCESS, 0);
 		return;
 	}
-	ns_conn_http(c, code, ns_conn_status_fails(c, code));
+	if ((code == 429 || code == 503) && ns_conn_set(c)->retry_after && ns_conn_status_fails(c, code)) {
+		/* a server that says when to come back asks for a cooldown, not
+		 * for the breaker: the outcome waits for its headers */
+		__atomic_fetch_and(&c->flags, ~NS_C_PARSE, __ATOMIC_RELAXED);
+		ST(c->xstatus, code);
+	} else {
+		ns_conn_http(c, code, ns_conn_status_fails(c, code));
+	}
 	if ((code == 429 || code == 503) && ns_conn_set(c)->retry_after) {
 		/* its headers may say when to come back (Retry-After) */
 		ST(c->hstate, (uint32_t)HS_HDR_LINE);
@@ -116,6 +123,17 @@ static void decide(struct ns_conn *c, const char *hb)
 		ST(c->hvlen, 0u);
 		__atomic_fetch_or(&c->flags, NS_C_HDRS, __ATOMIC_RELAXED);
 	}
+}
+
+/* A 429/503 whose outcome waited for its headers: a failure, unless its
+ * Retry-After was honoured (a cooldown: the server is there, and asked for
+ * time). */
+static void settle(struct ns_conn *c, int honoured)
+{
+	unsigned code = __atomic_exchange_n(&c->xstatus, 0u, __ATOMIC_RELAXED);
+
+	if (code)
+		ns_conn_http(c, code, !honoured);
 }
 
 /* The header block of a 429 or 503 answer, read as it passes, for its
@@ -143,7 +161,7 @@ static void headers(struct ns_conn *c, const char *b, size_t n)
 					val[j] = LD(c->hval[j]);
 				val[v] = '\0';
 				__atomic_fetch_and(&c->flags, ~NS_C_HDRS, __ATOMIC_RELAXED);
-				ns_conn_retry_after(c, val);
+				settle(c, ns_conn_retry_after(c, val));
 				return;
 			}
 			if (ch != '\r' && v < sizeof(c->hval) && !(v == 0 && (ch == ' ' || ch == '\t'))) {
@@ -155,6 +173,7 @@ static void headers(struct ns_conn *c, const char *b, size_t n)
 		if (ch == '\n') {
 			if (m == 1 || m == 2) {   /* the blank line: no Retry-After */
 				__atomic_fetch_and(&c->flags, ~NS_C_HDRS, __ATOMIC_RELAXED);
+				settle(c, 0);
 				return;
 			}
 			ST(c->hlen, 1u);
@@ -264,6 +283,7 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 			uint32_t again = (LD(c->flags) & NS_C_ANSWERED) ? NS_C_REUSED : 0;
 
 			ST(c->outcome, 0);
+			ST(c->xstatus, 0u);
 			ST(c->xstart, ns_now());
 			ST(c->hstate, (uint32_t)HS_STATUS);
 			if (!(LD(c->flags) & NS_C_SNIFF))
@@ -275,10 +295,12 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 		return;
 	}
 	if (unlikely(LD(c->flags) & NS_C_HDRS)) {
-		if (buf)
+		if (buf) {
 			headers(c, buf, n);
-		else
+		} else {
 			__atomic_fetch_and(&c->flags, ~NS_C_HDRS, __ATOMIC_RELAXED);
+			settle(c, 0);
+		}
 		return;
 	}
 	if (LD(c->outcome))

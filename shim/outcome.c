@@ -327,7 +327,7 @@ static int64_t http_date(const char *s)
 	return (int64_t)timegm(&tm);
 }
 
-void ns_conn_retry_after(struct ns_conn *c, const char *value)
+int ns_conn_retry_after(struct ns_conn *c, const char *value)
 {
 	const struct ns_settings *set = ns_conn_set(c);
 	int slot = LD(c->slot), saved = errno;
@@ -353,7 +353,7 @@ void ns_conn_retry_after(struct ns_conn *c, const char *value)
 	}
 	if (secs <= 0 || slot < 0 || !ns_breakers_ok) {
 		errno = saved;
-		return;   /* now, the past, or no date at all: nothing to wait for */
+		return 0;   /* now, the past, or no date at all: nothing to wait for */
 	}
 	ms = (uint64_t)secs * 1000;
 	if (set->retry_after_max_ms && ms > set->retry_after_max_ms)
@@ -366,4 +366,5 @@ void ns_conn_retry_after(struct ns_conn *c, const char *value)
 	NS_LOG(NS_LOG_INFO, "%s: %s", key, detail);
 	ns_emit(NS_E_COOLDOWN, slot, key, NULL, 0, detail, 0);
 	errno = saved;
+	return 1;
 }

@@ -50,8 +50,9 @@ NS_HIDDEN void ns_conn_fail_errno(struct ns_conn *c, int e);
 /* The answer's first byte came: its time since the exchange began. */
 NS_HIDDEN void ns_first_byte_latency(struct ns_conn *c);
 /* A 429 or 503 answer's Retry-After value (seconds, or an HTTP date): the
- * destination is put in cooldown for that long, at most retry_after_max. */
-NS_HIDDEN void ns_conn_retry_after(struct ns_conn *c, const char *value);
+ * destination is put in cooldown for that long, at most retry_after_max.
+ * 1: a cooldown began; 0: the value asked for none. */
+NS_HIDDEN int ns_conn_retry_after(struct ns_conn *c, const char *value);
 /* An exchange's outcome from its HTTP status. */
 NS_HIDDEN void ns_conn_http(struct ns_conn *c, unsigned code, int failed);
 

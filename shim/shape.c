@@ -417,18 +417,18 @@ static __attribute__((noinline)) int request_held(int fd, struct ns_conn *c, int
 	uint32_t f = LD(c->flags);
 	monotime now = ns_now(), due, limit = 0;
 
+	if ((f & NS_C_PACED) && now < LD(c->pace_until) && nonblock) {
+		if (fd >= 0 && __atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
+			__atomic_load_n(&ns_fd_watch_note, __ATOMIC_ACQUIRE)(fd);
+		errno = EAGAIN;   /* asked again before its time (a token's, or a cooldown's end) */
+		return -1;
+	}
 	if (unlikely(!set->rate_interval_us || slot < 0 || !ns_tbl_on()))
 		goto go;
 	if (f & NS_C_TOKEN) {
 		first_bytes(c, slot);
 		if (!(f & (NS_C_PACED | NS_C_ANSWERED)))
 			return 0;   /* the connection's first request: it rides on the connect's token */
-	}
-	if ((f & NS_C_PACED) && now < LD(c->pace_until) && nonblock) {
-		if (fd >= 0 && __atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
-			__atomic_load_n(&ns_fd_watch_note, __ATOMIC_ACQUIRE)(fd);
-		errno = EAGAIN;   /* asked again before its time */
-		return -1;
 	}
 	due = token(slot, set, now);
 	if (!due)
@@ -474,6 +474,45 @@ go:
 		__atomic_fetch_and(&c->expired, ~NS_ATTN_PACE, __ATOMIC_RELEASE);
 	}
 	return 0;
+}
+
+/* A request on an open connection while its destination cools down
+ * (Retry-After): held until the cooldown ends, as a paced request is held
+ * for its token (blocking: sleeps, within the program's send timeout and
+ * the total deadline; non-blocking: EAGAIN, and not writable in the waits
+ * until then). 0: go; -1 with errno. */
+int ns_shape_cooldown(int fd, struct ns_conn *c, int nonblock)
+{
+	int slot = LD(c->slot);
+	uint64_t until_ms = slot >= 0 && ns_tbl_on() ? ns_table_cooldown_until(&ns_breakers, slot) : 0;
+	monotime now = ns_now(), until, limit = 0;
+
+	if (likely((uint64_t)(now / 1000000) >= until_ms))
+		return 0;
+	until = (monotime)until_ms * 1000000;
+	if (!(LD(c->flags) & NS_C_PACED))
+		ST(c->queue_start, now);
+	ST(c->pace_until, until);
+	if (nonblock) {
+		__atomic_fetch_or(&c->flags, NS_C_PACED, __ATOMIC_RELEASE);
+		__atomic_fetch_or(&c->expired, NS_ATTN_PACE, __ATOMIC_RELEASE);
+		if (fd >= 0 && __atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
+			__atomic_load_n(&ns_fd_watch_note, __ATOMIC_ACQUIRE)(fd);
+		errno = EAGAIN;
+		return -1;
+	}
+	if (LD(c->dir[NS_OUT].prog_ns))
+		limit = now + LD(c->dir[NS_OUT].prog_ns);
+	if (LD(c->total_deadline) && (!limit || LD(c->total_deadline) < limit))
+		limit = LD(c->total_deadline);
+	sleep_until(limit && limit < until ? limit : until);
+	if (limit && limit < until && ns_now() < until) {
+		if (LD(c->total_deadline) && ns_now() >= LD(c->total_deadline))
+			return 0;   /* the caller's deadline check fails the call */
+		errno = EAGAIN;   /* the program's own send timeout ended it */
+		return -1;
+	}
+	return ns_shape_cooldown(fd, c, nonblock);   /* a later Retry-After may have moved it */
 }
 
 int ns_shape_request(int fd, struct ns_conn *c, int nonblock)

@@ -43,6 +43,9 @@ NS_HIDDEN int ns_shape_due(struct ns_conn *c, monotime now, monotime *next);
  * hold fd's output back until then; fd -1: not known here), or when the
  * program's send timeout ran out. */
 NS_HIDDEN int ns_shape_request(int fd, struct ns_conn *c, int nonblock);
+/* A request on an open connection during its destination's cooldown
+ * (Retry-After): held until it ends. 0 go, or -1 with errno (EAGAIN). */
+NS_HIDDEN int ns_shape_cooldown(int fd, struct ns_conn *c, int nonblock);
 /* Does a send on c (flags f) start a request that needs rate's token, or
  * is one held? tls: NS_C_TLS for the plaintext of a TLS connection (tls.c),
  * 0 for the socket's bytes. */

@@ -55,11 +55,12 @@ void ns_first_byte_latency(struct ns_conn *c)
 
 /* a 429/503's Retry-After (outcome.c): the value the reader kept must be
  * a string of at most 32 bytes */
-void ns_conn_retry_after(struct ns_conn *c, const char *value)
+int ns_conn_retry_after(struct ns_conn *c, const char *value)
 {
 	(void)c;
 	if (strlen(value) > sizeof(c->hval))
 		__builtin_trap();
+	return 0;
 }
 
 /* the data path's outcome after the call (afterio.c), as far as the
@@ -68,9 +69,48 @@ ssize_t ns_after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len, int
 {
 	(void)fd, (void)d, (void)len, (void)flags, (void)gen;
 	/* the first byte of an answer whose status is not read: the plain outcome */
-	if (r > 0 && d == NS_IN && !LD(c->outcome) && !(LD(c->flags) & NS_C_PARSE))
+	if (r > 0 && d == NS_IN && !LD(c->outcome) && !(LD(c->flags) & (NS_C_PARSE | NS_C_HDRS)))
 		ns_conn_outcome(c, NS_OUT_SUCCESS, 0);
 	return r;
+}
+
+/* A 429 or 503 is decided by its headers (a Retry-After honoured is a
+ * cooldown, not a failure): at the end of a Retry-After line or of the
+ * block, whichever comes first. 1 when that is within a[i..n). */
+static int headers_end(const uint8_t *a, size_t n, size_t i)
+{
+	static const char name[] = "retry-after:";
+	unsigned m = 0;
+	int value = 0;
+
+	for (; i < n; i++) {
+		char ch = (char)a[i], lc = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
+		unsigned k;
+
+		if (value) {
+			if (ch == '\n')
+				return 1;
+			continue;
+		}
+		if (ch == '\n') {
+			if (m == 1 || m == 2)
+				return 1;
+			m = 1;
+			continue;
+		}
+		if (m == 1 && ch == '\r') {
+			m = 2;
+			continue;
+		}
+		k = m >= 3 && m < 3 + sizeof(name) - 1 ? m - 3 : (m == 1 || m == 2) ? 0 : 0xffffffffu;
+		if (k == 0xffffffffu || lc != name[k])
+			m = 0;
+		else if (k + 1 == sizeof(name) - 1)
+			value = 1;
+		else
+			m = 3 + k + 1;
+	}
+	return 0;
 }
 
 /* The reference: the whole answer at once. 0 when undecided (too short). */
@@ -88,8 +128,13 @@ static int reference(const uint8_t *a, size_t n, int http)
 		if (memcmp(h, "HTTP/1.", 7) != 0 || h[8] != ' ' || h[9] < '1' || h[9] > '5' || h[10] < '0' ||
 		    h[10] > '9' || h[11] < '0' || h[11] > '9')
 			return 1;
-		if (h[9] != '1' || (h[10] == '0' && h[11] == '1'))
-			return (h[9] - '0') * 100 + (h[10] - '0') * 10 + (h[11] - '0');
+		if (h[9] != '1' || (h[10] == '0' && h[11] == '1')) {
+			int code = (h[9] - '0') * 100 + (h[10] - '0') * 10 + (h[11] - '0');
+
+			if ((code == 429 || code == 503) && !headers_end(a, n, i + 12))
+				return 0;
+			return code;
+		}
 		/* an interim answer: on past its blank line */
 		{
 			unsigned m = 0;

@@ -833,3 +833,58 @@ def test_a_queued_connect_asked_without_a_wait_is_refused_at_queue_timeout(shim,
     finally:
         holder.kill()
         holder.wait()
+
+
+# ---- a cooldown holds requests on open connections too, and is not also a failure (issue 34 item 12)
+
+SESSION = """
+import json, sys, time, requests
+s = requests.Session()
+log = []
+for _ in range(int(sys.argv[2])):
+    t = time.monotonic()
+    log.append((t, s.get(sys.argv[1], timeout=30).status_code, time.monotonic()))
+print(json.dumps({"log": log}))
+"""
+
+
+@pytest.mark.shim
+def test_a_cooldown_holds_requests_on_an_open_keepalive_connection(shim, http_server, tmp_path):
+    """A requests.Session gets a 429 with Retry-After: 2 on its keep-alive
+    connection: its next request on that connection waits for the cooldown's
+    end (it went on at full pace), and the 429 whose Retry-After was honoured
+    is a cooldown, not also a breaker failure (consecutive_failures = 1
+    would have opened the breaker)."""
+    port = http_server("200;429,ra=2;200")
+    shim.policy("[defaults]\nconsecutive_failures = 1\n")
+    r = shim.run(py_script(tmp_path, SESSION) + [f"http://127.0.0.1:{port}/", 4], timeout=60)
+    log = r.last_json()["log"]
+    assert [x[1] for x in log] == [200, 429, 200, 200], log
+    # the request after the 429 was held until the cooldown ended
+    assert log[2][2] - log[1][2] >= 1.9, log
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert e["calls"] == 1 and e["exchanges"] == 4, e   # one connection, kept
+    assert e["failures"] == 0 and e["state"] == "closed", e
+    assert e["rejected"] == 0, e
+
+
+@pytest.mark.shim
+def test_curl_on_one_connection_waits_out_the_cooldown_without_blocking(shim, http_server, tmp_path):
+    port = http_server("429,ra=2;200")
+    shim.policy("[defaults]\nconsecutive_failures = 1\n")
+    url = f"http://127.0.0.1:{port}/"
+    r = shim.run(["curl", "-s", "-w", "%{http_code}\\n"] + ["-o", "/dev/null", url] * 3, timeout=60)
+    assert r.out.split() == ["429", "200", "200"], (r.out, r.err)
+    assert r.elapsed >= 1.9, r.elapsed
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert e["calls"] == 1 and e["failures"] == 0 and e["state"] == "closed", e
+
+
+@pytest.mark.shim
+def test_a_503_without_retry_after_is_still_a_failure(shim, http_server, tmp_path):
+    port = http_server("503")
+    shim.policy("[defaults]\nconsecutive_failures = 2\n")
+    r = shim.run(py_script(tmp_path, SESSION) + [f"http://127.0.0.1:{port}/", 2], timeout=60)
+    assert [x[1] for x in r.last_json()["log"]] == [503, 503]
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert e["failures"] == 2 and e["state"] == "open", e
