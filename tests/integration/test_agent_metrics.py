@@ -174,3 +174,63 @@ def test_the_alert_rules_check_and_pass_their_unit_tests():
     p = subprocess.run(["promtool", "test", "rules", str(RULES / "netshim-rules.test.yml")], capture_output=True,
                        text=True)
     assert p.returncode == 0 and "SUCCESS" in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.shim
+@pytest.mark.agent
+def test_two_hundred_silent_and_trickling_clients_hold_nothing_back(metered, tmp_path, redis_single, server):
+    """100 clients that connect and say nothing and 100 that trickle a byte
+    now and then, each reconnecting as soon as the agent cuts it off, for
+    4 s: the agent's passes go on (12 silent clients stopped every one of
+    them: 0 polls in 6 s), a trip on another machine reaches it as usual,
+    and a real scrape is answered."""
+    import socket
+    import threading
+    node, port = metered
+    other = Node("n2", tmp_path, redis_single.url)
+    other.start_agent(quorum=1)
+    srv = server("reset")
+    stop = threading.Event()
+
+    def pest(trickle):
+        s = None
+        while not stop.is_set():
+            try:
+                if s is None:
+                    s = socket.create_connection(("127.0.0.1", port), timeout=2)
+                if trickle:
+                    s.send(b"G")
+                time.sleep(0.1)
+            except OSError:
+                if s:
+                    s.close()
+                s = None
+        if s:
+            s.close()
+
+    threads = [threading.Thread(target=pest, args=(i % 2 == 1,), daemon=True) for i in range(200)]
+    try:
+        polls0 = node.status_doc()["agent"]["polls"]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        trip(other, srv)
+        took = wait_for(lambda: node.state(srv.dest) == "fleet_open", 5)
+        assert took is not None, node.log()
+        scraped = None
+        for _ in range(5):
+            try:
+                scraped = scrape(port)
+                break
+            except OSError:
+                time.sleep(0.1)
+        time.sleep(max(0.0, 3.0 - took))
+        polls = node.status_doc()["agent"]["polls"] - polls0
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=5)
+        other.stop_agent()
+        other.shim.cleanup()
+    assert polls >= 10, f"{polls} polls in 3.5 s under 200 idle clients"
+    assert scraped is not None and scraped[0] == 200 and "netshim_agent_polls_total" in scraped[2]

@@ -205,14 +205,18 @@ static void agent_metrics(FILE *f, void *arg)
 /* Wait up to ms for a hint or a wake-up; note the highest seq announced. */
 static void hint_wait(int ms)
 {
-	struct pollfd p[3] = { { .fd = fl_hint_fd(&A.sub), .events = POLLIN }, { .fd = A.wake_fd, .events = POLLIN },
-			       { .fd = A.metrics_fd, .events = POLLIN } };
+	struct pollfd p[3 + 64] = { { .fd = fl_hint_fd(&A.sub), .events = POLLIN },
+				    { .fd = A.wake_fd, .events = POLLIN }, { .fd = A.metrics_fd, .events = POLLIN } };
 	char drain[64];
+	int n = 3 + (A.metrics_fd >= 0 ? msrv_pollfds(p + 3, 64) : 0), r;
 
-	if (poll(p, 3, ms) <= 0)
-		return;
-	if (p[2].revents & POLLIN)
+	r = poll(p, (nfds_t)n, ms);
+	/* the metrics clients move on at every look (their deadlines too),
+	 * never waited for */
+	if (A.metrics_fd >= 0)
 		msrv_serve(A.metrics_fd, agent_metrics, NULL);
+	if (r <= 0)
+		return;
 	if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) && fl_hint_read(&A.sub, A.hinted) < 0) {
 		ag_log("hint channel lost: changes arrive with each poll only until it is back");
 		fl_close(&A.sub);

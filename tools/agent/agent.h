@@ -223,8 +223,12 @@ uint64_t hooks_runs(const struct hooks *h);   /* runs started since the agent be
 /* --metrics-listen ADDR:PORT: the listening socket (non-blocking), or -1
  * with the reason. */
 int msrv_listen(const char *spec, char *err, size_t len);
-/* Answer every waiting client: GET /metrics gets what body writes. */
+/* Take new clients and move every client on as far as the kernel allows,
+ * waiting for none: GET /metrics gets what body writes. */
 void msrv_serve(int lfd, void (*body)(FILE *f, void *arg), void *arg);
+/* The clients' descriptors for the loop's poll (at most max): how many. */
+struct pollfd;
+int msrv_pollfds(struct pollfd *p, int max);
 void hooks_free(struct hooks *h);
 
 /* agent.c */

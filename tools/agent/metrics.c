@@ -1,8 +1,9 @@
 /* metrics.c -- netshim-agent --metrics-listen ADDR:PORT: GET /metrics
- * answered in the Prometheus text format, HTTP/1.0, one connection at a
- * time, from the agent's own loop. A client gets half a second to send its
- * request and a second to take the answer, so a slow or silent one costs
- * the loop at most that, once. */
+ * answered in the Prometheus text format, HTTP/1.0, from the agent's own
+ * loop without ever waiting there: up to 64 clients at once, each read and
+ * written as far as the kernel allows at each look, each given a second
+ * for the whole exchange. Whoever can reach the port cannot hold the
+ * agent's pass (polls, hooks, lease renewals) back. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -50,100 +51,166 @@ int msrv_listen(const char *spec, char *err, size_t len)
 	return fd;
 }
 
-static long ms_since(const struct timespec *t0);
+/* The clients: at most MSRV_MAX at once, each with a second from its
+ * accept for the whole exchange. Nothing here waits: every call reads and
+ * writes what the kernel has ready (MSG_DONTWAIT) and comes back, so a
+ * silent, trickling or never-reading client costs the agent's pass a few
+ * system calls, never time. When all are taken, a new client takes the
+ * place of the one nearest its deadline. */
+#define MSRV_MAX 64
+#define MSRV_DEADLINE_MS 1000
+#define MSRV_REQ_MAX 2048
 
-/* The request's first line, within half a second: 1 for GET of /metrics
- * (or /), 0 for anything else, -1 for nothing usable. */
-static int read_request(int c)
-{
-	char buf[2048];
-	size_t got = 0;
-	struct timespec t0;
+struct mcl {
+	int fd;                 /* -1: free */
+	long deadline_ms;
+	size_t got;             /* request bytes read */
+	char *out;              /* the answer, once the request is whole */
+	size_t out_len, out_off;
+	char req[MSRV_REQ_MAX];
+};
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while (got < sizeof(buf) - 1) {
-		struct pollfd p = { .fd = c, .events = POLLIN };
-		long left = 500 - ms_since(&t0);   /* half a second for the whole request */
-		ssize_t r;
+static struct mcl cl[MSRV_MAX];
+static int cl_init;
 
-		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
-			return -1;
-		r = recv(c, buf + got, sizeof(buf) - 1 - got, 0);
-		if (r <= 0)
-			return -1;
-		got += (size_t)r;
-		buf[got] = '\0';
-		if (strstr(buf, "\r\n\r\n") || strstr(buf, "\n\n"))
-			break;
-	}
-	buf[got] = '\0';
-	return strncmp(buf, "GET /metrics ", 13) == 0 || strncmp(buf, "GET /metrics?", 13) == 0 ||
-	       strncmp(buf, "GET / ", 6) == 0;
-}
-
-static long ms_since(const struct timespec *t0)
+static long now_ms(void)
 {
 	struct timespec t;
 
 	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+	return t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-/* Within a second in all from t0, however slowly the client reads. */
-static void send_all(int c, const char *p, size_t n, const struct timespec *t0)
+static void cl_close(struct mcl *m)
 {
-	while (n) {
-		struct pollfd q = { .fd = c, .events = POLLOUT };
-		long left = 1000 - ms_since(t0);
-		ssize_t w;
+	if (m->fd >= 0)
+		close(m->fd);
+	free(m->out);
+	m->fd = -1;
+	m->out = NULL;
+	m->got = m->out_len = m->out_off = 0;
+}
 
-		if (left <= 0 || poll(&q, 1, (int)left) <= 0)
-			return;
-		w = send(c, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (w < 0 && (errno == EAGAIN || errno == EINTR))
-			continue;
-		if (w <= 0)
-			return;   /* the client went */
-		p += w;
-		n -= (size_t)w;
+static struct mcl *cl_slot(long now)
+{
+	struct mcl *oldest = NULL;
+
+	if (!cl_init) {
+		for (int i = 0; i < MSRV_MAX; i++)
+			cl[i].fd = -1;
+		cl_init = 1;
 	}
+	for (int i = 0; i < MSRV_MAX; i++) {
+		if (cl[i].fd < 0)
+			return &cl[i];
+		if (!oldest || cl[i].deadline_ms < oldest->deadline_ms)
+			oldest = &cl[i];
+	}
+	(void)now;
+	cl_close(oldest);
+	return oldest;
+}
+
+/* The request is whole: 1 for GET of /metrics (or /), 0 for anything else. */
+static int wanted(const char *buf)
+{
+	return strncmp(buf, "GET /metrics ", 13) == 0 || strncmp(buf, "GET /metrics?", 13) == 0 ||
+	       strncmp(buf, "GET / ", 6) == 0;
+}
+
+static void answer(struct mcl *m, void (*body)(FILE *f, void *arg), void *arg)
+{
+	static const char nf[] = "HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 25\r\n\r\n"
+				 "only /metrics lives here\n";
+	char *text = NULL, hdr[160];
+	size_t n = 0;
+	FILE *f;
+
+	if (!wanted(m->req)) {
+		m->out = strdup(nf);
+		m->out_len = m->out ? sizeof(nf) - 1 : 0;
+		return;
+	}
+	f = open_memstream(&text, &n);
+	if (f) {
+		body(f, arg);
+		fclose(f);
+	}
+	snprintf(hdr, sizeof(hdr), "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+		 "Content-Length: %zu\r\n\r\n", text ? n : 0);
+	m->out_len = strlen(hdr) + (text ? n : 0);
+	m->out = malloc(m->out_len);
+	if (m->out) {
+		memcpy(m->out, hdr, strlen(hdr));
+		if (text)
+			memcpy(m->out + strlen(hdr), text, n);
+	} else {
+		m->out_len = 0;
+	}
+	free(text);
+}
+
+/* What the kernel has for m, read or written: 0 still going, -1 done. */
+static int cl_step(struct mcl *m, void (*body)(FILE *f, void *arg), void *arg)
+{
+	while (!m->out) {
+		ssize_t r = recv(m->fd, m->req + m->got, sizeof(m->req) - 1 - m->got, MSG_DONTWAIT);
+
+		if (r < 0 && (errno == EAGAIN || errno == EINTR))
+			return 0;
+		if (r <= 0)
+			return -1;
+		m->got += (size_t)r;
+		m->req[m->got] = '\0';
+		if (strstr(m->req, "\r\n\r\n") || strstr(m->req, "\n\n") || m->got == sizeof(m->req) - 1) {
+			answer(m, body, arg);
+			if (!m->out)
+				return -1;
+		}
+	}
+	while (m->out_off < m->out_len) {
+		ssize_t w = send(m->fd, m->out + m->out_off, m->out_len - m->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (w < 0 && (errno == EAGAIN || errno == EINTR))
+			return 0;
+		if (w <= 0)
+			return -1;
+		m->out_off += (size_t)w;
+	}
+	return -1;   /* all sent */
+}
+
+int msrv_pollfds(struct pollfd *p, int max)
+{
+	int n = 0;
+
+	for (int i = 0; cl_init && i < MSRV_MAX && n < max; i++)
+		if (cl[i].fd >= 0) {
+			p[n].fd = cl[i].fd;
+			p[n].events = cl[i].out ? POLLOUT : POLLIN;
+			p[n++].revents = 0;
+		}
+	return n;
 }
 
 void msrv_serve(int lfd, void (*body)(FILE *f, void *arg), void *arg)
 {
+	long now = now_ms();
 	int c;
 
-	while ((c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
-		struct timespec t0;
-		char *text = NULL, hdr[160];
-		size_t n = 0;
-		int ok = read_request(c);
-		FILE *f;
+	/* new clients, each with a place (the one nearest its end gives it up) */
+	while (lfd >= 0 && (c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
+		struct mcl *m = cl_slot(now);
 
-		clock_gettime(CLOCK_MONOTONIC, &t0);
-		if (ok < 0) {
-			close(c);
-			continue;
-		}
-		if (!ok) {
-			static const char nf[] = "HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 25\r\n\r\n"
-						 "only /metrics lives here\n";
+		m->fd = c;
+		m->deadline_ms = now + MSRV_DEADLINE_MS;
+	}
+	for (int i = 0; cl_init && i < MSRV_MAX; i++) {
+		struct mcl *m = &cl[i];
 
-			send_all(c, nf, sizeof(nf) - 1, &t0);
-			close(c);
+		if (m->fd < 0)
 			continue;
-		}
-		f = open_memstream(&text, &n);
-		if (f) {
-			body(f, arg);
-			fclose(f);
-		}
-		snprintf(hdr, sizeof(hdr), "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-			 "Content-Length: %zu\r\n\r\n", text ? n : 0);
-		send_all(c, hdr, strlen(hdr), &t0);
-		if (text)
-			send_all(c, text, n, &t0);
-		free(text);
-		close(c);
+		if (now >= m->deadline_ms || cl_step(m, body, arg) < 0)
+			cl_close(m);
 	}
 }
