@@ -11,11 +11,36 @@
 #include <string.h>
 #include <sys/ioctl.h>
 
+#include "exchange.h"
 #include "fault.h"
 #include "outcome.h"
 #include "real.h"
 #include "timeo.h"
 #include "wait.h"
+
+/* fd, the connection's last descriptor, is being closed by the program
+ * with its exchange (or connect) unsettled: an error the kernel holds for
+ * it (a reset the program saw only as POLLERR or POLLHUP, and never read)
+ * is its outcome. One getsockopt, in that case only. */
+static void conn_closing(int fd, struct ns_conn *c)
+{
+	uint32_t f = LD(c->flags);
+	socklen_t l = sizeof(int);
+	int err = 0, saved = errno;
+
+	if (LD(c->outcome) || !(f & (NS_C_SENT | NS_C_CONNECTING)))
+		return;   /* settled, or nothing asked: the usual close costs nothing */
+	if ((f & NS_C_FAULT) && ns_fault_so_error(c))
+		goto out;   /* an injected reset that was due: counted */
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0 || !ns_is_failure_errno(err))
+		goto out;
+	if ((err == ECONNRESET || err == EPIPE) && ns_exchange_stale(c))
+		ns_conn_stale(c, err);
+	else
+		ns_conn_fail_errno(c, err);
+out:
+	errno = saved;
+}
 
 int ns_close(int fd)
 {
@@ -27,6 +52,8 @@ int ns_close(int fd)
 		/* the kernel drops epoll registrations with the last reference */
 		if ((v & NS_TAG) || __atomic_load_n(&((struct ns_conn *)v)->fds, __ATOMIC_RELAXED) == 1)
 			ns_wait_forget_fd(fd);
+		if (!(v & NS_TAG) && __atomic_load_n(&((struct ns_conn *)v)->fds, __ATOMIC_RELAXED) == 1)
+			conn_closing(fd, (struct ns_conn *)v);
 		ns_fd_set(fd, 0);
 	}
 	return REAL(close)(fd);
