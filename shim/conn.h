@@ -124,6 +124,7 @@ struct ns_cfault {
 	monotime delay_until;       /* delay: the real connect starts then; 0 = done */
 	uint32_t synth_off;         /* status: bytes of the answer handed out */
 	uint32_t end_done;          /* reset: reported (then end of stream) */
+	uint32_t shut_rd;           /* the program shut its reading (shutdown): what is held ends the stream */
 	monotime end_at;            /* reset after 0: not before then (see fault.c) */
 	int32_t rt_idx;             /* runtime fault record, -1 = policy or shimrun */
 	uint32_t rt_order;          /* ...its order (inject --existing: a later one replaces it) */

@@ -59,6 +59,7 @@
 	CALL(int, getsockopt, getsockopt, (int fd, int level, int name, void *val, socklen_t *len), \
 		(fd, level, name, val, len)) \
 	CALL(int, getpeername, getpeername, (int fd, struct sockaddr *sa, socklen_t *len), (fd, sa, len)) \
+	CALL(int, shutdown, shutdown, (int fd, int how), (fd, how)) \
 	CALL(int, getaddrinfo, getaddrinfo, (const char *node, const char *service, const struct addrinfo *hints, \
 		struct addrinfo **res), (node, service, hints, res)) \
 	CALL(struct hostent *, gethostbyname, gethostbyname, (const char *name), (name)) \

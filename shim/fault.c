@@ -370,6 +370,7 @@ void ns_fault_existing(int fd, struct ns_conn *c)
 	ST(cf->end_at, 0);
 	ST(cf->bw_start, 0);
 	ST(cf->delay_until, 0);
+	ST(cf->shut_rd, 0u);   /* (what a record's last life left) */
 	if (!data_faults(cf, &f, mask, 1, now))
 		goto out;
 	ST(cf->rt_idx, rt);
@@ -504,6 +505,10 @@ static int in_state(struct ns_cfault *cf, monotime now, size_t *allow, monotime 
 
 	*until = 0;
 	*ev = 0;
+	if (__atomic_load_n(&cf->shut_rd, __ATOMIC_ACQUIRE)) {
+		*ev = NS_FWE_RDHUP;   /* the program shut its reading: the end of the stream, now */
+		return NS_FW_READY;
+	}
 	if (LD(cf->end_kind) == NS_F_STATUS) {
 		char b[160];
 
@@ -587,6 +592,8 @@ static int shut_here(int fd)
  * stream; the socket is watched for that alone (POLLRDHUP), so the input
  * the fault holds back never wakes it. Returns 0 to go on, 1 for the end
  * of the stream, or -1 with errno. */
+#define SHUT_LOOK_NS (50 * 1000000L)
+
 static int hold(int fd, struct ns_conn *c, monotime until)
 {
 	struct pollfd pfd = { .fd = fd, .events = POLLRDHUP };
@@ -630,6 +637,15 @@ static int hold(int fd, struct ns_conn *c, monotime until)
 			ts.tv_nsec = (end - now) % 1000000000;
 			tsp = &ts;
 		}
+		if (__atomic_load_n(&c->fault.shut_rd, __ATOMIC_ACQUIRE))
+			return 1;   /* shut by the program (shutdown, on any thread) */
+		if (!watch && (!end || end - now > SHUT_LOOK_NS)) {
+			/* the socket cannot tell of a shutdown any more (the
+			 * real peer closed): look for one this often */
+			ts.tv_sec = 0;
+			ts.tv_nsec = SHUT_LOOK_NS;
+			tsp = &ts;
+		}
 		pfd.revents = 0;
 		if (REAL(ppoll)(watch ? &pfd : NULL, watch ? 1 : 0, tsp, NULL) < 0) {
 			if (errno == EINTR)
@@ -670,6 +686,8 @@ ssize_t ns_fault_pre(int fd, struct ns_conn *c, int d, int flags, void *buf, siz
 			return NS_FAULT_GO;
 		}
 		if (st == NS_FW_READY) {
+			if (__atomic_load_n(&cf->shut_rd, __ATOMIC_ACQUIRE))
+				return 0;   /* shut by the program: the end of the stream */
 			if (LD(cf->end_kind) == NS_F_STATUS && !(ev & NS_FWE_RDHUP)) {
 				size_t off = LD(cf->synth_off), len = synth(cf, b, sizeof(b)), k = off < len ? len - off : 0;
 

@@ -305,6 +305,25 @@ int ns_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 	return 0;
 }
 
+/* shutdown: a program (or its watchdog thread) that shuts a connection's
+ * reading ends a read an injected fault holds back, as it ends a real read
+ * from a silent server: at the end of the stream, blocking or in the
+ * waits, whether or not the real peer has closed meanwhile. */
+int ns_shutdown(int fd, int how)
+{
+	int r = REAL(shutdown)(fd, how), e = errno;
+	struct ns_conn *c;
+
+	if (r == 0 && (how == SHUT_RD || how == SHUT_RDWR) && (c = ns_conn_of(fd)) != NULL &&
+	    (LD(c->expired) & NS_ATTN_FAULT)) {
+		__atomic_store_n(&c->fault.shut_rd, 1u, __ATOMIC_RELEASE);
+		if (__atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
+			__atomic_load_n(&ns_fd_watch_note, __ATOMIC_ACQUIRE)(fd);   /* its readiness changed */
+	}
+	errno = e;
+	return r;
+}
+
 /* getpeername: how some programs ask whether a connect is done (ENOTCONN
  * until it is): a connect the shim holds back moves on here too. */
 int ns_getpeername(int fd, struct sockaddr *sa, socklen_t *len)

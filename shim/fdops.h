@@ -20,5 +20,6 @@ NS_HIDDEN int ns_ioctl(int fd, unsigned long req, void *arg);
 NS_HIDDEN int ns_setsockopt(int fd, int level, int name, const void *val, socklen_t len);
 NS_HIDDEN int ns_getsockopt(int fd, int level, int name, void *val, socklen_t *len);
 NS_HIDDEN int ns_getpeername(int fd, struct sockaddr *sa, socklen_t *len);
+NS_HIDDEN int ns_shutdown(int fd, int how);
 
 #endif

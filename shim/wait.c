@@ -28,7 +28,9 @@ monotime ns_wait_interest_faults(struct ns_conn *c, int want_in, int want_out, m
 		if (st == NS_FW_READY)
 			t = now;
 		else if (st == NS_FW_GATED)
-			t = until;
+			/* held with no end of its own (a stall): looked at again
+			 * now and then, for a shutdown by another thread */
+			t = until ? until : now + NS_STALL_LOOK_NS;
 		/* a held request's output is let out then */
 		if (want_out && out_gated(c, now) && (!t || LD(c->pace_until) < t))
 			t = LD(c->pace_until);

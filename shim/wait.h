@@ -131,6 +131,9 @@ NS_HIDDEN void ns_wait_ready(struct ns_conn *c, int in, int out, int err);
  * once its turn comes, is refused at queue_timeout, or meets its connect
  * deadline. blocking: the call (on a blocking socket) waits for that. */
 #define NS_SETTLE_TICK_NS (5 * 1000000LL)
+/* A wait for input an injected stall holds (no end of its own) looks again
+ * this often: the program's shutdown of its reading ends it. */
+#define NS_STALL_LOOK_NS (50 * 1000000LL)
 NS_HIDDEN void ns_wait_settle_connect(int fd, struct ns_conn *c, int blocking);
 
 /* Injected faults on c's input (fault.c): NS_FW_NONE, NS_FW_GATED (the

@@ -605,6 +605,45 @@ def test_an_injected_stall_ends_at_the_programs_shutdown_as_a_real_one(shim, ser
     assert res["data"] == "" and 400 <= res["ms"] <= 3000, res
 
 
+# The same in the waits, and after the real peer closed (issue 34 item 9):
+# the program's poll, select or epoll wait for input ends, readable, at its
+# watchdog's shutdown, and the read says the end of the stream.
+SHUTDOWN_WAITS = r'''
+import json, select, socket, sys, threading, time
+port, how = int(sys.argv[1]), sys.argv[2]
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+time.sleep(0.3)                       # (the server answered and, with "http", closed)
+threading.Timer(0.5, lambda: s.shutdown(socket.SHUT_RD)).start()
+t0 = time.monotonic()
+if how == "poll":
+    p = select.poll()
+    p.register(s, select.POLLIN)
+    ready = bool(p.poll(5000))
+elif how == "select":
+    ready = bool(select.select([s], [], [], 5)[0])
+elif how == "epoll":
+    e = select.epoll()
+    e.register(s, select.EPOLLIN)
+    ready = bool(e.poll(5))
+else:
+    ready = True
+data = s.recv(100) if ready else b"(not ready)"
+print(json.dumps({"data": data.decode(), "ms": round((time.monotonic() - t0) * 1000)}))
+'''
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("how", ["poll", "select", "epoll", "blocking-after-peer-closed"])
+def test_an_injected_stall_ends_at_shutdown_in_the_waits_and_after_the_peer_closed(shim, server, tmp_path, how):
+    # "http" answers and closes: the real peer is gone before the shutdown
+    srv = server("http") if how == "blocking-after-peer-closed" else server("keepalive", idle=60000)
+    shim.policy(f"[defaults]\nread_timeout = 0\n[host \"127.0.0.1:{srv.port}\"]\nfault = stall\n")
+    r = shim.run(py_script(tmp_path, SHUTDOWN_WAITS) + [srv.port, how], timeout=15)
+    res = r.last_json()
+    assert res["data"] == "" and 400 <= res["ms"] <= 4000, res
+
+
 def test_sizes_that_cannot_be_kept_are_refused_by_inject(shim):
     for text in ("stall after 17179869184GiB", "latency 2s; reset after 20000000GB"):
         p = shim.ctl("inject", "10.1.2.3", text)
