@@ -62,6 +62,7 @@ struct target {
 static struct target target_pool[2][2][TARGET_CANDIDATES];   /* [refuse/hole][v4/v6][candidate] */
 static unsigned target_next[2][2];
 static struct target *target_pub[2][2];
+int ns_fault_targets;   /* atomic: 1 once a target was published (fault.h) */
 
 /* Out of the program's way: the shim's own sockets live high. */
 static int move_high(int fd)
@@ -135,6 +136,7 @@ static int target(int kind, int v6, struct sockaddr_storage *out, socklen_t *out
 	mine->len = l;
 	if (__atomic_compare_exchange_n(&target_pub[k][v6], &none, mine, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 		t = mine;   /* the filler stays open for the life of the process: it keeps the queue full */
+		__atomic_store_n(&ns_fault_targets, 1, __ATOMIC_RELEASE);
 	} else {
 		REAL(close)(mine->fd);
 		if (filler >= 0)
@@ -183,6 +185,43 @@ static int target_for(int kind, int family, struct sockaddr_storage *to, socklen
 int ns_fault_refusing_target(int family, struct sockaddr_storage *to, socklen_t *tolen)
 {
 	return target_for(NS_F_REFUSE, family, to, tolen);
+}
+
+/* Our socket at *slot is to be closed or replaced by the program (a loop
+ * that closes every descriptor, a dup2 onto it): it moves to another
+ * number first, so connects held at a blackhole stay held and its port
+ * stays ours. With no number to move to, the target is forgotten and the
+ * next fault makes a new one. */
+static void keep_own(int k, int v6, int *slot)
+{
+	int fd = __atomic_load_n(slot, __ATOMIC_ACQUIRE), moved = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 900);
+
+	if (moved < 0)
+		moved = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, 3);
+	if (moved >= 0) {
+		__atomic_store_n(slot, moved, __ATOMIC_RELEASE);
+		NS_LOG(NS_LOG_DEBUG, "the program closes fd %d, the shim's own: moved to %d", fd, moved);
+		return;
+	}
+	__atomic_store_n(&target_pub[k][v6], NULL, __ATOMIC_RELEASE);
+	NS_LOG(NS_LOG_WARN, "the program closes fd %d, the shim's fault target, and no descriptor is free to keep "
+	       "it: a new one is made at the next fault", fd);
+}
+
+void ns_fault_keep_own(int fd)
+{
+	int saved = errno;
+
+	for (int k = 0; k < 2; k++)
+		for (int v6 = 0; v6 < 2; v6++) {
+			struct target *t = __atomic_load_n(&target_pub[k][v6], __ATOMIC_ACQUIRE);
+
+			if (t && __atomic_load_n(&t->fd, __ATOMIC_ACQUIRE) == fd)
+				keep_own(k, v6, &t->fd);
+			if (t && t->filler >= 0 && __atomic_load_n(&t->filler, __ATOMIC_ACQUIRE) == fd)
+				keep_own(k, v6, &t->filler);
+		}
+	errno = saved;
 }
 
 int ns_fault_own_fds(int *out, int max)

@@ -19,6 +19,16 @@ NS_HIDDEN int ns_fault_at_connect(struct ns_conn *c, const struct ns_dest *d, co
 /* The shim's own descriptors (the local targets, the blackhole's filler),
  * which the program's ranged closes must leave open: how many, into out. */
 NS_HIDDEN int ns_fault_own_fds(int *out, int max);
+/* fd is about to be closed (or replaced by dup2) by the program: if it is
+ * one of the shim's own sockets, ours moves to another number first. One
+ * load while no fault target was ever made. */
+extern int ns_fault_targets NS_HIDDEN;
+NS_HIDDEN void ns_fault_keep_own(int fd);
+static inline void ns_fault_keep_own_maybe(int fd)
+{
+	if (__builtin_expect(__atomic_load_n(&ns_fault_targets, __ATOMIC_RELAXED), 0))
+		ns_fault_keep_own(fd);
+}
 /* The local socket that refuses, as an address for family: 0, or -1. */
 NS_HIDDEN int ns_fault_refusing_target(int family, struct sockaddr_storage *to, socklen_t *tolen);
 /* Hold a connect back until `until` (a queued one: shape.c): it goes to

@@ -46,6 +46,7 @@ int ns_close(int fd)
 {
 	uintptr_t v = ns_fd_get(fd);
 
+	ns_fault_keep_own_maybe(fd);
 	/* a vfork child shares our memory but not our descriptors: its close
 	 * must leave the parent's entry alone */
 	if (v && !ns_in_vfork_child()) {
@@ -185,7 +186,11 @@ int ns_dup(int fd)
 
 int ns_dup2(int fd, int fd2)
 {
-	int r = REAL(dup2)(fd, fd2);
+	int r;
+
+	if (fd != fd2)
+		ns_fault_keep_own_maybe(fd2);
+	r = REAL(dup2)(fd, fd2);
 
 	if (r >= 0 && fd != fd2) {
 		int e = errno;
@@ -198,7 +203,11 @@ int ns_dup2(int fd, int fd2)
 
 int ns_dup3(int fd, int fd2, int flags)
 {
-	int r = REAL(dup3)(fd, fd2, flags);
+	int r;
+
+	if (fd != fd2)
+		ns_fault_keep_own_maybe(fd2);
+	r = REAL(dup3)(fd, fd2, flags);
 
 	if (r >= 0)
 		copy_entry(fd, r);

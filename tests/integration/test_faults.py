@@ -655,7 +655,7 @@ def test_sizes_that_cannot_be_kept_are_refused_by_inject(shim):
 # socket that makes a blackhole real (issue 20, defect 14): the next
 # blackholed connect would be refused at once, and its port free for anyone.
 CLOSEFROM_BLACKHOLE = r'''
-import ctypes, errno, json, socket, sys, time
+import ctypes, errno, json, os, socket, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
 port, how = int(sys.argv[1]), sys.argv[2]
 def attempt():
@@ -665,15 +665,25 @@ def attempt():
 out = [attempt()]
 if how == "closefrom":
     libc.closefrom(3)
-else:
+elif how == "close_range":
     libc.close_range(3, 0xffffffff, 0)
+elif how == "close-loop":         # a daemon closing what it inherited, one by one
+    for fd in range(3, 1024):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+else:                             # dup2 over every high number
+    null = os.open("/dev/null", os.O_RDONLY)
+    for fd in range(900, 1024):
+        os.dup2(null, fd)
 out.append(attempt())
 print(json.dumps(out))
 '''
 
 
 @pytest.mark.shim
-@pytest.mark.parametrize("how", ["closefrom", "close_range"])
+@pytest.mark.parametrize("how", ["closefrom", "close_range", "close-loop", "dup2"])
 def test_a_programs_ranged_close_leaves_the_blackhole_in_place(shim, server, tmp_path, how):
     srv = server("http")
     shim.policy(f"[defaults]\nconnect_timeout = 300ms\nfailure_threshold = 0\n"
