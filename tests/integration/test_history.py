@@ -448,6 +448,44 @@ def test_the_packaged_service_records_the_history_alone(tmp_path):
 
 
 @pytest.mark.agent
+def test_a_full_disk_is_said_once_not_at_every_pass(tmp_path, server):
+    """The history on a 1 MiB tmpfs filled up: every pass fails to write
+    (20 a second while outcomes come); the agent says so once, not each
+    time."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mnt)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root?)")
+    try:
+        srv = server("http")
+        shim = Shim(tmp_path)
+        shim.ctl("status")
+        db = mnt / "h.db"
+        rec = Recorder(shim, db)
+        # the rest of the space taken: the next write cannot be made
+        with open(mnt / "filler", "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        load = subprocess.run(py_script(tmp_path, LOOP) + [srv.host, str(srv.port), "3"],
+                              env=__import__("conftest").base_env(shim.table, None, {
+                                  "LD_PRELOAD": str(BUILD / "libnetshim.so")}),
+                              capture_output=True, text=True, timeout=60)
+        assert json.loads(load.stdout)["requests"] > 20
+        time.sleep(0.5)
+        rec.stop()
+        said = [l for l in rec.log.read_text().splitlines() if "history:" in l and "full" in l]
+        assert len(said) == 1, said
+        assert "outcomes are lost" in said[0], said
+        shim.cleanup()
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)])
+
+
+@pytest.mark.agent
 def test_history_keep_prunes_what_is_older(tmp_path):
     shim = Shim(tmp_path)
     shim.ctl("status")

@@ -43,7 +43,28 @@ struct hist {
 	uint64_t next_prune;
 	int64_t *dest_id;           /* by slot: its dests.id, 0 = not looked up yet */
 	uint64_t lost, lost_said, lost_log_ms, bad;
+	uint64_t err_log_ms, errs;  /* passes that could not write (a full disk): said once a minute */
 };
+
+#define ERR_LOG_MS 60000
+
+/* A pass that could not write (a full disk, a read-only file): said at
+ * once, then at most once a minute with how many failed meanwhile; what
+ * those passes read from the ring is lost (counted in meta when it can be
+ * written again). */
+static void pass_failed(struct hist *h, uint64_t now, const char *e)
+{
+	h->errs++;
+	if (h->err_log_ms && now < h->err_log_ms + ERR_LOG_MS)
+		return;
+	if (h->errs > 1)
+		ag_log("history: %s (%llu passes could not write since the last word of it; their outcomes are lost)",
+		       e, (unsigned long long)h->errs);
+	else
+		ag_log("history: %s (their outcomes are lost; said again at most once a minute)", e);
+	h->err_log_ms = now;
+	h->errs = 0;
+}
 
 static int exec(sqlite3 *db, const char *sql, char *err, size_t len)
 {
@@ -316,7 +337,7 @@ void hist_pass(struct hist *h, uint64_t now)
 
 	__atomic_store_n(&h->t->hdr->hist_until_ms, now + HIST_LEASE_MS, __ATOMIC_RELEASE);
 	if (exec(h->db, "BEGIN", e, sizeof(e)) < 0) {
-		ag_log("history: %s", e);
+		pass_failed(h, now, e);
 		return;
 	}
 	drain_events(h, now);
@@ -340,7 +361,7 @@ void hist_pass(struct hist *h, uint64_t now)
 		set_meta(h, "lost", buf);
 	}
 	if (exec(h->db, "COMMIT", e, sizeof(e)) < 0) {
-		ag_log("history: %s", e);
+		pass_failed(h, now, e);
 		exec(h->db, "ROLLBACK", e, sizeof(e));
 		return;
 	}
