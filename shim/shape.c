@@ -166,6 +166,13 @@ static int give_up_idle(int slot, uint32_t cap, uint32_t self)
 
 	if (!self)
 		return -1;
+	/* the fd table is walked only when this process holds one of the
+	 * places (a queued connect looks every few milliseconds) */
+	for (p = 0; p < (int)cap && p < (int)NS_PLACES; p++)
+		if (ns_table_place_holder(&ns_breakers, slot, p) == self)
+			break;
+	if (p >= (int)cap || p >= (int)NS_PLACES)
+		return -1;
 	for (unsigned fd = 0; fd < hi && fd < ns_fdmax; fd++) {
 		struct ns_conn *c = ns_conn_of((int)fd);
 		monotime t;
@@ -408,6 +415,31 @@ static int token_blocking(struct ns_conn *c, int slot, const struct ns_settings 
 	return 1;
 }
 
+/* A non-blocking send held back (for a token, or a cooldown's end): the
+ * waits hold its output back until pace_until (an epoll set watching fd
+ * computes it again). -1 with EAGAIN. */
+static int hold_output(int fd, struct ns_conn *c)
+{
+	__atomic_fetch_or(&c->flags, NS_C_PACED, __ATOMIC_RELEASE);
+	__atomic_fetch_or(&c->expired, NS_ATTN_PACE, __ATOMIC_RELEASE);
+	if (fd >= 0 && __atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
+		__atomic_load_n(&ns_fd_watch_note, __ATOMIC_ACQUIRE)(fd);
+	errno = EAGAIN;
+	return -1;
+}
+
+/* A blocking send held back: the program's send timeout (counted from
+ * from) and the total budget still bound the call (the wait is the
+ * send's). 0: none. */
+static monotime send_limit(const struct ns_conn *c, monotime from)
+{
+	monotime limit = LD(c->dir[NS_OUT].prog_ns) ? from + LD(c->dir[NS_OUT].prog_ns) : 0;
+
+	if (LD(c->total_deadline) && (!limit || LD(c->total_deadline) < limit))
+		limit = LD(c->total_deadline);
+	return limit;
+}
+
 /* ns_shape_request past its common case: a connection's first bytes, a
  * request held, or none due */
 static __attribute__((noinline)) int request_held(int fd, struct ns_conn *c, int nonblock)
@@ -438,22 +470,9 @@ static __attribute__((noinline)) int request_held(int fd, struct ns_conn *c, int
 		ST(c->queue_start, now);
 	}
 	ST(c->pace_until, due);
-	if (nonblock) {
-		/* the waits hold its output back from now (an epoll set
-		 * watching fd computes it again) */
-		__atomic_fetch_or(&c->flags, NS_C_PACED, __ATOMIC_RELEASE);
-		__atomic_fetch_or(&c->expired, NS_ATTN_PACE, __ATOMIC_RELEASE);
-		if (fd >= 0 && __atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
-			__atomic_load_n(&ns_fd_watch_note, __ATOMIC_ACQUIRE)(fd);
-		errno = EAGAIN;
-		return -1;
-	}
-	/* blocking: the program's send timeout and the total budget still
-	 * bound the call (the wait is the send's) */
-	if (LD(c->dir[NS_OUT].prog_ns))
-		limit = LD(c->queue_start) + LD(c->dir[NS_OUT].prog_ns);
-	if (LD(c->total_deadline) && (!limit || LD(c->total_deadline) < limit))
-		limit = LD(c->total_deadline);
+	if (nonblock)
+		return hold_output(fd, c);
+	limit = send_limit(c, LD(c->queue_start));
 	while (due) {
 		if (limit && due > limit) {
 			sleep_until(limit);
@@ -485,7 +504,7 @@ int ns_shape_cooldown(int fd, struct ns_conn *c, int nonblock)
 {
 	int slot = LD(c->slot);
 	uint64_t until_ms = slot >= 0 && ns_tbl_on() ? ns_table_cooldown_until(&ns_breakers, slot) : 0;
-	monotime now = ns_now(), until, limit = 0;
+	monotime now = ns_now(), until, limit;
 
 	if (likely((uint64_t)(now / 1000000) >= until_ms))
 		return 0;
@@ -493,18 +512,9 @@ int ns_shape_cooldown(int fd, struct ns_conn *c, int nonblock)
 	if (!(LD(c->flags) & NS_C_PACED))
 		ST(c->queue_start, now);
 	ST(c->pace_until, until);
-	if (nonblock) {
-		__atomic_fetch_or(&c->flags, NS_C_PACED, __ATOMIC_RELEASE);
-		__atomic_fetch_or(&c->expired, NS_ATTN_PACE, __ATOMIC_RELEASE);
-		if (fd >= 0 && __atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
-			__atomic_load_n(&ns_fd_watch_note, __ATOMIC_ACQUIRE)(fd);
-		errno = EAGAIN;
-		return -1;
-	}
-	if (LD(c->dir[NS_OUT].prog_ns))
-		limit = now + LD(c->dir[NS_OUT].prog_ns);
-	if (LD(c->total_deadline) && (!limit || LD(c->total_deadline) < limit))
-		limit = LD(c->total_deadline);
+	if (nonblock)
+		return hold_output(fd, c);
+	limit = send_limit(c, now);
 	sleep_until(limit && limit < until ? limit : until);
 	if (limit && limit < until && ns_now() < until) {
 		if (LD(c->total_deadline) && ns_now() >= LD(c->total_deadline))

@@ -95,8 +95,9 @@ EXPORT int gnutls_certificate_verify_peers3(void *session, const char *host, uns
 	return ns_gnutls_verify_peers3(session, host, status, CALLER);
 }
 
-/* execl, execlp, execle: their arguments made into a vector, as libc's own
- * do, then the vector form's worker (exec.c). */
+/* execl, execlp, execle: their arguments made into a vector (on the
+ * caller's stack, as libc's own do), then the vector form's worker
+ * (exec.c). *ap is left after the terminating NULL (execle's envp). */
 static size_t execl_count(va_list *ap)
 {
 	va_list c;
@@ -106,65 +107,55 @@ static size_t execl_count(va_list *ap)
 	while (va_arg(c, char *))
 		n++;
 	va_end(c);
-	return n;
+	return n + 1;
 }
 
-/* argv[0..n]: first, the n - 1 others, the terminating NULL; *ap is left
- * after it (execle's envp follows) */
-static void execl_fill(const char *first, va_list *ap, char **argv, size_t n)
+static void execl_fill(const char *first, va_list *ap, char **argv)
 {
 	argv[0] = (char *)first;
-	for (size_t i = 1; i <= n; i++)
-		argv[i] = va_arg(*ap, char *);
+	for (size_t i = 1; (argv[i] = va_arg(*ap, char *)) != NULL; i++)
+		;
 }
+
+/* (alloca in a statement of its own: never inside a call's arguments) */
+#define EXECL_ARGV(argv, arg, ap) \
+	do { \
+		argv = __builtin_alloca(execl_count(&ap) * sizeof(char *)); \
+		execl_fill(arg, &ap, argv); \
+	} while (0)
 
 EXPORT int execl(const char *path, const char *arg, ...)
 {
 	va_list ap;
 	char **argv;
-	size_t n;
-	int r;
 
 	va_start(ap, arg);
-	n = execl_count(&ap);
-	argv = __builtin_alloca((n + 1) * sizeof(char *));
-	execl_fill(arg, &ap, argv, n);
+	EXECL_ARGV(argv, arg, ap);
 	va_end(ap);
-	r = ns_execv(path, argv);
-	return r;
+	return ns_execv(path, argv);
 }
 
 EXPORT int execlp(const char *file, const char *arg, ...)
 {
 	va_list ap;
 	char **argv;
-	size_t n;
-	int r;
 
 	va_start(ap, arg);
-	n = execl_count(&ap);
-	argv = __builtin_alloca((n + 1) * sizeof(char *));
-	execl_fill(arg, &ap, argv, n);
+	EXECL_ARGV(argv, arg, ap);
 	va_end(ap);
-	r = ns_execvp(file, argv);
-	return r;
+	return ns_execvp(file, argv);
 }
 
 EXPORT int execle(const char *path, const char *arg, ...)
 {
 	va_list ap;
 	char **argv, *const *envp;
-	size_t n;
-	int r;
 
 	va_start(ap, arg);
-	n = execl_count(&ap);
-	argv = __builtin_alloca((n + 1) * sizeof(char *));
-	execl_fill(arg, &ap, argv, n);
+	EXECL_ARGV(argv, arg, ap);
 	envp = va_arg(ap, char *const *);
 	va_end(ap);
-	r = ns_execve(path, argv, envp);
-	return r;
+	return ns_execve(path, argv, envp);
 }
 
 /* The variadic ones: every fcntl and ioctl argument is an int or a pointer,

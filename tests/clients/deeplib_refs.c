@@ -12,6 +12,8 @@
 	X(socket) X(connect) X(send) X(sendto) X(sendmsg) X(recv) X(recvfrom) X(recvmsg) \
 	X(read) X(write) X(readv) X(writev) X(__recv_chk) X(__recvfrom_chk) X(__read_chk) \
 	X(close) X(dup) X(dup2) X(dup3) X(fcntl) X(fcntl64) X(ioctl) X(setsockopt) X(getsockopt) \
+	X(getpeername) X(shutdown) \
+	X(execve) X(execv) X(execvp) X(execvpe) X(fexecve) X(execveat) X(execl) X(execlp) X(execle) \
 	X(getaddrinfo) X(gethostbyname) X(gethostbyname2) X(gethostbyname_r) X(gethostbyname2_r) \
 	X(poll) X(ppoll) X(__poll_chk) X(__ppoll_chk) X(select) X(pselect) \
 	X(epoll_ctl) X(epoll_wait) X(epoll_pwait) X(epoll_pwait2) \
