@@ -40,6 +40,14 @@ void ns_table_cooldown(struct ns_table *t, int idx, uint64_t until_ms)
 		;
 }
 
+void ns_table_cooldown_over(struct ns_table *t, int idx, uint64_t seen)
+{
+	struct ns_slot *s = slot_at(t, idx);
+
+	if (s)
+		CAS(&s->cooldown_until_ms, &seen, 0);   /* a later Retry-After that moved it stays */
+}
+
 uint64_t ns_table_cooldown_until(const struct ns_table *t, int idx)
 {
 	struct ns_slot *s = slot_at(t, idx);

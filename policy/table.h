@@ -485,6 +485,8 @@ int ns_table_throttled(struct ns_table *t, int idx, uint64_t now_ms);
 void ns_table_cooldown(struct ns_table *t, int idx, uint64_t until_ms);
 /* ...when it ends (CLOCK_MONOTONIC ms; 0 or past: none) */
 uint64_t ns_table_cooldown_until(const struct ns_table *t, int idx);
+/* ...it ended (seen: the end read): back to none, unless it moved since */
+void ns_table_cooldown_over(struct ns_table *t, int idx, uint64_t seen);
 /* slow_start: the share (thousandths) of max_connections and rate in force
  * now: from 100 when the breaker closed to 1000 over slow_start_ms. cap_now:
  * max_connections under it (rounded up, at least 1). */

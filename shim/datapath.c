@@ -149,6 +149,7 @@ static int io_pre(struct ns_conn *c, struct io_req *q)
 	/* a new request on a connection that had its answer, while the
 	 * destination cools down (Retry-After): held until then */
 	if (q->d == NS_OUT && (LD(c->flags) & (NS_C_XNEXT | NS_C_ANSWERED)) == (NS_C_XNEXT | NS_C_ANSWERED) &&
+	    unlikely(ns_shape_cooling(c)) &&
 	    ns_shape_cooldown(q->fd, c, (LD(c->flags) & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) {
 		q->r = -1;
 		return IO_DONE;
@@ -209,14 +210,17 @@ static int io_pre(struct ns_conn *c, struct io_req *q)
 	return IO_CALL;
 }
 
+/* the send that may start a request went to the kernel: its place may be
+ * given up again (shape.c) */
+static __attribute__((noinline, cold)) void outgoing_done(struct ns_conn *c)
+{
+	__atomic_fetch_and(&c->flags, ~NS_C_OUTGOING, __ATOMIC_RELEASE);
+}
+
 static ssize_t io_post(struct ns_conn *c, const struct io_req *q, ssize_t r)
 {
-	if (unlikely(q->outgoing)) {
-		int e = errno;
-
-		__atomic_fetch_and(&c->flags, ~NS_C_OUTGOING, __ATOMIC_RELEASE);
-		errno = e;
-	}
+	if (unlikely(q->outgoing))
+		outgoing_done(c);   /* (an atomic and: errno untouched) */
 	if (q->turn)
 		return turn_io(c, q, r);
 	if (likely(r > 0 && (q->d == NS_OUT || LD(c->outcome)) && !(LD(c->flags) & NS_C_POST)))

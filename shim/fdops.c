@@ -22,14 +22,12 @@
  * with its exchange (or connect) unsettled: an error the kernel holds for
  * it (a reset the program saw only as POLLERR or POLLHUP, and never read)
  * is its outcome. One getsockopt, in that case only. */
-static void conn_closing(int fd, struct ns_conn *c)
+static __attribute__((noinline, cold)) void conn_closing(int fd, struct ns_conn *c)
 {
 	uint32_t f = LD(c->flags);
 	socklen_t l = sizeof(int);
 	int err = 0, saved = errno;
 
-	if (LD(c->outcome) || !(f & (NS_C_SENT | NS_C_CONNECTING)))
-		return;   /* settled, or nothing asked: the usual close costs nothing */
 	if ((f & NS_C_FAULT) && ns_fault_so_error(c))
 		goto out;   /* an injected reset that was due: counted */
 	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0 || !ns_is_failure_errno(err))
@@ -46,14 +44,19 @@ int ns_close(int fd)
 {
 	uintptr_t v = ns_fd_get(fd);
 
-	ns_fault_keep_own_maybe(fd);
+	if (!v)
+		ns_fault_keep_own_maybe(fd);   /* (the shim's own sockets have no entry) */
 	/* a vfork child shares our memory but not our descriptors: its close
 	 * must leave the parent's entry alone */
 	if (v && !ns_in_vfork_child()) {
 		/* the kernel drops epoll registrations with the last reference */
-		if ((v & NS_TAG) || __atomic_load_n(&((struct ns_conn *)v)->fds, __ATOMIC_RELAXED) == 1)
+		int last = (v & NS_TAG) || __atomic_load_n(&((struct ns_conn *)v)->fds, __ATOMIC_RELAXED) == 1;
+
+		if (last)
 			ns_wait_forget_fd(fd);
-		if (!(v & NS_TAG) && __atomic_load_n(&((struct ns_conn *)v)->fds, __ATOMIC_RELAXED) == 1)
+		/* settled, or nothing asked (the usual close): nothing to look at */
+		if (last && !(v & NS_TAG) && !LD(((struct ns_conn *)v)->outcome) &&
+		    (LD(((struct ns_conn *)v)->flags) & (NS_C_SENT | NS_C_CONNECTING)))
 			conn_closing(fd, (struct ns_conn *)v);
 		ns_fd_set(fd, 0);
 	}

@@ -103,11 +103,12 @@ static void conn_outcome(struct ns_conn *c, int kind, int err, unsigned status)
 	uint32_t was;
 	int saved = errno, trace, slot;
 	const char *what = NULL;
-	char last[80] = "";
+	char last[80];
 
 	was = __atomic_fetch_and(&c->flags, ~(NS_C_CONNECTING | NS_C_PARSE | NS_C_SENT), __ATOMIC_RELAXED);
 	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
 		return;
+	last[0] = '\0';
 	/* decided: the next send starts the next exchange */
 	__atomic_fetch_or(&c->flags, NS_C_XNEXT, __ATOMIC_RELAXED);
 	slot = LD(c->slot);

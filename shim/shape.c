@@ -504,10 +504,15 @@ int ns_shape_cooldown(int fd, struct ns_conn *c, int nonblock)
 {
 	int slot = LD(c->slot);
 	uint64_t until_ms = slot >= 0 && ns_tbl_on() ? ns_table_cooldown_until(&ns_breakers, slot) : 0;
-	monotime now = ns_now(), until, limit;
+	monotime now, until, limit;
 
-	if (likely((uint64_t)(now / 1000000) >= until_ms))
+	if (likely(!until_ms))
+		return 0;   /* no cooldown: no clock read */
+	now = ns_now();
+	if ((uint64_t)(now / 1000000) >= until_ms) {
+		ns_table_cooldown_over(&ns_breakers, slot, until_ms);   /* (the next requests read no clock) */
 		return 0;
+	}
 	until = (monotime)until_ms * 1000000;
 	if (!(LD(c->flags) & NS_C_PACED))
 		ST(c->queue_start, now);

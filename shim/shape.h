@@ -46,6 +46,15 @@ NS_HIDDEN int ns_shape_request(int fd, struct ns_conn *c, int nonblock);
 /* A request on an open connection during its destination's cooldown
  * (Retry-After): held until it ends. 0 go, or -1 with errno (EAGAIN). */
 NS_HIDDEN int ns_shape_cooldown(int fd, struct ns_conn *c, int nonblock);
+/* ...the common case, inline: no cooldown was set (or it ended and was
+ * seen to): one load of the slot's word, no clock. */
+static inline int ns_shape_cooling(const struct ns_conn *c)
+{
+	int slot = LD(c->slot);
+
+	return slot >= 0 && __atomic_load_n(&ns_breakers_ok, __ATOMIC_RELAXED) && (uint32_t)slot < ns_breakers.nslots &&
+	       __atomic_load_n(&ns_breakers.slots[slot].cooldown_until_ms, __ATOMIC_RELAXED) != 0;
+}
 /* Does a send on c (flags f) start a request that needs rate's token, or
  * is one held? tls: NS_C_TLS for the plaintext of a TLS connection (tls.c),
  * 0 for the socket's bytes. */
