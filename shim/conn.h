@@ -167,6 +167,7 @@ struct ns_conn {
 	char hval[32];            /* a Retry-After's value, as it arrives */
 	uint32_t hvlen;
 	uint32_t xstatus;         /* a 429/503 whose outcome waits for its headers (Retry-After), 0 = none */
+	uintptr_t xthread;        /* the thread that started the last exchange (pthread_self) */
 	/* shaping (shape.c): the place held under max_connections (valid with
 	 * NS_C_PLACE; -1 once given back) */
 	int32_t place;            /* atomic */

@@ -18,6 +18,7 @@
 #include "exchange.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "outcome.h"
@@ -284,6 +285,7 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 
 			ST(c->outcome, 0);
 			ST(c->xstatus, 0u);
+			ST(c->xthread, (uintptr_t)pthread_self());
 			ST(c->xstart, ns_now());
 			ST(c->hstate, (uint32_t)HS_STATUS);
 			if (!(LD(c->flags) & NS_C_SNIFF))

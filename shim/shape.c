@@ -139,16 +139,17 @@ static int idle_holder(int fd, struct ns_conn *c, int slot, uint32_t cap, uint32
 	       ns_real_syscall(SYS_ioctl, fd, SIOCOUTQ, &n) == 0 && n == 0;
 }
 
-/* ...and when this process has other threads, one of which may have just
- * taken it back from its pool to send on it: only after QUIET_MS of
- * silence. (A single thread waiting in connect, or in its own event loop's
- * wait, is not between a pool and a send.) */
-static int quiet_enough(int fd)
+/* ...and when its last exchange was another thread's, in a process that
+ * has other threads (one may have just taken it back from its pool to send
+ * on it): only after QUIET_MS of silence. The thread that used it last,
+ * now waiting in connect or in its own event loop's wait, is not between
+ * a pool and a send. */
+static int quiet_enough(int fd, const struct ns_conn *c)
 {
 	struct tcp_info ti;
 	socklen_t tl = sizeof(ti);
 
-	if (ns_proc_stat_field((unsigned)ns_own_pid, 20, NULL) <= 1)
+	if (LD(c->xthread) == (uintptr_t)pthread_self() || ns_proc_stat_field((unsigned)ns_own_pid, 20, NULL) <= 1)
 		return 1;
 	return ns_real_syscall(SYS_getsockopt, fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
 	       ti.tcpi_last_data_recv >= QUIET_MS && ti.tcpi_last_data_sent >= QUIET_MS;
@@ -186,7 +187,7 @@ static int give_up_idle(int slot, uint32_t cap, uint32_t self)
 			best_t = t;
 		}
 	}
-	if (!best || !quiet_enough(best_fd) || !ns_conn_still(best_fd, best)) {
+	if (!best || !quiet_enough(best_fd, best) || !ns_conn_still(best_fd, best)) {
 		errno = saved;
 		return -1;
 	}
