@@ -701,7 +701,9 @@ void ns_shape_exec_failed(struct ns_conn **list, int n)
 		struct ns_conn *c = list[i];
 		int slot = LD(c->place_slot), p;
 
-		p = ns_table_place_take(&ns_breakers, slot, NS_PLACES, self);
+		/* within the destination's own cap: a place past it would hold
+		 * the connection over max_connections unseen by every connect */
+		p = ns_table_place_take(&ns_breakers, slot, cap_now(ns_conn_set(c), slot), self);
 		if (p < 0) {
 			NS_LOG(NS_LOG_WARN, "an exec failed after its connections gave their places back, and no place is "
 			       "free for one: it goes on over max_connections until it closes");
