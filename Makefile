@@ -12,6 +12,8 @@ SANITIZER ?=
 BUILD ?= build$(if $(SANITIZER),-$(SANITIZER))
 WERROR ?=
 PYTHON ?= /usr/bin/python3
+# the version: debian/changelog's first line, the one place it is written
+VERSION := $(shell sed -n '1s/^[^(]*(\([^)]*\)).*/\1/p' debian/changelog)
 
 WARN := -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes \
 	-Werror=format-security -Wimplicit-fallthrough
@@ -34,7 +36,7 @@ SHIM_SAN := $(if $(filter thread,$(SANITIZER)),$(SAN_FLAGS))
 FINAL_CFLAGS := $(BASE_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
 FINAL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
 
-POLICY_SRC := policy/policy.c policy/values.c policy/patterns.c policy/fault.c policy/breaker.c policy/table.c policy/shaping.c policy/tablefile.c policy/faulttable.c policy/namemap.c policy/scenario.c policy/ocring.c
+POLICY_SRC := policy/policy.c policy/scalars.c policy/values.c policy/patterns.c policy/faultspec.c policy/breaker.c policy/table.c policy/shaping.c policy/tablefile.c policy/faulttable.c policy/namemap.c policy/scenario.c policy/ocring.c
 SHIM_SRC := $(sort $(wildcard shim/*.c))
 POLICY_OBJ := $(POLICY_SRC:%.c=$(BUILD)/%.o)
 SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/%.o)
@@ -50,7 +52,7 @@ CLIENTS := $(BUILD)/fclient $(BUILD)/tracee $(BUILD)/vforkclose $(BUILD)/mmsg $(
 
 all: $(LIB) $(TOOLS) $(CLIENTS)
 
-$(BUILD)/%.o: %.c $(wildcard policy/*.h shim/*.h tools/*.h tools/agent/*.h)
+$(BUILD)/%.o: %.c $(wildcard policy/*.h shim/*.h tools/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(FINAL_CFLAGS) -c -o $@ $<
 
@@ -74,41 +76,51 @@ $(LIB): $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) $(BUILD)/ne
 	$(CC) -shared -o $@ $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) $(SHIM_SAN) \
 		-Wl,--version-script=$(BUILD)/netshim.map -Wl,-z,now -Wl,-z,relro -ldl -lpthread $(LDFLAGS)
 
-CTL_OBJ := $(BUILD)/tools/shimctl.o $(BUILD)/tools/tablekit.o $(BUILD)/tools/ctl_faults.o $(BUILD)/tools/ctl_metrics.o \
-	$(BUILD)/tools/ctl_policy.o $(BUILD)/tools/ctl_history.o $(BUILD)/tools/histread.o $(BUILD)/tools/ctl_report.o \
-	$(BUILD)/tools/ctl_shadow.o
+# tools/common: what shimctl and the agent share (the table kit, the
+# Prometheus text); each program's folder holds that program alone
+KIT_SRC := tools/common/tablekit.c tools/common/promtext.c
+KIT_OBJ := $(KIT_SRC:%.c=$(BUILD)/%.o)
+# shimctl's commands apart from its command line (shimctl.c), so that the
+# fuzz harness links them as they are
+CTL_SRC := $(filter-out tools/shimctl/shimctl.c,$(sort $(wildcard tools/shimctl/*.c)))
+CTL_OBJ := $(CTL_SRC:%.c=$(BUILD)/%.o)
 
-$(BUILD)/shimctl: $(CTL_OBJ) $(POLICY_OBJ)
+$(BUILD)/tools/shimctl/shimctl.o: tools/shimctl/shimctl.c $(wildcard policy/*.h tools/*/*.h) debian/changelog
+	@mkdir -p $(dir $@)
+	$(CC) $(FINAL_CFLAGS) -DNETSHIM_VERSION='"$(VERSION)"' -c -o $@ $<
+
+$(BUILD)/shimctl: $(BUILD)/tools/shimctl/shimctl.o $(CTL_OBJ) $(KIT_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lsqlite3
 
 # the fleet agent: the only program that talks to Redis (hiredis)
-AGENT_OBJ := $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(BUILD)/tools/agent/hmac.o $(BUILD)/tools/agent/hooks.o $(BUILD)/tools/agent/metrics.o $(BUILD)/tools/agent/history.o \
-	$(BUILD)/tools/agent/fleetstate.o \
-	$(BUILD)/tools/tablekit.o $(BUILD)/tools/ctl_metrics.o
+# the fleet agent: the only program that talks to Redis (hiredis); its
+# link to Redis (model, redislink, hmac) is shared with the fleet benchmarks
+FLEET_OBJ := $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(BUILD)/tools/agent/hmac.o
+AGENT_OBJ := $(filter-out $(FLEET_OBJ),$(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tools/agent/*.c))))
 
-$(BUILD)/netshim-agent: $(BUILD)/tools/agent/agent.o $(AGENT_OBJ) $(POLICY_OBJ)
+$(BUILD)/netshim-agent: $(AGENT_OBJ) $(FLEET_OBJ) $(KIT_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis -lsqlite3
 
-$(BUILD)/fleetscale: $(BUILD)/tools/agent/fleetscale.o $(BUILD)/tools/agent/benchkit.o $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(BUILD)/tools/agent/hmac.o $(POLICY_OBJ)
+$(BUILD)/fleetscale: $(BUILD)/tools/bench/fleetscale.o $(BUILD)/tools/bench/benchkit.o $(FLEET_OBJ) $(KIT_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis
 
-$(BUILD)/fleetbench: $(BUILD)/tools/agent/fleetbench.o $(BUILD)/tools/agent/benchkit.o $(BUILD)/tools/agent/model.o $(BUILD)/tools/agent/redislink.o $(BUILD)/tools/agent/hmac.o $(POLICY_OBJ)
+$(BUILD)/fleetbench: $(BUILD)/tools/bench/fleetbench.o $(BUILD)/tools/bench/benchkit.o $(FLEET_OBJ) $(KIT_OBJ) $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lhiredis -lpthread
 
-$(BUILD)/tools/shimrun.o: tools/shimrun.c $(wildcard policy/*.h)
+$(BUILD)/tools/shimrun/shimrun.o: tools/shimrun/shimrun.c $(wildcard policy/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(FINAL_CFLAGS) -DNS_LIBDIR='"$(LIBDIR)"' -c -o $@ $<
 
-$(BUILD)/shimrun: $(BUILD)/tools/shimrun.o $(POLICY_OBJ)
+$(BUILD)/shimrun: $(BUILD)/tools/shimrun/shimrun.o $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
 
-$(BUILD)/faultsrv: $(BUILD)/tools/faultsrv.o
+$(BUILD)/faultsrv: $(BUILD)/tools/testsrv/faultsrv.o
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
 
-$(BUILD)/tablebench: $(BUILD)/tools/tablebench.o $(POLICY_OBJ)
+$(BUILD)/tablebench: $(BUILD)/tools/bench/tablebench.o $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
 
-$(BUILD)/bench: $(BUILD)/tools/bench.o
+$(BUILD)/bench: $(BUILD)/tools/bench/bench.o
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS) -lpthread
 
 # The test client is built the way distributions build C programs, so it
@@ -168,7 +180,7 @@ $(BUILD)/stress: tests/clients/stress.c
 # code from ten threads.
 tsan: $(LIB) $(BUILD)/unit_tests $(BUILD)/stress
 	@test "$(SANITIZER)" = thread || { echo "make tsan needs SANITIZER=thread" >&2; exit 2; }
-	tools/tsan-stress.sh $(BUILD)
+	tests/tsan/stress.sh $(BUILD)
 
 # libFuzzer harnesses (clang): the policy parser and resolver, the
 # destination parser, and shimctl reading a hostile table file.
@@ -177,17 +189,17 @@ FUZZ_CC ?= clang
 FUZZ_FLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_TIME ?= 60
 
-$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(POLICY_SRC) $(wildcard policy/*.h) $(wildcard tools/shimctl* tools/ctl_*) \
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(POLICY_SRC) $(wildcard policy/*.h) $(CTL_SRC) $(KIT_SRC) $(wildcard tools/*/*.h) \
 		shim/exchange.c $(wildcard shim/*.h)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(POLICY_SRC) $(if $(filter %table,$@),tools/tablekit.c $(wildcard tools/ctl_*.c) tools/histread.c -lsqlite3)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(POLICY_SRC) $(if $(filter %table,$@),$(CTL_SRC) $(KIT_SRC) -lsqlite3)
 
 $(FUZZ_DIR)/seed_table: tests/fuzz/seed_table.c $(POLICY_SRC) $(wildcard policy/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=gnu11 -g -O1 -D_GNU_SOURCE -o $@ $< $(POLICY_SRC)
 
 fuzz: $(FUZZ_DIR)/fuzz_policy $(FUZZ_DIR)/fuzz_dest $(FUZZ_DIR)/fuzz_table $(FUZZ_DIR)/fuzz_http $(FUZZ_DIR)/fuzz_scenario $(FUZZ_DIR)/seed_table
-	FUZZ_TIME=$(FUZZ_TIME) tools/fuzz.sh $(FUZZ_DIR)
+	FUZZ_TIME=$(FUZZ_TIME) tests/fuzz/run.sh $(FUZZ_DIR)
 
 unit: $(BUILD)/unit_tests
 	$(BUILD)/unit_tests --jobs 2 --short-filename
@@ -211,16 +223,16 @@ negative: all
 # installs the nginx and HAProxy it compares against where it can (as root)
 bench: all
 	-BENCH_PEERS=1 tools/install-deps.sh
-	tools/bench.sh $(BUILD)
+	tools/bench/bench.sh $(BUILD)
 
 # the fleet's propagation delay and cost at 10, 100 and 1,000 nodes
 bench-fleet: all
-	tools/bench-fleet.sh $(BUILD)
-	tools/bench-fleet-scale.sh $(BUILD)
+	tools/bench/bench-fleet.sh $(BUILD)
+	tools/bench/bench-fleet-scale.sh $(BUILD)
 
 # the cluster part alone (NODES=, POLL_MS=, SHARDS=, TRIALS=, BURST=)
 bench-fleet-scale: all
-	tools/bench-fleet-scale.sh $(BUILD)
+	tools/bench/bench-fleet-scale.sh $(BUILD)
 
 demo: all
 	tools/demo.sh $(BUILD)
@@ -237,8 +249,8 @@ install: $(LIB) $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/netshim-agent
 	install -m 0644 man/shimctl.1 man/shimrun.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 0644 man/netshim.7 $(DESTDIR)$(PREFIX)/share/man/man7/
 	install -m 0644 man/netshim-agent.8 $(DESTDIR)$(PREFIX)/share/man/man8/
-	install -m 0644 tools/prometheus/netshim-rules.yml tools/prometheus/netshim-rules.test.yml \
-		tools/grafana/netshim.json $(DESTDIR)$(PREFIX)/share/netshim-agent/
+	install -m 0644 tools/agent/prometheus/netshim-rules.yml tools/agent/prometheus/netshim-rules.test.yml \
+		tools/agent/grafana/netshim.json $(DESTDIR)$(PREFIX)/share/netshim-agent/
 	sed 's|@PREFIX@|$(PREFIX)|g' tools/agent/netshim-agent.service > $(DESTDIR)$(SYSTEMD_DIR)/netshim-agent.service
 	chmod 0644 $(DESTDIR)$(SYSTEMD_DIR)/netshim-agent.service
 
@@ -267,7 +279,7 @@ compile_commands.json:
 		print(json.dumps([{"directory": d, "file": f, \
 			"command": "$(CC) " + (shim if f.startswith("shim/") else base) + " -c " + f} for f in files], indent=1))' \
 		"$(BASE_CFLAGS) -fvisibility=hidden" "$(BASE_CFLAGS)" \
-		$(SHIM_SRC) $(POLICY_SRC) $(wildcard tools/*.c tools/agent/*.c tests/unit/*.c tests/clients/*.c tests/fuzz/*.c) > $@
+		$(SHIM_SRC) $(POLICY_SRC) $(wildcard tools/*/*.c tests/unit/*.c tests/clients/*.c tests/fuzz/*.c) > $@
 
 clean:
 	rm -rf build build-address build-undefined build-thread build-fuzz

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fault.h"
+#include "faultspec.h"
 
 #define NS_ERRBUF 512
 #define NS_HOST_MAX 254   /* a DNS name is at most 253 characters */

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fault.h"
+#include "faultspec.h"
 #include "policy.h"
 
 #define NS_SCENARIO_LINES 256   /* lines with an injection a scenario may have */

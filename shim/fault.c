@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../policy/fault.h"
+#include "../policy/faultspec.h"
 #include "config.h"
 #include "faultcfg.h"
 #include "outcome.h"

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../policy/fault.h"
+#include "../policy/faultspec.h"
 #include "../policy/scenario.h"
 
 struct inj {

@@ -13,7 +13,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "../policy/fault.h"
+#include "../policy/faultspec.h"
 #include "../policy/table.h"
 #include "config.h"
 #include "conn.h"

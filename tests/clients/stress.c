@@ -9,7 +9,7 @@
  * epoll wait, half blocking; two of them send from a second thread while
  * they read, as a program with a writer and a reader thread on one socket
  * does), and one thread doing dup, dup2 and close on the workers'
- * descriptors. tools/tsan-stress.sh runs it once plainly and once with
+ * descriptors. tests/tsan/stress.sh runs it once plainly and once with
  * injected latency and bandwidth limits on every connection. Built with -fsanitize=thread and run under a
  * TSan-built shim by `make SANITIZER=thread tsan`: a data race in the shim
  * is a report and a non-zero exit. Prints one JSON line of counts. */

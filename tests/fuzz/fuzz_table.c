@@ -4,7 +4,7 @@
  * commands read it: status (text and JSON), events (text and JSON) and
  * metrics. Nothing in the file is to be trusted; whatever it holds, shimctl
  * must refuse it with a reason or print it, never crash or read out of
- * bounds. tools/fuzz.sh seeds the corpus with a real, populated table
+ * bounds. tests/fuzz/run.sh seeds the corpus with a real, populated table
  * (seed_table.c) and lets inputs be as long as one, so mutations start
  * from a whole, valid table. */
 #include <fcntl.h>
@@ -12,9 +12,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#define main shimctl_main
-#include "../../tools/shimctl.c"
-#undef main
+#include "../../tools/shimctl/shimctl.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -49,10 +47,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 	if (len && write(fd, data, len) != (ssize_t)len)
 		abort();
 	close(fd);
-	cmd_status(tname, 0, NULL);
-	cmd_status(tname, 1, NULL);
-	cmd_events(tname, 0, 0, NULL);
-	cmd_events(tname, 1, 0, NULL);
-	cmd_metrics(tname);
+	ctl_cmd_status(tname, 0, NULL);
+	ctl_cmd_status(tname, 1, NULL);
+	ctl_cmd_events(tname, 0, 0, NULL);
+	ctl_cmd_events(tname, 1, 0, NULL);
+	ctl_cmd_metrics(tname);
 	return 0;
 }

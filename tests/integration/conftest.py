@@ -187,8 +187,8 @@ def py_script(tmp_path, body):
     return [PY, str(p)]
 
 
-# The keep-alive HTTP/1.1 (and HTTPS) server: tools/kaserver.py.
-KASERVER = ROOT / "tools" / "kaserver.py"
+# The keep-alive HTTP/1.1 (and HTTPS) server: tools/testsrv/kaserver.py.
+KASERVER = ROOT / "tools" / "testsrv" / "kaserver.py"
 
 
 @pytest.fixture

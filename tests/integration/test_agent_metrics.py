@@ -48,7 +48,7 @@ def test_metrics_serve_the_table_and_the_agent_and_pass_promtool(metered, server
     assert f'netshim_last_failure_info{{{bad_labels},error_type="ECONNRESET"}} 1' in text
     assert f'netshim_fleet_votes{{{bad_labels}}} 1' in text
     assert 'netshim_agent_redis_connected{node="n1"} 1' in text
-    # every series the alert rules (tools/prometheus) read is served
+    # every series the alert rules (tools/agent/prometheus) read is served
     for name in ("netshim_breaker_state", "netshim_fleet_held", "netshim_agent_redis_connected",
                  "netshim_agent_suspect"):
         assert f"# TYPE {name} gauge" in text, name
@@ -135,7 +135,7 @@ def test_a_real_prometheus_scrapes_the_agent_and_agrees_with_status(metered, ser
     assert answer() == node.shim.entry(srv.dest)["calls"] == 3
 
 
-DASHBOARD = BUILD.parent / "tools" / "grafana" / "netshim.json"
+DASHBOARD = BUILD.parent / "tools" / "agent" / "grafana" / "netshim.json"
 
 
 @pytest.mark.shim
@@ -164,7 +164,7 @@ def test_every_dashboard_panel_query_returns_data_and_the_panels_render(metered,
     assert svg.count("<polyline") >= len(dash["panels"]) and all(p["title"] in svg for p in dash["panels"])
 
 
-RULES = BUILD.parent / "tools" / "prometheus"
+RULES = BUILD.parent / "tools" / "agent" / "prometheus"
 
 
 @pytest.mark.skipif(not shutil.which("promtool"), reason="Debian's prometheus is not installed")

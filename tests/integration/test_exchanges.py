@@ -521,7 +521,7 @@ def fwproxy():
     procs = []
 
     def start(dead):
-        p = subprocess.Popen([sys.executable, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "fwproxy.py"),
+        p = subprocess.Popen([sys.executable, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "testsrv" / "fwproxy.py"),
                               dead], stdout=subprocess.PIPE, text=True)
         procs.append(p)
         return int(p.stdout.readline().split()[1])

@@ -1,7 +1,8 @@
-"""The source's shape, as the build produced it: no two files of shim/
-call each other in a loop, and every shim/*.c stays a size one can read.
-The call graph is read from the objects (nm): what each one uses that
-another defines."""
+"""The source's shape, as the build produced it: no two files of shim/ (or
+of the fleet agent, tools/agent/) call each other in a loop, every such file
+stays a size one can read, and every agent symbol another file can see
+carries the agent's prefix. The call graph is read from the objects (nm):
+what each one uses that another defines."""
 import os
 import subprocess
 from pathlib import Path
@@ -12,9 +13,11 @@ ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 800
 
 
-def shim_graph():
-    srcs = {p.stem for p in (ROOT / "shim").glob("*.c")}
-    objs = sorted(o for o in (BUILD / "shim").glob("*.o") if o.stem in srcs)
+def object_graph(folder, prefix=""):
+    """{file: [files it uses a symbol of]} for the objects of folder's .c
+    files; only symbols starting with prefix are counted."""
+    srcs = {p.stem for p in (ROOT / folder).glob("*.c")}
+    objs = sorted(o for o in (BUILD / folder).glob("*.o") if o.stem in srcs)
     defined, used = {}, {}
     for o in objs:
         out = subprocess.run(["nm", str(o)], capture_output=True, text=True, check=True).stdout
@@ -22,14 +25,18 @@ def shim_graph():
         used[name] = set()
         for line in out.splitlines():
             parts = line.split()
-            # the shim's own functions (ns_*): the exported libc names are
-            # the program's interface (real.c only compares their addresses)
-            if len(parts) == 2 and parts[0] == "U" and parts[1].startswith("ns_"):
+            if len(parts) == 2 and parts[0] == "U" and parts[1].startswith(prefix):
                 used[name].add(parts[1])
-            elif len(parts) == 3 and parts[1] in "TtDdBbRr" and parts[1].isupper():
+            elif len(parts) == 3 and parts[1] in "TtDdBbRrCc" and parts[1].isupper():
                 defined.setdefault(parts[2], name)
     graph = {n: sorted({defined[s] for s in u if s in defined and defined[s] != n}) for n, u in used.items()}
-    return graph
+    return graph, defined
+
+
+def shim_graph():
+    # the shim's own functions (ns_*): the exported libc names are the
+    # program's interface (real.c only compares their addresses)
+    return object_graph("shim", "ns_")[0]
 
 
 def find_cycle(graph):
@@ -69,7 +76,39 @@ def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": ["b"], "b": ["c"], "c": []}) is None
 
 
-def test_no_shim_source_file_is_over_800_lines():
-    long = {p.name: n for p in (ROOT / "shim").glob("*.c")
+def test_no_shim_or_agent_source_file_is_over_800_lines():
+    long = {str(p.relative_to(ROOT)): n for d in ("shim", "tools/agent") for p in (ROOT / d).glob("*.c")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, long
+
+
+def test_no_two_agent_files_call_each_other_in_a_loop():
+    graph, _ = object_graph("tools/agent")
+    assert len(graph) >= 8, graph   # the objects were found
+    assert "model" in graph["agent"], graph
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_every_agent_symbol_carries_the_prefix():
+    _, defined = object_graph("tools/agent")
+    bare = sorted(s for s in defined if not s.startswith("ag_") and s != "main")
+    assert len(defined) > 40 and not bare, bare
+
+
+def test_no_two_policy_files_call_each_other_in_a_loop():
+    # the scalar parsers sit below values.c and faultspec.c, which once
+    # called each other
+    graph, _ = object_graph("policy", "ns_")
+    assert len(graph) >= 12 and "scalars" in graph["values"], graph
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_no_two_source_files_share_a_name():
+    # what ships (the library and the programs): a name says which file
+    names = {}
+    for d in ("shim", "policy", "tools"):
+        for p in (ROOT / d).glob("**/*.c"):
+            names.setdefault(p.name, []).append(str(p.relative_to(ROOT)))
+    assert not {n: w for n, w in names.items() if len(w) > 1}

@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "../../policy/fault.h"
+#include "../../policy/faultspec.h"
 #include "../../policy/policy.h"
 
 static struct ns_faults parse_ok(const char *s)

@@ -19,7 +19,7 @@ static void check_hmac(const void *key, size_t klen, const char *msg, const char
 	unsigned char mac[SHA256_LEN];
 	char got[2 * SHA256_LEN + 1];
 
-	hmac_sha256(key, klen, msg, strlen(msg), mac);
+	ag_hmac_sha256(key, klen, msg, strlen(msg), mac);
 	hex(mac, got);
 	cr_assert_str_eq(got, want);
 }
@@ -44,20 +44,20 @@ Test(hmac, sha256_in_pieces)
 	struct sha256 s;
 	size_t off = 0, step = 1;
 
-	sha256_init(&s);
-	sha256_final(&s, d);
+	ag_sha256_init(&s);
+	ag_sha256_final(&s, d);
 	hex(d, got);
 	cr_assert_str_eq(got, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 	memset(a, 'a', sizeof(a));
-	sha256_init(&s);
+	ag_sha256_init(&s);
 	while (off < sizeof(a)) {
 		size_t n = step < sizeof(a) - off ? step : sizeof(a) - off;
 
-		sha256_update(&s, a + off, n);
+		ag_sha256_update(&s, a + off, n);
 		off += n;
 		step = step * 3 + 1;
 	}
-	sha256_final(&s, d);
+	ag_sha256_final(&s, d);
 	hex(d, got);
 	cr_assert_str_eq(got, "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3");
 }

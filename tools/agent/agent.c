@@ -28,10 +28,8 @@
 #include "../../policy/hash.h"
 
 #include "../../policy/ocring.h"
-#include "../shimctl.h"
+#include "../common/tablekit.h"
 #include "agentstate.h"
-
-struct agent_state A;
 
 static volatile sig_atomic_t stopping;
 
@@ -39,18 +37,7 @@ static void on_stop(int sig)
 {
 	(void)sig;
 	stopping = 1;
-	fl_stop = 1;   /* a wait for Redis ends too */
-}
-
-void ag_log(const char *fmt, ...)
-{
-	char buf[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "netshim-agent: %s\n", buf);
+	ag_redis_stop = 1;   /* a wait for Redis ends too */
 }
 
 static uint64_t cpu_ns(void)
@@ -63,36 +50,36 @@ static uint64_t cpu_ns(void)
 
 static void lost(const char *why)
 {
-	ag_log("redis %s:%d lost (%s): local breakers only; retrying", A.url.host, A.url.port, why);
-	fl_close(&A.c);
-	fl_close(&A.sub);
-	A.connected = 0;
-	release_all("redis unreachable");
-	forget_votes();
-	A.backoff_ms = BACKOFF_MIN_MS;
-	A.next_try = ctl_mono_ms() + A.backoff_ms;
+	ag_log("redis %s:%d lost (%s): local breakers only; retrying", ag_state.url.host, ag_state.url.port, why);
+	ag_fleet_close(&ag_state.c);
+	ag_fleet_close(&ag_state.sub);
+	ag_state.connected = 0;
+	ag_release_all("redis unreachable");
+	ag_forget_votes();
+	ag_state.backoff_ms = BACKOFF_MIN_MS;
+	ag_state.next_try = ctl_mono_ms() + ag_state.backoff_ms;
 }
 
 static int try_connect(char *err, size_t len)
 {
-	int rc = fl_connect(&A.c, &A.url, A.fleet, A.shards, CONNECT_TIMEOUT_MS, err, len);
+	int rc = ag_fleet_connect(&ag_state.c, &ag_state.url, ag_state.fleet, ag_state.shards, CONNECT_TIMEOUT_MS, err, len);
 
-	for (int s = 0; rc == FL_OK && s < A.shards; s++) {
+	for (int s = 0; rc == FL_OK && s < ag_state.shards; s++) {
 		uint64_t seq = 0;
 
-		if ((rc = fl_seq(&A.c, s, &seq, err, len)) == FL_OK && seq < A.sh[s].high)
-			A.sh[s].high = 0;   /* Redis lost the fleet's data: all it holds now is new */
+		if ((rc = ag_fleet_seq(&ag_state.c, s, &seq, err, len)) == FL_OK && seq < ag_state.sh[s].high)
+			ag_state.sh[s].high = 0;   /* Redis lost the fleet's data: all it holds now is new */
 	}
 	if (rc != FL_OK) {
-		fl_close(&A.c);
+		ag_fleet_close(&ag_state.c);
 		return rc;
 	}
-	for (int s = 0; s < A.shards; s++) {
-		A.sh[s].since = 0;
-		A.hinted[s] = 0;   /* a hint from before (maybe another Redis's numbering) is void */
+	for (int s = 0; s < ag_state.shards; s++) {
+		ag_state.sh[s].since = 0;
+		ag_state.hinted[s] = 0;   /* a hint from before (maybe another Redis's numbering) is void */
 	}
-	A.connected = 1;
-	A.sub_next_try = 0;
+	ag_state.connected = 1;
+	ag_state.sub_next_try = 0;
 	return FL_OK;
 }
 
@@ -102,10 +89,10 @@ static void hint_connect(uint64_t now)
 {
 	char err[256];
 
-	if (A.no_hint || A.sub.nlinks || !A.connected || now < A.sub_next_try)
+	if (ag_state.no_hint || ag_state.sub.nlinks || !ag_state.connected || now < ag_state.sub_next_try)
 		return;
-	A.sub_next_try = now + SUB_RETRY_MS;
-	if (fl_subscribe(&A.sub, &A.c, next_rand(), err, sizeof(err)) != FL_OK)
+	ag_state.sub_next_try = now + SUB_RETRY_MS;
+	if (ag_fleet_subscribe(&ag_state.sub, &ag_state.c, ag_next_rand(), err, sizeof(err)) != FL_OK)
 		ag_log("hint channel unavailable (%s): changes arrive with each poll only", err);
 }
 
@@ -117,9 +104,9 @@ static int hint_due(uint64_t now)
 {
 	int unseen = 0;
 
-	for (int s = 0; s < A.shards; s++)
-		unseen |= A.hinted[s] > A.sh[s].high;
-	return A.connected && unseen && now >= A.hint_quiet_until;
+	for (int s = 0; s < ag_state.shards; s++)
+		unseen |= ag_state.hinted[s] > ag_state.sh[s].high;
+	return ag_state.connected && unseen && now >= ag_state.hint_quiet_until;
 }
 
 /* The wake-up socket: programs that write an event the agent acts on
@@ -128,13 +115,13 @@ static int hint_due(uint64_t now)
 static void wake_open(void)
 {
 	struct sockaddr_un a;
-	unsigned len = ns_table_wake_addr(&A.t, &a);
+	unsigned len = ns_table_wake_addr(&ag_state.t, &a);
 
-	A.wake_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (A.wake_fd >= 0 && bind(A.wake_fd, (struct sockaddr *)&a, (socklen_t)len) < 0) {
+	ag_state.wake_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (ag_state.wake_fd >= 0 && bind(ag_state.wake_fd, (struct sockaddr *)&a, (socklen_t)len) < 0) {
 		ag_log("cannot take the wake-up socket (%s): trips are read every %d ms", strerror(errno), TICK_MS);
-		close(A.wake_fd);
-		A.wake_fd = -1;
+		close(ag_state.wake_fd);
+		ag_state.wake_fd = -1;
 	}
 }
 
@@ -144,7 +131,7 @@ static int wait_ms(uint64_t now, uint64_t last_early)
 {
 	int ms = TICK_MS;
 
-	if (A.local_change)
+	if (ag_state.local_change)
 		ms = now >= last_early + LOCAL_GAP_MS ? 0 : (int)(last_early + LOCAL_GAP_MS - now);
 	if (hint_due(now)) {
 		int h = now >= last_early + HINT_GAP_MS ? 0 : (int)(last_early + HINT_GAP_MS - now);
@@ -154,10 +141,10 @@ static int wait_ms(uint64_t now, uint64_t last_early)
 	return ms;
 }
 
-/* /metrics: the table's series (ctl_metrics.c), then the agent's own. */
+/* /metrics: the table's series (tools/common/promtext.c), then the agent's own. */
 static void agent_gauge(FILE *f, const char *metric, const char *help, const char *type, unsigned long long v)
 {
-	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s{node=\"%s\"} %llu\n", metric, help, metric, type, metric, A.node, v);
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s{node=\"%s\"} %llu\n", metric, help, metric, type, metric, ag_state.node, v);
 }
 
 static void agent_metrics(FILE *f, void *arg)
@@ -165,37 +152,37 @@ static void agent_metrics(FILE *f, void *arg)
 	struct dst *d, *tmp;
 
 	(void)arg;
-	ctl_metrics_write(f, &A.t);
-	agent_gauge(f, "netshim_agent_redis_connected", "1 while the agent's Redis answers.", "gauge", A.connected);
+	ctl_metrics_write(f, &ag_state.t);
+	agent_gauge(f, "netshim_agent_redis_connected", "1 while the agent's Redis answers.", "gauge", ag_state.connected);
 	agent_gauge(f, "netshim_agent_suspect", "1 while this node's votes are withheld (too many destinations open).",
-		    "gauge", A.suspect);
+		    "gauge", ag_state.suspect);
 	agent_gauge(f, "netshim_agent_polls_total", "Polls of Redis made.", "counter",
-		    __atomic_load_n(&A.t.hdr->agent_polls, __ATOMIC_RELAXED));
+		    __atomic_load_n(&ag_state.t.hdr->agent_polls, __ATOMIC_RELAXED));
 	fprintf(f, "# HELP netshim_agent_cpu_seconds_total CPU time of the agent's passes.\n"
 		"# TYPE netshim_agent_cpu_seconds_total counter\nnetshim_agent_cpu_seconds_total{node=\"%s\"} %.6f\n",
-		A.node, (double)__atomic_load_n(&A.t.hdr->agent_cpu_ns, __ATOMIC_RELAXED) / 1e9);
+		ag_state.node, (double)__atomic_load_n(&ag_state.t.hdr->agent_cpu_ns, __ATOMIC_RELAXED) / 1e9);
 	agent_gauge(f, "netshim_agent_unsigned_ignored_total",
 		    "Votes and commands in Redis ignored: not signed with a fleet key (--fleet-key-file), or replayed.",
-		    "counter", A.c.unsigned_seen);
-	agent_gauge(f, "netshim_agent_destinations", "Destinations in the table at the last pass.", "gauge", A.n_total);
-	agent_gauge(f, "netshim_agent_open_destinations", "Destinations open here at the last pass.", "gauge", A.n_open);
-	agent_gauge(f, "netshim_agent_hook_runs_total", "--on-event runs started.", "counter", hooks_runs(A.hooks));
+		    "counter", ag_state.c.unsigned_seen);
+	agent_gauge(f, "netshim_agent_destinations", "Destinations in the table at the last pass.", "gauge", ag_state.n_total);
+	agent_gauge(f, "netshim_agent_open_destinations", "Destinations open here at the last pass.", "gauge", ag_state.n_open);
+	agent_gauge(f, "netshim_agent_hook_runs_total", "--on-event runs started.", "counter", ag_hooks_runs(ag_state.hooks));
 	agent_gauge(f, "netshim_agent_hooks_running", "--on-event runs running now.", "gauge",
-		    A.hooks ? (unsigned long long)hooks_running(A.hooks) : 0);
+		    ag_state.hooks ? (unsigned long long)ag_hooks_running(ag_state.hooks) : 0);
 	fprintf(f, "# HELP netshim_fleet_votes Live votes that the destination is open, on every node.\n"
 		"# TYPE netshim_fleet_votes gauge\n");
-	HASH_ITER(hh, A.dests, d, tmp) {
+	HASH_ITER(hh, ag_state.dests, d, tmp) {
 		unsigned live = 0;
 
 		for (int i = 0; i < d->nvotes; i++)
-			live += d->votes[i].exp_ms > A.redis_now;
+			live += d->votes[i].exp_ms > ag_state.redis_now;
 		fputs("netshim_fleet_votes{", f);
 		ctl_prom_dest_labels(f, d->key);
 		fprintf(f, "} %u\n", live);
 	}
 	fprintf(f, "# HELP netshim_fleet_held 1 while the fleet holds the destination open here.\n"
 		"# TYPE netshim_fleet_held gauge\n");
-	HASH_ITER(hh, A.dests, d, tmp) {
+	HASH_ITER(hh, ag_state.dests, d, tmp) {
 		fputs("netshim_fleet_held{", f);
 		ctl_prom_dest_labels(f, d->key);
 		fprintf(f, "} %d\n", d->held);
@@ -205,24 +192,24 @@ static void agent_metrics(FILE *f, void *arg)
 /* Wait up to ms for a hint or a wake-up; note the highest seq announced. */
 static void hint_wait(int ms)
 {
-	struct pollfd p[3 + 64] = { { .fd = fl_hint_fd(&A.sub), .events = POLLIN },
-				    { .fd = A.wake_fd, .events = POLLIN }, { .fd = A.metrics_fd, .events = POLLIN } };
+	struct pollfd p[3 + 64] = { { .fd = ag_fleet_hint_fd(&ag_state.sub), .events = POLLIN },
+				    { .fd = ag_state.wake_fd, .events = POLLIN }, { .fd = ag_state.metrics_fd, .events = POLLIN } };
 	char drain[64];
-	int n = 3 + (A.metrics_fd >= 0 ? msrv_pollfds(p + 3, 64) : 0), r;
+	int n = 3 + (ag_state.metrics_fd >= 0 ? ag_metrics_pollfds(p + 3, 64) : 0), r;
 
 	r = poll(p, (nfds_t)n, ms);
 	/* the metrics clients move on at every look (their deadlines too),
 	 * never waited for */
-	if (A.metrics_fd >= 0)
-		msrv_serve(A.metrics_fd, agent_metrics, NULL);
+	if (ag_state.metrics_fd >= 0)
+		ag_metrics_serve(ag_state.metrics_fd, agent_metrics, NULL);
 	if (r <= 0)
 		return;
-	if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) && fl_hint_read(&A.sub, A.hinted) < 0) {
+	if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) && ag_fleet_hint_read(&ag_state.sub, ag_state.hinted) < 0) {
 		ag_log("hint channel lost: changes arrive with each poll only until it is back");
-		fl_close(&A.sub);
+		ag_fleet_close(&ag_state.sub);
 	}
 	if (p[1].revents & POLLIN)
-		while (recv(A.wake_fd, drain, sizeof(drain), MSG_DONTWAIT) > 0)
+		while (recv(ag_state.wake_fd, drain, sizeof(drain), MSG_DONTWAIT) > 0)
 			;   /* any number of wake-ups: one look at the event ring */
 }
 
@@ -230,15 +217,15 @@ static void hint_wait(int ms)
  * alone, and only where a hint announced one). */
 static int poll_shard(int s, int light, char *err, size_t len)
 {
-	struct shard_state *h = &A.sh[s];
+	struct shard_state *h = &ag_state.sh[s];
 	struct fl_store st;
 	uint64_t high;
 	int rc;
 
 	if (light) {
-		if (A.hinted[s] <= h->high)
+		if (ag_state.hinted[s] <= h->high)
 			return FL_OK;   /* no hint for this shard */
-		rc = fl_poll_changes(&A.c, s, h->since, on_dest, &h->high_before, &A.redis_now, &high, err, len);
+		rc = ag_fleet_poll_changes(&ag_state.c, s, h->since, ag_on_dest, &h->high_before, &ag_state.redis_now, &high, err, len);
 		if (rc == FL_OK) {
 			h->since = high;
 			if (high > h->high)
@@ -246,26 +233,26 @@ static int poll_shard(int s, int light, char *err, size_t len)
 		}
 		return rc;
 	}
-	rc = fl_poll(&A.c, s, h->since, on_dest, &h->high_before, &A.redis_now, &high, &st, err, len);
-	if (rc == FL_OK && went_back(s, &st)) {
+	rc = ag_fleet_poll(&ag_state.c, s, h->since, ag_on_dest, &h->high_before, &ag_state.redis_now, &high, &st, err, len);
+	if (rc == FL_OK && ag_went_back(s, &st)) {
 		/* the store lost its data under a live connection (FLUSHDB,
 		 * a restart without it, a lagging replica promoted): what it
 		 * holds now is read whole, and this node's votes are
 		 * published again */
 		char which[24] = "";
 
-		if (A.shards > 1)
+		if (ag_state.shards > 1)
 			snprintf(which, sizeof(which), "shard %d: ", s);
 		ag_log("redis went back (%schange %llu, epoch %s; this agent had seen change %llu, epoch %s): "
 		       "reading it whole again", which, (unsigned long long)st.seq, st.epoch[0] ? st.epoch : "none",
 		       (unsigned long long)h->since, h->epoch);
-		forget_votes();
+		ag_forget_votes();
 		h->high = h->high_before = 0;
 		h->epoch[0] = '\0';
-		rc = fl_poll(&A.c, s, 0, on_dest, &h->high_before, &A.redis_now, &high, &st, err, len);
+		rc = ag_fleet_poll(&ag_state.c, s, 0, ag_on_dest, &h->high_before, &ag_state.redis_now, &high, &st, err, len);
 	}
 	if (rc == FL_OK)
-		rc = adopt_epoch(s, &st, err, len);
+		rc = ag_adopt_epoch(s, &st, err, len);
 	if (rc == FL_OK) {
 		h->since = high;
 		if (high > h->high)
@@ -281,17 +268,17 @@ static int poll_shard(int s, int light, char *err, size_t len)
  * and the holds go (local breakers alone). */
 static void failed(uint64_t now, const char *why)
 {
-	if (A.c.cluster && A.synced && !A.reroute_until) {
+	if (ag_state.c.cluster && ag_state.synced && !ag_state.reroute_until) {
 		ag_log("redis cluster: %s: looking for the slots' new masters; the fleet's holds stand up to %d ms",
 		       why, REROUTE_GRACE_MS);
-		fl_close(&A.c);
-		fl_close(&A.sub);
-		A.connected = 0;
-		A.reroute_until = now + REROUTE_GRACE_MS;
-		A.next_try = now;
+		ag_fleet_close(&ag_state.c);
+		ag_fleet_close(&ag_state.sub);
+		ag_state.connected = 0;
+		ag_state.reroute_until = now + REROUTE_GRACE_MS;
+		ag_state.next_try = now;
 		return;
 	}
-	A.reroute_until = 0;
+	ag_state.reroute_until = 0;
 	lost(why);
 }
 
@@ -301,26 +288,26 @@ static void reconnect(uint64_t now)
 	uint64_t jitter;
 
 	if (try_connect(err, sizeof(err)) == FL_OK) {
-		if (A.reroute_until)
+		if (ag_state.reroute_until)
 			ag_log("redis cluster routed again (%d link%s): the fleet's state is read again",
-			       A.c.nlinks, A.c.nlinks == 1 ? "" : "s");
+			       ag_state.c.nlinks, ag_state.c.nlinks == 1 ? "" : "s");
 		else
-			ag_log("redis %s:%d connected again: republishing this node's state", A.url.host, A.url.port);
-		A.reroute_until = 0;
+			ag_log("redis %s:%d connected again: republishing this node's state", ag_state.url.host, ag_state.url.port);
+		ag_state.reroute_until = 0;
 		return;
 	}
-	if (A.reroute_until) {
-		if (now < A.reroute_until) {
-			A.next_try = now + 100;
+	if (ag_state.reroute_until) {
+		if (now < ag_state.reroute_until) {
+			ag_state.next_try = now + 100;
 			return;
 		}
 		lost(err);
-		A.reroute_until = 0;
+		ag_state.reroute_until = 0;
 		return;
 	}
-	A.backoff_ms = A.backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : A.backoff_ms * 2;
-	jitter = next_rand() % (A.backoff_ms / 2 + 1);
-	A.next_try = now + A.backoff_ms / 2 + jitter;
+	ag_state.backoff_ms = ag_state.backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : ag_state.backoff_ms * 2;
+	jitter = ag_next_rand() % (ag_state.backoff_ms / 2 + 1);
+	ag_state.next_try = now + ag_state.backoff_ms / 2 + jitter;
 }
 
 static void pass(uint64_t now, int light)
@@ -329,65 +316,65 @@ static void pass(uint64_t now, int light)
 	uint64_t c0 = cpu_ns();
 	int rc = FL_OK;
 
-	for (int s = 0; s < A.shards; s++)
-		A.sh[s].high_before = A.sh[s].high;
-	scan_table(now);
-	if (!A.connected && now >= A.next_try)
+	for (int s = 0; s < ag_state.shards; s++)
+		ag_state.sh[s].high_before = ag_state.sh[s].high;
+	ag_scan_table(now);
+	if (!ag_state.connected && now >= ag_state.next_try)
 		reconnect(now);
-	if (!A.connected && A.reroute_until)
-		apply_fleet(now);   /* the holds stand, as last known, while the cluster changes */
-	if (A.connected) {
+	if (!ag_state.connected && ag_state.reroute_until)
+		ag_apply_fleet(now);   /* the holds stand, as last known, while the cluster changes */
+	if (ag_state.connected) {
 		int quiet = 0;
 
-		rc = publish_ops(err, sizeof(err));
-		for (int s = 0; s < A.shards && rc == FL_OK; s++)
+		rc = ag_publish_ops(err, sizeof(err));
+		for (int s = 0; s < ag_state.shards && rc == FL_OK; s++)
 			rc = poll_shard(s, light, err, sizeof(err));
-		if (A.bad_keys != A.bad_logged && now >= A.bad_log_ms + 60000) {
+		if (ag_state.bad_keys != ag_state.bad_logged && now >= ag_state.bad_log_ms + 60000) {
 			ag_log("%llu destination names in Redis that no shim could have written were ignored "
-			       "(a writer other than the agents?)", (unsigned long long)(A.bad_keys - A.bad_logged));
-			A.bad_logged = A.bad_keys;
-			A.bad_log_ms = now;
+			       "(a writer other than the agents?)", (unsigned long long)(ag_state.bad_keys - ag_state.bad_logged));
+			ag_state.bad_logged = ag_state.bad_keys;
+			ag_state.bad_log_ms = now;
 		}
-		if (A.c.unsigned_seen != A.unsigned_logged && now >= A.unsigned_log_ms + 60000) {
+		if (ag_state.c.unsigned_seen != ag_state.unsigned_logged && now >= ag_state.unsigned_log_ms + 60000) {
 			ag_log("%llu votes or commands in Redis not signed with a fleet key (or replayed) were ignored "
-			       "(a writer without the key?)", (unsigned long long)(A.c.unsigned_seen - A.unsigned_logged));
-			A.unsigned_logged = A.c.unsigned_seen;
-			A.unsigned_log_ms = now;
+			       "(a writer without the key?)", (unsigned long long)(ag_state.c.unsigned_seen - ag_state.unsigned_logged));
+			ag_state.unsigned_logged = ag_state.c.unsigned_seen;
+			ag_state.unsigned_log_ms = now;
 		}
 		if (rc == FL_OK) {
-			A.synced = 1;
-			rc = reconcile(now, err, sizeof(err));
+			ag_state.synced = 1;
+			rc = ag_reconcile(now, err, sizeof(err));
 			if (rc == FL_OK && !light)
-				rc = membership(err, sizeof(err));
+				rc = ag_membership(err, sizeof(err));
 		}
 		/* a hint the poll did not bear out (a seq Redis never reached)
 		 * is void: it woke one poll, and wakes no more */
-		for (int s = 0; s < A.shards && rc == FL_OK; s++)
-			if (A.hinted[s] > A.sh[s].high) {
-				A.hinted[s] = A.sh[s].high;
+		for (int s = 0; s < ag_state.shards && rc == FL_OK; s++)
+			if (ag_state.hinted[s] > ag_state.sh[s].high) {
+				ag_state.hinted[s] = ag_state.sh[s].high;
 				quiet = 1;
 			}
 		if (quiet)
-			A.hint_quiet_until = now + (uint64_t)A.poll_ms;   /* and hints wait for the next tick */
+			ag_state.hint_quiet_until = now + (uint64_t)ag_state.poll_ms;   /* and hints wait for the next tick */
 		/* a slot moved (a MOVED was followed): the routes are read again */
-		if (rc == FL_OK && A.c.stale) {
+		if (rc == FL_OK && ag_state.c.stale) {
 			ag_log("redis cluster: a slot moved (%llu redirection%s followed): routes read again",
-			       (unsigned long long)A.c.redirects, A.c.redirects == 1 ? "" : "s");
-			rc = fl_reroute(&A.c, err, sizeof(err));
+			       (unsigned long long)ag_state.c.redirects, ag_state.c.redirects == 1 ? "" : "s");
+			rc = ag_fleet_reroute(&ag_state.c, err, sizeof(err));
 		}
 		if (rc == FL_OK)
-			apply_fleet(now);
+			ag_apply_fleet(now);
 		else
 			failed(now, err);
-		__atomic_fetch_add(&A.t.hdr->agent_polls, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&ag_state.t.hdr->agent_polls, 1, __ATOMIC_RELAXED);
 	}
-	__atomic_store_n(&A.t.hdr->agent_open, A.n_open, __ATOMIC_RELAXED);
-	__atomic_store_n(&A.t.hdr->agent_dests, A.n_total, __ATOMIC_RELAXED);
-	__atomic_store_n(&A.t.hdr->agent_flags, (A.connected ? NS_AGENT_CONNECTED : 0) |
-			 (A.suspect ? NS_AGENT_SUSPECT : 0) | (A.url_text ? 0 : NS_AGENT_NOFLEET) |
-			 (A.hist ? NS_AGENT_HISTORY : 0), __ATOMIC_RELAXED);
-	__atomic_store_n(&A.t.hdr->agent_beat_ms, ctl_wall_ms(), __ATOMIC_RELAXED);
-	__atomic_fetch_add(&A.t.hdr->agent_cpu_ns, cpu_ns() - c0, __ATOMIC_RELAXED);
+	__atomic_store_n(&ag_state.t.hdr->agent_open, ag_state.n_open, __ATOMIC_RELAXED);
+	__atomic_store_n(&ag_state.t.hdr->agent_dests, ag_state.n_total, __ATOMIC_RELAXED);
+	__atomic_store_n(&ag_state.t.hdr->agent_flags, (ag_state.connected ? NS_AGENT_CONNECTED : 0) |
+			 (ag_state.suspect ? NS_AGENT_SUSPECT : 0) | (ag_state.url_text ? 0 : NS_AGENT_NOFLEET) |
+			 (ag_state.hist ? NS_AGENT_HISTORY : 0), __ATOMIC_RELAXED);
+	__atomic_store_n(&ag_state.t.hdr->agent_beat_ms, ctl_wall_ms(), __ATOMIC_RELAXED);
+	__atomic_fetch_add(&ag_state.t.hdr->agent_cpu_ns, cpu_ns() - c0, __ATOMIC_RELAXED);
 }
 
 /**** the program ****/
@@ -419,13 +406,13 @@ static void load_keys(const char *file)
 			     "base64)", file, ln, len);
 		if (n == FL_KEYS_MAX)
 			errx(2, "--fleet-key-file %s:%d: more than %d keys", file, ln, FL_KEYS_MAX);
-		memcpy(A.c.keys[n], line, len);
-		A.c.keylen[n++] = len;
+		memcpy(ag_state.c.keys[n], line, len);
+		ag_state.c.keylen[n++] = len;
 	}
 	fclose(f);
 	if (!n)
 		errx(2, "--fleet-key-file %s: no key in it", file);
-	A.c.nkeys = n;
+	ag_state.c.nkeys = n;
 }
 
 static void usage(FILE *f)
@@ -472,47 +459,47 @@ static void parse_args(int argc, char **argv)
 	char tbuf[64], uerr[128];
 	int o;
 
-	A.quorum = 2;
-	A.share = 50;
-	A.suspect_min = 4;
-	A.poll_ms = 500;
-	A.hook_timeout_ms = 10000;
-	A.hist_keep_ms = 7 * 86400000ULL;
-	A.hist_ring = NS_OC_DEFAULT_CAP;
-	A.shards = 1;
-	snprintf(A.fleet, sizeof(A.fleet), "default");
-	if (gethostname(A.node, sizeof(A.node)) < 0 || !fl_name_ok(A.node))
-		snprintf(A.node, sizeof(A.node), "node-%ld", gethostid());
+	ag_state.quorum = 2;
+	ag_state.share = 50;
+	ag_state.suspect_min = 4;
+	ag_state.poll_ms = 500;
+	ag_state.hook_timeout_ms = 10000;
+	ag_state.hist_keep_ms = 7 * 86400000ULL;
+	ag_state.hist_ring = NS_OC_DEFAULT_CAP;
+	ag_state.shards = 1;
+	snprintf(ag_state.fleet, sizeof(ag_state.fleet), "default");
+	if (gethostname(ag_state.node, sizeof(ag_state.node)) < 0 || !ag_fleet_name_ok(ag_state.node))
+		snprintf(ag_state.node, sizeof(ag_state.node), "node-%ld", gethostid());
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
-		case 'r': A.url_text = optarg; break;
-		case 'n': snprintf(A.node, sizeof(A.node), "%s", optarg);
-			if (!fl_name_ok(optarg))
+		case 'r': ag_state.url_text = optarg; break;
+		case 'n': snprintf(ag_state.node, sizeof(ag_state.node), "%s", optarg);
+			if (!ag_fleet_name_ok(optarg))
 				errx(2, "--node %s: 1 to 63 of letters, digits, '.', '_' and '-'", optarg);
 			break;
-		case 'f': snprintf(A.fleet, sizeof(A.fleet), "%s", optarg);
-			if (!fl_name_ok(optarg))
+		case 'f': snprintf(ag_state.fleet, sizeof(ag_state.fleet), "%s", optarg);
+			if (!ag_fleet_name_ok(optarg))
 				errx(2, "--fleet %s: 1 to 63 of letters, digits, '.', '_' and '-'", optarg);
 			break;
 		case 'q':
 			if (optarg[0] && optarg[strlen(optarg) - 1] == '%')
-				A.quorum_pct = int_arg("--quorum", optarg, 1, 100);
+				ag_state.quorum_pct = int_arg("--quorum", optarg, 1, 100);
 			else
-				A.quorum = int_arg("--quorum", optarg, 1, 100000);
+				ag_state.quorum = int_arg("--quorum", optarg, 1, 100000);
 			break;
-		case 's': A.share = int_arg("--suspect-share", optarg, 1, 100); break;
-		case 'm': A.suspect_min = int_arg("--suspect-min", optarg, 1, 1000000); break;
-		case 'e': A.on_event = optarg; break;
+		case 's': ag_state.share = int_arg("--suspect-share", optarg, 1, 100); break;
+		case 'm': ag_state.suspect_min = int_arg("--suspect-min", optarg, 1, 1000000); break;
+		case 'e': ag_state.on_event = optarg; break;
 		case 't': table = optarg; break;
-		case 'p': A.poll_ms = int_arg("--poll-ms", optarg, 10, 60000); break;
-		case 'h': A.hook_timeout_ms = int_arg("--hook-timeout-ms", optarg, 10, 3600000); break;
-		case 'N': A.no_hint = 1; break;
-		case 'S': A.shards = int_arg("--shards", optarg, 1, FL_SHARDS_MAX); break;
-		case 'k': A.key_file = optarg; break;
-		case 'M': A.metrics_at = optarg; break;
-		case 'Y': A.hist_file = optarg; break;
+		case 'p': ag_state.poll_ms = int_arg("--poll-ms", optarg, 10, 60000); break;
+		case 'h': ag_state.hook_timeout_ms = int_arg("--hook-timeout-ms", optarg, 10, 3600000); break;
+		case 'N': ag_state.no_hint = 1; break;
+		case 'S': ag_state.shards = int_arg("--shards", optarg, 1, FL_SHARDS_MAX); break;
+		case 'k': ag_state.key_file = optarg; break;
+		case 'M': ag_state.metrics_at = optarg; break;
+		case 'Y': ag_state.hist_file = optarg; break;
 		case 'K':
-			if (ctl_span_parse(optarg, &A.hist_keep_ms) < 0 || A.hist_keep_ms < 60000)
+			if (ctl_span_parse(optarg, &ag_state.hist_keep_ms) < 0 || ag_state.hist_keep_ms < 60000)
 				errx(2, "--history-keep %s: a span of at least a minute (30m, 24h, 7d)", optarg);
 			break;
 		case 'R': {
@@ -520,27 +507,27 @@ static void parse_args(int argc, char **argv)
 
 			if (n & (n - 1))
 				errx(2, "--history-ring %s: a power of two (131072 holds 1.6 s of 80,000 outcomes a second)", optarg);
-			A.hist_ring = (uint32_t)n;
+			ag_state.hist_ring = (uint32_t)n;
 			break;
 		}
 		case 'H': usage(stdout); exit(0);
 		default: usage(stderr); exit(2);
 		}
 	}
-	if (optind != argc || (!A.url_text && !A.hist_file)) {
-		if (!A.url_text)
+	if (optind != argc || (!ag_state.url_text && !ag_state.hist_file)) {
+		if (!ag_state.url_text)
 			warnx("--redis URL is required (or --history FILE alone, for a machine with no fleet)");
 		usage(stderr);
 		exit(2);
 	}
-	if (A.key_file)
-		load_keys(A.key_file);
-	if (A.url_text && fl_url_parse(A.url_text, &A.url, uerr, sizeof(uerr)) < 0)
-		errx(2, "--redis %s: %s (expected redis://[[USER]:PASSWORD@]HOST[:PORT][/DB])", A.url_text, uerr);
-	if (A.metrics_at && (A.metrics_fd = msrv_listen(A.metrics_at, uerr, sizeof(uerr))) < 0)
+	if (ag_state.key_file)
+		load_keys(ag_state.key_file);
+	if (ag_state.url_text && ag_redis_url_parse(ag_state.url_text, &ag_state.url, uerr, sizeof(uerr)) < 0)
+		errx(2, "--redis %s: %s (expected redis://[[USER]:PASSWORD@]HOST[:PORT][/DB])", ag_state.url_text, uerr);
+	if (ag_state.metrics_at && (ag_state.metrics_fd = ag_metrics_listen(ag_state.metrics_at, uerr, sizeof(uerr))) < 0)
 		errx(2, "--metrics-listen %s", uerr);
 	table = ctl_table_name(table, tbuf, sizeof(tbuf));
-	if (ctl_open_table(table, 1, &A.t) < 0)
+	if (ctl_open_table(table, 1, &ag_state.t) < 0)
 		exit(1);
 }
 
@@ -552,49 +539,49 @@ int main(int argc, char **argv)
 	int rc;
 
 	setvbuf(stderr, NULL, _IOLBF, 0);
-	A.metrics_fd = A.wake_fd = -1;
+	ag_state.metrics_fd = ag_state.wake_fd = -1;
 	parse_args(argc, argv);
-	other = __atomic_load_n(&A.t.hdr->agent_pid, __ATOMIC_ACQUIRE);
+	other = __atomic_load_n(&ag_state.t.hdr->agent_pid, __ATOMIC_ACQUIRE);
 	if (other && (pid_t)other != getpid() && kill((pid_t)other, 0) == 0)
-		errx(1, "%s: another agent (pid %u) serves this table", A.t.path, other);
-	if (A.url_text) {
+		errx(1, "%s: another agent (pid %u) serves this table", ag_state.t.path, other);
+	if (ag_state.url_text) {
 		rc = try_connect(err, sizeof(err));
 		if (rc != FL_OK)
-			errx(2, "redis %s:%d: %s%s", A.url.host, A.url.port, err,
+			errx(2, "redis %s:%d: %s%s", ag_state.url.host, ag_state.url.port, err,
 			     rc == FL_REFUSED ? " (check the password in --redis)" : "");
 	} else {
-		A.next_try = UINT64_MAX;   /* no fleet: the table, its hooks and its history alone */
+		ag_state.next_try = UINT64_MAX;   /* no fleet: the table, its hooks and its history alone */
 	}
-	if (A.hist_file && !(A.hist = hist_open(A.hist_file, &A.t, A.hist_keep_ms, A.hist_ring, err, sizeof(err))))
+	if (ag_state.hist_file && !(ag_state.hist = ag_hist_open(ag_state.hist_file, &ag_state.t, ag_state.hist_keep_ms, ag_state.hist_ring, err, sizeof(err))))
 		errx(1, "--history %s", err);
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_stop;
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	A.rng = ((uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ ctl_wall_ms() * 0xbf58476d1ce4e5b9ull) | 1;
-	memset(A.t.hdr->agent_node, 0, sizeof(A.t.hdr->agent_node));
-	memcpy(A.t.hdr->agent_node, A.node, strlen(A.node));
-	__atomic_store_n(&A.t.hdr->agent_pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
-	A.pub_next = ns_table_event_head(&A.t);
+	ag_state.rng = ((uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ ctl_wall_ms() * 0xbf58476d1ce4e5b9ull) | 1;
+	memset(ag_state.t.hdr->agent_node, 0, sizeof(ag_state.t.hdr->agent_node));
+	memcpy(ag_state.t.hdr->agent_node, ag_state.node, strlen(ag_state.node));
+	__atomic_store_n(&ag_state.t.hdr->agent_pid, (uint32_t)getpid(), __ATOMIC_RELEASE);
+	ag_state.pub_next = ns_table_event_head(&ag_state.t);
 	wake_open();
-	if (A.on_event && !(A.hooks = hooks_new(&A.t, A.on_event, A.node, A.hook_timeout_ms, 4)))
+	if (ag_state.on_event && !(ag_state.hooks = ag_hooks_new(&ag_state.t, ag_state.on_event, ag_state.node, ag_state.hook_timeout_ms, 4)))
 		errx(1, "out of memory");
-	if (A.quorum_pct)
-		snprintf(err, sizeof(err), "%d%% of the live callers", A.quorum_pct);
+	if (ag_state.quorum_pct)
+		snprintf(err, sizeof(err), "%d%% of the live callers", ag_state.quorum_pct);
 	else
-		snprintf(err, sizeof(err), "%d", A.quorum);
-	if (A.url_text)
-		ag_log("node %s, fleet %s, quorum %s, table %s, redis %s:%d%s, %d shard%s, poll every %d ms", A.node,
-		       A.fleet, err, A.t.path, A.url.host, A.url.port, A.c.cluster ? " (a cluster)" : "", A.shards,
-		       A.shards == 1 ? "" : "s", A.poll_ms);
+		snprintf(err, sizeof(err), "%d", ag_state.quorum);
+	if (ag_state.url_text)
+		ag_log("node %s, fleet %s, quorum %s, table %s, redis %s:%d%s, %d shard%s, poll every %d ms", ag_state.node,
+		       ag_state.fleet, err, ag_state.t.path, ag_state.url.host, ag_state.url.port, ag_state.c.cluster ? " (a cluster)" : "", ag_state.shards,
+		       ag_state.shards == 1 ? "" : "s", ag_state.poll_ms);
 	else
-		ag_log("node %s, table %s, no fleet (no --redis)", A.node, A.t.path);
-	if (A.c.nkeys)
+		ag_log("node %s, table %s, no fleet (no --redis)", ag_state.node, ag_state.t.path);
+	if (ag_state.c.nkeys)
 		ag_log("votes and commands signed; only those signed with one of the %d fleet key%s are believed",
-		       A.c.nkeys, A.c.nkeys == 1 ? "" : "s");
-	if (A.hist)
-		ag_log("recording history in %s (kept %llu h)", A.hist_file, (unsigned long long)(A.hist_keep_ms / 3600000));
+		       ag_state.c.nkeys, ag_state.c.nkeys == 1 ? "" : "s");
+	if (ag_state.hist)
+		ag_log("recording history in %s (kept %llu h)", ag_state.hist_file, (unsigned long long)(ag_state.hist_keep_ms / 3600000));
 	/* the gaps count from the last pass a change or a hint started early
 	 * (bursts are served together), not from a regular one, which never
 	 * delays a change it could not have seen */
@@ -602,53 +589,53 @@ int main(int argc, char **argv)
 		uint64_t now = ctl_mono_ms();
 		int early;
 
-		if (ns_table_broken(&A.t)) {
-			ag_log("%s was truncated under the agent: stopping", A.t.path);
+		if (ns_table_broken(&ag_state.t)) {
+			ag_log("%s was truncated under the agent: stopping", ag_state.t.path);
 			break;
 		}
-		read_events();
-		early = (A.local_change && now >= last_early + LOCAL_GAP_MS) ||
+		ag_read_events();
+		early = (ag_state.local_change && now >= last_early + LOCAL_GAP_MS) ||
 			(hint_due(now) && now >= last_early + HINT_GAP_MS);
-		if (now >= next_pass || (A.nops && A.connected) || early) {
+		if (now >= next_pass || (ag_state.nops && ag_state.connected) || early) {
 			/* a pass started by a hint alone reads the hinted shards'
 			 * changes only: a change in a fleet of thousands wakes them
 			 * all at once, so that poll is one command, not four a shard */
-			int light = now < next_pass && !A.local_change && !A.nops;
+			int light = now < next_pass && !ag_state.local_change && !ag_state.nops;
 
-			A.local_change = 0;
+			ag_state.local_change = 0;
 			pass(now, light);
 			if (early)
 				last_early = now;
 			else
-				next_pass = now + (uint64_t)A.poll_ms;
+				next_pass = now + (uint64_t)ag_state.poll_ms;
 			hint_connect(now);
 		}
-		if (A.hooks)
-			hooks_pass(A.hooks, ctl_mono_ms());
-		if (A.hist)
-			hist_pass(A.hist, ctl_mono_ms());
+		if (ag_state.hooks)
+			ag_hooks_pass(ag_state.hooks, ctl_mono_ms());
+		if (ag_state.hist)
+			ag_hist_pass(ag_state.hist, ctl_mono_ms());
 		/* a hint that came too soon after an early pass is served when the gap ends */
 		now = ctl_mono_ms();
 		hint_wait(wait_ms(now, last_early));
 	}
 	/* nobody renews the holds from now on: local breakers alone */
-	release_all("agent stopped");
-	__atomic_store_n(&A.t.hdr->agent_flags, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&A.t.hdr->agent_pid, 0, __ATOMIC_RELEASE);
-	if (A.hooks && hooks_running(A.hooks))
-		ag_log("%d hook run%s left running", hooks_running(A.hooks), hooks_running(A.hooks) == 1 ? "" : "s");
-	hooks_free(A.hooks);
-	if (A.hist) {
-		hist_pass(A.hist, ctl_mono_ms());
-		hist_close(A.hist);
+	ag_release_all("agent stopped");
+	__atomic_store_n(&ag_state.t.hdr->agent_flags, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&ag_state.t.hdr->agent_pid, 0, __ATOMIC_RELEASE);
+	if (ag_state.hooks && ag_hooks_running(ag_state.hooks))
+		ag_log("%d hook run%s left running", ag_hooks_running(ag_state.hooks), ag_hooks_running(ag_state.hooks) == 1 ? "" : "s");
+	ag_hooks_free(ag_state.hooks);
+	if (ag_state.hist) {
+		ag_hist_pass(ag_state.hist, ctl_mono_ms());
+		ag_hist_close(ag_state.hist);
 	}
-	fl_close(&A.sub);
-	fl_close(&A.c);
-	if (A.wake_fd >= 0)
-		close(A.wake_fd);
-	if (A.metrics_fd >= 0)
-		close(A.metrics_fd);
-	ns_table_close(&A.t);
+	ag_fleet_close(&ag_state.sub);
+	ag_fleet_close(&ag_state.c);
+	if (ag_state.wake_fd >= 0)
+		close(ag_state.wake_fd);
+	if (ag_state.metrics_fd >= 0)
+		close(ag_state.metrics_fd);
+	ns_table_close(&ag_state.t);
 	ag_log("stopped");
 	return 0;
 }

@@ -1,6 +1,6 @@
 /* agentstate.h -- what the agent's files share (agent.c: the program and
  * its loop; fleetstate.c: the local table and the fleet's votes): the
- * destinations it knows, and its one state, A. */
+ * destinations it knows, and its one state, ag_state (state.c). */
 #ifndef NS_AGENTSTATE_H
 #define NS_AGENTSTATE_H
 
@@ -109,20 +109,20 @@ struct agent_state {
 	struct hist *hist;
 };
 
-extern struct agent_state A;
+extern struct agent_state ag_state;
 
 /* fleetstate.c */
-void read_events(void);
-void scan_table(uint64_t now);
-void apply_fleet(uint64_t now);
-void release_all(const char *why);
-int reconcile(uint64_t now, char *err, size_t len);
-int publish_ops(char *err, size_t len);
-uint64_t next_rand(void);
-int went_back(int shard, const struct fl_store *st);
-int adopt_epoch(int shard, const struct fl_store *st, char *err, size_t len);
-void forget_votes(void);
-void on_dest(void *arg, const struct fl_dest *in);
-int membership(char *err, size_t len);
+void ag_read_events(void);
+void ag_scan_table(uint64_t now);
+void ag_apply_fleet(uint64_t now);
+void ag_release_all(const char *why);
+int ag_reconcile(uint64_t now, char *err, size_t len);
+int ag_publish_ops(char *err, size_t len);
+uint64_t ag_next_rand(void);
+int ag_went_back(int shard, const struct fl_store *st);
+int ag_adopt_epoch(int shard, const struct fl_store *st, char *err, size_t len);
+void ag_forget_votes(void);
+void ag_on_dest(void *arg, const struct fl_dest *in);
+int ag_membership(char *err, size_t len);
 
 #endif

@@ -1,7 +1,7 @@
 /* fleetstate.c -- netshim-agent's two sides of a destination: the local
  * table (its breakers, read each pass, and the holds the fleet puts there)
  * and the fleet's votes in Redis (kept per destination, counted against the
- * quorum and the membership). agent.c drives them each pass. */
+ * quorum and the ag_membership). agent.c drives them each pass. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +10,7 @@
 
 #include "../../policy/hash.h"
 
-#include "../shimctl.h"
+#include "../common/tablekit.h"
 #include "agentstate.h"
 
 /**** the local table ****/
@@ -19,7 +19,7 @@ static struct dst *dst_get(const char *key, int create)
 {
 	struct dst *d;
 
-	HASH_FIND_STR(A.dests, key, d);
+	HASH_FIND_STR(ag_state.dests, key, d);
 	if (d || !create)
 		return d;
 	d = calloc(1, sizeof(*d));
@@ -29,14 +29,14 @@ static struct dst *dst_get(const char *key, int create)
 	}
 	snprintf(d->key, sizeof(d->key), "%s", key);
 	d->slot = -1;
-	HASH_ADD_STR(A.dests, key, d);
+	HASH_ADD_STR(ag_state.dests, key, d);
 	return d;
 }
 
 static int dst_slot(struct dst *d, int create)
 {
 	if (d->slot < 0)
-		d->slot = ns_table_find(&A.t, d->key, create, ctl_mono_ms());
+		d->slot = ns_table_find(&ag_state.t, d->key, create, ctl_mono_ms());
 	return d->slot;
 }
 
@@ -48,13 +48,13 @@ static int dst_slot(struct dst *d, int create)
 #define FLEET_FILL_PCT 75
 static int fleet_slot(struct dst *d)
 {
-	uint64_t used = __atomic_load_n(&A.t.hdr->used, __ATOMIC_RELAXED);
+	uint64_t used = __atomic_load_n(&ag_state.t.hdr->used, __ATOMIC_RELAXED);
 
-	if (d->slot < 0 && dst_slot(d, 0) < 0 && used * 100 >= (uint64_t)A.t.nslots * FLEET_FILL_PCT) {
+	if (d->slot < 0 && dst_slot(d, 0) < 0 && used * 100 >= (uint64_t)ag_state.t.nslots * FLEET_FILL_PCT) {
 		if (!d->no_room)
 			ag_log("%s: the fleet names it, but the table is %llu%% full: the fleet takes no more of it "
 			       "(this machine's own destinations keep the rest)", d->key,
-			       (unsigned long long)(used * 100 / A.t.nslots));
+			       (unsigned long long)(used * 100 / ag_state.t.nslots));
 		d->no_room = 1;
 		return -1;
 	}
@@ -66,34 +66,34 @@ static int fleet_slot(struct dst *d)
  * and shimctl events; its pid tells the agent not to send it back out. */
 static void note(int type, const char *key, const char *detail)
 {
-	ctl_note_event(&A.t, type, key, detail, "netshim-agent");
+	ctl_note_event(&ag_state.t, type, key, detail, "netshim-agent");
 }
 
 static void queue_op(int op, const char *key, uint64_t ttl_ms)
 {
-	if (A.nops == MAX_OPS) {
-		ag_log("%d operator commands wait for Redis; %s for %s is dropped", MAX_OPS, fl_op_name(op), key);
+	if (ag_state.nops == MAX_OPS) {
+		ag_log("%d operator commands wait for Redis; %s for %s is dropped", MAX_OPS, ag_fleet_op_name(op), key);
 		return;
 	}
-	A.ops[A.nops].op = op;
-	A.ops[A.nops].ttl_ms = ttl_ms;
-	snprintf(A.ops[A.nops].key, sizeof(A.ops[A.nops].key), "%s", key);
-	A.nops++;
+	ag_state.ops[ag_state.nops].op = op;
+	ag_state.ops[ag_state.nops].ttl_ms = ttl_ms;
+	snprintf(ag_state.ops[ag_state.nops].key, sizeof(ag_state.ops[ag_state.nops].key), "%s", key);
+	ag_state.nops++;
 }
 
 /* New events: an operator's reset or forced open (not the agent's own
  * applying of the fleet's) becomes a fleet command; an open notes its rule;
  * an open or a close here asks for a pass now, not at the next poll. */
-void read_events(void)
+void ag_read_events(void)
 {
-	uint64_t head = ns_table_event_head(&A.t);
+	uint64_t head = ns_table_event_head(&ag_state.t);
 	struct ns_evrec ev;
 
-	if (head > A.t.ev_cap && A.pub_next < head - A.t.ev_cap)
-		A.pub_next = head - A.t.ev_cap;
-	for (; A.pub_next < head; A.pub_next++) {
-		if (ns_table_event_read(&A.t, A.pub_next, &ev) < 0) {
-			if (A.pub_next + 1 == head)
+	if (head > ag_state.t.ev_cap && ag_state.pub_next < head - ag_state.t.ev_cap)
+		ag_state.pub_next = head - ag_state.t.ev_cap;
+	for (; ag_state.pub_next < head; ag_state.pub_next++) {
+		if (ns_table_event_read(&ag_state.t, ag_state.pub_next, &ev) < 0) {
+			if (ag_state.pub_next + 1 == head)
 				break;   /* being written: next tick */
 			continue;
 		}
@@ -107,16 +107,16 @@ void read_events(void)
 			struct ns_entry e;
 			int slot = d ? dst_slot(d, 0) : -1;
 
-			if (slot >= 0 && ns_table_read(&A.t, slot, ctl_mono_ms(), &e) == 0 && e.cooldown_left_ms)
+			if (slot >= 0 && ns_table_read(&ag_state.t, slot, ctl_mono_ms(), &e) == 0 && e.cooldown_left_ms)
 				queue_op(FL_COOLDOWN, ev.dest, e.cooldown_left_ms);
 		} else if (ev.type == NS_E_OPENED || ev.type == NS_E_REOPENED) {
 			struct dst *d = dst_get(ev.dest, 1);
 
 			if (d)
 				snprintf(d->rule, sizeof(d->rule), "%s", ns_rule_name((int)ev.rule));
-			A.local_change = 1;
+			ag_state.local_change = 1;
 		} else if (ev.type == NS_E_CLOSED) {
-			A.local_change = 1;
+			ag_state.local_change = 1;
 		}
 	}
 }
@@ -125,7 +125,7 @@ void read_events(void)
  * three poll intervals and a second (a node killed loses it after that). */
 static uint64_t lease_ms(void)
 {
-	return 3 * (uint64_t)A.poll_ms + 1000;
+	return 3 * (uint64_t)ag_state.poll_ms + 1000;
 }
 
 /* What is open here by its own failures: a vote wanted for each
@@ -134,34 +134,34 @@ static uint64_t lease_ms(void)
  * whether so much is open that this node's network is the likelier
  * culprit. A forced open is an operator's command, sent as one, never a
  * vote. */
-void scan_table(uint64_t now)
+void ag_scan_table(uint64_t now)
 {
 	char key[NS_KEY_MAX];
 	struct dst *d, *tmp;
 	uint32_t open = 0, total = 0;
 	int suspect;
 
-	HASH_ITER(hh, A.dests, d, tmp) {
+	HASH_ITER(hh, ag_state.dests, d, tmp) {
 		d->want_t = 0;
 		d->tripped = 0;
 		d->manual = 0;
 	}
 	struct ns_scan sc;
 
-	for (uint32_t i = ns_scan_begin(&A.t, &sc); i < A.t.nslots; i = ns_scan_next(&A.t, &sc, i + 1)) {
+	for (uint32_t i = ns_scan_begin(&ag_state.t, &sc); i < ag_state.t.nslots; i = ns_scan_next(&ag_state.t, &sc, i + 1)) {
 		struct ns_brk b;
 		uint64_t until;
 
-		if (ns_table_state(&A.t, (int)i, key, sizeof(key), &b, &until) < 0)
+		if (ns_table_state(&ag_state.t, (int)i, key, sizeof(key), &b, &until) < 0)
 			continue;
 		total++;
-		if (A.quorum_pct && (d = dst_get(key, 1)) != NULL)
+		if (ag_state.quorum_pct && (d = dst_get(key, 1)) != NULL)
 			d->slot = (int)i;   /* --quorum N%: every destination called here is reported */
 		if (b.state == NS_OPEN || b.state == NS_HALF_OPEN) {
 			int manual = b.state == NS_OPEN && b.manual;
 
 			open++;
-			HASH_FIND_STR(A.dests, key, d);
+			HASH_FIND_STR(ag_state.dests, key, d);
 			if (b.state == NS_OPEN && (b.t_ms > now || manual) && !d)
 				d = dst_get(key, 1);
 			if (d) {
@@ -173,14 +173,14 @@ void scan_table(uint64_t now)
 		}
 	}
 	ns_scan_end(&sc);
-	suspect = open >= (uint32_t)A.suspect_min && (uint64_t)open * 100 >= (uint64_t)A.share * total;
-	if (suspect != A.suspect)
+	suspect = open >= (uint32_t)ag_state.suspect_min && (uint64_t)open * 100 >= (uint64_t)ag_state.share * total;
+	if (suspect != ag_state.suspect)
 		ag_log(suspect ? "node %s is suspect: %u of %u destinations open at once (its own network is the likelier "
 			 "fault); its votes are withheld" : "node %s is no longer suspect (%u of %u destinations open); "
-			 "its votes count again", A.node, open, total);
-	A.suspect = suspect;
-	A.n_open = open;
-	A.n_total = total;
+			 "its votes count again", ag_state.node, open, total);
+	ag_state.suspect = suspect;
+	ag_state.n_open = open;
+	ag_state.n_total = total;
 }
 
 /**** the fleet ****/
@@ -213,7 +213,7 @@ static void set_votes(struct dst *d, const struct fl_vote *v, int n)
  * reads it back). */
 static void own_vote(struct dst *d, uint64_t exp, int present)
 {
-	int i = has_vote(d, A.node);
+	int i = has_vote(d, ag_state.node);
 	struct fl_vote *nv;
 
 	if (!present) {
@@ -229,7 +229,7 @@ static void own_vote(struct dst *d, uint64_t exp, int present)
 		d->votes = nv;
 		i = d->nvotes++;
 	}
-	snprintf(d->votes[i].node, sizeof(d->votes[i].node), "%s", A.node);
+	snprintf(d->votes[i].node, sizeof(d->votes[i].node), "%s", ag_state.node);
 	snprintf(d->votes[i].rule, sizeof(d->votes[i].rule), "%s", d->rule);
 	d->votes[i].exp_ms = exp;
 	d->dirty = 1;
@@ -244,7 +244,7 @@ static void apply_command(struct dst *d, int op, const char *by)
 	if (op == FL_RESET) {
 		slot = dst_slot(d, 0);
 		if (slot >= 0)
-			ns_table_reset(&A.t, slot);
+			ns_table_reset(&ag_state.t, slot);
 		/* closed now: what this pass's table scan saw open is no vote any more */
 		d->held = 0;
 		d->my_t = 0;
@@ -256,7 +256,7 @@ static void apply_command(struct dst *d, int op, const char *by)
 		slot = fleet_slot(d);
 		if (slot < 0)
 			return;   /* said once by fleet_slot */
-		ns_table_force_open(&A.t, slot, ctl_mono_ms(), ctl_wall_ms());
+		ns_table_force_open(&ag_state.t, slot, ctl_mono_ms(), ctl_wall_ms());
 		d->want_t = 0;   /* held by hand now: no vote */
 		note(NS_E_FORCED_OPEN, d->key, detail);
 		ag_log("%s: forced open by an operator on node %s: forced open here", d->key, by);
@@ -272,7 +272,7 @@ static int dest_key_ok(const char *key)
 }
 
 /* A destination whose votes or command changed, from a poll. */
-void on_dest(void *arg, const struct fl_dest *in)
+void ag_on_dest(void *arg, const struct fl_dest *in)
 {
 	uint64_t high_before = *(uint64_t *)arg;
 	struct dst *d;
@@ -280,21 +280,21 @@ void on_dest(void *arg, const struct fl_dest *in)
 	/* only what a shim could have written: a destination key as the shim
 	 * formats it (never a line break or a terminal escape for the log) */
 	if (!dest_key_ok(in->dest)) {
-		A.bad_keys++;
+		ag_state.bad_keys++;
 		return;
 	}
 	if (!(d = dst_get(in->dest, 1)))
 		return;
 	set_votes(d, in->votes, in->nvotes);
-	if (in->cool_until > A.redis_now && in->cool_until != d->cool_seen && strcmp(in->cool_node, A.node) != 0) {
+	if (in->cool_until > ag_state.redis_now && in->cool_until != d->cool_seen && strcmp(in->cool_node, ag_state.node) != 0) {
 		int slot = fleet_slot(d);
 		char detail[160];
 
 		d->cool_seen = in->cool_until;
 		if (slot >= 0) {
-			ns_table_cooldown(&A.t, slot, ctl_mono_ms() + (in->cool_until - A.redis_now));
+			ns_table_cooldown(&ag_state.t, slot, ctl_mono_ms() + (in->cool_until - ag_state.redis_now));
 			snprintf(detail, sizeof(detail), "fleet: Retry-After seen on node %s: %llu ms left", in->cool_node,
-				 (unsigned long long)(in->cool_until - A.redis_now));
+				 (unsigned long long)(in->cool_until - ag_state.redis_now));
 			note(NS_E_COOLDOWN, d->key, detail);
 			ag_log("%s: cooling down here too (%s)", d->key, detail);
 		}
@@ -302,23 +302,23 @@ void on_dest(void *arg, const struct fl_dest *in)
 	/* with fleet keys a command is signed with its time (its seq is not:
 	 * Redis numbers it), so a command is newer by its time too, and one
 	 * older than CMD_FRESH_MS when it reaches a running agent is a replay */
-	if (in->cmd_seq && in->cmd_seq > d->cmd_seq && (!A.c.nkeys || in->cmd_at > d->cmd_at)) {
+	if (in->cmd_seq && in->cmd_seq > d->cmd_seq && (!ag_state.c.nkeys || in->cmd_at > d->cmd_at)) {
 		d->cmd_seq = in->cmd_seq;
 		d->cmd_at = in->cmd_at;
-		if (strcmp(in->cmd_node, A.node) == 0)
+		if (strcmp(in->cmd_node, ag_state.node) == 0)
 			return;   /* made here: the operator already did it to this table */
-		if (A.synced && in->cmd_seq > high_before && A.c.nkeys && in->cmd_at + CMD_FRESH_MS < A.redis_now) {
-			A.c.unsigned_seen++;
-		} else if (A.synced && in->cmd_seq > high_before) {
+		if (ag_state.synced && in->cmd_seq > high_before && ag_state.c.nkeys && in->cmd_at + CMD_FRESH_MS < ag_state.redis_now) {
+			ag_state.c.unsigned_seen++;
+		} else if (ag_state.synced && in->cmd_seq > high_before) {
 			apply_command(d, in->cmd_op, in->cmd_node);
-		} else if (!A.synced && in->cmd_op == FL_FORCE) {
+		} else if (!ag_state.synced && in->cmd_op == FL_FORCE) {
 			/* joining: a forced open stands until a reset, so it holds here too */
 			struct ns_brk b;
 			char key[NS_KEY_MAX];
 			uint64_t until;
 			int slot = fleet_slot(d);
 
-			if (slot >= 0 && ns_table_state(&A.t, slot, key, sizeof(key), &b, &until) == 0 &&
+			if (slot >= 0 && ns_table_state(&ag_state.t, slot, key, sizeof(key), &b, &until) == 0 &&
 			    b.state != NS_FORCED_OPEN)
 				apply_command(d, FL_FORCE, in->cmd_node);
 		}
@@ -331,14 +331,14 @@ static void release(struct dst *d, const char *why)
 	char detail[96];
 
 	if (slot >= 0)
-		ns_table_fleet_set(&A.t, slot, 0, NULL, 0);
+		ns_table_fleet_set(&ag_state.t, slot, 0, NULL, 0);
 	d->held = 0;
 	snprintf(detail, sizeof(detail), "%s", why);
 	note(NS_E_FLEET_CLOSED, d->key, detail);
 	ag_log("%s: fleet hold released (%s)", d->key, why);
 }
 
-/**** membership (--quorum N%) ****/
+/**** ag_membership (--quorum N%) ****/
 
 #define MEMBERS_MAX 4096
 #define CALLED_EVERY_MS 1000        /* a destination's call is reported at most this often */
@@ -349,27 +349,27 @@ static char callers[MEMBERS_MAX][AG_NAME_MAX];
 
 /* Heartbeat, report the destinations called here since the last report,
  * and read who is alive: silent for three poll intervals is gone. */
-int membership(char *err, size_t len)
+int ag_membership(char *err, size_t len)
 {
 	struct dst *d, *tmp;
 	int rc;
 
 	n_live = -1;
-	if (!A.quorum_pct || !A.redis_now)
+	if (!ag_state.quorum_pct || !ag_state.redis_now)
 		return FL_OK;
-	if ((rc = fl_heartbeat(&A.c, A.node, A.redis_now, NULL, err, len)) != FL_OK)
+	if ((rc = ag_fleet_heartbeat(&ag_state.c, ag_state.node, ag_state.redis_now, NULL, err, len)) != FL_OK)
 		return rc;
-	HASH_ITER(hh, A.dests, d, tmp) {
-		uint64_t now_attempts = d->slot >= 0 ? ns_table_attempts(&A.t, d->slot) : d->attempts;
+	HASH_ITER(hh, ag_state.dests, d, tmp) {
+		uint64_t now_attempts = d->slot >= 0 ? ns_table_attempts(&ag_state.t, d->slot) : d->attempts;
 
-		if (now_attempts == d->attempts || A.redis_now < d->called_ms + CALLED_EVERY_MS)
+		if (now_attempts == d->attempts || ag_state.redis_now < d->called_ms + CALLED_EVERY_MS)
 			continue;
-		if ((rc = fl_heartbeat(&A.c, A.node, A.redis_now, d->key, err, len)) != FL_OK)
+		if ((rc = ag_fleet_heartbeat(&ag_state.c, ag_state.node, ag_state.redis_now, d->key, err, len)) != FL_OK)
 			return rc;
 		d->attempts = now_attempts;
-		d->called_ms = A.redis_now;
+		d->called_ms = ag_state.redis_now;
 	}
-	rc = fl_since(&A.c, "members", A.redis_now - 3 * (uint64_t)A.poll_ms, live_members, MEMBERS_MAX, err, len);
+	rc = ag_fleet_since(&ag_state.c, "members", ag_state.redis_now - 3 * (uint64_t)ag_state.poll_ms, live_members, MEMBERS_MAX, err, len);
 	if (rc < 0)
 		return rc;
 	n_live = rc;
@@ -393,13 +393,13 @@ static uint32_t needed(struct dst *d, uint32_t *callers_out)
 	int n;
 
 	*callers_out = 0;
-	if (!A.quorum_pct)
-		return (uint32_t)A.quorum;
+	if (!ag_state.quorum_pct)
+		return (uint32_t)ag_state.quorum;
 	/* not countable now (Redis away: a cluster's failover): the last count */
-	if (n_live < 0 || !A.connected)
+	if (n_live < 0 || !ag_state.connected)
 		return d->need;
 	snprintf(what, sizeof(what), "callers:%s", d->key);
-	n = fl_since(&A.c, what, A.redis_now > CALLED_WINDOW_MS ? A.redis_now - CALLED_WINDOW_MS : 0, callers,
+	n = ag_fleet_since(&ag_state.c, what, ag_state.redis_now > CALLED_WINDOW_MS ? ag_state.redis_now - CALLED_WINDOW_MS : 0, callers,
 		     MEMBERS_MAX, err, sizeof(err));
 	if (n < 0)
 		return d->need;
@@ -411,21 +411,21 @@ static uint32_t needed(struct dst *d, uint32_t *callers_out)
 
 		for (int k = 0; k < n && !listed; k++)
 			listed = strcmp(callers[k], d->votes[i].node) == 0;
-		count += (uint32_t)(!listed && d->votes[i].exp_ms > A.redis_now);
+		count += (uint32_t)(!listed && d->votes[i].exp_ms > ag_state.redis_now);
 	}
 	*callers_out = count;
-	d->need = (uint32_t)(((uint64_t)count * (uint64_t)A.quorum_pct + 99) / 100) ?: 1;
+	d->need = (uint32_t)(((uint64_t)count * (uint64_t)ag_state.quorum_pct + 99) / 100) ?: 1;
 	return d->need;
 }
 
 /* Count the live votes of every destination that changed or whose
  * earliest vote ran out, and hold open here what a quorum reports open. */
-void apply_fleet(uint64_t now)
+void ag_apply_fleet(uint64_t now)
 {
 	uint64_t lease = lease_ms();
 	struct dst *d, *tmp;
 
-	HASH_ITER(hh, A.dests, d, tmp) {
+	HASH_ITER(hh, ag_state.dests, d, tmp) {
 		char nodes[NS_FLEET_NODES_LEN], q[96];
 		size_t o = 0;
 		uint32_t live = 0, need, ncallers = 0;
@@ -433,12 +433,12 @@ void apply_fleet(uint64_t now)
 
 		/* a share quorum moves with the callers: a held destination is
 		 * counted again every pass */
-		if (!d->dirty && !d->held && !(d->next_exp && d->next_exp <= A.redis_now))
+		if (!d->dirty && !d->held && !(d->next_exp && d->next_exp <= ag_state.redis_now))
 			continue;
 		d->next_exp = 0;
 		nodes[0] = '\0';
 		for (int i = 0; i < d->nvotes; i++) {
-			if (d->votes[i].exp_ms <= A.redis_now)
+			if (d->votes[i].exp_ms <= ag_state.redis_now)
 				continue;
 			live++;
 			if (!d->next_exp || d->votes[i].exp_ms < d->next_exp)
@@ -448,19 +448,19 @@ void apply_fleet(uint64_t now)
 						      d->votes[i].node);
 		}
 		d->dirty = 0;
-		need = live ? needed(d, &ncallers) : (uint32_t)A.quorum;
+		need = live ? needed(d, &ncallers) : (uint32_t)ag_state.quorum;
 		if (!need) {
 			d->dirty = 1;   /* the callers could not be counted: look again next pass */
 			continue;
 		}
-		if (A.quorum_pct)
-			snprintf(q, sizeof(q), "quorum %u: %d%% of %u live callers", need, A.quorum_pct, ncallers);
+		if (ag_state.quorum_pct)
+			snprintf(q, sizeof(q), "quorum %u: %d%% of %u live callers", need, ag_state.quorum_pct, ncallers);
 		else
-			snprintf(q, sizeof(q), "quorum %d", A.quorum);
+			snprintf(q, sizeof(q), "quorum %d", ag_state.quorum);
 		if (live >= need) {
 			if ((slot = fleet_slot(d)) < 0)
 				continue;   /* said once by fleet_slot */
-			ns_table_fleet_set(&A.t, slot, now + lease, nodes, live);
+			ns_table_fleet_set(&ag_state.t, slot, now + lease, nodes, live);
 			if (!d->held) {
 				char detail[96];
 
@@ -478,11 +478,11 @@ void apply_fleet(uint64_t now)
 	}
 }
 
-void release_all(const char *why)
+void ag_release_all(const char *why)
 {
 	struct dst *d, *tmp;
 
-	HASH_ITER(hh, A.dests, d, tmp)
+	HASH_ITER(hh, ag_state.dests, d, tmp)
 		if (d->held)
 			release(d, why);
 }
@@ -491,30 +491,30 @@ void release_all(const char *why)
  * failed probe, a withdrawal when it closed or while suspect). A vote whose
  * open period ran out while the breaker waits for its probe is left to
  * expire in Redis by itself: no command for it. */
-int reconcile(uint64_t now, char *err, size_t len)
+int ag_reconcile(uint64_t now, char *err, size_t len)
 {
 	struct dst *d, *tmp;
 	int rc;
 
-	HASH_ITER(hh, A.dests, d, tmp) {
-		int want = !A.suspect && d->want_t > now, mine = has_vote(d, A.node) >= 0;
+	HASH_ITER(hh, ag_state.dests, d, tmp) {
+		int want = !ag_state.suspect && d->want_t > now, mine = has_vote(d, ag_state.node) >= 0;
 		/* a manual open's vote is renewed when half its lease is gone */
 		int renew = d->manual ? d->my_t < now + lease_ms() / 2 : d->my_t != d->want_t;
 
 		if (want && (!mine || renew)) {
 			uint64_t ttl = d->want_t - now;
 
-			if ((rc = fl_change(&A.c, FL_VOTE, d->key, A.node, ttl, d->rule, err, len)) != FL_OK)
+			if ((rc = ag_fleet_change(&ag_state.c, FL_VOTE, d->key, ag_state.node, ttl, d->rule, err, len)) != FL_OK)
 				return rc;
 			if (!d->my_t)
 				ag_log("%s: open here%s%s; vote published (expires in %llu ms)", d->key,
 				       d->rule[0] ? ", rule " : "", d->rule, (unsigned long long)ttl);
 			d->my_t = d->want_t;
-			own_vote(d, A.redis_now + ttl, 1);
-		} else if (!want && mine && (A.suspect || !d->tripped)) {
-			if ((rc = fl_change(&A.c, FL_UNVOTE, d->key, A.node, 0, NULL, err, len)) != FL_OK)
+			own_vote(d, ag_state.redis_now + ttl, 1);
+		} else if (!want && mine && (ag_state.suspect || !d->tripped)) {
+			if ((rc = ag_fleet_change(&ag_state.c, FL_UNVOTE, d->key, ag_state.node, 0, NULL, err, len)) != FL_OK)
 				return rc;
-			ag_log("%s: vote withdrawn (%s)", d->key, A.suspect ? "node suspect" : "no longer open here");
+			ag_log("%s: vote withdrawn (%s)", d->key, ag_state.suspect ? "node suspect" : "no longer open here");
 			d->my_t = 0;
 			own_vote(d, 0, 0);
 		}
@@ -522,11 +522,11 @@ int reconcile(uint64_t now, char *err, size_t len)
 	return FL_OK;
 }
 
-int publish_ops(char *err, size_t len)
+int ag_publish_ops(char *err, size_t len)
 {
-	while (A.nops) {
-		struct op *o = &A.ops[0];
-		int rc = fl_change(&A.c, o->op, o->key, A.node, o->ttl_ms, NULL, err, len);
+	while (ag_state.nops) {
+		struct op *o = &ag_state.ops[0];
+		int rc = ag_fleet_change(&ag_state.c, o->op, o->key, ag_state.node, o->ttl_ms, NULL, err, len);
 
 		if (rc == FL_DOWN)
 			return rc;
@@ -537,50 +537,50 @@ int publish_ops(char *err, size_t len)
 			ag_log("%s: %s here by an operator: sent to the fleet", o->key,
 			       o->op == FL_RESET ? "reset" : "forced open");
 		else
-			ag_log("%s: %s not accepted by Redis: %s", o->key, fl_op_name(o->op), err);
-		memmove(&A.ops[0], &A.ops[1], (size_t)(--A.nops) * sizeof(A.ops[0]));
+			ag_log("%s: %s not accepted by Redis: %s", o->key, ag_fleet_op_name(o->op), err);
+		memmove(&ag_state.ops[0], &ag_state.ops[1], (size_t)(--ag_state.nops) * sizeof(ag_state.ops[0]));
 	}
 	return FL_OK;
 }
 
-uint64_t next_rand(void)
+uint64_t ag_next_rand(void)
 {
-	A.rng ^= A.rng << 13;
-	A.rng ^= A.rng >> 7;
-	A.rng ^= A.rng << 17;
-	return A.rng;
+	ag_state.rng ^= ag_state.rng << 13;
+	ag_state.rng ^= ag_state.rng >> 7;
+	ag_state.rng ^= ag_state.rng << 17;
+	return ag_state.rng;
 }
 
 /* Did the store lose its data since the last poll? Its counter is behind
  * what was seen, or its epoch is not the one it had (even when the counter
  * has since caught up: other agents' changes after the loss). */
-int went_back(int shard, const struct fl_store *st)
+int ag_went_back(int shard, const struct fl_store *st)
 {
-	const struct shard_state *h = &A.sh[shard];
+	const struct shard_state *h = &ag_state.sh[shard];
 
 	return st->seq < h->since || (h->epoch[0] && strcmp(st->epoch, h->epoch) != 0);
 }
 
 /* The store's epoch, named by the first agent that finds none. */
-int adopt_epoch(int shard, const struct fl_store *st, char *err, size_t len)
+int ag_adopt_epoch(int shard, const struct fl_store *st, char *err, size_t len)
 {
 	char mine[20];
 
 	if (st->epoch[0]) {
-		snprintf(A.sh[shard].epoch, sizeof(A.sh[shard].epoch), "%s", st->epoch);
+		snprintf(ag_state.sh[shard].epoch, sizeof(ag_state.sh[shard].epoch), "%s", st->epoch);
 		return FL_OK;
 	}
-	snprintf(mine, sizeof(mine), "%016llx", (unsigned long long)next_rand());
-	return fl_set_epoch(&A.c, shard, mine, err, len);   /* the next poll adopts whichever was set first */
+	snprintf(mine, sizeof(mine), "%016llx", (unsigned long long)ag_next_rand());
+	return ag_fleet_set_epoch(&ag_state.c, shard, mine, err, len);   /* the next poll adopts whichever was set first */
 }
 
 /* What Redis holds is unknown until the next full poll: no vote is known,
  * and this node's own are to be published again. */
-void forget_votes(void)
+void ag_forget_votes(void)
 {
 	struct dst *d, *tmp;
 
-	HASH_ITER(hh, A.dests, d, tmp) {
+	HASH_ITER(hh, ag_state.dests, d, tmp) {
 		set_votes(d, NULL, 0);
 		d->my_t = 0;
 	}

@@ -45,7 +45,7 @@ static void block(uint32_t h[8], const unsigned char *p)
 	h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += k;
 }
 
-void sha256_init(struct sha256 *s)
+void ag_sha256_init(struct sha256 *s)
 {
 	static const uint32_t iv[8] = { 0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
 					0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19 };
@@ -55,7 +55,7 @@ void sha256_init(struct sha256 *s)
 	s->n = 0;
 }
 
-void sha256_update(struct sha256 *s, const void *data, size_t len)
+void ag_sha256_update(struct sha256 *s, const void *data, size_t len)
 {
 	const unsigned char *p = data;
 
@@ -74,17 +74,17 @@ void sha256_update(struct sha256 *s, const void *data, size_t len)
 	}
 }
 
-void sha256_final(struct sha256 *s, unsigned char out[SHA256_LEN])
+void ag_sha256_final(struct sha256 *s, unsigned char out[SHA256_LEN])
 {
 	uint64_t bits = (uint64_t)s->len * 8;
 	unsigned char pad = 0x80, zero = 0, be[8];
 
-	sha256_update(s, &pad, 1);
+	ag_sha256_update(s, &pad, 1);
 	while (s->n != 56)
-		sha256_update(s, &zero, 1);
+		ag_sha256_update(s, &zero, 1);
 	for (int i = 0; i < 8; i++)
 		be[i] = (unsigned char)(bits >> (56 - 8 * i));
-	sha256_update(s, be, 8);
+	ag_sha256_update(s, be, 8);
 	for (int i = 0; i < 8; i++) {
 		out[4 * i] = (unsigned char)(s->h[i] >> 24);
 		out[4 * i + 1] = (unsigned char)(s->h[i] >> 16);
@@ -93,15 +93,15 @@ void sha256_final(struct sha256 *s, unsigned char out[SHA256_LEN])
 	}
 }
 
-void hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen, unsigned char out[SHA256_LEN])
+void ag_hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen, unsigned char out[SHA256_LEN])
 {
 	unsigned char k[64] = { 0 }, ipad[64], opad[64], inner[SHA256_LEN];
 	struct sha256 s;
 
 	if (klen > 64) {
-		sha256_init(&s);
-		sha256_update(&s, key, klen);
-		sha256_final(&s, k);
+		ag_sha256_init(&s);
+		ag_sha256_update(&s, key, klen);
+		ag_sha256_final(&s, k);
 	} else {
 		memcpy(k, key, klen);
 	}
@@ -109,12 +109,12 @@ void hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen, uns
 		ipad[i] = k[i] ^ 0x36;
 		opad[i] = k[i] ^ 0x5c;
 	}
-	sha256_init(&s);
-	sha256_update(&s, ipad, 64);
-	sha256_update(&s, msg, mlen);
-	sha256_final(&s, inner);
-	sha256_init(&s);
-	sha256_update(&s, opad, 64);
-	sha256_update(&s, inner, SHA256_LEN);
-	sha256_final(&s, out);
+	ag_sha256_init(&s);
+	ag_sha256_update(&s, ipad, 64);
+	ag_sha256_update(&s, msg, mlen);
+	ag_sha256_final(&s, inner);
+	ag_sha256_init(&s);
+	ag_sha256_update(&s, opad, 64);
+	ag_sha256_update(&s, inner, SHA256_LEN);
+	ag_sha256_final(&s, out);
 }

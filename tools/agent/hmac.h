@@ -14,9 +14,9 @@ struct sha256 {
 	size_t n;
 };
 
-void sha256_init(struct sha256 *s);
-void sha256_update(struct sha256 *s, const void *data, size_t len);
-void sha256_final(struct sha256 *s, unsigned char out[SHA256_LEN]);
-void hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen, unsigned char out[SHA256_LEN]);
+void ag_sha256_init(struct sha256 *s);
+void ag_sha256_update(struct sha256 *s, const void *data, size_t len);
+void ag_sha256_final(struct sha256 *s, unsigned char out[SHA256_LEN]);
+void ag_hmac_sha256(const void *key, size_t klen, const void *msg, size_t mlen, unsigned char out[SHA256_LEN]);
 
 #endif

@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../shimctl.h"
+#include "../common/tablekit.h"
 #include "agent.h"
 
 struct run {
@@ -56,7 +56,7 @@ static void store_cursor(struct hooks *h)
 	__atomic_store_n(&h->t->hdr->agent_cursor, h->next + 1, __ATOMIC_RELEASE);
 }
 
-struct hooks *hooks_new(struct ns_table *t, const char *cmd, const char *node, int timeout_ms, int max_running)
+struct hooks *ag_hooks_new(struct ns_table *t, const char *cmd, const char *node, int timeout_ms, int max_running)
 {
 	struct hooks *h = calloc(1, sizeof(*h));
 	uint64_t head = ns_table_event_head(t), stored;
@@ -186,7 +186,7 @@ static void reap(struct hooks *h, uint64_t now_ms)
 	}
 }
 
-void hooks_pass(struct hooks *h, uint64_t now_ms)
+void ag_hooks_pass(struct hooks *h, uint64_t now_ms)
 {
 	uint64_t head = ns_table_event_head(h->t);
 	struct ns_evrec ev;
@@ -209,17 +209,17 @@ void hooks_pass(struct hooks *h, uint64_t now_ms)
 	}
 }
 
-uint64_t hooks_runs(const struct hooks *h)
+uint64_t ag_hooks_runs(const struct hooks *h)
 {
 	return h ? h->started : 0;
 }
 
-int hooks_running(const struct hooks *h)
+int ag_hooks_running(const struct hooks *h)
 {
 	return h->nrun;
 }
 
-void hooks_free(struct hooks *h)
+void ag_hooks_free(struct hooks *h)
 {
 	if (!h)
 		return;

@@ -17,7 +17,7 @@
 
 #include "agent.h"
 
-int msrv_listen(const char *spec, char *err, size_t len)
+int ag_metrics_listen(const char *spec, char *err, size_t len)
 {
 	struct sockaddr_in a;
 	char host[64];
@@ -180,7 +180,7 @@ static int cl_step(struct mcl *m, void (*body)(FILE *f, void *arg), void *arg)
 	return -1;   /* all sent */
 }
 
-int msrv_pollfds(struct pollfd *p, int max)
+int ag_metrics_pollfds(struct pollfd *p, int max)
 {
 	int n = 0;
 
@@ -193,7 +193,7 @@ int msrv_pollfds(struct pollfd *p, int max)
 	return n;
 }
 
-void msrv_serve(int lfd, void (*body)(FILE *f, void *arg), void *arg)
+void ag_metrics_serve(int lfd, void (*body)(FILE *f, void *arg), void *arg)
 {
 	long now = now_ms();
 	int c;

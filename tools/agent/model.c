@@ -87,12 +87,12 @@ static const char change_script[] =
 
 static const char *const op_names[] = { "vote", "unvote", "reset", "forced_open", "cooldown" };
 
-const char *fl_op_name(int op)
+const char *ag_fleet_op_name(int op)
 {
 	return op >= 0 && op <= FL_COOLDOWN ? op_names[op] : "?";
 }
 
-int fl_name_ok(const char *s)
+int ag_fleet_name_ok(const char *s)
 {
 	size_t n = strlen(s);
 
@@ -110,16 +110,16 @@ static uint64_t num(const char *s)
 }
 
 /* Redis's clock now, reckoned from its last TIME (0: none yet). */
-uint64_t fl_redis_now(const struct fl_conn *c)
+uint64_t ag_fleet_redis_now(const struct fl_conn *c)
 {
-	return c->redis_ms ? c->redis_ms + (fl_mono_ms() - c->redis_mono) : 0;
+	return c->redis_ms ? c->redis_ms + (ctl_mono_ms() - c->redis_mono) : 0;
 }
 
 static void saw_time(struct fl_conn *c, const redisReply *t)
 {
 	if (t->type == REDIS_REPLY_ARRAY && t->elements == 2 && t->element[0]->str && t->element[1]->str) {
 		c->redis_ms = num(t->element[0]->str) * 1000 + num(t->element[1]->str) / 1000;
-		c->redis_mono = fl_mono_ms();
+		c->redis_mono = ctl_mono_ms();
 	}
 }
 
@@ -138,7 +138,7 @@ static void sign_with(const struct fl_conn *c, int k, const char *kind, const ch
 	char msg[16 + AG_NAME_MAX + NS_KEY_MAX + AG_NAME_MAX + 64 + AG_RULE_MAX];
 	int n = snprintf(msg, sizeof(msg), "%s%c%s%c%s%c%s%c%s%c%s", kind, 0, c->fleet, 0, dest, 0, node, 0, a, 0, b);
 
-	hmac_sha256(c->keys[k], c->keylen[k], msg, n < 0 ? 0 : (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1,
+	ag_hmac_sha256(c->keys[k], c->keylen[k], msg, n < 0 ? 0 : (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1,
 		    mac);
 	for (int i = 0; i < FL_SIG_LEN / 2; i++)
 		snprintf(out + 2 * i, 3, "%02x", mac[i]);
@@ -184,15 +184,15 @@ static void shard_tags(struct fl_conn *c, const char *fleet, int nshards)
 			int centre = (2 * i + 1) * 16384 / (2 * c->nshards);
 
 			snprintf(tag, sizeof(tag), "%s.%d.%u", fleet, i, k);
-			if (abs(rl_slot(tag) - centre) < 16384 / (4 * c->nshards))
+			if (abs(ag_redis_slot(tag) - centre) < 16384 / (4 * c->nshards))
 				break;
 		}
 		snprintf(c->shard[i].prefix, sizeof(c->shard[i].prefix), "netshim:{%s}:", tag);
-		c->shard[i].slot = rl_slot(tag);
+		c->shard[i].slot = ag_redis_slot(tag);
 	}
 }
 
-int fl_dest_shard(const struct fl_conn *c, const char *dest)
+int ag_fleet_dest_shard(const struct fl_conn *c, const char *dest)
 {
 	uint32_t h = 2166136261u;
 
@@ -212,33 +212,33 @@ static struct fl_link *use(struct fl_conn *c, int s)
 
 static int command(struct fl_conn *c, redisReply **out, char *err, size_t len, int argc, const char **argv)
 {
-	return rl_command(c, c->cur, out, err, len, argc, argv);
+	return ag_redis_command(c, c->cur, out, err, len, argc, argv);
 }
 
-void fl_close(struct fl_conn *c)
+void ag_fleet_close(struct fl_conn *c)
 {
-	rl_close_all(c);
+	ag_redis_close_all(c);
 }
 
-int fl_connect(struct fl_conn *c, const struct fl_url *u, const char *fleet, int nshards, int timeout_ms,
+int ag_fleet_connect(struct fl_conn *c, const struct fl_url *u, const char *fleet, int nshards, int timeout_ms,
 	       char *err, size_t len)
 {
 	const char *time_argv[] = { "TIME" };
 	redisReply *t;
 	int rc;
 
-	fl_close(c);
+	ag_fleet_close(c);
 	c->url = *u;
 	c->timeout_ms = timeout_ms;
 	c->script = change_script;
 	snprintf(c->fleet, sizeof(c->fleet), "%s", fleet);
 	shard_tags(c, fleet, nshards);
-	if ((rc = rl_route(c, err, len)) != FL_OK)
+	if ((rc = ag_redis_route(c, err, len)) != FL_OK)
 		return rc;
 	/* Redis's clock, for the times this agent writes before its first poll */
 	use(c, 0);
 	if ((rc = command(c, &t, err, len, 1, time_argv)) != FL_OK) {
-		fl_close(c);
+		ag_fleet_close(c);
 		return rc;
 	}
 	saw_time(c, t);
@@ -246,12 +246,12 @@ int fl_connect(struct fl_conn *c, const struct fl_url *u, const char *fleet, int
 	return FL_OK;
 }
 
-int fl_reroute(struct fl_conn *c, char *err, size_t len)
+int ag_fleet_reroute(struct fl_conn *c, char *err, size_t len)
 {
-	return rl_route(c, err, len);
+	return ag_redis_route(c, err, len);
 }
 
-int fl_seq(struct fl_conn *c, int shard, uint64_t *seq, char *err, size_t len)
+int ag_fleet_seq(struct fl_conn *c, int shard, uint64_t *seq, char *err, size_t len)
 {
 	char key[FL_PREFIX_MAX + 16];
 	const char *argv[] = { "GET", key };
@@ -267,13 +267,13 @@ int fl_seq(struct fl_conn *c, int shard, uint64_t *seq, char *err, size_t len)
 	return FL_OK;
 }
 
-int fl_append_change(struct fl_conn *c, int op, const char *dest, const char *node, uint64_t ttl_ms,
+int ag_fleet_append_change(struct fl_conn *c, int op, const char *dest, const char *node, uint64_t ttl_ms,
 		     const char *rule)
 {
 	char k[4][FL_PREFIX_MAX + NS_KEY_MAX + 16], at[24], chan[FL_PREFIX_MAX + 8];
 	char value[24 + AG_NAME_MAX + FL_SIG_LEN + 4], sig[FL_SIG_LEN + 1] = "-";
 	const char *argv[13], *what = rule && *rule ? rule : "-";
-	uint64_t now = fl_redis_now(c);
+	uint64_t now = ag_fleet_redis_now(c);
 
 	/* a command's time is now; a vote's and a cooldown's, when they end */
 	snprintf(at, sizeof(at), "%llu", (unsigned long long)(op == FL_RESET || op == FL_FORCE ? now : now + ttl_ms));
@@ -287,10 +287,10 @@ int fl_append_change(struct fl_conn *c, int op, const char *dest, const char *no
 		snprintf(value, sizeof(value), "%s %s%s%s", at, node, c->nkeys ? " " : "", c->nkeys ? sig : "");
 	} else {
 		if (c->nkeys)
-			sign_with(c, 0, "cmd", dest, node, at, fl_op_name(op), sig);
+			sign_with(c, 0, "cmd", dest, node, at, ag_fleet_op_name(op), sig);
 		snprintf(value, sizeof(value), "%s", sig);
 	}
-	use(c, fl_dest_shard(c, dest));
+	use(c, ag_fleet_dest_shard(c, dest));
 	snprintf(k[0], sizeof(k[0]), "%sseq", c->prefix);
 	snprintf(k[1], sizeof(k[1]), "%schanges", c->prefix);
 	snprintf(k[2], sizeof(k[2]), "%svotes:%s", c->prefix, dest);
@@ -301,16 +301,16 @@ int fl_append_change(struct fl_conn *c, int op, const char *dest, const char *no
 	argv[2] = "4";
 	for (int i = 0; i < 4; i++)
 		argv[3 + i] = k[i];
-	argv[7] = fl_op_name(op);
+	argv[7] = ag_fleet_op_name(op);
 	argv[8] = dest;
 	argv[9] = node;
 	argv[10] = at;
 	argv[11] = value;
 	argv[12] = chan;
-	return rl_append(c->cur, 13, argv);
+	return ag_redis_append(c->cur, 13, argv);
 }
 
-int fl_collect(struct fl_conn *c, char *err, size_t len)
+int ag_fleet_collect(struct fl_conn *c, char *err, size_t len)
 {
 	int rc = FL_OK;
 
@@ -321,7 +321,7 @@ int fl_collect(struct fl_conn *c, char *err, size_t len)
 			void *v = NULL;
 			redisReply *r;
 
-			if (rl_reply(c, l, &v) != REDIS_OK || !v) {
+			if (ag_redis_reply(c, l, &v) != REDIS_OK || !v) {
 				snprintf(err, len, "%s", c->why);
 				return FL_DOWN;
 			}
@@ -337,14 +337,14 @@ int fl_collect(struct fl_conn *c, char *err, size_t len)
 	return rc;
 }
 
-int fl_change(struct fl_conn *c, int op, const char *dest, const char *node, uint64_t ttl_ms, const char *rule,
+int ag_fleet_change(struct fl_conn *c, int op, const char *dest, const char *node, uint64_t ttl_ms, const char *rule,
 	      char *err, size_t len)
 {
-	if (fl_append_change(c, op, dest, node, ttl_ms, rule) != FL_OK) {
+	if (ag_fleet_append_change(c, op, dest, node, ttl_ms, rule) != FL_OK) {
 		snprintf(err, len, "cannot queue a command");
 		return FL_DOWN;
 	}
-	return fl_collect(c, err, len);
+	return ag_fleet_collect(c, err, len);
 }
 
 /* The shard in use's changes after since, queued. */
@@ -355,10 +355,10 @@ static int append_changes(struct fl_conn *c, uint64_t since)
 
 	snprintf(key, sizeof(key), "%schanges", c->prefix);
 	snprintf(min, sizeof(min), "(%llu", (unsigned long long)since);
-	return rl_append(c->cur, 5, z);
+	return ag_redis_append(c->cur, 5, z);
 }
 
-int fl_append_poll(struct fl_conn *c, int shard, uint64_t since)
+int ag_fleet_append_poll(struct fl_conn *c, int shard, uint64_t since)
 {
 	char seq[FL_PREFIX_MAX + 16], epoch[FL_PREFIX_MAX + 16];
 	const char *time_argv[] = { "TIME" };
@@ -368,8 +368,8 @@ int fl_append_poll(struct fl_conn *c, int shard, uint64_t since)
 	use(c, shard);
 	snprintf(seq, sizeof(seq), "%sseq", c->prefix);
 	snprintf(epoch, sizeof(epoch), "%sepoch", c->prefix);
-	if (rl_append(c->cur, 1, time_argv) != FL_OK || rl_append(c->cur, 2, g) != FL_OK ||
-	    rl_append(c->cur, 2, e) != FL_OK || append_changes(c, since) != FL_OK)
+	if (ag_redis_append(c->cur, 1, time_argv) != FL_OK || ag_redis_append(c->cur, 2, g) != FL_OK ||
+	    ag_redis_append(c->cur, 2, e) != FL_OK || append_changes(c, since) != FL_OK)
 		return FL_DOWN;
 	return FL_OK;
 }
@@ -378,7 +378,7 @@ static int get_reply(struct fl_conn *c, redisReply **r, int type, char *err, siz
 {
 	void *v = NULL;
 
-	if (rl_reply(c, c->cur, &v) != REDIS_OK || !v) {
+	if (ag_redis_reply(c, c->cur, &v) != REDIS_OK || !v) {
 		snprintf(err, len, "%s", c->why);
 		return FL_DOWN;
 	}
@@ -431,7 +431,7 @@ static void parse_dest(struct fl_conn *c, struct fl_dest *d, const redisReply *v
 			continue;
 		if (strcmp(k->str, "~cooldown") == 0) {
 			/* UNTIL NODE [SIG] */
-			if (n >= 2 && fl_name_ok(f[1]) &&
+			if (n >= 2 && ag_fleet_name_ok(f[1]) &&
 			    signed_ok(c, n == 3 ? f[2] : NULL, "cooldown", d->dest, f[1], f[0], "")) {
 				d->cool_until = num(f[0]);
 				snprintf(d->cool_node, sizeof(d->cool_node), "%.*s", (int)sizeof(d->cool_node) - 1, f[1]);
@@ -439,7 +439,7 @@ static void parse_dest(struct fl_conn *c, struct fl_dest *d, const redisReply *v
 			continue;
 		}
 		/* EXPIRY [RULE [SIG]] */
-		if (!fl_name_ok(k->str) ||
+		if (!ag_fleet_name_ok(k->str) ||
 		    !signed_ok(c, n == 3 ? f[2] : NULL, "vote", d->dest, k->str, f[0], n >= 2 ? f[1] : "-"))
 			continue;
 		snprintf(w->node, sizeof(w->node), "%s", k->str);
@@ -472,7 +472,7 @@ static void parse_dest(struct fl_conn *c, struct fl_dest *d, const redisReply *v
 			at = v;
 		else if (strcmp(k, "sig") == 0)
 			sig = v;
-		else if (strcmp(k, "node") == 0 && fl_name_ok(v))
+		else if (strcmp(k, "node") == 0 && ag_fleet_name_ok(v))
 			snprintf(d->cmd_node, sizeof(d->cmd_node), "%s", v);
 	}
 	if (op)
@@ -499,10 +499,10 @@ static int read_changes(struct fl_conn *c, redisReply *z, fl_dest_fn fn, void *a
 		if (!dest)
 			continue;
 		snprintf(key, sizeof(key), "%svotes:%s", c->prefix, dest);
-		if (rl_append(c->cur, 2, hv) != FL_OK)
+		if (ag_redis_append(c->cur, 2, hv) != FL_OK)
 			rc = FL_DOWN;
 		snprintf(key, sizeof(key), "%scmd:%s", c->prefix, dest);
-		if (rl_append(c->cur, 2, hv) != FL_OK)
+		if (ag_redis_append(c->cur, 2, hv) != FL_OK)
 			rc = FL_DOWN;
 	}
 	if (rc != FL_OK)
@@ -543,14 +543,14 @@ static int read_changes(struct fl_conn *c, redisReply *z, fl_dest_fn fn, void *a
 	return rc;
 }
 
-int fl_poll(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
+int ag_fleet_poll(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
 	    uint64_t *high, struct fl_store *store, char *err, size_t len)
 {
 	redisReply *t = NULL, *z = NULL, *q = NULL, *e = NULL;
 	int rc;
 
 	*high = since;
-	if (fl_append_poll(c, shard, since) != FL_OK) {
+	if (ag_fleet_append_poll(c, shard, since) != FL_OK) {
 		snprintf(err, len, "cannot queue a command");
 		return FL_DOWN;
 	}
@@ -579,7 +579,7 @@ int fl_poll(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn, void *a
 	return read_changes(c, z, fn, arg, high, err, len);
 }
 
-int fl_poll_changes(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
+int ag_fleet_poll_changes(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn, void *arg, uint64_t *redis_now_ms,
 		    uint64_t *high, char *err, size_t len)
 {
 	redisReply *r;
@@ -593,11 +593,11 @@ int fl_poll_changes(struct fl_conn *c, int shard, uint64_t since, fl_dest_fn fn,
 	}
 	if ((rc = get_reply(c, &r, REDIS_REPLY_ARRAY, err, len)) != FL_OK)
 		return rc;
-	*redis_now_ms = fl_redis_now(c);
+	*redis_now_ms = ag_fleet_redis_now(c);
 	return read_changes(c, r, fn, arg, high, err, len);
 }
 
-int fl_set_epoch(struct fl_conn *c, int shard, const char *epoch, char *err, size_t len)
+int ag_fleet_set_epoch(struct fl_conn *c, int shard, const char *epoch, char *err, size_t len)
 {
 	char key[FL_PREFIX_MAX + 16];
 	const char *argv[] = { "SET", key, epoch, "NX" };
@@ -612,11 +612,11 @@ int fl_set_epoch(struct fl_conn *c, int shard, const char *epoch, char *err, siz
 	return FL_OK;
 }
 
-/**** membership: heartbeats and callers (--quorum N%) ****
+/**** ag_membership: heartbeats and callers (--quorum N%) ****
  *
  * The members are in shard 0; a destination's callers in its shard. */
 
-int fl_heartbeat(struct fl_conn *c, const char *node, uint64_t now_ms, const char *dest_called, char *err,
+int ag_fleet_heartbeat(struct fl_conn *c, const char *node, uint64_t now_ms, const char *dest_called, char *err,
 		 size_t len)
 {
 	char key[FL_PREFIX_MAX + 16 + NS_KEY_MAX], score[24], old[24];
@@ -628,11 +628,11 @@ int fl_heartbeat(struct fl_conn *c, const char *node, uint64_t now_ms, const cha
 	if (dest_called) {
 		const char *ex[] = { "PEXPIRE", key, "3600000" };
 
-		use(c, fl_dest_shard(c, dest_called));
+		use(c, ag_fleet_dest_shard(c, dest_called));
 		snprintf(key, sizeof(key), "%scallers:%s", c->prefix, dest_called);
-		if (rl_append(c->cur, 4, z) != FL_OK || rl_append(c->cur, 3, ex) != FL_OK)
+		if (ag_redis_append(c->cur, 4, z) != FL_OK || ag_redis_append(c->cur, 3, ex) != FL_OK)
 			return FL_DOWN;
-		return fl_collect(c, err, len);
+		return ag_fleet_collect(c, err, len);
 	}
 	use(c, 0);
 	snprintf(key, sizeof(key), "%smembers", c->prefix);
@@ -651,7 +651,7 @@ int fl_heartbeat(struct fl_conn *c, const char *node, uint64_t now_ms, const cha
 	return FL_OK;
 }
 
-int fl_since(struct fl_conn *c, const char *what, uint64_t since_ms, char names[][AG_NAME_MAX], int max,
+int ag_fleet_since(struct fl_conn *c, const char *what, uint64_t since_ms, char names[][AG_NAME_MAX], int max,
 	     char *err, size_t len)
 {
 	char key[FL_PREFIX_MAX + 16 + NS_KEY_MAX], min[24];
@@ -659,13 +659,13 @@ int fl_since(struct fl_conn *c, const char *what, uint64_t since_ms, char names[
 	redisReply *r;
 	int rc, n = 0;
 
-	use(c, strncmp(what, "callers:", 8) == 0 ? fl_dest_shard(c, what + 8) : 0);
+	use(c, strncmp(what, "callers:", 8) == 0 ? ag_fleet_dest_shard(c, what + 8) : 0);
 	snprintf(key, sizeof(key), "%s%s", c->prefix, what);
 	snprintf(min, sizeof(min), "%llu", (unsigned long long)since_ms);
 	if ((rc = command(c, &r, err, len, 4, z)) != FL_OK)
 		return rc;
 	for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements && n < max; i++)
-		if (r->element[i]->type == REDIS_REPLY_STRING && fl_name_ok(r->element[i]->str))
+		if (r->element[i]->type == REDIS_REPLY_STRING && ag_fleet_name_ok(r->element[i]->str))
 			snprintf(names[n++], AG_NAME_MAX, "%s", r->element[i]->str);
 	freeReplyObject(r);
 	return n;
@@ -677,13 +677,13 @@ int fl_since(struct fl_conn *c, const char *what, uint64_t since_ms, char names[
  * subscription goes to a node picked at random among those the fleet's
  * connection last saw (replicas too): a fleet's subscribers spread over
  * the cluster instead of all landing on one node. */
-int fl_subscribe(struct fl_conn *sub, const struct fl_conn *c, uint64_t pick, char *err, size_t len)
+int ag_fleet_subscribe(struct fl_conn *sub, const struct fl_conn *c, uint64_t pick, char *err, size_t len)
 {
 	const char *argv[1 + FL_SHARDS_MAX];
 	char chan[FL_SHARDS_MAX][FL_PREFIX_MAX + 8];
 	int rc = FL_DOWN;
 
-	fl_close(sub);
+	ag_fleet_close(sub);
 	sub->url = c->url;
 	sub->timeout_ms = c->timeout_ms;
 	sub->script = NULL;
@@ -693,9 +693,9 @@ int fl_subscribe(struct fl_conn *sub, const struct fl_conn *c, uint64_t pick, ch
 	if (c->cluster && c->nknown) {
 		int k = (int)(pick % (uint64_t)c->nknown);
 
-		rc = rl_open(sub, &sub->links[0], c->known[k].host, c->known[k].port, err, len);
+		rc = ag_redis_open(sub, &sub->links[0], c->known[k].host, c->known[k].port, err, len);
 	}
-	if (rc != FL_OK && (rc = rl_open(sub, &sub->links[0], c->url.host, c->url.port, err, len)) != FL_OK)
+	if (rc != FL_OK && (rc = ag_redis_open(sub, &sub->links[0], c->url.host, c->url.port, err, len)) != FL_OK)
 		return rc;
 	sub->nlinks = 1;
 	argv[0] = "SUBSCRIBE";
@@ -704,12 +704,12 @@ int fl_subscribe(struct fl_conn *sub, const struct fl_conn *c, uint64_t pick, ch
 		argv[1 + i] = chan[i];
 	}
 	/* one confirmation per channel */
-	if (rl_append(&sub->links[0], 1 + c->nshards, argv) != FL_OK)
+	if (ag_redis_append(&sub->links[0], 1 + c->nshards, argv) != FL_OK)
 		rc = FL_DOWN;
 	for (int i = 0; i < c->nshards && rc == FL_OK; i++) {
 		void *v = NULL;
 
-		if (rl_reply(sub, &sub->links[0], &v) != REDIS_OK || !v ||
+		if (ag_redis_reply(sub, &sub->links[0], &v) != REDIS_OK || !v ||
 		    ((redisReply *)v)->type != REDIS_REPLY_ARRAY) {
 			snprintf(err, len, "SUBSCRIBE: %s", sub->why[0] ? sub->why : "unexpected reply");
 			rc = FL_DOWN;
@@ -719,16 +719,16 @@ int fl_subscribe(struct fl_conn *sub, const struct fl_conn *c, uint64_t pick, ch
 		/* the queue holds the command once; the later confirmations have none */
 	}
 	if (rc != FL_OK)
-		fl_close(sub);
+		ag_fleet_close(sub);
 	return rc;
 }
 
-int fl_hint_fd(const struct fl_conn *c)
+int ag_fleet_hint_fd(const struct fl_conn *c)
 {
 	return c->nlinks && c->links[0].ctx ? ((const redisContext *)c->links[0].ctx)->fd : -1;
 }
 
-int fl_hint_read(struct fl_conn *c, uint64_t *max_seq)
+int ag_fleet_hint_read(struct fl_conn *c, uint64_t *max_seq)
 {
 	redisContext *x = c->nlinks ? c->links[0].ctx : NULL;
 	void *v;

@@ -22,9 +22,10 @@
 
 #include <hiredis/hiredis.h>
 
+#include "../common/tablekit.h"
 #include "agent.h"
 
-volatile sig_atomic_t fl_stop;
+volatile sig_atomic_t ag_redis_stop;
 
 #define FL_ELEMENTS_MAX (1 << 21)     /* two per destination of the largest table, and more */
 #define FL_BYTES_MAX FL_REPLY_BYTES_MAX
@@ -68,16 +69,8 @@ static void cap_free(void *v)
 
 static const redisReplyObjectFunctions capped = { cap_string, cap_array, cap_integer, cap_nil, cap_free };
 
-uint64_t fl_mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] */
-int fl_url_parse(const char *url, struct fl_url *u, char *err, size_t len)
+int ag_redis_url_parse(const char *url, struct fl_url *u, char *err, size_t len)
 {
 	const char *p, *at, *end, *colon;
 	char *e;
@@ -180,7 +173,7 @@ static struct fl_sent q_pop(struct fl_link *l)
 	return s;
 }
 
-void rl_close(struct fl_link *l)
+void ag_redis_close(struct fl_link *l)
 {
 	if (l->ctx)
 		redisFree(l->ctx);
@@ -204,7 +197,7 @@ static int append_formatted(struct fl_link *l, const char *cmd, size_t n)
 	return FL_OK;
 }
 
-int rl_append(struct fl_link *l, int argc, const char **argv)
+int ag_redis_append(struct fl_link *l, int argc, const char **argv)
 {
 	char *cmd;
 	int n = redisFormatCommandArgv(&cmd, argc, argv, NULL), rc;
@@ -222,7 +215,7 @@ int rl_append(struct fl_link *l, int argc, const char **argv)
 static int raw_reply(struct fl_conn *c, struct fl_link *l, void **v)
 {
 	redisContext *x = l->ctx;
-	uint64_t deadline = fl_mono_ms() + (uint64_t)c->timeout_ms;
+	uint64_t deadline = ctl_mono_ms() + (uint64_t)c->timeout_ms;
 	int done = 0;
 
 	*v = NULL;
@@ -248,11 +241,11 @@ static int raw_reply(struct fl_conn *c, struct fl_link *l, void **v)
 			oversized = 1;
 			goto fail;
 		}
-		if (fl_stop) {
+		if (ag_redis_stop) {
 			snprintf(c->why, sizeof(c->why), "stopping");
 			return REDIS_ERR;
 		}
-		now = fl_mono_ms();
+		now = ctl_mono_ms();
 		if (now >= deadline) {
 			snprintf(c->why, sizeof(c->why), "no whole reply within %d ms", c->timeout_ms);
 			return REDIS_ERR;
@@ -302,22 +295,22 @@ static int follow(struct fl_conn *c, const char *host, int port, int ask, const 
 	void *a = NULL;
 
 	if (!r->ctx || strcmp(r->host, host) != 0 || r->port != port) {
-		rl_close(r);
-		if (rl_open(c, r, host, port, err, sizeof(err)) != FL_OK) {
+		ag_redis_close(r);
+		if (ag_redis_open(c, r, host, port, err, sizeof(err)) != FL_OK) {
 			snprintf(c->why, sizeof(c->why), "redirected: %.*s", (int)sizeof(c->why) - 16, err);
 			return REDIS_ERR;
 		}
 	}
-	if ((ask && rl_append(r, 1, asking) != FL_OK) || append_formatted(r, s->cmd, s->len) != FL_OK) {
+	if ((ask && ag_redis_append(r, 1, asking) != FL_OK) || append_formatted(r, s->cmd, s->len) != FL_OK) {
 		snprintf(c->why, sizeof(c->why), "redirected to %.64s:%d: cannot queue", host, port);
 		return REDIS_ERR;
 	}
 	if (ask) {
-		if (rl_reply(c, r, &a) != REDIS_OK)
+		if (ag_redis_reply(c, r, &a) != REDIS_OK)
 			return REDIS_ERR;
 		freeReplyObject(a);
 	}
-	if (rl_reply(c, r, &a) != REDIS_OK)
+	if (ag_redis_reply(c, r, &a) != REDIS_OK)
 		return REDIS_ERR;
 	freeReplyObject(*v);
 	*v = a;
@@ -327,7 +320,7 @@ static int follow(struct fl_conn *c, const char *host, int port, int ask, const 
 	return REDIS_OK;
 }
 
-int rl_reply(struct fl_conn *c, struct fl_link *l, void **v)
+int ag_redis_reply(struct fl_conn *c, struct fl_link *l, void **v)
 {
 	struct fl_sent s;
 	redisReply *r;
@@ -353,14 +346,14 @@ int rl_reply(struct fl_conn *c, struct fl_link *l, void **v)
 	return rc;
 }
 
-int rl_command(struct fl_conn *c, struct fl_link *l, redisReply **out, char *err, size_t len, int argc,
+int ag_redis_command(struct fl_conn *c, struct fl_link *l, redisReply **out, char *err, size_t len, int argc,
 	       const char **argv)
 {
 	void *v = NULL;
 	redisReply *r;
 
 	*out = NULL;
-	if (rl_append(l, argc, argv) != FL_OK || rl_reply(c, l, &v) != REDIS_OK || !v) {
+	if (ag_redis_append(l, argc, argv) != FL_OK || ag_redis_reply(c, l, &v) != REDIS_OK || !v) {
 		snprintf(err, len, "%s", c->why[0] ? c->why : "cannot queue a command");
 		return FL_DOWN;
 	}
@@ -377,7 +370,7 @@ int rl_command(struct fl_conn *c, struct fl_link *l, redisReply **out, char *err
 static int simple(struct fl_conn *c, struct fl_link *l, char *err, size_t len, int argc, const char **argv)
 {
 	redisReply *r;
-	int rc = rl_command(c, l, &r, err, len, argc, argv);
+	int rc = ag_redis_command(c, l, &r, err, len, argc, argv);
 
 	if (rc == FL_OK)
 		freeReplyObject(r);
@@ -393,7 +386,7 @@ static int load_script(struct fl_conn *c, struct fl_link *l, char *err, size_t l
 
 	if (!c->script)
 		return FL_OK;
-	if ((rc = rl_command(c, l, &r, err, len, 3, load)) != FL_OK)
+	if ((rc = ag_redis_command(c, l, &r, err, len, 3, load)) != FL_OK)
 		return rc;
 	if (r->type != REDIS_REPLY_STRING || r->len >= sizeof(c->sha)) {
 		snprintf(err, len, "SCRIPT LOAD: unexpected reply");
@@ -408,13 +401,13 @@ static int load_script(struct fl_conn *c, struct fl_link *l, char *err, size_t l
 
 /* Connect to one node: every wait bounded, authenticated, the change script
  * loaded (when c has one). */
-int rl_open(struct fl_conn *c, struct fl_link *l, const char *host, int port, char *err, size_t len)
+int ag_redis_open(struct fl_conn *c, struct fl_link *l, const char *host, int port, char *err, size_t len)
 {
 	struct timeval tv = { c->timeout_ms / 1000, (c->timeout_ms % 1000) * 1000 };
 	redisContext *x;
 	int rc;
 
-	rl_close(l);
+	ag_redis_close(l);
 	snprintf(l->host, sizeof(l->host), "%s", host);
 	l->port = port;
 	if (!(x = redisConnectWithTimeout(host, port, tv))) {
@@ -450,7 +443,7 @@ int rl_open(struct fl_conn *c, struct fl_link *l, const char *host, int port, ch
 		goto fail;
 	return FL_OK;
 fail:
-	rl_close(l);
+	ag_redis_close(l);
 	return rc;
 }
 
@@ -469,7 +462,7 @@ static unsigned crc16(const char *s, size_t n)
 	return crc;
 }
 
-int rl_slot(const char *tag)
+int ag_redis_slot(const char *tag)
 {
 	return (int)(crc16(tag, strlen(tag)) % SLOTS);
 }
@@ -484,7 +477,7 @@ static int link_to(struct fl_conn *c, const char *host, int port, char *err, siz
 		snprintf(err, len, "more than %d masters to talk to", FL_LINKS_MAX);
 		return FL_REFUSED;
 	}
-	if (rl_open(c, &c->links[c->nlinks], host, port, err, len) != FL_OK)
+	if (ag_redis_open(c, &c->links[c->nlinks], host, port, err, len) != FL_OK)
 		return FL_DOWN;
 	return c->nlinks++;
 }
@@ -560,18 +553,18 @@ static int cluster_routes(struct fl_conn *c, const redisReply *r, const char *se
 	return FL_OK;
 }
 
-void rl_close_all(struct fl_conn *c)
+void ag_redis_close_all(struct fl_conn *c)
 {
 	for (int i = 0; i < c->nlinks; i++)
-		rl_close(&c->links[i]);
+		ag_redis_close(&c->links[i]);
 	c->nlinks = 0;
-	rl_close(&c->redir);
+	ag_redis_close(&c->redir);
 	c->cur = NULL;
 }
 
 /* Find the store: the URL's node, else every node a cluster named last
  * time; then each shard's link (the one node, or its slot's master). */
-int rl_route(struct fl_conn *c, char *err, size_t len)
+int ag_redis_route(struct fl_conn *c, char *err, size_t len)
 {
 	const char *slots[] = { "CLUSTER", "SLOTS" };
 	const char *script = c->script;
@@ -579,16 +572,16 @@ int rl_route(struct fl_conn *c, char *err, size_t len)
 	redisReply *r;
 	int rc;
 
-	rl_close_all(c);
+	ag_redis_close_all(c);
 	c->stale = 0;
 	c->script = NULL;   /* the seed may serve no shard: nothing loaded there yet */
-	rc = rl_open(c, &seed, c->url.host, c->url.port, err, len);
+	rc = ag_redis_open(c, &seed, c->url.host, c->url.port, err, len);
 	for (int k = 0; rc == FL_DOWN && k < c->nknown; k++)
-		rc = rl_open(c, &seed, c->known[k].host, c->known[k].port, err, len);
+		rc = ag_redis_open(c, &seed, c->known[k].host, c->known[k].port, err, len);
 	c->script = script;
 	if (rc != FL_OK)
 		return rc;
-	rc = rl_command(c, &seed, &r, err, len, 2, slots);
+	rc = ag_redis_command(c, &seed, &r, err, len, 2, slots);
 	if (rc == FL_REFUSED) {
 		/* one Redis (cluster support disabled, a server or a proxy that
 		 * has no CLUSTER, an ACL that forbids it): every shard on the
@@ -623,8 +616,8 @@ int rl_route(struct fl_conn *c, char *err, size_t len)
 	}
 	freeReplyObject(r);
 fail:
-	rl_close(&seed);
+	ag_redis_close(&seed);
 	if (rc != FL_OK)
-		rl_close_all(c);
+		ag_redis_close_all(c);
 	return rc;
 }

@@ -41,7 +41,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "agent.h"
+#include "../agent/agent.h"
 #include "benchkit.h"
 
 
@@ -192,7 +192,7 @@ static void on_reply(struct sock *s, redisReply *r)
 	    strchr(r->element[0]->str, ':')) {
 		for (size_t i = 0; i + 1 < r->elements; i += 2) {
 			const char *dest = r->element[i]->str;
-			int sh = fl_dest_shard(&ctl, dest);
+			int sh = ag_fleet_dest_shard(&ctl, dest);
 			uint64_t seq = strtoull(r->element[i + 1]->str, NULL, 10);
 			char k[FL_PREFIX_MAX + NS_KEY_MAX + 16];
 			const char *hv[] = { "HGETALL", k };
@@ -304,9 +304,9 @@ static void vote(const char *key)
 {
 	char err[256];
 
-	fl_append_change(&ctl, FL_VOTE, key, "sim-0", 600000, "consecutive_failures");
-	fl_append_change(&ctl, FL_VOTE, key, "sim-1", 600000, "consecutive_failures");
-	if (fl_collect(&ctl, err, sizeof(err)) != FL_OK)
+	ag_fleet_append_change(&ctl, FL_VOTE, key, "sim-0", 600000, "consecutive_failures");
+	ag_fleet_append_change(&ctl, FL_VOTE, key, "sim-1", 600000, "consecutive_failures");
+	if (ag_fleet_collect(&ctl, err, sizeof(err)) != FL_OK)
 		errx(1, "vote: %s", err);
 }
 
@@ -406,11 +406,11 @@ int main(int argc, char **argv)
 	    trials < 1 || burst < 1 || seconds < 1)
 		errx(2, "usage: fleetscale --redis URL --agent PATH [--nodes N] [--dests D] [--shards S] [--poll-ms P] "
 		     "[--trials R] [--burst B] [--seconds T]");
-	if (fl_url_parse(url_text, &url, err, sizeof(err)) < 0)
+	if (ag_redis_url_parse(url_text, &url, err, sizeof(err)) < 0)
 		errx(2, "%s: %s", url_text, err);
 	signal(SIGPIPE, SIG_IGN);
 	snprintf(fleet, sizeof(fleet), "scale-%d", (int)getpid());
-	if (fl_connect(&ctl, &url, fleet, shards, 2000, err, sizeof(err)) != FL_OK)
+	if (ag_fleet_connect(&ctl, &url, fleet, shards, 2000, err, sizeof(err)) != FL_OK)
 		errx(1, "redis: %s", err);
 	/* a connection to each master and one for hints, per machine: as many
 	 * worker processes as the descriptor limit asks */
@@ -422,7 +422,7 @@ int main(int argc, char **argv)
 	/* the simulated machines have read the data set already (a fleet that
 	 * has been running): they poll from each shard's current change */
 	for (int k = 0; k < ctl.nshards; k++)
-		if (fl_seq(&ctl, k, &seq0[k], err, sizeof(err)) != FL_OK)
+		if (ag_fleet_seq(&ctl, k, &seq0[k], err, sizeof(err)) != FL_OK)
 			errx(1, "redis: %s", err);
 	per = (int)((rl.rlim_cur - 256) / (rlim_t)(ctl.nlinks + 1));
 	workers = (nodes + per - 1) / per;
@@ -502,10 +502,10 @@ int main(int argc, char **argv)
 		char key[64];
 
 		snprintf(key, sizeof(key), "burst-%d.example:80", k);
-		fl_append_change(&ctl, FL_VOTE, key, "sim-0", 600000, "consecutive_failures");
-		fl_append_change(&ctl, FL_VOTE, key, "sim-1", 600000, "consecutive_failures");
+		ag_fleet_append_change(&ctl, FL_VOTE, key, "sim-0", 600000, "consecutive_failures");
+		ag_fleet_append_change(&ctl, FL_VOTE, key, "sim-1", 600000, "consecutive_failures");
 	}
-	if (fl_collect(&ctl, err, sizeof(err)) != FL_OK)
+	if (ag_fleet_collect(&ctl, err, sizeof(err)) != FL_OK)
 		errx(1, "vote: %s", err);
 	for (int all = 0; !all && bk_now_us() < t0 + 30000000;) {
 		nap(bk_now_us() + 1000);

@@ -1,4 +1,4 @@
-/* ctl_metrics.c -- a table in the Prometheus text exposition format, for
+/* promtext.c -- a table in the Prometheus text exposition format, for
  * `shimctl metrics` and netshim-agent's /metrics.
  *
  * Names follow Prometheus's conventions (a unit suffix, `_total` for
@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../policy/breaker.h"
-#include "../policy/table.h"
-#include "shimctl.h"
+#include "../../policy/breaker.h"
+#include "../../policy/table.h"
+#include "tablekit.h"
 
 /* The exposition format escapes backslash, double quote and newline; other
  * control bytes are shown as \xNN so the line stays printable. */

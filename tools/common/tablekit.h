@@ -1,12 +1,13 @@
-/* shimctl.h -- what shimctl's command files share: table access, time,
- * escaping, and the event an operator's action leaves. */
-#ifndef NS_SHIMCTL_H
-#define NS_SHIMCTL_H
+/* tablekit.h -- what shimctl and the fleet agent share (tools/common/):
+ * table access, time, escaping, the event an operator's action leaves
+ * (tablekit.c), and the table in Prometheus text format (promtext.c). */
+#ifndef NS_TABLEKIT_H
+#define NS_TABLEKIT_H
 
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../policy/table.h"
+#include "../../policy/table.h"
 
 uint64_t ctl_mono_ms(void);
 uint64_t ctl_wall_ms(void);
@@ -36,32 +37,11 @@ void ctl_note_event(struct ns_table *t, int type, const char *key, const char *d
  * agent's hooks); node: the node's name, NULL to leave the field out. */
 void ctl_event_json(FILE *f, const struct ns_evrec *ev, const char *node);
 
-/* ctl_metrics.c: the table in Prometheus text format; the state status
+/* promtext.c: the table in Prometheus text format; the state status
  * shows for an entry (fleet_open, cooldown, or the breaker's). */
 void ctl_metrics_write(FILE *f, const struct ns_table *t);
 /* A destination's labels: destination, server_address, server_port. */
 void ctl_prom_dest_labels(FILE *f, const char *key);
 const char *ctl_entry_state(const struct ns_entry *e);
-
-/* ctl_faults.c */
-int ctl_cmd_inject(const char *name, int argc, char **argv, const char *for_text, int existing, int clear, int all);
-int ctl_cmd_faults(const char *name, const char *policy, int json);
-
-/* ctl_policy.c: shimctl check FILE..., shimctl explain DEST. */
-int ctl_cmd_check(char **files, int n);
-int ctl_cmd_explain(const char *policy, const char *dest);
-/* ctl_history.c: shimctl history, backtest, suggest, report (their own
- * options); the default history file for a table. */
-int ctl_history_main(int argc, char **argv);
-void ctl_history_default(const char *table, char *buf, size_t len);
-/* ctl_report.c: one self-contained HTML page of the history. */
-int ctl_report_html(const char *history, const char *out, uint64_t since_ms);
-
-/* ctl_shadow.c: the shadow policy's breakers of table (TABLE.shadow), read
- * once; a destination's state name (NULL: none) and connects it would have
- * turned away. */
-void ctl_shadow_load(const char *table);
-const char *ctl_shadow_find(const char *key, uint64_t *rejected);
-void ctl_shadow_free(void);
 
 #endif

@@ -9,7 +9,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"; rm -f /dev/shm/nstsan.$$' EXIT
 run() {
 	if ! NETSHIM_POLICY="$dir/policy.conf" NETSHIM_TABLE=nstsan.$$ NETSHIM_LOG=error \
-		TSAN_OPTIONS="halt_on_error=1 exitcode=66 log_path=$dir/tsan suppressions=$(pwd)/tools/tsan.supp" \
+		TSAN_OPTIONS="halt_on_error=1 exitcode=66 log_path=$dir/tsan suppressions=$(cd "$(dirname "$0")" && pwd)/tsan.supp" \
 		LD_PRELOAD="$(cd "$BUILD" && pwd)/libnetshim.so" "$BUILD/stress" "$SECS"; then
 		cat "$dir"/tsan* 2>/dev/null || true
 		echo "tsan-stress: FAILED $1 (ThreadSanitizer report above, or the client died)" >&2

@@ -1,7 +1,7 @@
 #!/bin/sh
 # make bench-fleet: netshim-agent's propagation delay and cost for simulated
 # fleets of 10, 100 and 1,000 nodes over 1,000 destinations, against a
-# redis-server started here on a free loopback port (tools/agent/fleetbench.c
+# redis-server started here on a free loopback port (tools/bench/fleetbench.c
 # says what each figure is). Each size runs twice: the agent woken by the
 # hint channel, and polling alone (--no-hint: the bound when hints are lost).
 set -eu

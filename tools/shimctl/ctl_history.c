@@ -1,5 +1,5 @@
 /* ctl_history.c -- shimctl history, backtest and suggest: what the history
- * recorder (netshim-agent --history, tools/histdb.h) kept, read back.
+ * recorder (netshim-agent --history, tools/common/histdb.h) kept, read back.
  *
  * backtest replays the recorded outcomes through the same breaker code the
  * shim runs (policy/table.c and breaker.c, on slots in this process's
@@ -19,8 +19,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../policy/ocring.h"
-#include "../policy/policy.h"
+#include "../../policy/ocring.h"
+#include "../../policy/policy.h"
 #include "histread.h"
 #include "shimctl.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "histdb.h"
+#include "../common/histdb.h"
 #include "histread.h"
 #include "shimctl.h"
 

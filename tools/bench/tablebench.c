@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../policy/table.h"
+#include "../../policy/table.h"
 
 static int bench(int argc, char **argv);
 

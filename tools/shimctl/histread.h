@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../policy/ocring.h"
-#include "../policy/policy.h"
+#include "../../policy/ocring.h"
+#include "../../policy/policy.h"
 
 struct hopt {
 	const char *file;

@@ -152,8 +152,8 @@ PY=${PY:-/usr/bin/python3}
 if command -v valgrind >/dev/null && command -v openssl >/dev/null; then
 	openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost -keyout "$work/key.pem" -out "$work/cert.pem" \
 		-days 2 >/dev/null 2>&1
-	start_server KAP "$PY" "$TOOLS/kaserver.py" 200
-	start_server KAT "$PY" "$TOOLS/kaserver.py" 200 "$work/cert.pem" "$work/key.pem"
+	start_server KAP "$PY" "$TOOLS/../testsrv/kaserver.py" 200
+	start_server KAT "$PY" "$TOOLS/../testsrv/kaserver.py" 200 "$work/cert.pem" "$work/key.pem"
 	for mode in plain tls; do
 		port=$KAP; [ "$mode" = tls ] && port=$KAT
 		cg() { local o; o=$(mktemp); env PYTHONHASHSEED=0 "$@" valgrind --tool=callgrind --callgrind-out-file="$o" \
@@ -361,7 +361,7 @@ d = st.median(x[2] - x[0] for x in r)
 ok = "met" if d <= 100 else "MISSED"
 print(f"  first socket+connect of a process, 21 interleaved each: bare {m(0):.0f} us ({m(1):.0f} page faults), "
       f"under the shim {m(2):.0f} us ({m(3):.0f} page faults); median difference {d:.0f} us (bar <= 100: {ok})")'
-startup() {   # startup LABEL CMD...: 40 alternating runs (tools/startup.py)
+startup() {   # startup LABEL CMD...: 40 alternating runs (tools/bench/startup.py)
 	local label=$1 r; shift
 	r=$("$PY" "$TOOLS/startup.py" "$LIB" 40 "$@")
 	echo "  $label: $r (bar: ratio >= 0.97: $(bar "$(sed 's/.*"ratio": \([0-9.]*\).*/\1/' <<<"$r")" 0.97 ">="))"
@@ -387,7 +387,7 @@ else
 fi
 echo
 
-echo "## 9. What-if: recording the history, replaying it (tools/histbench.py)"
+echo "## 9. What-if: recording the history, replaying it (tools/bench/histbench.py)"
 "$PY" "$TOOLS/histbench.py" "$BUILD"
 echo
 echo "report written to $BUILD/bench.txt"

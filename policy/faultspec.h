@@ -1,12 +1,12 @@
-/* fault.h -- the fault grammar: what an injected fault is, how it is written
+/* faultspec.h -- the fault grammar: what an injected fault is, how it is written
  * (policy key `fault`, `shimctl inject`, `shimrun --inject`) and which
  * connections get it. Pure: no system calls.
  *
  *   FAULTS := FAULT [";" FAULT]...
  *   FAULT  := KIND [ARG] ["after" SIZE] [PERCENT]
  */
-#ifndef NS_FAULT_H
-#define NS_FAULT_H
+#ifndef NS_FAULTSPEC_H
+#define NS_FAULTSPEC_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../policy/policy.h"
+#include "../../policy/policy.h"
 #include "shimctl.h"
 
 /* A policy's shadow_policy is loaded by every governed program: a broken

@@ -28,7 +28,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "agent.h"
+#include "../agent/agent.h"
 #include "benchkit.h"
 
 
@@ -80,7 +80,7 @@ static void *sim_main(void *arg)
 		uint64_t t0 = bk_now_us(), spent;
 
 		for (int i = 0; i < s->n; i++) {
-			if (fl_poll(&s->c, 0, s->high[i], nothing, NULL, &now, &s->high[i], NULL, err, sizeof(err)) != FL_OK)
+			if (ag_fleet_poll(&s->c, 0, s->high[i], nothing, NULL, &now, &s->high[i], NULL, err, sizeof(err)) != FL_OK)
 				errx(1, "poll: %s", err);
 			__atomic_fetch_add(&s->polls, 1, __ATOMIC_RELAXED);
 		}
@@ -125,10 +125,10 @@ int main(int argc, char **argv)
 	}
 	if (!url_text || !agent || nodes < 2 || dests < 0 || poll_ms < 10 || trials < 1)
 		errx(2, "usage: fleetbench --redis URL --agent PATH --nodes N>=2 --dests D [--poll-ms P] [--trials R]");
-	if (fl_url_parse(url_text, &url, err, sizeof(err)) < 0)
+	if (ag_redis_url_parse(url_text, &url, err, sizeof(err)) < 0)
 		errx(2, "%s: %s", url_text, err);
 	snprintf(fleet, sizeof(fleet), "bench-%d-%d", (int)getpid(), nodes);
-	if (fl_connect(&c, &url, fleet, 1, 1000, err, sizeof(err)) != FL_OK)
+	if (ag_fleet_connect(&c, &url, fleet, 1, 1000, err, sizeof(err)) != FL_OK)
 		errx(1, "redis: %s", err);
 
 	/* the data set: dests destinations, one vote each (below quorum) */
@@ -143,7 +143,7 @@ int main(int argc, char **argv)
 	s.n = nodes - 1;
 	s.poll_ms = poll_ms;
 	s.high = calloc((size_t)nodes, sizeof(*s.high));
-	if (fl_connect(&s.c, &url, fleet, 1, 1000, err, sizeof(err)) != FL_OK)
+	if (ag_fleet_connect(&s.c, &url, fleet, 1, 1000, err, sizeof(err)) != FL_OK)
 		errx(1, "redis: %s", err);
 	pthread_create(&th, NULL, sim_main, &s);
 	/* the agent and the simulated nodes read the data set once (a full
@@ -178,9 +178,9 @@ int main(int argc, char **argv)
 		uint64_t start, until;
 
 		snprintf(key, sizeof(key), "prop-%d.example:80", k);
-		fl_append_change(&c, FL_VOTE, key, "sim-0", 60000, "consecutive_failures");
-		fl_append_change(&c, FL_VOTE, key, "sim-1", 60000, "consecutive_failures");
-		if (fl_collect(&c, err, sizeof(err)) != FL_OK)
+		ag_fleet_append_change(&c, FL_VOTE, key, "sim-0", 60000, "consecutive_failures");
+		ag_fleet_append_change(&c, FL_VOTE, key, "sim-1", 60000, "consecutive_failures");
+		if (ag_fleet_collect(&c, err, sizeof(err)) != FL_OK)
 			errx(1, "vote: %s", err);
 		start = bk_now_us();
 		until = start + 10ull * 1000000;
@@ -203,7 +203,7 @@ int main(int argc, char **argv)
 
 	s.stop = 1;
 	pthread_join(th, NULL);
-	fl_close(&s.c);
+	ag_fleet_close(&s.c);
 	kill(pid, SIGTERM);
 	waitpid(pid, NULL, 0);
 	{
@@ -219,6 +219,6 @@ int main(int argc, char **argv)
 	}
 	ns_table_close(&t);
 	shm_unlink(table);
-	fl_close(&c);
+	ag_fleet_close(&c);
 	return 0;
 }

@@ -6,7 +6,7 @@
 set -eu
 BUILD=${1:-build-fuzz}
 TIME=${FUZZ_TIME:-60}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 status=0
 mkdir -p "$BUILD/corpus/table"
 "$BUILD/seed_table" >"$BUILD/corpus/table/seed.tbl"

@@ -7,9 +7,9 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "../policy/fault.h"
-#include "../policy/policy.h"
-#include "../policy/table.h"
+#include "../../policy/faultspec.h"
+#include "../../policy/policy.h"
+#include "../../policy/table.h"
 #include "shimctl.h"
 
 /* DEST as given, checked, lower case. Returns 0 or -1 after saying why. */

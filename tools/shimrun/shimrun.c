@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../policy/policy.h"
-#include "../policy/scenario.h"
+#include "../../policy/policy.h"
+#include "../../policy/scenario.h"
 
 static void usage(FILE *f)
 {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../policy/breaker.h"
+#include "../../policy/breaker.h"
 #include "shimctl.h"
 
 struct shadow_entry {

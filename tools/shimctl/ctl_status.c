@@ -1,8 +1,8 @@
-/* shimctl.c -- inspect and reset the shared breaker table, check policies. */
+/* ctl_status.c -- shimctl status, reset, open, events, metrics, watch: the
+ * commands that read and write the breaker table itself. */
 #include <err.h>
 #include <stddef.h>
 #include <errno.h>
-#include <getopt.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,31 +12,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../policy/breaker.h"
-#include "../policy/policy.h"
-#include "../policy/table.h"
+#include "../../policy/breaker.h"
+#include "../../policy/policy.h"
+#include "../../policy/table.h"
 #include "shimctl.h"
-
-#define NETSHIM_VERSION "0.1.0"
-
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: shimctl [--table NAME] status [--json] [DEST]\n"
-		"       shimctl [--table NAME] reset DEST | --all\n"
-		"       shimctl [--table NAME] open DEST\n"
-		"       shimctl [--table NAME] events [--json] [--follow] [DEST]\n"
-		"       shimctl [--table NAME] watch\n"
-		"       shimctl [--table NAME] metrics\n"
-		"       shimctl check FILE...\n"
-		"       shimctl [--policy FILE] explain DEST\n"
-		"       shimctl [--table NAME] inject DEST FAULTS [--for DURATION] [--existing]\n"
-		"       shimctl [--table NAME] inject --clear DEST | --clear --all\n"
-		"       shimctl [--table NAME] [--policy FILE] faults [--json]\n"
-		"       shimctl history [DEST] | backtest CANDIDATE.conf | suggest [DEST] [--keep 99.9%%]\n"
-		"               | report --html FILE   each with [--history FILE] [--since SPAN] [--json]\n"
-		"       shimctl --help | --version\n");
-}
 
 static void normalise_dest(const char *in, char *out, size_t len)
 {
@@ -415,7 +394,7 @@ static struct row *load_rows(const struct ns_table *t, int only, int *n)
 	return rows;
 }
 
-static int cmd_status(const char *name, int json, const char *dest)
+int ctl_cmd_status(const char *name, int json, const char *dest)
 {
 	struct ns_table t;
 	struct row *rows;
@@ -447,7 +426,7 @@ static int cmd_status(const char *name, int json, const char *dest)
 }
 
 /* An operator's action, in the event ring like the shim's own. */
-static int cmd_reset(const char *name, int all, const char *dest)
+int ctl_cmd_reset(const char *name, int all, const char *dest)
 {
 	struct ns_table t;
 	struct ns_entry e;
@@ -479,7 +458,7 @@ static int cmd_reset(const char *name, int all, const char *dest)
 	return 0;
 }
 
-static int cmd_open(const char *name, const char *dest)
+int ctl_cmd_open(const char *name, const char *dest)
 {
 	char key[NS_KEY_MAX], esc[NS_KEY_MAX * 4];
 	struct ns_table t;
@@ -586,7 +565,7 @@ static uint64_t print_events(const struct ns_table *t, uint64_t from, const char
 	return head;
 }
 
-static int cmd_events(const char *name, int json, int follow, const char *dest)
+int ctl_cmd_events(const char *name, int json, int follow, const char *dest)
 {
 	char key[NS_KEY_MAX];
 	struct sigaction sa;
@@ -616,7 +595,7 @@ static int cmd_events(const char *name, int json, int follow, const char *dest)
 
 /**** metrics ****/
 
-static int cmd_metrics(const char *name)
+int ctl_cmd_metrics(const char *name)
 {
 	struct ns_table t;
 
@@ -629,7 +608,7 @@ static int cmd_metrics(const char *name)
 
 /**** watch ****/
 
-static int cmd_watch(const char *name)
+int ctl_cmd_watch(const char *name)
 {
 	int tty_out = isatty(1), tty_in = isatty(0), color = tty_out && !getenv("NO_COLOR");
 	struct termios saved, raw;
@@ -672,96 +651,4 @@ static int cmd_watch(const char *name)
 		tcsetattr(0, TCSANOW, &saved);
 	ctl_close_table(&t);
 	return 0;
-}
-
-/* The command: the first word that is neither an option nor its value. */
-static const char *command_word(int argc, char **argv)
-{
-	static const char *const valued[] = { "-t", "--table", "-p", "--policy", "-F", "--for", "--history", "--since",
-					      "--keep", "--html", NULL };
-
-	for (int i = 1; i < argc; i++) {
-		if (argv[i][0] != '-')
-			return argv[i];
-		for (int k = 0; valued[k]; k++)
-			if (strcmp(argv[i], valued[k]) == 0) {
-				i++;
-				break;
-			}
-	}
-	return NULL;
-}
-
-int main(int argc, char **argv)
-{
-	static const struct option opts[] = {
-		{ "follow", no_argument, NULL, 'f' },
-		{ "table", required_argument, NULL, 't' },
-		{ "policy", required_argument, NULL, 'p' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "all", no_argument, NULL, 'a' },
-		{ "for", required_argument, NULL, 'F' },
-		{ "clear", no_argument, NULL, 'c' },
-		{ "existing", no_argument, NULL, 'e' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ NULL, 0, NULL, 0 },
-	};
-	const char *table = NULL, *policy = NULL, *cmd, *name, *for_text = NULL;
-	char def[64];
-	int json = 0, all = 0, follow = 0, clear = 0, existing = 0, c, nargs;
-
-	/* the history's commands take options of their own */
-	cmd = command_word(argc, argv);
-	if (cmd && (!strcmp(cmd, "history") || !strcmp(cmd, "backtest") || !strcmp(cmd, "suggest") ||
-		    !strcmp(cmd, "report")))
-		return ctl_history_main(argc, argv);
-
-	while ((c = getopt_long(argc, argv, "ft:p:jahVF:ce", opts, NULL)) != -1) {
-		switch (c) {
-		case 'f': follow = 1; break;
-		case 't': table = optarg; break;
-		case 'p': policy = optarg; break;
-		case 'j': json = 1; break;
-		case 'a': all = 1; break;
-		case 'F': for_text = optarg; break;
-		case 'c': clear = 1; break;
-		case 'e': existing = 1; break;
-		case 'h': usage(stdout); return 0;
-		case 'V': printf("shimctl %s (table version %u)\n", NETSHIM_VERSION, NS_TABLE_VERSION); return 0;
-		default: usage(stderr); return 2;
-		}
-	}
-	if (optind >= argc) {
-		usage(stderr);
-		return 2;
-	}
-	cmd = argv[optind++];
-	nargs = argc - optind;
-	name = ctl_table_name(table, def, sizeof(def));
-	if (strcmp(cmd, "status") == 0 && nargs <= 1)
-		return cmd_status(name, json, nargs ? argv[optind] : NULL);
-	if (strcmp(cmd, "reset") == 0 && ((all && nargs == 0) || (!all && nargs == 1)))
-		return cmd_reset(name, all, all ? NULL : argv[optind]);
-	if (strcmp(cmd, "open") == 0 && nargs == 1)
-		return cmd_open(name, argv[optind]);
-	if (strcmp(cmd, "events") == 0 && nargs <= 1)
-		return cmd_events(name, json, follow, nargs ? argv[optind] : NULL);
-	if (strcmp(cmd, "metrics") == 0 && nargs == 0)
-		return cmd_metrics(name);
-	if (strcmp(cmd, "watch") == 0 && nargs == 0)
-		return cmd_watch(name);
-	if (strcmp(cmd, "check") == 0 && nargs >= 1)
-		return ctl_cmd_check(argv + optind, nargs);
-	if (strcmp(cmd, "explain") == 0 && nargs == 1)
-		return ctl_cmd_explain(policy, argv[optind]);
-	if (strcmp(cmd, "inject") == 0 && !clear && !all && nargs == 2)
-		return ctl_cmd_inject(name, nargs, argv + optind, for_text, existing, 0, 0);
-	if (strcmp(cmd, "inject") == 0 && clear && !for_text && !existing &&
-	    ((all && nargs == 0) || (!all && nargs == 1)))
-		return ctl_cmd_inject(name, nargs, argv + optind, NULL, 0, 1, all);
-	if (strcmp(cmd, "faults") == 0 && nargs == 0)
-		return ctl_cmd_faults(name, policy, json);
-	usage(stderr);
-	return 2;
 }

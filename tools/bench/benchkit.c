@@ -28,9 +28,9 @@ void bk_dataset(struct fl_conn *c, int dests, int nodes)
 
 		snprintf(key, sizeof(key), "site-%d.example:443", d);
 		snprintf(node, sizeof(node), "sim-%d", d % nodes);
-		fl_append_change(c, FL_VOTE, key, node, 3600 * 1000, "failure_threshold");
+		ag_fleet_append_change(c, FL_VOTE, key, node, 3600 * 1000, "failure_threshold");
 		if (d % 500 == 499 || d == dests - 1)
-			if (fl_collect(c, err, sizeof(err)) != FL_OK)
+			if (ag_fleet_collect(c, err, sizeof(err)) != FL_OK)
 				errx(1, "vote: %s", err);
 	}
 }

@@ -10,8 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../policy/table.h"
-#include "shimctl.h"
+#include "../../policy/table.h"
+#include "tablekit.h"
 
 uint64_t ctl_mono_ms(void)
 {

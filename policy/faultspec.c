@@ -1,6 +1,6 @@
-/* fault.c -- the fault grammar (see fault.h): one parser for the policy key,
+/* faultspec.c -- the fault grammar (see faultspec.h): one parser for the policy key,
  * shimctl inject and shimrun --inject, and the per-connection choice. */
-#include "fault.h"
+#include "faultspec.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

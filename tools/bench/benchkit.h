@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "agent.h"
+#include "../agent/agent.h"
 
 uint64_t bk_now_us(void);
 /* dests destinations ("site-N.example:443"), one vote each by "sim-N % nodes". */

@@ -4,7 +4,7 @@
 # redis-cli --cluster create) with the settings the README documents for a
 # fleet that size: maxclients 20000 on every node (each machine holds one
 # connection to each master serving its shards, and one hint connection to
-# a node picked at random). tools/agent/fleetscale.c says what each figure is.
+# a node picked at random). tools/bench/fleetscale.c says what each figure is.
 set -eu
 BUILD=${1:-build}
 NODES=${NODES:-10000}

@@ -1,5 +1,5 @@
-/* history.c -- netshim-agent --history FILE: every outcome and every event
- * of the table, recorded in SQLite (tools/histdb.h).
+/* recorder.c -- netshim-agent --history FILE: every outcome and every event
+ * of the table, recorded in SQLite (tools/common/histdb.h).
  *
  * The agent makes the outcome ring beside the table (policy/ocring.h),
  * says in the table's header that it reads it (a lease renewed every pass:
@@ -22,8 +22,8 @@
 #include <unistd.h>
 
 #include "../../policy/ocring.h"
-#include "../histdb.h"
-#include "../shimctl.h"
+#include "../common/histdb.h"
+#include "../common/tablekit.h"
 #include "agent.h"
 
 #define HIST_LEASE_MS 3000
@@ -97,7 +97,7 @@ static void set_meta(struct hist *h, const char *key, const char *val)
 	sqlite3_finalize(st);
 }
 
-void hist_close(struct hist *h)
+void ag_hist_close(struct hist *h)
 {
 	if (!h)
 		return;
@@ -168,7 +168,7 @@ static int private_file(const char *file, char *err, size_t len)
 	return 0;
 }
 
-struct hist *hist_open(const char *file, struct ns_table *t, uint64_t keep_ms, uint32_t ring_cap, char *err,
+struct hist *ag_hist_open(const char *file, struct ns_table *t, uint64_t keep_ms, uint32_t ring_cap, char *err,
 		       size_t len)
 {
 	struct hist *h = calloc(1, sizeof(*h));
@@ -217,7 +217,7 @@ struct hist *hist_open(const char *file, struct ns_table *t, uint64_t keep_ms, u
 	__atomic_store_n(&t->hdr->hist_until_ms, ctl_mono_ms() + HIST_LEASE_MS, __ATOMIC_RELEASE);
 	return h;
 fail:
-	hist_close(h);
+	ag_hist_close(h);
 	return NULL;
 }
 
@@ -331,7 +331,7 @@ static void drain_events(struct hist *h, uint64_t now)
 	}
 }
 
-void hist_pass(struct hist *h, uint64_t now)
+void ag_hist_pass(struct hist *h, uint64_t now)
 {
 	char e[256], buf[32];
 
