@@ -222,7 +222,7 @@ negative: all
 
 # installs the nginx and HAProxy it compares against where it can (as root)
 bench: all
-	-BENCH_PEERS=1 tools/install-deps.sh
+	-BENCH_PEERS=1 tools/install-deps.sh --all
 	tools/bench/bench.sh $(BUILD)
 
 # the fleet's propagation delay and cost at 10, 100 and 1,000 nodes
@@ -234,11 +234,13 @@ bench-fleet: all
 bench-fleet-scale: all
 	tools/bench/bench-fleet-scale.sh $(BUILD)
 
-demo: all
+# only what the demo runs: a first command that needs a compiler, curl and
+# python3-requests (tools/install-deps.sh without --all)
+demo: $(LIB) $(BUILD)/shimrun $(BUILD)/shimctl $(BUILD)/faultsrv
 	tools/demo.sh $(BUILD)
 
 deps:
-	tools/install-deps.sh
+	tools/install-deps.sh --all
 
 install: $(LIB) $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/netshim-agent
 	install -d $(DESTDIR)$(LIBDIR)/netshim $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
@@ -282,4 +284,4 @@ compile_commands.json:
 		$(SHIM_SRC) $(POLICY_SRC) $(wildcard tools/*/*.c tests/unit/*.c tests/clients/*.c tests/fuzz/*.c) > $@
 
 clean:
-	rm -rf build build-address build-undefined build-thread build-fuzz
+	rm -rf build build-address build-undefined build-thread build-fuzz build-clang

@@ -1,5 +1,5 @@
 /* scalars.c -- the policy's smallest pieces of text, below every parser
- * that reads one (values.c, fault.c, patterns.c, scenario.c): an error
+ * that reads one (values.c, faultspec.c, patterns.c, scenario.c): an error
  * line naming the file and line, a trimmed word, a number in thousandths,
  * a percentage, a duration, a count. */
 #include "internal.h"

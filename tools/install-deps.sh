@@ -1,13 +1,28 @@
 #!/bin/sh
-# Install the Debian packages netshim needs to build and test, when missing.
+# Install the Debian packages netshim needs, when missing.
+#
+#   tools/install-deps.sh         what the build and the demo need (make demo)
+#   tools/install-deps.sh --all   everything the test suite runs as well
+#                                 (make test: Redis, Scrapy, node, chromium...)
+#   COMPAT=1 ...    also the clients of the compatibility matrix (make compat)
+#   BENCH_PEERS=1 ...   also the proxies make bench compares against
 set -eu
-PKGS="build-essential libunwind-dev uthash-dev libcriterion-dev pkg-config groff-base man-db
-python3 python3-pytest python3-requests curl wget strace valgrind procps openssl
+ALL=0
+case "${1:-}" in
+--all) ALL=1 ;;
+"") ;;
+*) echo "usage: tools/install-deps.sh [--all]" >&2; exit 2 ;;
+esac
+# the library, shimctl, shimrun and the demo's server, and the demo's two
+# clients (a Python scraper using requests, and curl)
+PKGS="gcc make libc6-dev uthash-dev libsqlite3-dev python3 python3-requests curl"
+if [ "$ALL" = 1 ]; then
+	PKGS="$PKGS build-essential libunwind-dev libcriterion-dev pkg-config groff-base man-db
+python3-pytest wget strace valgrind procps openssl
 php-cli php-curl busybox libhiredis-dev redis-server redis-tools
 libssl-dev patchelf debhelper lintian fakeroot python3-aiohttp python3-httpx python3-twisted python3-openssl python3-scrapy
-prometheus libsqlite3-dev sqlite3 chromium"
-# make fuzz: clang with libFuzzer
-PKGS="$PKGS clang libclang-rt-14-dev"
+prometheus sqlite3 chromium clang clang-format libclang-rt-14-dev"
+fi
 # make compat: the clients of the compatibility matrix and their servers,
 # only when asked (COMPAT=1)
 if [ "${COMPAT:-0}" = 1 ]; then
@@ -23,7 +38,7 @@ for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
 done
 # node comes with this machine image; Debian's nodejs where it does not
-command -v node >/dev/null 2>&1 || missing="$missing nodejs"
+[ "$ALL" = 1 ] && ! command -v node >/dev/null 2>&1 && missing="$missing nodejs"
 if [ -z "$missing" ]; then
 	echo "install-deps: all packages present"
 	exit 0
@@ -35,5 +50,8 @@ fi
 echo "install-deps: installing$missing"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
+# the demo's few packages without their recommendations (a fresh machine
+# gets it running in well under two minutes); the rest as Debian means them
+[ "$ALL" = 1 ] || NORECS=--no-install-recommends
 # shellcheck disable=SC2086
-apt-get install -y -q $missing
+apt-get install -y -q ${NORECS:-} $missing

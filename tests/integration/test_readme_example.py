@@ -1,4 +1,4 @@
-"""The README's pytest example for fault-injection runs, run as written
+"""docs/faults.md's pytest example for fault-injection runs, run as written
 (with this suite's table and build paths)."""
 import subprocess
 

@@ -1,4 +1,4 @@
-/* tablekit.c -- what shimctl and the fleet agent share (see shimctl.h):
+/* tablekit.c -- what shimctl and the fleet agent share (see tablekit.h):
  * opening the table by name, writing events into it and out as JSON, the
  * clocks and timestamps, text escaping. */
 #include <err.h>
