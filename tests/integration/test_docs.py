@@ -111,6 +111,10 @@ def test_the_readme_is_a_front_door():
     assert len(lines) <= 300, len(lines)
     head = "\n".join(lines[:30])
     assert "tools/install-deps.sh && make demo" in head and "make test" in head
+    # installing the packages installs both of them
+    for line in lines:
+        if "dpkg -i" in line:
+            assert "netshim_" in line and "netshim-agent_" in line, line
 
 
 def test_docs_links_point_at_files_that_exist():

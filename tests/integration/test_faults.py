@@ -124,6 +124,19 @@ def test_retry_after_in_a_status_fault_is_checked(shim):
     assert json.loads(p.stdout)["faults"][0]["faults"] == "status 503 retry-after 30 50%", p.stdout
 
 
+def test_faults_say_that_connection_counts_are_per_process(shim):
+    # "first 2" reads as "the first two connections", machine-wide; it is
+    # counted in each process: inject, faults and faults --json say so
+    p = shim.ctl("inject", "127.0.0.1:9", "refuse first 2")
+    assert p.returncode == 0 and "count a destination's connections in each process" in p.stdout, p.stdout
+    pol = shim.policy('[host "a.example"]\nfault = reset every 3\n[host "b.example"]\nfault = refuse\n')
+    p = shim.ctl("--policy", pol, "faults")
+    assert p.stdout.count("in each process") == 1, p.stdout
+    listed = {f["faults"]: f["counted_per_process"] for f in json.loads(shim.ctl("--policy", pol, "faults", "--json").stdout)["faults"]}
+    assert listed == {"refuse first 2": True, "reset every 3": True, "refuse": False}, listed
+    assert "in each process" not in shim.ctl("inject", "127.0.0.2:9", "refuse").stdout
+
+
 # 20 threads, 10 requests each on a keep-alive session: each answer's time
 JITTER_LOAD = r'''
 import json, sys, threading, time, requests

@@ -9,6 +9,7 @@ import html.parser
 import json
 import os
 import pathlib
+import re
 import shlex
 import shutil
 import signal
@@ -198,20 +199,44 @@ def test_report_has_a_timeline_per_destination_and_a_band_per_transition(run, tm
     assert "http://" not in page and "https://" not in page and "<script" not in page   # self-contained
 
     class Count(html.parser.HTMLParser):
-        timelines, bands = [], 0
+        timelines, bands, drawn, keys, ticks, cells = [], 0, set(), set(), [], []
+        _in = None
 
         def handle_starttag(self, tag, attrs):
             a = dict(attrs)
+            cls = a.get("class", "").split()
             if tag == "section" and a.get("class") == "timeline":
                 self.timelines.append(a["data-dest"])
-            if tag == "rect" and "band" in a.get("class", "").split():
+            if tag == "rect" and "band" in cls:
                 self.bands += 1
+            if tag in ("rect", "polyline"):
+                self.drawn |= {c for c in cls if c != "band"}
+            if tag == "span" and "key" in cls:
+                self.keys.add(a["data-class"])
+            self._in = "tick" if tag == "text" and "tick" in cls else "td" if tag == "td" else None
+
+        def handle_data(self, data):
+            if self._in == "tick":
+                self.ticks.append(data)
+            elif self._in == "td":
+                self.cells.append(data)
+            self._in = None
 
     c = Count()
     c.feed(page)
     transitions = rows(db, "SELECT count(*) FROM events WHERE type IN "
                            "('opened', 'probe_failed', 'closed', 'reset', 'forced_open')")[0][0]
     assert c.timelines == [srv.dest] and c.bands == transitions and transitions >= 4, (c.timelines, c.bands)
+    # every colour drawn is in the legend; a time axis with labelled ticks
+    assert c.drawn and c.drawn <= c.keys, (c.drawn, c.keys)
+    assert len(c.ticks) >= 3 and all(re.fullmatch(r"\d\d[:-]\d\d(:\d\d)?", t) for t in c.ticks), c.ticks
+    assert re.search(r'class="p99scale"[^>]*>[0-9.]+ ms<', page) and 'class="yscale"' in page
+    # the transitions as a table: time, transition, rule, in the history's order
+    evs = rows(db, "SELECT wall_ms, type, rule FROM events WHERE type IN "
+                   "('opened', 'probe_failed', 'closed', 'reset', 'forced_open') ORDER BY at_us")
+    got = [tuple(c.cells[i:i + 3]) for i in range(0, len(c.cells), 3)]
+    want = [(time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(w // 1000)), t, r or "-") for w, t, r in evs]
+    assert [(g[0][:19], g[1], g[2]) for g in got] == want, (got, want)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
         pytest.skip("no chromium here for the screenshot (tools/install-deps.sh installs it)")
@@ -269,8 +294,8 @@ def test_report_escapes_every_string_of_the_history(tmp_path):
 
     t = Tags(convert_charrefs=True)
     t.feed(page)
-    written = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "span", "section", "svg", "rect",
-               "polyline", "text"}
+    written = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "span", "br", "section", "svg",
+               "g", "rect", "line", "polyline", "text", "table", "tr", "th", "td"}
     assert t.tags <= written, t.tags - written
     assert not any(a.startswith("on") for a in t.attrs), t.attrs
     assert "src" not in t.attrs and "img" not in t.tags and "script" not in t.tags
@@ -278,6 +303,8 @@ def test_report_escapes_every_string_of_the_history(tmp_path):
     # (as much of it as an event keeps) in the bands' titles
     assert sum(MARKUP in x for x in t.texts) >= 1, [x for x in t.texts if "alert" in x][:3]
     assert sum(x.startswith("opened <img src=x onerror") for x in t.texts) == 1, t.texts
+    # ...and in the table of transitions, a cell of text
+    assert page.count("<td>&lt;img src=x onerror=&quot;alert(1)&quot;&gt;") == 5, page   # five transitions
     shim.cleanup()
 
 

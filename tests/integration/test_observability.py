@@ -1,11 +1,14 @@
 """Events with the calling code, latency percentiles, metrics, watch."""
+import fcntl
 import json
 import os
 import pty
 import re
 import select
 import signal
+import struct
 import subprocess
+import termios
 import time
 
 import pytest
@@ -214,6 +217,42 @@ def test_watch_runs_in_a_terminal_and_quits_on_q(shim):
         os.kill(pid, signal.SIGKILL)
         pytest.fail("watch did not exit on q")
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def watch_screen(shim, cols):
+    """One screen of shimctl watch in a terminal cols wide, escapes removed."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
+        env = base_env(shim.table)
+        env.pop("COLUMNS", None)
+        os.execve(str(BUILD / "shimctl"), ["shimctl", "--table", shim.table, "watch"], env)
+    out = b""
+    deadline = time.monotonic() + 5
+    while b"bucket upper" not in out and time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.5)[0]:
+            out += os.read(fd, 4096)
+    os.kill(pid, signal.SIGTERM)
+    os.waitpid(pid, 0)
+    os.close(fd)
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", out.decode(errors="replace"))
+    return [line.rstrip("\r") for line in text.split("\n") if line.strip()]
+
+
+@pytest.mark.parametrize("cols", [80, 120])
+def test_watch_fits_the_terminal(shim, cols):
+    # it drew rows about 205 columns wide, whatever the terminal
+    long_name = "a-rather-long-host-name.eu-west.example.internal:8443"
+    for d in ("127.0.0.1:9", long_name):
+        assert shim.ctl("open", d).returncode == 0
+    lines = watch_screen(shim, cols)
+    assert any(line.startswith("DESTINATION") and "STATE" in line for line in lines), lines
+    assert any("forced_open" in line for line in lines), lines
+    assert all(len(line) <= cols for line in lines), [(len(l), l) for l in lines if len(l) > cols]
+    assert any("hidden to fit" in line for line in lines), lines
+    wide = watch_screen(shim, 250)
+    header = next(line for line in wide if line.startswith("DESTINATION"))
+    assert "THROTTLED" in header and "HALF_OPEN_AT" in header and not any("hidden" in l for l in wide), wide
 
 
 def test_watch_without_colour_when_no_color_is_set(shim):

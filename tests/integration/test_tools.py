@@ -1,6 +1,8 @@
 """shimctl and shimrun: exit codes, messages, output formats."""
 import json
 import os
+import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -214,3 +216,14 @@ def test_faultsrv_keepalive_answers_each_request_then_closes_when_idle(server):
     t0 = time.monotonic()
     assert s.recv(4096) == b""   # closed once idle for 300 ms
     assert 0.25 <= time.monotonic() - t0 <= 3
+
+
+def test_faultsrv_help_says_what_each_mode_does():
+    src = (pathlib.Path(__file__).resolve().parents[2] / "tools" / "testsrv" / "faultsrv.c").read_text()
+    modes = re.findall(r'"([a-z-]+)"', src[src.index("mode_names[] = {"):src.index("};", src.index("mode_names[] = {"))])
+    assert len(modes) >= 9, modes
+    out = subprocess.run([str(BUILD / "faultsrv"), "--help"], capture_output=True, text=True).stdout
+    for m in modes:
+        line = re.search(r"^  " + re.escape(m) + r" +(\S.{10,})$", out, re.M)
+        assert line, (m, out)
+

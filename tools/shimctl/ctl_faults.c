@@ -13,6 +13,25 @@
 #include "shimctl.h"
 
 /* DEST as given, checked, lower case. Returns 0 or -1 after saying why. */
+/* Does a fault list count connections (first N, every N)? Those counts are
+ * kept in each process, per destination: said wherever such a fault shows. */
+static int counts_connections(const char *text)
+{
+	struct ns_faults f;
+	char why[128];
+
+	if (ns_faults_parse(text, &f, why, sizeof(why)) < 0)
+		return 0;
+	for (uint32_t i = 0; i < f.n && i < NS_FAULTS_MAX; i++)
+		if (f.f[i].first || f.f[i].every)
+			return 1;
+	return 0;
+}
+
+#define PER_PROCESS_NOTE                                                                                          \
+	"first N and every N count a destination's connections in each process: every process counts anew, none " \
+	"machine-wide"
+
 static int check_dest(const char *arg, char *out, size_t len)
 {
 	struct ns_section sec;
@@ -135,6 +154,8 @@ int ctl_cmd_inject(const char *name, int argc, char **argv, const char *for_text
 	ctl_note_action(&t, NS_E_FAULT_SET, dest, detail);
 	ctl_escape_text(dest, esc, sizeof(esc));
 	printf("%s: %s\n", esc, detail);
+	if (counts_connections(text))
+		printf("note: %s\n", PER_PROCESS_NOTE);
 	ctl_close_table(&t);
 	return 0;
 }
@@ -152,6 +173,7 @@ struct frow {
 static void print_rows(const char *name, struct frow *rows, int n, int json)
 {
 	char ts[40], esc[NS_KEY_MAX * 4], tesc[NS_FAULTS_TEXT * 4], left[32];
+	int counted = 0;
 
 	if (json) {
 		printf("{\"table\": ");
@@ -162,6 +184,7 @@ static void print_rows(const char *name, struct frow *rows, int n, int json)
 			ctl_json_string(stdout, rows[i].dest);
 			printf(", \"faults\": ");
 			ctl_json_string(stdout, rows[i].text);
+			printf(", \"counted_per_process\": %s", counts_connections(rows[i].text) ? "true" : "false");
 			printf(", \"source\": \"%s\", \"where\": ", rows[i].runtime ? "runtime" : "policy");
 			ctl_json_string(stdout, rows[i].where);
 			if (rows[i].runtime && rows[i].left_ms >= 0)
@@ -195,7 +218,10 @@ static void print_rows(const char *name, struct frow *rows, int n, int json)
 			fmt_left((uint64_t)rows[i].left_ms, left, sizeof(left));
 		printf("%-28s  %-36s  %-8s  %-11s  %s\n", esc, tesc, rows[i].runtime ? "runtime" : "policy", left,
 		       rows[i].where);
+		counted |= counts_connections(rows[i].text);
 	}
+	if (counted)
+		printf("note: %s\n", PER_PROCESS_NOTE);
 }
 
 int ctl_cmd_faults(const char *name, const char *policy, int json)

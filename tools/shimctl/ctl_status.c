@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
@@ -246,7 +247,46 @@ static const char *state_color(uint32_t state)
 	}
 }
 
-static void print_text(const struct ns_table *t, struct row *rows, int n, int color)
+/* The terminal's width for the rows: the terminal on stdout, else COLUMNS,
+ * else 0 (no limit: a pipe gets every column, as scripts expect). */
+static int out_width(void)
+{
+	struct winsize ws;
+	const char *cols = getenv("COLUMNS");
+
+	if (isatty(1) && ioctl(1, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+		return ws.ws_col;
+	if (cols && atoi(cols) > 0)
+		return atoi(cols);
+	return 0;
+}
+
+/* The columns to show in width (0: all): the least telling go first, in
+ * drop[]'s order, then the destination is cut down to what is left (at
+ * least 16 characters). Returns the columns dropped. */
+static int fit_columns(int *w, int *show, int nc, int width)
+{
+	/* DESTINATION (0) and STATE (1) always stay */
+	static const int drop[] = { 12, 10, 16, 9, 11, 3, 5, 7, 8, 13, 19, 18, 17, 15, 14, 2, 6, 4 };
+	int total = 0, dropped = 0;
+
+	for (int c = 0; c < nc; c++) {
+		show[c] = 1;
+		total += w[c] + (c ? 2 : 0);
+	}
+	for (size_t k = 0; width > 0 && total > width && k < sizeof(drop) / sizeof(drop[0]); k++) {
+		if (drop[k] >= nc || !show[drop[k]])
+			continue;
+		show[drop[k]] = 0;
+		total -= w[drop[k]] + 2;
+		dropped++;
+	}
+	if (width > 0 && total > width)
+		w[0] = w[0] - (total - width) > 16 ? w[0] - (total - width) : (w[0] < 16 ? w[0] : 16);
+	return dropped;
+}
+
+static void print_text(const struct ns_table *t, struct row *rows, int n, int color, int width)
 {
 	static const char *const hdr[] = { "DESTINATION", "STATE", "WIN_FAIL", "CONSEC", "CALLS", "OK",
 		"FAIL", "TIMEOUT", "REJECTED", "RETRIES", "CONN_P50", "CONN_P99", "FB_P50", "FB_P99",
@@ -254,7 +294,7 @@ static void print_text(const struct ns_table *t, struct row *rows, int n, int co
 	enum { NC = 20 };
 	struct agent_view a;
 	char (*cells)[NC][NS_KEY_MAX * 4] = calloc((size_t)n + 1, sizeof(*cells));
-	int w[NC] = { 0 };
+	int w[NC] = { 0 }, show[NC], dropped, last;
 	uint64_t full = __atomic_load_n(&t->hdr->full_count, __ATOMIC_RELAXED);
 
 	if (!cells)
@@ -306,23 +346,33 @@ static void print_text(const struct ns_table *t, struct row *rows, int n, int co
 			if (l > w[c])
 				w[c] = l;
 		}
+	dropped = fit_columns(w, show, NC, width);
+	for (last = NC - 1; !show[last]; last--)
+		;
 	for (int i = 0; i <= n; i++) {
 		for (int c = 0; c < NC; c++) {
+			if (!show[c])
+				continue;
 			if (c == 1 && color && i > 0)
 				printf("%s%-*s\033[0m", rows[i - 1].e.fleet_open && rows[i - 1].e.brk.state == NS_CLOSED ?
 				       "\033[1;31m" : state_color(rows[i - 1].e.brk.state), w[c], cells[i][c]);
-			else if (c == 0 || c == 1 || c >= 14)
-				printf("%-*s", c == NC - 1 ? 0 : w[c], cells[i][c]);
+			else if (c == 0)
+				printf("%-*.*s", w[c], w[c], cells[i][c]);
+			else if (c == 1 || c >= 14)
+				printf("%-*s", c == last ? 0 : w[c], cells[i][c]);
 			else
 				printf("%*s", w[c], cells[i][c]);
-			if (c != NC - 1)
+			if (c != last)
 				printf("  ");
 		}
 		printf("\n");
 	}
 	if (n == 0)
 		printf("(no destinations yet)\n");
-	printf("latency in ms (CONN connect, FB first byte): upper bound of the histogram bucket, resolution 1-2.5-5 steps\n");
+	if (dropped)
+		printf("%d column%s hidden to fit %d columns (all of them: shimctl status, or --json)\n", dropped,
+		       dropped == 1 ? "" : "s", width);
+	printf("ms (CONN connect, FB first byte): bucket upper bounds, steps of 1-2.5-5\n");
 	if (full)
 		printf("table full: %llu connects to new destinations passed through uncounted (capacity %u)\n",
 		       (unsigned long long)full, t->nslots);
@@ -414,7 +464,7 @@ int ctl_cmd_status(const char *name, int json, const char *dest)
 	if (json)
 		print_json(name, &t, rows, n);
 	else
-		print_text(&t, rows, n, 0);
+		print_text(&t, rows, n, 0, isatty(1) ? out_width() : 0);
 	for (int i = 0; !json && i < n; i++)
 		if (rows[i].shadow_state)
 			printf("shadow policy: %s %s, would have turned away %llu\n", rows[i].e.key, rows[i].shadow_state,
@@ -630,16 +680,19 @@ int ctl_cmd_watch(const char *name)
 	}
 	while (!stop_flag) {
 		struct pollfd p = { .fd = 0, .events = POLLIN };
-		char ts[40], ch;
+		char ts[40], top[256], ch;
 		struct row *rows;
-		int n;
+		int n, width;
 
 		rows = load_rows(&t, -1, &n);
 		ctl_rfc3339(ctl_wall_ms(), ts, sizeof(ts));
 		if (tty_out)
 			printf("\033[H\033[2J");
-		printf("shimctl watch  %s  table %s  %d destination%s  (q to quit)\n\n", ts, name, n, n == 1 ? "" : "s");
-		print_text(&t, rows, n, color);
+		width = out_width();
+		snprintf(top, sizeof(top), "shimctl watch  %s  %s  %d destination%s  q quits", ts, name, n,
+			 n == 1 ? "" : "s");
+		printf("%.*s\n\n", width > 0 ? width : (int)sizeof(top), top);
+		print_text(&t, rows, n, color, width);
 		fflush(stdout);
 		free(rows);
 		if (poll(&p, 1, 1000) > 0 && read(0, &ch, 1) == 1 && (ch == 'q' || ch == 'Q'))

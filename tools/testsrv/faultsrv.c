@@ -168,9 +168,30 @@ static void choose_response(struct client *c, enum mode m, int status)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: faultsrv --mode MODE [--port N] [--bind ADDR] [--interval MS] [--status CODE]\n"
-		   "                [--count-file FILE] [--delay MS] [--idle MS] [--idle-random] [--seed N]\n"
-		   "MODE: http, status, refuse, blackhole, silent, reset, drip, reset-request, keepalive\n");
+	fprintf(f,
+		"usage: faultsrv --mode MODE [--port N] [--bind ADDR] [--interval MS] [--status CODE]\n"
+		"                [--count-file FILE] [--delay MS] [--idle MS] [--idle-random] [--seed N]\n"
+		"A loopback server that misbehaves on purpose. Prints \"PORT n\" once ready.\n"
+		"\n"
+		"MODE is what every connection gets:\n"
+		"  http           a 200 answer, then close\n"
+		"  status         the answer --status CODE, then close (--status alone picks it)\n"
+		"  refuse         nothing listens on the port: connects are refused\n"
+		"  blackhole      the accept queue is full: connects hang (SYNs dropped)\n"
+		"  silent         accepts, reads, never answers\n"
+		"  reset          accepts, then resets the connection\n"
+		"  drip           a 200 answer one byte every --interval MS (default 200)\n"
+		"  reset-request  reads the request, then resets\n"
+		"  keepalive      answers every request on a kept-alive connection; closes one\n"
+		"                 idle for --idle MS (0: after each answer; --idle-random: a\n"
+		"                 random idle time up to it, drawn from --seed N)\n"
+		"\n"
+		"  --port N          listen on N (default: a free port)\n"
+		"  --bind ADDR       listen on ADDR (default 127.0.0.1)\n"
+		"  --delay MS        hold every answer that long\n"
+		"  --count-file FILE write the number of accepted connections there\n"
+		"\n"
+		"SIGUSR1 turns it into a healthy http server, SIGUSR2 into a silent one.\n");
 }
 
 /* A non-negative number of an option, or exit 2 naming it. */
