@@ -265,7 +265,7 @@ def test_watch_without_colour_when_no_color_is_set(shim):
     assert p.returncode == 0 and b"127.0.0.1:9" in out and b"\x1b[" not in out
 
 
-@pytest.mark.parametrize("page", ["shimctl.1", "shimrun.1", "netshim.7"])
+@pytest.mark.parametrize("page", ["shimctl.1", "shimrun.1", "netshim.7", "netshim-agent.8"])
 def test_man_pages_render_without_warnings(page):
     path = BUILD.parent / "man" / page
     p = subprocess.run(["groff", "-ww", "-man", "-Tutf8", str(path)], capture_output=True, text=True)
