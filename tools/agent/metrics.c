@@ -63,7 +63,7 @@ int ag_metrics_listen(const char *spec, char *err, size_t len)
 
 struct mcl {
 	int fd;                 /* -1: free */
-	long deadline_ms;
+	uint64_t deadline_ms;
 	size_t got;             /* request bytes read */
 	char *out;              /* the answer, once the request is whole */
 	size_t out_len, out_off;
@@ -72,14 +72,6 @@ struct mcl {
 
 static struct mcl cl[MSRV_MAX];
 static int cl_init;
-
-static long now_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 static void cl_close(struct mcl *m)
 {
@@ -91,7 +83,7 @@ static void cl_close(struct mcl *m)
 	m->got = m->out_len = m->out_off = 0;
 }
 
-static struct mcl *cl_slot(long now)
+static struct mcl *cl_slot(uint64_t now)
 {
 	struct mcl *oldest = NULL;
 
@@ -195,7 +187,7 @@ int ag_metrics_pollfds(struct pollfd *p, int max)
 
 void ag_metrics_serve(int lfd, void (*body)(FILE *f, void *arg), void *arg)
 {
-	long now = now_ms();
+	uint64_t now = ctl_mono_ms(); /* the agent's one clock */
 	int c;
 
 	/* new clients, each with a place (the one nearest its end gives it up) */
