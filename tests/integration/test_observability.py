@@ -189,18 +189,28 @@ def test_metrics_escape_label_values(shim):
     assert 'destination="o\\"\\\\\\nxample:80"' in out
 
 
-def test_watch_runs_in_a_terminal_and_quits_on_q(shim):
-    assert shim.ctl("open", "127.0.0.1:9").returncode == 0
+def watch_in_a_terminal(shim, until, cols=None):
+    """shimctl watch on a pseudo-terminal (cols wide when given): its pid,
+    the terminal and what it drew until `until` showed (5 s at most)."""
     pid, fd = pty.fork()
     if pid == 0:
+        if cols:
+            fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
         env = base_env(shim.table)
         env.pop("NO_COLOR", None)
+        env.pop("COLUMNS", None)
         os.execve(str(BUILD / "shimctl"), ["shimctl", "--table", shim.table, "watch"], env)
     out = b""
     deadline = time.monotonic() + 5
-    while b"127.0.0.1:9" not in out and time.monotonic() < deadline:
+    while until not in out and time.monotonic() < deadline:
         if select.select([fd], [], [], 0.5)[0]:
             out += os.read(fd, 4096)
+    return pid, fd, out
+
+
+def test_watch_runs_in_a_terminal_and_quits_on_q(shim):
+    assert shim.ctl("open", "127.0.0.1:9").returncode == 0
+    pid, fd, out = watch_in_a_terminal(shim, b"127.0.0.1:9")
     assert b"127.0.0.1:9" in out and b"\x1b[1;35m" in out, out   # forced_open in colour
     os.write(fd, b"q")
     deadline = time.monotonic() + 3
@@ -221,17 +231,7 @@ def test_watch_runs_in_a_terminal_and_quits_on_q(shim):
 
 def watch_screen(shim, cols):
     """One screen of shimctl watch in a terminal cols wide, escapes removed."""
-    pid, fd = pty.fork()
-    if pid == 0:
-        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
-        env = base_env(shim.table)
-        env.pop("COLUMNS", None)
-        os.execve(str(BUILD / "shimctl"), ["shimctl", "--table", shim.table, "watch"], env)
-    out = b""
-    deadline = time.monotonic() + 5
-    while b"bucket upper" not in out and time.monotonic() < deadline:
-        if select.select([fd], [], [], 0.5)[0]:
-            out += os.read(fd, 4096)
+    pid, fd, out = watch_in_a_terminal(shim, b"bucket upper", cols)
     os.kill(pid, signal.SIGTERM)
     os.waitpid(pid, 0)
     os.close(fd)
