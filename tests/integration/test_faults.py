@@ -520,9 +520,9 @@ def test_inject_and_clear_from_the_command_line(shim):
     assert "no faults in force" in shim.ctl("faults").stdout
     pol = shim.policy("[defaults]\n[host \"*.example.org\"]\nfault = status 503 50%\n")
     listed = json.loads(shim.ctl("--policy", pol, "faults", "--json").stdout)["faults"]
-    assert listed == [{"destination": "*.example.org", "faults": "status 503 50%", "source": "policy",
-                       "where": f"{pol}:3", "expires_in_ms": None, "applied": None, "set_at": None,
-                       "existing": False}], listed
+    assert listed == [{"destination": "*.example.org", "faults": "status 503 50%", "counted_per_process": False,
+                       "source": "policy", "where": f"{pol}:3", "expires_in_ms": None, "applied": None,
+                       "set_at": None, "existing": False}], listed
     run = subprocess.run([str(BUILD / "shimrun"), "--inject", "x.example=explode", "--", "true"],
                          capture_output=True, text=True)
     assert run.returncode == 2 and "bad fault 'explode'" in run.stderr, run
