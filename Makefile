@@ -36,7 +36,7 @@ SHIM_SAN := $(if $(filter thread,$(SANITIZER)),$(SAN_FLAGS))
 FINAL_CFLAGS := $(BASE_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
 FINAL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
 
-POLICY_SRC := policy/policy.c policy/scalars.c policy/values.c policy/patterns.c policy/faultspec.c policy/breaker.c policy/table.c policy/shaping.c policy/tablefile.c policy/faulttable.c policy/namemap.c policy/scenario.c policy/ocring.c
+POLICY_SRC := policy/policy.c policy/scalars.c policy/values.c policy/patterns.c policy/faultspec.c policy/breaker.c policy/table.c policy/shaping.c policy/tablefile.c policy/faulttable.c policy/namemap.c policy/scenario.c policy/ocring.c policy/hpack.c
 SHIM_SRC := $(sort $(wildcard shim/*.c))
 POLICY_OBJ := $(POLICY_SRC:%.c=$(BUILD)/%.o)
 SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/%.o)
@@ -183,7 +183,8 @@ tsan: $(LIB) $(BUILD)/unit_tests $(BUILD)/stress
 	tests/tsan/stress.sh $(BUILD)
 
 # libFuzzer harnesses (clang): the policy parser and resolver, the
-# destination parser, and shimctl reading a hostile table file.
+# destination parser, shimctl reading a hostile table file, the HTTP/1
+# status reader, scenarios, and the HPACK decoder against libnghttp2's.
 FUZZ_DIR := build-fuzz
 FUZZ_CC ?= clang
 FUZZ_FLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
@@ -192,13 +193,15 @@ FUZZ_TIME ?= 60
 $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(POLICY_SRC) $(wildcard policy/*.h) $(CTL_SRC) $(KIT_SRC) $(wildcard tools/*/*.h) \
 		shim/exchange.c $(wildcard shim/*.h)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(POLICY_SRC) $(if $(filter %table,$@),$(CTL_SRC) $(KIT_SRC) -lsqlite3)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(POLICY_SRC) $(if $(filter %table,$@),$(CTL_SRC) $(KIT_SRC) -lsqlite3) \
+		$(if $(filter %hpack,$@),-lnghttp2)
 
 $(FUZZ_DIR)/seed_table: tests/fuzz/seed_table.c $(POLICY_SRC) $(wildcard policy/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -std=gnu11 -g -O1 -D_GNU_SOURCE -o $@ $< $(POLICY_SRC)
 
-fuzz: $(FUZZ_DIR)/fuzz_policy $(FUZZ_DIR)/fuzz_dest $(FUZZ_DIR)/fuzz_table $(FUZZ_DIR)/fuzz_http $(FUZZ_DIR)/fuzz_scenario $(FUZZ_DIR)/seed_table
+fuzz: $(FUZZ_DIR)/fuzz_policy $(FUZZ_DIR)/fuzz_dest $(FUZZ_DIR)/fuzz_table $(FUZZ_DIR)/fuzz_http $(FUZZ_DIR)/fuzz_scenario \
+		$(FUZZ_DIR)/fuzz_hpack $(FUZZ_DIR)/seed_table
 	FUZZ_TIME=$(FUZZ_TIME) tests/fuzz/run.sh $(FUZZ_DIR)
 
 unit: $(BUILD)/unit_tests

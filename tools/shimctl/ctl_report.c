@@ -54,7 +54,7 @@ static double xpos(int64_t t, int64_t t0, int64_t t1)
 static void time_axis(FILE *f, int64_t t0, int64_t t1)
 {
 	/* in seconds */
-	static const int64_t steps[] = { 1,   2,   5,	 10,   15,   30,    60,	   120,	   300,
+	static const int64_t steps[] = { 1,   2,   5,    10,   15,   30,    60,    120,    300,
 					 600, 900, 1800, 3600, 7200, 21600, 86400, 172800, 604800 };
 	int64_t step = steps[sizeof(steps) / sizeof(steps[0]) - 1] * 1000;
 
