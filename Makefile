@@ -36,7 +36,7 @@ SHIM_SAN := $(if $(filter thread,$(SANITIZER)),$(SAN_FLAGS))
 FINAL_CFLAGS := $(BASE_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
 FINAL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
 
-POLICY_SRC := policy/policy.c policy/scalars.c policy/values.c policy/patterns.c policy/faultspec.c policy/breaker.c policy/table.c policy/shaping.c policy/tablefile.c policy/faulttable.c policy/namemap.c policy/scenario.c policy/ocring.c policy/hpack.c
+POLICY_SRC := policy/policy.c policy/scalars.c policy/values.c policy/patterns.c policy/faultspec.c policy/breaker.c policy/table.c policy/shaping.c policy/tablefile.c policy/faulttable.c policy/namemap.c policy/scenario.c policy/ocring.c policy/hpack.c policy/h2.c
 SHIM_SRC := $(sort $(wildcard shim/*.c))
 POLICY_OBJ := $(POLICY_SRC:%.c=$(BUILD)/%.o)
 SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/%.o)
@@ -184,7 +184,8 @@ tsan: $(LIB) $(BUILD)/unit_tests $(BUILD)/stress
 
 # libFuzzer harnesses (clang): the policy parser and resolver, the
 # destination parser, shimctl reading a hostile table file, the HTTP/1
-# status reader, scenarios, and the HPACK decoder against libnghttp2's.
+# status reader, scenarios, the HPACK decoder against libnghttp2's, and the
+# HTTP/2 frame reader (split reads against whole ones).
 FUZZ_DIR := build-fuzz
 FUZZ_CC ?= clang
 FUZZ_FLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
@@ -201,7 +202,7 @@ $(FUZZ_DIR)/seed_table: tests/fuzz/seed_table.c $(POLICY_SRC) $(wildcard policy/
 	$(FUZZ_CC) -std=gnu11 -g -O1 -D_GNU_SOURCE -o $@ $< $(POLICY_SRC)
 
 fuzz: $(FUZZ_DIR)/fuzz_policy $(FUZZ_DIR)/fuzz_dest $(FUZZ_DIR)/fuzz_table $(FUZZ_DIR)/fuzz_http $(FUZZ_DIR)/fuzz_scenario \
-		$(FUZZ_DIR)/fuzz_hpack $(FUZZ_DIR)/seed_table
+		$(FUZZ_DIR)/fuzz_hpack $(FUZZ_DIR)/fuzz_h2 $(FUZZ_DIR)/seed_table
 	FUZZ_TIME=$(FUZZ_TIME) tests/fuzz/run.sh $(FUZZ_DIR)
 
 unit: $(BUILD)/unit_tests

@@ -1,0 +1,84 @@
+/* fuzz_h2.c -- libFuzzer harness: the HTTP/2 frame reader (policy/h2.c).
+ *
+ * The input is a split pattern, then the client's octets (after the
+ * preface, which is prepended) and the server's, cut at an offset the input
+ * gives. Each side is fed twice: whole, and in pieces of the pattern's
+ * sizes, interleaved (a piece of the client's, a piece of the server's).
+ * Whatever the octets, the reader must not crash or read out of bounds, and
+ * the split reading must give exactly the events of the whole one when the
+ * client's octets all go first (events are a function of the octets, not
+ * of how reads cut them). The HPACK decoder inside is the one fuzz_hpack
+ * checks against libnghttp2's. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../policy/h2.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);
+
+struct log {
+	uint8_t ev[4096];
+	size_t n;
+};
+
+static void rec(void *arg, const struct ns_h2_event *e)
+{
+	struct log *l = arg;
+	uint8_t w[16] = { e->type,
+			  e->grpc,
+			  (uint8_t)(e->status >> 8),
+			  (uint8_t)e->status,
+			  (uint8_t)e->grpc_status,
+			  (uint8_t)(e->stream >> 24),
+			  (uint8_t)(e->stream >> 16),
+			  (uint8_t)(e->stream >> 8),
+			  (uint8_t)e->stream,
+			  (uint8_t)(e->code >> 24),
+			  (uint8_t)e->code,
+			  (uint8_t)(e->retry_after ? strlen(e->retry_after) : 0xff) };
+
+	if (l->n + sizeof(w) <= sizeof(l->ev)) {
+		memcpy(l->ev + l->n, w, sizeof(w));
+		l->n += sizeof(w);
+	}
+}
+
+static void read_all(const uint8_t *out, size_t nout, const uint8_t *in, size_t nin, uint8_t pattern, struct log *l)
+{
+	static struct ns_h2 h;
+	size_t o = 0, i = 0, k;
+
+	ns_h2_init(&h);
+	ns_h2_out(&h, (const uint8_t *)NS_H2_PREFACE, NS_H2_PREFACE_LEN, rec, l);
+	/* the client's octets first, in pieces, then the server's */
+	while (o < nout) {
+		k = pattern ? (size_t)(pattern + o) % 13 + 1 : nout;
+		k = k < nout - o ? k : nout - o;
+		ns_h2_out(&h, out + o, k, rec, l);
+		o += k;
+	}
+	while (i < nin) {
+		k = pattern ? (size_t)(pattern * 7 + i) % 11 + 1 : nin;
+		k = k < nin - i ? k : nin - i;
+		ns_h2_in(&h, in + i, k, rec, l);
+		i += k;
+	}
+	ns_h2_end(&h, rec, l);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
+{
+	static struct log whole, split;
+	size_t cut;
+
+	if (len < 3)
+		return 0;
+	cut = ((size_t)data[1] << 8 | data[2]) % (len - 2);
+	whole.n = split.n = 0;
+	read_all(data + 3, cut, data + 3 + cut, len - 3 - cut, 0, &whole);
+	read_all(data + 3, cut, data + 3 + cut, len - 3 - cut, (uint8_t)(data[0] | 1), &split);
+	if (whole.n != split.n || memcmp(whole.ev, split.ev, whole.n) != 0)
+		abort();
+	return 0;
+}

@@ -1,0 +1,332 @@
+/* test_h2.c -- the HTTP/2 frame reader (policy/h2.c): streams opened,
+ * answered and ended, as events, from connections written frame by frame
+ * here; each fed whole and split at every octet, which must read the same.
+ * Interim answers, trailers and trailers-only gRPC answers, RST_STREAM and
+ * GOAWAY, padding and priority, CONTINUATION, PUSH_PROMISE's header block,
+ * the client's header table size, and every way to go blind. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../../policy/h2.h"
+
+/* a connection's two streams of octets, written below */
+struct conn {
+	uint8_t out[4096], in[4096];
+	size_t nout, nin;
+};
+
+static void frame(uint8_t *buf, size_t *n, int type, int flags, uint32_t stream, const uint8_t *p, size_t len)
+{
+	uint8_t h[9] = { (uint8_t)(len >> 16),    (uint8_t)(len >> 8),    (uint8_t)len,
+			 (uint8_t)type,           (uint8_t)flags,         (uint8_t)(stream >> 24),
+			 (uint8_t)(stream >> 16), (uint8_t)(stream >> 8), (uint8_t)stream };
+
+	cr_assert(*n + 9 + len <= 4096);
+	memcpy(buf + *n, h, 9);
+	memcpy(buf + *n + 9, p, len);
+	*n += 9 + len;
+}
+
+static size_t unhex(const char *s, uint8_t *out)
+{
+	size_t n = 0;
+	unsigned v;
+
+	for (; *s; s++) {
+		if (*s == ' ')
+			continue;
+		cr_assert(sscanf(s, "%2x", &v) == 1);
+		out[n++] = (uint8_t)v;
+		s++;
+	}
+	return n;
+}
+
+static void cframe(struct conn *c, int type, int flags, uint32_t stream, const char *hex)
+{
+	uint8_t p[1024];
+
+	frame(c->out, &c->nout, type, flags, stream, p, unhex(hex, p));
+}
+
+static void sframe(struct conn *c, int type, int flags, uint32_t stream, const char *hex)
+{
+	uint8_t p[1024];
+
+	frame(c->in, &c->nin, type, flags, stream, p, unhex(hex, p));
+}
+
+static void start(struct conn *c)
+{
+	memset(c, 0, sizeof(*c));
+	memcpy(c->out, NS_H2_PREFACE, NS_H2_PREFACE_LEN);
+	c->nout = NS_H2_PREFACE_LEN;
+	cframe(c, 0x4, 0, 0, ""); /* SETTINGS */
+}
+
+/* the events, one word each: O1 F1 H1:200 D1:200 D1:200/g14 X1:2 U3 C1 B */
+static char log_[4096];
+
+static void rec(void *arg, const struct ns_h2_event *e)
+{
+	char w[96];
+
+	(void)arg;
+	switch (e->type) {
+	case NS_H2_OPEN:
+		snprintf(w, sizeof(w), "O%u", e->stream);
+		break;
+	case NS_H2_FIRST:
+		snprintf(w, sizeof(w), "F%u", e->stream);
+		break;
+	case NS_H2_HEADERS:
+		snprintf(w, sizeof(w), "H%u:%u%s%s%s", e->stream, e->status, e->grpc ? "g" : "",
+			 e->retry_after[0] ? "/ra=" : "", e->retry_after);
+		break;
+	case NS_H2_DONE:
+		if (e->grpc_status >= 0)
+			snprintf(w, sizeof(w), "D%u:%u/g%d", e->stream, e->status, e->grpc_status);
+		else
+			snprintf(w, sizeof(w), "D%u:%u", e->stream, e->status);
+		break;
+	case NS_H2_FAILED:
+		snprintf(w, sizeof(w), e->code == NS_H2_CONN_ENDED ? "X%u:end" : "X%u:%u", e->stream, e->code);
+		break;
+	case NS_H2_UNPROCESSED:
+		snprintf(w, sizeof(w), "U%u", e->stream);
+		break;
+	case NS_H2_CANCELLED:
+		snprintf(w, sizeof(w), "C%u", e->stream);
+		break;
+	default:
+		snprintf(w, sizeof(w), "B");
+		break;
+	}
+	if (log_[0])
+		strcat(log_, " ");
+	strcat(log_, w);
+}
+
+/* The client's octets up to each of its requests go first, then the
+ * server's: `turns` says how many of each in turn (client, server, client,
+ * server, ...), in octets; 0 = the rest. Fed in pieces of `piece`. */
+static const char *run(const struct conn *c, const size_t *turns, int nturns, size_t piece, int end)
+{
+	static struct ns_h2 h;
+	size_t o = 0, i = 0;
+
+	log_[0] = '\0';
+	ns_h2_init(&h);
+	for (int t = 0; t < nturns; t++) {
+		int server = t & 1;
+		size_t *at = server ? &i : &o, total = server ? c->nin : c->nout;
+		size_t upto = turns[t] ? *at + turns[t] : total;
+		const uint8_t *buf = server ? c->in : c->out;
+
+		while (*at < upto) {
+			size_t k = piece && piece < upto - *at ? piece : upto - *at;
+
+			if (server)
+				ns_h2_in(&h, buf + *at, k, rec, NULL);
+			else
+				ns_h2_out(&h, buf + *at, k, rec, NULL);
+			*at += k;
+		}
+	}
+	if (end)
+		ns_h2_end(&h, rec, NULL);
+	return log_;
+}
+
+/* every piece size from 1 to 9, and whole: the same events */
+static void expect(const struct conn *c, const size_t *turns, int nturns, int end, const char *want)
+{
+	for (size_t piece = 0; piece <= 9; piece++)
+		cr_assert_str_eq(run(c, turns, nturns, piece, end), want, "in pieces of %zu", piece);
+}
+
+static const size_t ALL[] = { 0, 0 }; /* the client's octets, then the server's */
+
+Test(h2, one_request_answered)
+{
+	struct conn c;
+
+	start(&c);
+	cframe(&c, 0x1, 0x5, 1, "8286 84");      /* HEADERS END_STREAM|END_HEADERS: GET / http */
+	sframe(&c, 0x4, 0, 0, "0003 0000 0064"); /* the server's SETTINGS */
+	sframe(&c, 0x4, 0x1, 0, "");             /* ...its ACK of ours */
+	sframe(&c, 0x1, 0x4, 1, "88");           /* :status 200 */
+	sframe(&c, 0x0, 0x0, 1, "6869");
+	sframe(&c, 0x0, 0x1, 1, "21"); /* END_STREAM */
+	expect(&c, ALL, 2, 1, "O1 F1 H1:200 D1:200");
+}
+
+Test(h2, five_streams_one_after_another)
+{
+	struct conn c;
+	char want[256] = "";
+
+	/* the client's requests all go out before the server answers */
+	start(&c);
+	strcpy(want, "O1 O3 O5 O7 O9");
+	for (uint32_t id = 1; id <= 9; id += 2) {
+		char w[64];
+
+		cframe(&c, 0x1, 0x5, id, "8286 84");
+		sframe(&c, 0x1, 0x4, id, id == 5 ? "8d" : "88"); /* the third: 404 */
+		sframe(&c, 0x0, 0x1, id, "00");
+		snprintf(w, sizeof(w), " F%u H%u:%s D%u:%s", id, id, id == 5 ? "404" : "200", id,
+			 id == 5 ? "404" : "200");
+		strcat(want, w);
+	}
+	expect(&c, ALL, 2, 1, want);
+}
+
+Test(h2, a_503_with_retry_after_and_an_interim_100)
+{
+	struct conn c;
+
+	start(&c);
+	cframe(&c, 0x1, 0x5, 1, "8286 84");
+	sframe(&c, 0x1, 0x4, 1, "0803 3130 30");           /* :status 100 (literal, not indexed) */
+	sframe(&c, 0x1, 0x5, 1, "0803 3530 33 0f26 0137"); /* :status 503, retry-after: 7, END_STREAM */
+	expect(&c, ALL, 2, 1, "O1 F1 H1:503/ra=7 D1:503");
+}
+
+Test(h2, grpc_trailers_and_trailers_only)
+{
+	struct conn c;
+
+	start(&c);
+	cframe(&c, 0x1, 0x4, 1, "8387 84"); /* POST, no END_STREAM: a body follows */
+	cframe(&c, 0x0, 0x1, 1, "0000 0000 00");
+	/* :status 200, content-type: application/grpc (indexed name 31, literal value, incremental) */
+	sframe(&c, 0x1, 0x4, 1, "88 5f10 6170 706c 6963 6174 696f 6e2f 6772 7063");
+	sframe(&c, 0x0, 0x0, 1, "0000 0000 00");
+	/* trailers: grpc-status: 14 (literal name, not indexed), END_STREAM */
+	sframe(&c, 0x1, 0x5, 1, "000b 6772 7063 2d73 7461 7475 7302 3134");
+	cframe(&c, 0x1, 0x4, 3, "8387 84");
+	cframe(&c, 0x0, 0x1, 3, "0000 0000 00");
+	/* trailers-only: :status 200, content-type from the table (62), grpc-status 5 */
+	sframe(&c, 0x1, 0x5, 3, "88 be 000b 6772 7063 2d73 7461 7475 7301 35");
+	expect(&c, ALL, 2, 1, "O1 O3 F1 H1:200g D1:200/g14 F3 H3:200g D3:200/g5");
+}
+
+Test(h2, resets_goaway_and_the_end_of_the_connection)
+{
+	struct conn c;
+
+	start(&c);
+	for (uint32_t id = 1; id <= 9; id += 2)
+		cframe(&c, 0x1, 0x5, id, "8286 84");
+	cframe(&c, 0x3, 0, 9, "0000 0008");           /* the client cancels 9 */
+	sframe(&c, 0x3, 0, 1, "0000 0007");           /* REFUSED_STREAM */
+	sframe(&c, 0x3, 0, 3, "0000 0002");           /* INTERNAL_ERROR */
+	sframe(&c, 0x1, 0x4, 5, "88");                /* 5 answered, not ended */
+	sframe(&c, 0x7, 0, 0, "0000 0005 0000 0000"); /* GOAWAY, last stream 5: 7 was not processed */
+	expect(&c, ALL, 2, 1, "O1 O3 O5 O7 O9 C9 U1 X3:2 F5 H5:200 U7 X5:end");
+}
+
+Test(h2, padding_priority_continuation_and_push)
+{
+	struct conn c;
+
+	start(&c);
+	cframe(&c, 0x1, 0x5, 1, "8286 84");
+	/* PUSH_PROMISE (padded: 2 octets) whose block adds "cache-control: x" to the table */
+	sframe(&c, 0x5, 0x4 | 0x8, 1, "02 0000 0002 5801 78 0000");
+	/* HEADERS padded (3) and with priority, its block cut in two by a CONTINUATION: :status 503 then
+	 * index 63 (the pushed cache-control) */
+	sframe(&c, 0x1, 0x8 | 0x20, 1, "03 8000 0003 10 4803 3530 3300 0000");
+	sframe(&c, 0x9, 0x4, 1, "bf");
+	sframe(&c, 0x0, 0x1 | 0x8, 1, "04 6869 0000 0000"); /* padded DATA, END_STREAM */
+	expect(&c, ALL, 2, 1, "O1 F1 H1:503 D1:503");
+}
+
+Test(h2, a_status_from_the_dynamic_table_on_a_later_stream)
+{
+	struct conn c;
+
+	start(&c);
+	cframe(&c, 0x1, 0x5, 1, "8286 84");
+	sframe(&c, 0x1, 0x5, 1, "4803 3530 33"); /* :status 503, added to the table */
+	cframe(&c, 0x1, 0x5, 3, "8286 84");
+	sframe(&c, 0x1, 0x5, 3, "be"); /* index 62: :status 503 */
+	expect(&c, ALL, 2, 1, "O1 O3 F1 H1:503 D1:503 F3 H3:503 D3:503");
+}
+
+Test(h2, the_clients_smaller_header_table_holds_once_the_server_acks_it)
+{
+	struct conn c;
+	static const size_t turns[] = { 0, 0 };
+
+	start(&c);
+	cframe(&c, 0x4, 0, 0, "0001 0000 0100"); /* SETTINGS_HEADER_TABLE_SIZE 256 */
+	cframe(&c, 0x1, 0x5, 1, "8286 84");
+	cframe(&c, 0x1, 0x5, 3, "8286 84");
+	sframe(&c, 0x4, 0x1, 0, "");           /* the ACK of the preface's SETTINGS */
+	sframe(&c, 0x1, 0x5, 1, "88");         /* before the second ACK: the old size */
+	sframe(&c, 0x4, 0x1, 0, "");           /* the ACK of the table size */
+	sframe(&c, 0x1, 0x5, 3, "3fe1 01 88"); /* a size update to 256 first, as it must */
+	expect(&c, turns, 2, 1, "O1 O3 F1 H1:200 D1:200 F3 H3:200 D3:200");
+	/* without the size update the reader stops: a table it cannot vouch for */
+	start(&c);
+	cframe(&c, 0x4, 0, 0, "0001 0000 0100");
+	cframe(&c, 0x1, 0x5, 1, "8286 84");
+	sframe(&c, 0x4, 0x1, 0, "");
+	sframe(&c, 0x4, 0x1, 0, "");
+	sframe(&c, 0x1, 0x5, 1, "88");
+	expect(&c, turns, 2, 1, "O1 F1 B");
+}
+
+Test(h2, blind_and_silent_after)
+{
+	struct conn c;
+
+	/* a preface that is not one */
+	memset(&c, 0, sizeof(c));
+	memcpy(c.out, "GET / HTTP/1.1\r\n\r\n", 18);
+	c.nout = 18;
+	expect(&c, ALL, 2, 1, "B");
+	/* a DATA frame in the middle of a header block */
+	start(&c);
+	cframe(&c, 0x1, 0x5, 1, "8286 84");
+	sframe(&c, 0x1, 0x0, 1, "88");
+	sframe(&c, 0x0, 0x1, 1, "00");
+	expect(&c, ALL, 2, 1, "O1 F1 B");
+	/* a CONTINUATION with no header block open */
+	start(&c);
+	cframe(&c, 0x1, 0x5, 1, "8286 84");
+	sframe(&c, 0x9, 0x4, 1, "88");
+	expect(&c, ALL, 2, 1, "O1 B");
+	/* an HPACK error (index 0) */
+	start(&c);
+	cframe(&c, 0x1, 0x5, 1, "8286 84");
+	sframe(&c, 0x1, 0x5, 1, "80");
+	expect(&c, ALL, 2, 1, "O1 F1 B");
+	/* padding longer than the frame */
+	start(&c);
+	cframe(&c, 0x1, 0x5, 1, "8286 84");
+	sframe(&c, 0x0, 0x1 | 0x8, 1, "05 00");
+	expect(&c, ALL, 2, 1, "O1 F1 B");
+}
+
+Test(h2, more_streams_at_once_than_it_follows_is_blind)
+{
+	struct conn c;
+	char want[1024] = "";
+
+	start(&c);
+	for (uint32_t i = 0; i <= NS_H2_STREAMS; i++) {
+		char w[16];
+
+		cframe(&c, 0x1, 0x5, 2 * i + 1, "8286 84");
+		if (i < NS_H2_STREAMS) {
+			snprintf(w, sizeof(w), "%sO%u", i ? " " : "", 2 * i + 1);
+			strcat(want, w);
+		}
+	}
+	strcat(want, " B");
+	cr_assert_str_eq(run(&c, ALL, 2, 0, 1), want);
+}
