@@ -112,6 +112,8 @@ static void evict_to(struct ns_hpack *h, uint32_t limit)
 	while (h->count && h->size > limit) {
 		const struct ns_hpack_entry *old = &h->ent[(h->newest + h->count - 1) % NS_HPACK_ENTRIES];
 
+		if (old->kept)
+			h->vals_used &= ~(1u << (old->kept - 1));
 		h->size -= old->size;
 		h->count--;
 	}
@@ -130,12 +132,14 @@ void ns_hpack_set_max(struct ns_hpack *h, uint32_t max)
 }
 
 /* 4.4: entries are evicted until the new one fits; one larger than the
- * table empties it and is not added. -1: more entries than ent[] holds. */
+ * table empties it and is not added. -1: more entries than ent[] holds, or
+ * more kept values than vals[]. */
 static int insert(struct ns_hpack *h, uint32_t nlen, uint32_t vlen, uint8_t name, const char *val, uint8_t kept,
 		  uint8_t over)
 {
 	uint32_t size = nlen + vlen + 32;
 	struct ns_hpack_entry *e;
+	int place = -1;
 
 	if (size > h->cap) {
 		evict_to(h, 0);
@@ -144,6 +148,17 @@ static int insert(struct ns_hpack *h, uint32_t nlen, uint32_t vlen, uint8_t name
 	evict_to(h, h->cap - size);
 	if (h->count == NS_HPACK_ENTRIES)
 		return -1; /* a table over 4096 bytes of small entries: not followed */
+	if (name != NS_HN_OTHER) {
+		for (int i = 0; i < NS_HPACK_VALS && place < 0; i++)
+			if (!(h->vals_used & (1u << i)))
+				place = i;
+		if (place < 0)
+			return -1; /* more statuses and dates in the table than are kept: not followed */
+		h->vals_used |= 1u << place;
+		h->vals[place].vlen = kept;
+		h->vals[place].over = over;
+		memcpy(h->vals[place].val, val, kept);
+	}
 	h->newest = (uint16_t)((h->newest + NS_HPACK_ENTRIES - 1) % NS_HPACK_ENTRIES);
 	h->count++;
 	h->size += size;
@@ -151,10 +166,7 @@ static int insert(struct ns_hpack *h, uint32_t nlen, uint32_t vlen, uint8_t name
 	e->nlen = (uint16_t)nlen;
 	e->size = (uint16_t)size;
 	e->name = name;
-	e->vlen = name == NS_HN_OTHER ? 0 : kept;
-	e->over = name == NS_HN_OTHER ? 0 : over;
-	if (e->vlen)
-		memcpy(e->val, val, e->vlen);
+	e->kept = (uint8_t)(place + 1);
 	return 0;
 }
 
@@ -180,9 +192,13 @@ static int lookup(const struct ns_hpack *h, uint32_t idx, uint32_t *nlen, uint8_
 
 		*nlen = e->nlen;
 		*name = e->name;
-		*val = e->val;
-		*vlen = e->vlen;
-		*over = e->over;
+		*val = "";
+		*vlen = 0;
+		if (e->kept >= 1 && e->kept <= NS_HPACK_VALS) {
+			*val = h->vals[e->kept - 1].val;
+			*vlen = h->vals[e->kept - 1].vlen;
+			*over = h->vals[e->kept - 1].over;
+		}
 	}
 	return 0;
 }

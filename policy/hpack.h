@@ -19,6 +19,7 @@
 #define NS_HPACK_DEFAULT_TABLE 4096 /* SETTINGS_HEADER_TABLE_SIZE until the client says otherwise */
 #define NS_HPACK_ENTRIES       128  /* entries held: a table of 4096 bytes holds at most 4096 / 32 */
 #define NS_HPACK_VAL_MAX       29   /* a kept value's bytes: an IMF-fixdate Retry-After is 29 */
+#define NS_HPACK_VALS          24   /* entries with a kept value (:status, retry-after...) at once */
 
 /* the header names an outcome reads */
 enum { NS_HN_OTHER, NS_HN_STATUS, NS_HN_RETRY_AFTER, NS_HN_GRPC_STATUS, NS_HN_CONTENT_TYPE };
@@ -32,14 +33,19 @@ struct ns_hfields {
 	char retry_after[NS_HPACK_VAL_MAX + 1];
 };
 
-/* One entry of the dynamic table: its size, and its value when its name is
- * one an outcome reads. */
+/* One entry of the dynamic table: its size, and where its value is kept
+ * when its name is one an outcome reads. */
 struct ns_hpack_entry {
 	uint16_t nlen; /* the name's octets */
 	uint16_t size; /* nlen + the value's octets + 32 (RFC 7541 4.1) */
 	uint8_t name;  /* NS_HN_* */
-	uint8_t vlen;  /* octets of val kept */
-	uint8_t over;  /* the value was longer: cut there, and read as no value */
+	uint8_t kept;  /* its value's place in vals[] + 1; 0 = none (NS_HN_OTHER) */
+};
+
+/* A kept value. */
+struct ns_hpack_val {
+	uint8_t vlen; /* octets of val kept */
+	uint8_t over; /* the value was longer: cut there, and read as no value */
 	char val[NS_HPACK_VAL_MAX];
 };
 
@@ -68,7 +74,9 @@ struct ns_hpack {
 	uint32_t nlen;                  /* this representation's name's octets */
 	uint32_t hcode, hfirst, hindex; /* Huffman: the canonical decoder's place */
 	char val[NS_HPACK_VAL_MAX];
+	uint32_t vals_used; /* a bit for each place of vals[] taken */
 	struct ns_hpack_entry ent[NS_HPACK_ENTRIES];
+	struct ns_hpack_val vals[NS_HPACK_VALS];
 };
 
 /* A new decoder for a connection: an empty table of NS_HPACK_DEFAULT_TABLE. */

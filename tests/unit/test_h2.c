@@ -330,3 +330,9 @@ Test(h2, more_streams_at_once_than_it_follows_is_blind)
 	strcat(want, " B");
 	cr_assert_str_eq(run(&c, ALL, 2, 0, 1), want);
 }
+
+Test(h2, a_connection_fits_the_budget)
+{
+	/* DESIGN part 4: at most ~5 KiB an h2 connection, HPACK's table included */
+	cr_assert_leq(sizeof(struct ns_h2), 5120);
+}

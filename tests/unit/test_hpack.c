@@ -311,8 +311,39 @@ Test(hpack, a_table_of_many_small_entries_beyond_what_it_holds_is_an_error)
 	cr_assert_eq(h.count, NS_HPACK_ENTRIES);
 }
 
+Test(hpack, kept_values_come_back_when_their_entries_go)
+{
+	struct ns_hpack h;
+	struct ns_hfields out;
+	char blk[32];
+
+	/* a table of 256 holds 6 entries of :status NNN (42 each) at once:
+	 * 100 in turn each read back right, evictions giving their places back */
+	ns_hpack_init(&h);
+	ns_hpack_set_max(&h, 256);
+	cr_assert_eq(block(&h, "3fe1 01", 0, &out), 0);
+	for (int i = 0; i < 100; i++) {
+		snprintf(blk, sizeof(blk), "4803 33 3%d 3%d be", (i / 10) % 10, i % 10); /* 3TU, then index 62 */
+		cr_assert_eq(block(&h, blk, 0, &out), 0, "status entry %d", i);
+		cr_assert_eq(out.status, 300 + (unsigned)((i / 10) % 10) * 10 + (unsigned)(i % 10), "entry %d", i);
+	}
+}
+
+Test(hpack, more_kept_values_at_once_than_it_holds_is_an_error)
+{
+	struct ns_hpack h;
+	struct ns_hfields out;
+	int failed = 0, i;
+
+	ns_hpack_init(&h);
+	for (i = 0; i < NS_HPACK_VALS + 1 && !failed; i++)
+		failed = block(&h, "4803 3230 30", 0, &out) < 0; /* :status 200, added: 42 each, 4096 holds 97 */
+	cr_assert(failed);
+	cr_assert_eq(i, NS_HPACK_VALS + 1);
+}
+
 Test(hpack, it_fits_the_budget)
 {
 	/* DESIGN part 4: at most ~5 KiB an h2 connection, the frame reader included */
-	cr_assert_leq(sizeof(struct ns_hpack), 4800);
+	cr_assert_leq(sizeof(struct ns_hpack), 2048);
 }
