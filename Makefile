@@ -44,7 +44,7 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 
 LIB := $(BUILD)/libnetshim.so
 TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench $(BUILD)/tablebench \
-	$(BUILD)/netshim-agent $(BUILD)/fleetbench $(BUILD)/fleetscale
+	$(BUILD)/netshim-agent $(BUILD)/fleetbench $(BUILD)/fleetscale $(BUILD)/h2bench
 CLIENTS := $(BUILD)/fclient $(BUILD)/tracee $(BUILD)/vforkclose $(BUILD)/mmsg $(BUILD)/hammer \
 	$(BUILD)/fclient-static $(BUILD)/sigconnect $(BUILD)/siglocks $(BUILD)/sslhost $(BUILD)/deepbind $(BUILD)/libdeeplib.so $(BUILD)/libdeeplib-now.so $(BUILD)/libdeeplib-addr.so
 
@@ -118,6 +118,9 @@ $(BUILD)/faultsrv: $(BUILD)/tools/testsrv/faultsrv.o
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
 
 $(BUILD)/tablebench: $(BUILD)/tools/bench/tablebench.o $(POLICY_OBJ)
+	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
+
+$(BUILD)/h2bench: $(BUILD)/tools/bench/h2bench.o $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
 
 $(BUILD)/bench: $(BUILD)/tools/bench/bench.o

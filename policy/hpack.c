@@ -100,9 +100,21 @@ static uint8_t hp_name_of(const char *s)
 
 void ns_hpack_init(struct ns_hpack *h)
 {
+	uint32_t first = 0;
+	uint16_t base = 0;
+
 	memset(h, 0, sizeof(*h));
 	h->max = NS_HPACK_DEFAULT_TABLE;
 	h->cap = NS_HPACK_DEFAULT_TABLE;
+	/* canonical: the codes of length l follow those of l - 1, doubled */
+	for (unsigned l = 1; l <= 30; l++) {
+		h->hfirst[l] = first << (30 - l);
+		h->hbase[l] = base;
+		first += hp_count[l];
+		base = (uint16_t)(base + hp_count[l]);
+		h->hlimit[l] = first << (30 - l);
+		first <<= 1;
+	}
 }
 
 /**** the dynamic table ****/
@@ -266,42 +278,61 @@ static void string_octet(struct ns_hpack *h, int is_name, uint8_t c)
 	h->olen++;
 }
 
-/* One octet of a Huffman string, bit by bit through the canonical code. */
+/* The symbol whose code begins the 30 bits of code30 (left-justified), and
+ * its length. */
+static uint16_t huff_symbol(const struct ns_hpack *h, uint32_t code30, unsigned *len)
+{
+	unsigned l = 5;
+
+	while (l < 30 && code30 >= h->hlimit[l])
+		l++;
+	*len = l;
+	return hp_sym[h->hbase[l] + ((code30 - h->hfirst[l]) >> (30 - l))];
+}
+
+/* One octet of a Huffman string: every symbol whose 30 bits are in. */
 static int huff_octet(struct ns_hpack *h, int is_name, uint8_t b)
 {
-	for (int bit = 7; bit >= 0; bit--) {
-		uint32_t count;
+	h->hacc = h->hacc << 8 | b;
+	h->hn = (uint8_t)(h->hn + 8);
+	while (h->hn >= 30) {
+		unsigned len;
+		uint16_t sym = huff_symbol(h, (uint32_t)(h->hacc >> (h->hn - 30)) & 0x3fffffffu, &len);
 
-		h->hcode |= (uint32_t)(b >> bit) & 1;
-		h->pad_ones &= (uint8_t)((b >> bit) & 1);
-		h->hlen++;
-		if (h->hlen > 30)
-			return -1;
-		count = hp_count[h->hlen];
-		if (h->hcode - h->hfirst < count) {
-			uint16_t sym = hp_sym[h->hindex + h->hcode - h->hfirst];
-
-			if (sym == HP_EOS)
-				return -1; /* 5.2: EOS in a string is an error */
-			string_octet(h, is_name, (uint8_t)sym);
-			h->hcode = h->hfirst = h->hindex = 0;
-			h->hlen = 0;
-			h->pad_ones = 1;
-		} else {
-			h->hindex += count;
-			h->hfirst = (h->hfirst + count) << 1;
-			h->hcode <<= 1;
-		}
+		if (sym == HP_EOS)
+			return -1; /* 5.2: EOS in a string is an error */
+		string_octet(h, is_name, (uint8_t)sym);
+		h->hn = (uint8_t)(h->hn - len);
 	}
+	return 0;
+}
+
+/* The string's last octet is in: the symbols left, then its padding, under
+ * 8 bits of EOS's prefix (all ones), 5.2. */
+static int huff_end(struct ns_hpack *h, int is_name)
+{
+	while (h->hn) {
+		unsigned len;
+		uint32_t code30 = (uint32_t)(h->hacc << (30 - h->hn)) & 0x3fffffffu; /* zeros after the last bit */
+		uint16_t sym = huff_symbol(h, code30, &len);
+
+		if (len > h->hn)
+			break; /* no whole code: the padding */
+		if (sym == HP_EOS)
+			return -1;
+		string_octet(h, is_name, (uint8_t)sym);
+		h->hn = (uint8_t)(h->hn - len);
+	}
+	if (h->hn > 7 || (h->hacc & ((1u << h->hn) - 1)) != (1u << h->hn) - 1)
+		return -1;
 	return 0;
 }
 
 static void string_begin(struct ns_hpack *h, int is_name)
 {
 	h->olen = 0;
-	h->hcode = h->hfirst = h->hindex = 0;
-	h->hlen = 0;
-	h->pad_ones = 1;
+	h->hacc = 0;
+	h->hn = 0;
 	if (is_name) {
 		h->cand = HP_ALL_NAMES;
 	} else {
@@ -326,7 +357,7 @@ static int rep_done(struct ns_hpack *h, struct ns_hfields *out)
  * prefix (all ones). */
 static int string_end(struct ns_hpack *h, int is_name, struct ns_hfields *out)
 {
-	if (h->huff && (h->hlen > 7 || !h->pad_ones))
+	if (h->huff && huff_end(h, is_name) < 0)
 		return -1;
 	if (!is_name)
 		return rep_done(h, out);

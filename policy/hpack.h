@@ -55,24 +55,28 @@ struct ns_hpack {
 	uint32_t size;          /* the sum of the entries' sizes */
 	uint16_t newest, count; /* ent[] is a ring: ent[newest] the newest of count */
 	/* the representation being read, kept across any split */
-	uint8_t st;                     /* where in it (hpack.c) */
-	uint8_t rep;                    /* which kind */
-	uint8_t at_start;               /* no header yet in this block: a size update may come */
-	uint8_t huff;                   /* the string being read is Huffman-coded */
-	uint8_t in_name;                /* ...and it is a literal name */
-	uint8_t need_update;            /* the client lowered its limit: the next block starts with a size update */
-	uint8_t shift;                  /* a prefixed integer's next 7 bits go here */
-	uint8_t name;                   /* NS_HN_* of this representation's name */
-	uint8_t cand;                   /* a literal name being read: the names it may still be */
-	uint8_t vlen;                   /* octets of val kept */
-	uint8_t over;                   /* the value was longer than val */
-	uint8_t hlen;                   /* Huffman: the bits of the code being read */
-	uint8_t pad_ones;               /* Huffman: those bits are all 1 (EOS's prefix, the padding) */
-	uint32_t num;                   /* a prefixed integer */
-	uint32_t left;                  /* a string's octets still to read */
-	uint32_t olen;                  /* a string's octets, decoded */
-	uint32_t nlen;                  /* this representation's name's octets */
-	uint32_t hcode, hfirst, hindex; /* Huffman: the canonical decoder's place */
+	uint8_t st;          /* where in it (hpack.c) */
+	uint8_t rep;         /* which kind */
+	uint8_t at_start;    /* no header yet in this block: a size update may come */
+	uint8_t huff;        /* the string being read is Huffman-coded */
+	uint8_t in_name;     /* ...and it is a literal name */
+	uint8_t need_update; /* the client lowered its limit: the next block starts with a size update */
+	uint8_t shift;       /* a prefixed integer's next 7 bits go here */
+	uint8_t name;        /* NS_HN_* of this representation's name */
+	uint8_t cand;        /* a literal name being read: the names it may still be */
+	uint8_t vlen;        /* octets of val kept */
+	uint8_t over;        /* the value was longer than val */
+	uint8_t hn;          /* Huffman: bits in hacc not yet decoded */
+	uint32_t num;        /* a prefixed integer */
+	uint32_t left;       /* a string's octets still to read */
+	uint32_t olen;       /* a string's octets, decoded */
+	uint32_t nlen;       /* this representation's name's octets */
+	uint64_t hacc;       /* Huffman: the string's bits, the last hn of them not yet decoded */
+	/* the canonical code's limits, made from RFC 7541's table at init: by
+	 * length L, the first code and the end of the codes up to L, both
+	 * left-justified in 30 bits, and how many symbols are shorter */
+	uint32_t hfirst[31], hlimit[31];
+	uint16_t hbase[31];
 	char val[NS_HPACK_VAL_MAX];
 	uint32_t vals_used; /* a bit for each place of vals[] taken */
 	struct ns_hpack_entry ent[NS_HPACK_ENTRIES];

@@ -390,4 +390,12 @@ echo
 echo "## 9. What-if: recording the history, replaying it (tools/bench/histbench.py)"
 "$PY" "$TOOLS/histbench.py" "$BUILD"
 echo
+echo "## 10. HTTP/2: reading answers (tools/bench/h2bench.c; not yet wired into the shim)"
+"$BUILD/h2bench"
+if command -v valgrind >/dev/null; then
+	valgrind --tool=callgrind --callgrind-out-file="$work/h2.cg" "$BUILD/h2bench" 20000 >/dev/null 2>&1 &&
+		echo "  HPACK instructions a block (callgrind, the C.6 rounds): $(callgrind_annotate "$work/h2.cg" 2>/dev/null |
+			awk '/ns_hpack_feed/ {gsub(",", "", $1); print int($1 / 60000); exit}')"
+fi
+echo
 echo "report written to $BUILD/bench.txt"
