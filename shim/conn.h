@@ -59,6 +59,9 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
 #define NS_C_SENT 0x2000u
 #define NS_C_HTTP 0x4000u
 #define NS_C_NOTHTTP 0x8000u
+/* both: HTTP/2 (its preface was sent). Its frames are not read yet (issue
+ * 36): connect outcomes only, never HTTP/1-style turns */
+#define NS_C_H2          (NS_C_HTTP | NS_C_NOTHTTP)
 #define NS_C_TLS 0x10000u         /* its plaintext is seen (tls.c): turns are taken there */
 #define NS_C_TLSWIRE 0x20000u     /* the first bytes sent were a TLS ClientHello */
 #define NS_C_HSDONE 0x40000u      /* the TLS handshake had its outcome (not an exchange) */

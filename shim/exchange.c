@@ -25,15 +25,22 @@
 
 enum { HS_STATUS, HS_SKIP, HS_HDR_LINE, HS_HDR_VALUE };
 
-/* "GET ", "POST " ...: an HTTP/1.x request line begins so. HTTP/2's
- * preface ("PRI * HTTP/2.0") and TLS (0x16) do not. Of the first n bytes
- * sent: 1 (HTTP), 0 (not), or -1 while they may still begin a method
- * ("G", "POS": a program may send its request in pieces). */
+/* "GET ", "POST " ...: an HTTP/1.x request line begins so; HTTP/2's
+ * preface ("PRI * HTTP/2.0\r\n...", its first 8 bytes here) begins an
+ * HTTP/2 connection; TLS (0x16) neither. Of the first n bytes sent: 1
+ * (HTTP/1), 2 (HTTP/2), 0 (neither), or -1 while they may still begin one
+ * ("G", "POS", "PRI": a program may send its request in pieces). */
 static int looks_http(const char *b, size_t n)
 {
 	static const char *const methods[] = { "GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "OPTIONS ",
 		"PATCH ", "TRACE ", "CONNECT " };
+	static const char h2[] = "PRI * HT";
 	int may = 0;
+
+	if (n >= sizeof(h2) - 1 && memcmp(b, h2, sizeof(h2) - 1) == 0)
+		return 2;
+	if (n < sizeof(h2) - 1 && memcmp(b, h2, n) == 0)
+		may = 1;
 
 	for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
 		size_t m = strlen(methods[i]);
@@ -75,10 +82,10 @@ static void sniff(struct ns_conn *c, const char *buf, size_t n)
 	}
 	ST(c->hlen, 0);
 	ST(c->hstate, (uint32_t)HS_STATUS);
-	__atomic_fetch_or(&c->flags, v > 0 ? NS_C_HTTP : NS_C_NOTHTTP, __ATOMIC_RELAXED);
+	__atomic_fetch_or(&c->flags, v == 2 ? NS_C_H2 : v > 0 ? NS_C_HTTP : NS_C_NOTHTTP, __ATOMIC_RELAXED);
 	__atomic_fetch_and(&c->flags, ~NS_C_SNIFF, __ATOMIC_RELAXED);
 	/* told by a later piece of a request already out, before its answer */
-	if (v > 0 && (LD(c->flags) & NS_C_SENT) && !LD(c->outcome))
+	if (v == 1 && (LD(c->flags) & NS_C_SENT) && !LD(c->outcome))
 		__atomic_fetch_or(&c->flags, NS_C_PARSE, __ATOMIC_RELAXED);
 }
 
@@ -279,7 +286,16 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 		/* buf holds at least min(n, 8) bytes (see first8 in datapath.c) */
 		if (!(f & (NS_C_HTTP | NS_C_NOTHTTP)))
 			sniff(c, buf, n);
-		if (LD(c->flags) & NS_C_XNEXT) {
+		f = LD(c->flags);
+		if ((f & NS_C_H2) == NS_C_H2 && ((f & (NS_C_ANSWERED | NS_C_HSDONE | NS_C_TLS)) || LD(c->outcome))) {
+			/* HTTP/2: its requests are streams, not turns, and are not
+			 * read yet: no exchange after the connection's own first
+			 * (a plain connection's connect and first answer; over TLS,
+			 * the handshake) */
+			__atomic_fetch_and(&c->flags, ~NS_C_XNEXT, __ATOMIC_RELAXED);
+			return;
+		}
+		if (f & NS_C_XNEXT) {
 			/* a new exchange: its outcome is owed from now */
 			uint32_t again = (LD(c->flags) & NS_C_ANSWERED) ? NS_C_REUSED : 0;
 

@@ -133,7 +133,7 @@ static int idle_holder(int fd, struct ns_conn *c, int slot, uint32_t cap, uint32
 	    LD(c->place_holder) != self || !LD(c->outcome))
 		return 0;
 	if ((f & (NS_C_ANSWERED | NS_C_XNEXT)) != (NS_C_ANSWERED | NS_C_XNEXT) || (f & BUSY) ||
-	    !(f & (NS_C_HTTP | NS_C_TLSWIRE)))
+	    !(f & (NS_C_HTTP | NS_C_TLSWIRE)) || (f & NS_C_H2) == NS_C_H2)
 		return 0;
 	return ns_real_syscall(SYS_ioctl, fd, SIOCINQ, &n) == 0 && n == 0 &&
 	       ns_real_syscall(SYS_ioctl, fd, SIOCOUTQ, &n) == 0 && n == 0;
