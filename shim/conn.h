@@ -161,7 +161,7 @@ struct ns_conn {
 	/* the destination's address as connect() named it (family << 16 | port,
 	 * and 16 bytes), for conn_still: is the number still this socket? */
 	uint32_t peer_fp;
-	uint64_t peer_a[2];
+	uint64_t peer_a[2]; /* word by word (ST/LD): a pooled record is read by a thread that held its last use */
 	/* the exchange in progress (exchange.c; its thread's slow path only) */
 	monotime xstart;          /* when its request went out; 0 = the connect's */
 	uint32_t hstate;          /* HTTP answer: status line, or 1xx headers to skip */

@@ -548,7 +548,13 @@ static inline __attribute__((always_inline)) void record(struct attempt *a)
 	__atomic_store_n(&c->set, a->kept, __ATOMIC_RELEASE);
 	ST(c->slot, a->slot);
 	ST(c->peer_fp, (uint32_t)a->d.family << 16 | a->d.port);
-	memcpy(c->peer_a, a->d.addr, 16);
+	{
+		uint64_t pa[2];
+
+		memcpy(pa, a->d.addr, sizeof(pa));
+		ST(c->peer_a[0], pa[0]); /* (a record from the pool: a thread of its last use may read it) */
+		ST(c->peer_a[1], pa[1]);
+	}
 	if (a->enforce) {
 		f |= NS_C_ENFORCE;
 		ST(c->read_timeout_ns, (int64_t)a->sp->read_timeout_ms * 1000000);

@@ -385,7 +385,9 @@ void ns_fault_existing(int fd, struct ns_conn *c)
 	if (!d.family && fp >> 16) {
 		/* a named connection: its address too, for patterns by address */
 		d.family = (int)(fp >> 16);
-		memcpy(d.addr, c->peer_a, sizeof(d.addr));
+		uint64_t pa[2] = { LD(c->peer_a[0]), LD(c->peer_a[1]) };
+
+		memcpy(d.addr, pa, sizeof(d.addr));
 	}
 	rt = ns_fault_rt_existing(&d, LD(c->start), now, &f, &order);
 	if (rt < 0 || ((LD(c->expired) & NS_ATTN_FAULT) && LD(cf->rt_idx) == rt && LD(cf->rt_order) == order))

@@ -3,8 +3,17 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <string.h>
 
 #include "real.h"
+
+/* c's destination address is addr (16 bytes), read word by word */
+static int peer_addr_is(const struct ns_conn *c, const uint8_t *addr)
+{
+	uint64_t pa[2] = { LD(c->peer_a[0]), LD(c->peer_a[1]) };
+
+	return memcmp(pa, addr, sizeof(pa)) == 0;
+}
 
 /* Is fd still the socket c was made for? Asked only where the shim is
  * about to act on its own (fail a call at a deadline, inject a fault): a
@@ -27,9 +36,8 @@ __attribute__((noinline, cold)) int ns_conn_still(int fd, struct ns_conn *c)
 			ours = errno == ENOTCONN;
 		else
 			ours = (LD(c->flags) & NS_C_FAULT) ||
-			       (ns_dest_from_sa((struct sockaddr *)&ss, l, &d) == 0 &&
-				LD(c->peer_fp) == ((uint32_t)d.family << 16 | d.port) &&
-				memcmp(c->peer_a, d.addr, 16) == 0);
+				(ns_dest_from_sa((struct sockaddr *)&ss, l, &d) == 0 &&
+				 LD(c->peer_fp) == ((uint32_t)d.family << 16 | d.port) && peer_addr_is(c, d.addr));
 	}
 	if (!ours) {
 		NS_LOG(NS_LOG_DEBUG, "fd %d is no longer the socket the shim knew (closed unseen): its state dropped", fd);
