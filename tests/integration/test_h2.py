@@ -17,13 +17,7 @@ import time
 
 import pytest
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from rediscluster import free_ports
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +31,7 @@ def nghttpd(tmp_path_factory):
         (www / f"p{i}").write_text(f"page {i}\n")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d / "key.pem",
                     "-out", d / "cert.pem", "-days", "2", "-subj", "/CN=localhost"], check=True, capture_output=True)
-    tls, clear = free_port(), free_port()
+    tls, clear = free_ports(2)
     procs = [subprocess.Popen(["nghttpd", "-d", www, str(tls), d / "key.pem", d / "cert.pem"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
              subprocess.Popen(["nghttpd", "--no-tls", "-d", www, str(clear)],
