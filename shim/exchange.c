@@ -307,7 +307,8 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 			if (!(LD(c->flags) & NS_C_SNIFF))
 				ST(c->hlen, 0);   /* (while sniffing it holds the request's first bytes) */
 			__atomic_fetch_and(&c->flags, ~(NS_C_XNEXT | NS_C_REUSED | NS_C_HDRS), __ATOMIC_RELAXED);
-			__atomic_fetch_or(&c->flags, again | NS_C_SENT | ((LD(c->flags) & NS_C_HTTP) ? NS_C_PARSE : 0),
+			__atomic_fetch_or(&c->flags,
+					  again | NS_C_SENT | ((LD(c->flags) & NS_C_H2) == NS_C_HTTP ? NS_C_PARSE : 0),
 					  __ATOMIC_RELAXED);
 		}
 		return;

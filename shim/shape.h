@@ -63,8 +63,8 @@ static inline int ns_shape_wants_token(const struct ns_conn *c, uint32_t f, uint
 	if (likely(!(f & (NS_C_PACED | NS_C_ANSWERED | NS_C_TOKEN))))
 		return 0;   /* (a connection's first request rides on the connect's token) */
 	return (f & (NS_C_PACED | NS_C_TOKEN)) ||
-	       ((f & (NS_C_XNEXT | NS_C_HTTP | NS_C_TLS)) == (NS_C_XNEXT | NS_C_HTTP | tls) &&
-		ns_conn_set(c)->rate_interval_us);
+		((f & (NS_C_XNEXT | NS_C_H2 | NS_C_TLS)) == (NS_C_XNEXT | NS_C_HTTP | tls) && /* HTTP/1 only */
+		 ns_conn_set(c)->rate_interval_us);
 }
 /* Count a connect turned away (and the throttling event, once a minute). */
 NS_HIDDEN void ns_shape_throttled(int slot, const char *key, const struct ns_settings *set);
