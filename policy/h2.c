@@ -144,6 +144,7 @@ static void block_done(struct ns_h2 *h, ns_h2_cb cb, void *arg)
 /* The frame header is whole: what the frame begins. 0, or -1: blind. */
 static int frame_begin(struct ns_h2 *h, struct ns_h2_dir *d, int server, ns_h2_cb cb, void *arg)
 {
+	struct ns_h2_stream *s;
 	uint32_t len = (uint32_t)d->hdr[0] << 16 | (uint32_t)d->hdr[1] << 8 | d->hdr[2];
 
 	d->type = d->hdr[3];
@@ -163,8 +164,8 @@ static int frame_begin(struct ns_h2 *h, struct ns_h2_dir *d, int server, ns_h2_c
 		d->padlen_due = (d->flags & FL_PADDED) != 0;
 		if (!d->stream)
 			return -1;
-		if (server && find(h, d->stream))
-			answered(h, find(h, d->stream), cb, arg);
+		if (server && (s = find(h, d->stream)) != NULL)
+			answered(h, s, cb, arg);
 		break;
 	case F_HEADERS:
 		d->padlen_due = (d->flags & FL_PADDED) != 0;
@@ -176,8 +177,8 @@ static int frame_begin(struct ns_h2 *h, struct ns_h2_dir *d, int server, ns_h2_c
 				open_stream(h, d->stream, cb, arg);
 			break;
 		}
-		if (find(h, d->stream))
-			answered(h, find(h, d->stream), cb, arg);
+		if ((s = find(h, d->stream)) != NULL)
+			answered(h, s, cb, arg);
 		h->block_stream = d->stream;
 		h->block_end_stream = (d->flags & FL_END_STREAM) != 0;
 		h->block_push = 0;

@@ -87,9 +87,6 @@ enum {
 	R_SIZE,    /* 6.3: the table's size changes */
 };
 
-/* what the integer being read is, once read */
-enum { I_INDEX, I_NAME_INDEX, I_SIZE };
-
 static uint8_t hp_name_of(const char *s)
 {
 	for (unsigned i = 0; i < 4; i++)
@@ -373,22 +370,23 @@ static int string_end(struct ns_hpack *h, int is_name, struct ns_hfields *out)
 
 /**** integers ****/
 
-/* An integer is whole (h->num): go on with what it was. */
-static int int_done(struct ns_hpack *h, int what, struct ns_hfields *out)
+/* A representation's integer is whole (h->num): go on as its kind (h->rep)
+ * says. */
+static int int_done(struct ns_hpack *h, struct ns_hfields *out)
 {
 	const char *val;
 	uint32_t vlen;
 	int over;
 
-	switch (what) {
-	case I_INDEX:
+	switch (h->rep) {
+	case R_INDEXED:
 		if (lookup(h, h->num, &h->nlen, &h->name, &val, &vlen, &over) < 0)
 			return -1;
 		emit(h->name, val, vlen, over, out);
 		h->at_start = 0;
 		h->st = S_REP;
 		return 0;
-	case I_SIZE:
+	case R_SIZE:
 		if (!h->at_start || h->num > h->max)
 			return -1; /* 4.2: only at a block's start, never over the client's limit */
 		h->need_update = 0;
@@ -396,7 +394,8 @@ static int int_done(struct ns_hpack *h, int what, struct ns_hfields *out)
 		evict_to(h, h->cap);
 		h->st = S_REP;
 		return 0;
-	case I_NAME_INDEX:
+	case R_INC:
+	case R_NOINC:
 		h->st = S_STRLEN;
 		h->in_name = h->num == 0; /* 0: a literal name follows */
 		if (h->num == 0)
@@ -424,7 +423,7 @@ int ns_hpack_end(struct ns_hpack *h)
 }
 
 /* The representation's first octet: its kind, and its integer's prefix. */
-static int rep_start(struct ns_hpack *h, uint8_t b, uint8_t *what, struct ns_hfields *out)
+static int rep_start(struct ns_hpack *h, uint8_t b, struct ns_hfields *out)
 {
 	uint8_t mask;
 
@@ -432,19 +431,15 @@ static int rep_start(struct ns_hpack *h, uint8_t b, uint8_t *what, struct ns_hfi
 		return -1; /* 4.2: the lowered limit was not acknowledged */
 	if (b & 0x80) {
 		h->rep = R_INDEXED;
-		*what = I_INDEX;
 		mask = 0x7f;
 	} else if (b & 0x40) {
 		h->rep = R_INC;
-		*what = I_NAME_INDEX;
 		mask = 0x3f;
 	} else if (b & 0x20) {
 		h->rep = R_SIZE;
-		*what = I_SIZE;
 		mask = 0x1f;
 	} else {
 		h->rep = R_NOINC; /* 0000 without indexing, 0001 never indexed: alike here */
-		*what = I_NAME_INDEX;
 		mask = 0x0f;
 	}
 	h->name = NS_HN_OTHER;
@@ -453,7 +448,7 @@ static int rep_start(struct ns_hpack *h, uint8_t b, uint8_t *what, struct ns_hfi
 	h->num = b & mask;
 	h->shift = 0;
 	if (h->num < mask)
-		return int_done(h, *what, out);
+		return int_done(h, out);
 	h->st = S_INT;
 	return 0;
 }
@@ -478,23 +473,15 @@ int ns_hpack_feed(struct ns_hpack *h, const uint8_t *p, size_t n, struct ns_hfie
 		int r;
 
 		switch (h->st) {
-		case S_REP: {
-			uint8_t what;
-
-			if (rep_start(h, b, &what, out) < 0)
+		case S_REP:
+			if (rep_start(h, b, out) < 0)
 				return -1;
 			break;
-		}
 		case S_INT:
 			r = int_more(h, b);
 			if (r < 0)
 				return -1;
-			if (r &&
-			    int_done(h,
-				     h->rep == R_INDEXED        ? I_INDEX
-					     : h->rep == R_SIZE ? I_SIZE
-								: I_NAME_INDEX,
-				     out) < 0)
+			if (r && int_done(h, out) < 0)
 				return -1;
 			break;
 		case S_STRLEN:
