@@ -13,7 +13,21 @@
 #define NS_LINE_MAX 1024
 #define NS_MAX_DURATION_MS (7ULL * 24 * 3600 * 1000)
 
-enum vtype { T_DUR, T_UINT, T_PCT, T_RECOVERY, T_MODE, T_BOOL, T_FAULT, T_SEED, T_STATUSES, T_FACTOR, T_RATE, T_RATEH };
+enum vtype {
+	T_DUR,
+	T_UINT,
+	T_PCT,
+	T_RECOVERY,
+	T_MODE,
+	T_BOOL,
+	T_FAULT,
+	T_SEED,
+	T_STATUSES,
+	T_GRPC,
+	T_FACTOR,
+	T_RATE,
+	T_RATEH
+};
 
 struct keydef {
 	int type;

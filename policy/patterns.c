@@ -324,6 +324,7 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 			break;
 		case T_DUR:
 		case T_SEED:
+		case T_GRPC:
 		case T_RATEH:
 			memcpy((char *)out + ns_keydefs[k].off, (const char *)&p->sec[best[k]].v + ns_keydefs[k].off, 8);
 			break;

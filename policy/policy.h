@@ -37,6 +37,7 @@ struct ns_settings {
 	uint32_t timeout_rate_bp;   /* open when timeouts reach this share of the window */
 	uint64_t latency_p99_ms;    /* open when the window's p99 first-byte time reaches this */
 	uint64_t failure_status[8]; /* HTTP codes 100-611 (bit code-100) that fail an exchange */
+	uint64_t grpc_failure_status; /* gRPC status codes 0-63 (bit code) that fail an exchange */
 	/* shaping (DESIGN part 3): 0 = off */
 	uint32_t max_connections;   /* connections open at once, machine-wide (at most NS_PLACES) */
 	uint32_t pad_shape;
@@ -62,15 +63,42 @@ struct ns_settings {
 };
 
 enum ns_key_id {
-	NS_K_CONNECT_TIMEOUT, NS_K_READ_TIMEOUT, NS_K_TOTAL_TIMEOUT,
-	NS_K_FAILURE_THRESHOLD, NS_K_WINDOW, NS_K_CONSECUTIVE_FAILURES,
-	NS_K_FAILURE_RATE, NS_K_MIN_CALLS, NS_K_RECOVERY, NS_K_OPEN_DURATION,
-	NS_K_HALF_OPEN_PROBES, NS_K_CONNECT_RETRIES, NS_K_RETRY_BACKOFF,
-	NS_K_MODE, NS_K_TRACE, NS_K_FAULT, NS_K_FAULT_SEED, NS_K_FAILURE_STATUS,
-	NS_K_SLOW_CALL, NS_K_SLOW_CALL_RATE, NS_K_TIMEOUT_RATE, NS_K_LATENCY_P99,
-	NS_K_MAX_CONNECTIONS, NS_K_QUEUE_TIMEOUT, NS_K_OPEN_BACKOFF, NS_K_OPEN_DURATION_MAX, NS_K_OPEN_JITTER,
-	NS_K_RETRY_AFTER, NS_K_RETRY_AFTER_MAX, NS_K_SLOW_START, NS_K_RETRY_BUDGET, NS_K_RETRY_BUDGET_MIN,
-	NS_K_RATE, NS_K_BURST, NS_K_RATE_JITTER,
+	NS_K_CONNECT_TIMEOUT,
+	NS_K_READ_TIMEOUT,
+	NS_K_TOTAL_TIMEOUT,
+	NS_K_FAILURE_THRESHOLD,
+	NS_K_WINDOW,
+	NS_K_CONSECUTIVE_FAILURES,
+	NS_K_FAILURE_RATE,
+	NS_K_MIN_CALLS,
+	NS_K_RECOVERY,
+	NS_K_OPEN_DURATION,
+	NS_K_HALF_OPEN_PROBES,
+	NS_K_CONNECT_RETRIES,
+	NS_K_RETRY_BACKOFF,
+	NS_K_MODE,
+	NS_K_TRACE,
+	NS_K_FAULT,
+	NS_K_FAULT_SEED,
+	NS_K_FAILURE_STATUS,
+	NS_K_SLOW_CALL,
+	NS_K_SLOW_CALL_RATE,
+	NS_K_TIMEOUT_RATE,
+	NS_K_LATENCY_P99,
+	NS_K_MAX_CONNECTIONS,
+	NS_K_QUEUE_TIMEOUT,
+	NS_K_OPEN_BACKOFF,
+	NS_K_OPEN_DURATION_MAX,
+	NS_K_OPEN_JITTER,
+	NS_K_RETRY_AFTER,
+	NS_K_RETRY_AFTER_MAX,
+	NS_K_SLOW_START,
+	NS_K_RETRY_BUDGET,
+	NS_K_RETRY_BUDGET_MIN,
+	NS_K_RATE,
+	NS_K_BURST,
+	NS_K_RATE_JITTER,
+	NS_K_GRPC_FAILURE_STATUS,
 	NS_K_COUNT
 };
 
@@ -157,6 +185,12 @@ int ns_pct_parse(const char *s, uint32_t *bp);
 static inline int ns_status_fails(const struct ns_settings *s, unsigned code)
 {
 	return code >= 100 && code < 612 && (s->failure_status[(code - 100) / 64] >> ((code - 100) % 64) & 1);
+}
+
+/* Is gRPC status code an exchange failure under s->grpc_failure_status? */
+static inline int ns_grpc_fails(const struct ns_settings *s, unsigned code)
+{
+	return code < 64 && (s->grpc_failure_status >> code & 1);
 }
 
 /* A duration with its unit ("250ms", "3s", "2m", "1h", or "0") into ms.

@@ -35,24 +35,53 @@ const struct ns_settings ns_builtin_settings = {
 	.trace = 0,
 	/* 429 and 500-599: bits 329 and 400-499 */
 	.failure_status = { 0, 0, 0, 0, 0, 1ULL << 9, 0xffffffffffff0000ULL, 0x000fffffffffffffULL },
+	/* UNKNOWN, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE */
+	.grpc_failure_status = 1u << 2 | 1u << 4 | 1u << 8 | 1u << 13 | 1u << 14,
 	.retry_after = 1,
 	.burst = 1,
-	.queue_timeout_ms = 5000,   /* unset in a policy: the destination's connect_timeout (ns_policy_resolve) */
+	.queue_timeout_ms = 5000, /* unset in a policy: the destination's connect_timeout (ns_policy_resolve) */
 	.retry_after_max_ms = 600000,
 	.fault_seed = 0,
-	.fault = { .n = 0 },   /* no fault */
+	.fault = { .n = 0 }, /* no fault */
 };
 
 const char *const ns_key_names[NS_K_COUNT] = {
-	"connect_timeout", "read_timeout", "total_timeout",
-	"failure_threshold", "window", "consecutive_failures",
-	"failure_rate", "min_calls", "recovery", "open_duration",
-	"half_open_probes", "connect_retries", "retry_backoff", "mode", "trace",
-	"fault", "fault_seed", "failure_status",
-	"slow_call", "slow_call_rate", "timeout_rate", "latency_p99",
-	"max_connections", "queue_timeout", "open_backoff", "open_duration_max", "open_jitter",
-	"retry_after", "retry_after_max", "slow_start", "retry_budget", "retry_budget_min",
-	"rate", "burst", "rate_jitter",
+	"connect_timeout",
+	"read_timeout",
+	"total_timeout",
+	"failure_threshold",
+	"window",
+	"consecutive_failures",
+	"failure_rate",
+	"min_calls",
+	"recovery",
+	"open_duration",
+	"half_open_probes",
+	"connect_retries",
+	"retry_backoff",
+	"mode",
+	"trace",
+	"fault",
+	"fault_seed",
+	"failure_status",
+	"slow_call",
+	"slow_call_rate",
+	"timeout_rate",
+	"latency_p99",
+	"max_connections",
+	"queue_timeout",
+	"open_backoff",
+	"open_duration_max",
+	"open_jitter",
+	"retry_after",
+	"retry_after_max",
+	"slow_start",
+	"retry_budget",
+	"retry_budget_min",
+	"rate",
+	"burst",
+	"rate_jitter",
+	"grpc_failure_status",
 };
 
 #define OFF(f) offsetof(struct ns_settings, f)
@@ -98,6 +127,7 @@ const struct keydef ns_keydefs[NS_K_COUNT] = {
 	[NS_K_RATE] = { T_RATEH, OFF(rate_mph), 1000, 3600000000000ULL },
 	[NS_K_BURST] = { T_UINT, OFF(burst), 1, 100000 },
 	[NS_K_RATE_JITTER] = { T_PCT, OFF(rate_jitter_bp), 0, 10000 },
+	[NS_K_GRPC_FAILURE_STATUS] = { T_GRPC, OFF(grpc_failure_status), 0, 0 },
 };
 static void fmt_duration(uint64_t ms, char *buf, size_t len)
 {
@@ -111,6 +141,29 @@ static void fmt_duration(uint64_t ms, char *buf, size_t len)
 		snprintf(buf, len, "%llus", (unsigned long long)(ms / 1000));
 	else
 		snprintf(buf, len, "%llums", (unsigned long long)ms);
+}
+
+/* A set of codes (bit code - base of bits, n codes) as "429, 500-599", or "none". */
+static void format_codes(const uint64_t *bits, unsigned base, unsigned n, char *buf, size_t len)
+{
+	size_t o = 0;
+
+#define HAS(c) (bits[((c)-base) / 64] >> (((c)-base) % 64) & 1)
+	buf[0] = '\0';
+	for (unsigned c = base; c < base + n && o + 16 < len; c++) {
+		unsigned e = c;
+
+		if (!HAS(c))
+			continue;
+		while (e + 1 < base + n && HAS(e + 1))
+			e++;
+		o += (size_t)(e > c ? snprintf(buf + o, len - o, "%s%u-%u", o ? ", " : "", c, e)
+				    : snprintf(buf + o, len - o, "%s%u", o ? ", " : "", c));
+		c = e;
+	}
+#undef HAS
+	if (!o)
+		snprintf(buf, len, "none");
 }
 
 void ns_setting_format(int key, const struct ns_settings *s, char *buf, size_t len)
@@ -202,25 +255,52 @@ void ns_setting_format(int key, const struct ns_settings *s, char *buf, size_t l
 		else
 			snprintf(buf, len, "none");
 		break;
-	case T_STATUSES: {
-		size_t o = 0;
-
-		buf[0] = '\0';
-		for (unsigned c = 100; c < 612 && o + 16 < len; c++) {
-			unsigned e = c;
-
-			if (!ns_status_fails(s, c))
-				continue;
-			while (e + 1 < 612 && ns_status_fails(s, e + 1))
-				e++;
-			o += (size_t)(e > c ? snprintf(buf + o, len - o, "%s%u-%u", o ? ", " : "", c, e) :
-				      snprintf(buf + o, len - o, "%s%u", o ? ", " : "", c));
-			c = e;
-		}
-		if (!o)
-			snprintf(buf, len, "none");
+	case T_STATUSES:
+		format_codes(s->failure_status, 100, 512, buf, len);
+		break;
+	case T_GRPC:
+		format_codes(&s->grpc_failure_status, 0, 64, buf, len);
 		break;
 	}
+}
+
+/* "429, 500-599" (codes and ranges from lo to hi), or "none", into bits
+ * (bit code - lo; hi - lo < 512). Returns 0, or -1 when malformed. */
+static int parse_codes(const char *val, unsigned lo, unsigned hi, uint64_t bits[8])
+{
+	const char *p = val;
+
+	if (strcmp(val, "none") == 0)
+		return 0;
+	for (;;) {
+		unsigned long a, b;
+		char *end;
+
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p < '0' || *p > '9')
+			return -1;
+		a = strtoul(p, &end, 10);
+		b = a;
+		if (a < lo || a > hi)
+			return -1;
+		p = end;
+		if (*p == '-') {
+			if (p[1] < '0' || p[1] > '9')
+				return -1;
+			b = strtoul(p + 1, &end, 10);
+			if (b < a || b > hi)
+				return -1;
+			p = end;
+		}
+		for (unsigned long c = a; c <= b; c++)
+			bits[(c - lo) / 64] |= 1ULL << ((c - lo) % 64);
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (!*p)
+			return 0;
+		if (*p++ != ',')
+			return -1;
 	}
 }
 
@@ -344,45 +424,24 @@ int ns_set_value(struct perr *e, int line, int key, const char *val, struct ns_s
 		}
 		return 0;
 	}
-	case T_STATUSES: {
-		/* "429, 500-599", or "none" */
+	case T_STATUSES:
+	case T_GRPC: {
+		/* "429, 500-599", "2, 4, 13-14", or "none" */
 		uint64_t bits[8] = { 0 };
-		const char *p = val;
+		unsigned lo = k->type == T_GRPC ? 0 : 100, hi = k->type == T_GRPC ? 16 : 599;
 
-		if (strcmp(val, "none") != 0) {
-			for (;;) {
-				unsigned long lo, hi;
-				char *end;
-
-				while (*p == ' ' || *p == '\t')
-					p++;
-				lo = strtoul(p, &end, 10);
-				hi = lo;
-				if (end == p || lo < 100 || lo > 599)
-					goto bad_status;
-				p = end;
-				if (*p == '-') {
-					hi = strtoul(p + 1, &end, 10);
-					if (end == p + 1 || hi < lo || hi > 599)
-						goto bad_status;
-					p = end;
-				}
-				for (unsigned long c = lo; c <= hi; c++)
-					bits[(c - 100) / 64] |= 1ULL << ((c - 100) % 64);
-				while (*p == ' ' || *p == '\t')
-					p++;
-				if (!*p)
-					break;
-				if (*p++ != ',')
-					goto bad_status;
-			}
+		if (parse_codes(val, lo, hi, bits) < 0) {
+			ns_perr_add(e, line,
+				    "%s: bad value '%s': expected codes and ranges from %u to %u, such as '%s', "
+				    "or none",
+				    ns_key_names[key], val, lo, hi, k->type == T_GRPC ? "2, 13-14" : "429, 500-599");
+			return -1;
 		}
-		memcpy(s->failure_status, bits, sizeof(bits));
+		if (k->type == T_GRPC)
+			s->grpc_failure_status = bits[0];
+		else
+			memcpy(s->failure_status, bits, sizeof(bits));
 		return 0;
-bad_status:
-		ns_perr_add(e, line, "failure_status: bad value '%s': expected codes and ranges from 100 to 599, "
-			 "such as '429, 500-599', or none", val);
-		return -1;
 	}
 	case T_RATE:
 	case T_RATEH: {

@@ -274,3 +274,42 @@ Test(policy, failure_status_default_list_and_errors)
 	cr_assert_eq(ns_policy_parse(bad, sizeof(bad) - 1, "p.conf", &p, err, sizeof(err)), 1);
 	cr_assert(strstr(err, "p.conf:2: failure_status: bad value '99'") == err, "%s", err);
 }
+
+Test(policy, grpc_failure_status_default_list_and_errors)
+{
+	static const char good[] = "[defaults]\n[host \"g.example\"]\ngrpc_failure_status = 5, 13-14\n"
+				   "[host \"n.example\"]\ngrpc_failure_status = none\n";
+	static const char *const bad[] = { "[defaults]\ngrpc_failure_status = 17\n",
+					   "[defaults]\ngrpc_failure_status = x\n",
+					   "[defaults]\ngrpc_failure_status = 4-2\n",
+					   "[defaults]\ngrpc_failure_status = 2,\n" };
+	struct ns_policy p;
+	struct ns_settings s;
+	struct ns_dest d;
+	char err[512], buf[200];
+
+	/* UNKNOWN, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE */
+	for (unsigned c = 0; c < 70; c++)
+		cr_assert_eq(ns_grpc_fails(&ns_builtin_settings, c), c == 2 || c == 4 || c == 8 || c == 13 || c == 14,
+			     "%u", c);
+	ns_setting_format(NS_K_GRPC_FAILURE_STATUS, &ns_builtin_settings, buf, sizeof(buf));
+	cr_assert_str_eq(buf, "2, 4, 8, 13-14");
+	cr_assert_eq(ns_policy_parse(good, sizeof(good) - 1, "p.conf", &p, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(ns_dest_parse("g.example:50051", &d), 0);
+	ns_policy_resolve(&p, &d, &s, NULL);
+	cr_assert(ns_grpc_fails(&s, 5) && ns_grpc_fails(&s, 14) && !ns_grpc_fails(&s, 2));
+	cr_assert(ns_status_fails(&s, 503), "failure_status keeps its own default");
+	ns_setting_format(NS_K_GRPC_FAILURE_STATUS, &s, buf, sizeof(buf));
+	cr_assert_str_eq(buf, "5, 13-14");
+	cr_assert_eq(ns_dest_parse("n.example:50051", &d), 0);
+	ns_policy_resolve(&p, &d, &s, NULL);
+	cr_assert_eq(s.grpc_failure_status, 0);
+	ns_setting_format(NS_K_GRPC_FAILURE_STATUS, &s, buf, sizeof(buf));
+	cr_assert_str_eq(buf, "none");
+	ns_policy_free(&p);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cr_assert_eq(ns_policy_parse(bad[i], strlen(bad[i]), "p.conf", &p, err, sizeof(err)), 1, "%s", bad[i]);
+		cr_assert(strstr(err, "p.conf:2: grpc_failure_status: bad value") == err, "%s", err);
+		cr_assert(strstr(err, "from 0 to 16"), "%s", err);
+	}
+}
