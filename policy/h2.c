@@ -43,7 +43,7 @@ static void emit(struct ns_h2 *h, ns_h2_cb cb, void *arg, struct ns_h2_event *ev
 
 static void go_blind(struct ns_h2 *h, ns_h2_cb cb, void *arg)
 {
-	struct ns_h2_event ev = { .type = NS_H2_BLIND, .grpc_status = -1, .retry_after = "" };
+	struct ns_h2_event ev = { .type = NS_H2_BLIND, .place = NS_H2_STREAMS, .grpc_status = -1, .retry_after = "" };
 
 	emit(h, cb, arg, &ev);
 	h->blind = 1;
@@ -64,6 +64,7 @@ static void settle(struct ns_h2 *h, struct ns_h2_stream *s, int type, uint32_t c
 {
 	struct ns_h2_event ev = { .type = (uint8_t)type,
 				  .grpc = s->grpc,
+				  .place = (uint8_t)(s - h->st),
 				  .status = s->status,
 				  .grpc_status = s->grpc_status,
 				  .stream = s->id,
@@ -90,6 +91,7 @@ static void open_stream(struct ns_h2 *h, uint32_t id, ns_h2_cb cb, void *arg)
 	memset(s, 0, sizeof(*s));
 	s->id = id;
 	s->grpc_status = -1;
+	ev.place = (uint8_t)(s - h->st);
 	emit(h, cb, arg, &ev);
 	if (h->goaway && id > h->goaway_last)
 		settle(h, s, NS_H2_UNPROCESSED, 0, cb, arg); /* opened after the server said it would not */
@@ -97,7 +99,11 @@ static void open_stream(struct ns_h2 *h, uint32_t id, ns_h2_cb cb, void *arg)
 
 static void answered(struct ns_h2 *h, struct ns_h2_stream *s, ns_h2_cb cb, void *arg)
 {
-	struct ns_h2_event ev = { .type = NS_H2_FIRST, .grpc_status = -1, .stream = s->id, .retry_after = "" };
+	struct ns_h2_event ev = { .type = NS_H2_FIRST,
+				  .place = (uint8_t)(s - h->st),
+				  .grpc_status = -1,
+				  .stream = s->id,
+				  .retry_after = "" };
 
 	if (s->answered)
 		return;
@@ -121,7 +127,9 @@ static void block_done(struct ns_h2 *h, ns_h2_cb cb, void *arg)
 	if (!s)
 		return; /* a pushed request, or a stream not followed: the table is what mattered */
 	if (!s->final) {
-		struct ns_h2_event ev = { .type = NS_H2_HEADERS, .grpc_status = -1, .stream = s->id };
+		struct ns_h2_event ev = {
+			.type = NS_H2_HEADERS, .place = (uint8_t)(s - h->st), .grpc_status = -1, .stream = s->id
+		};
 
 		if (f->status >= 100 && f->status < 200 && !h->block_end_stream)
 			return; /* an interim answer: the final one is still to come */
@@ -376,4 +384,62 @@ void ns_h2_end(struct ns_h2 *h, ns_h2_cb cb, void *arg)
 	for (int i = 0; i < NS_H2_STREAMS; i++)
 		if (h->st[i].id)
 			settle(h, &h->st[i], NS_H2_FAILED, NS_H2_CONN_ENDED, cb, arg);
+}
+
+/**** looking ahead ****/
+
+void ns_h2_peek_begin(const struct ns_h2 *h, struct ns_h2_peek *k)
+{
+	memset(k, 0, sizeof(*k));
+	k->d = h->out;
+	k->preface = h->preface;
+	k->blind = h->blind;
+	k->last = h->last_opened;
+}
+
+/* Only frame headers are read: a payload is stepped over whole. */
+void ns_h2_peek(struct ns_h2_peek *k, const uint8_t *p, size_t n)
+{
+	struct ns_h2_dir *d = &k->d;
+	size_t i = 0;
+
+	while (i < n && k->preface < NS_H2_PREFACE_LEN) {
+		i++;
+		k->preface++;
+	}
+	while (i < n && !k->blind) {
+		if (d->hlen < 9) {
+			if (d->hlen == 0) {
+				k->hdr_at = k->seen + i; /* where this frame header begins */
+				k->hdr_here = 1;
+			}
+			d->hdr[d->hlen++] = p[i++];
+			if (d->hlen < 9)
+				continue;
+			{
+				uint32_t len = (uint32_t)d->hdr[0] << 16 | (uint32_t)d->hdr[1] << 8 | d->hdr[2];
+				uint32_t id = ((uint32_t)d->hdr[5] << 24 | (uint32_t)d->hdr[6] << 16 |
+					       (uint32_t)d->hdr[7] << 8 | d->hdr[8]) &
+					0x7fffffffu;
+
+				if (d->hdr[3] == F_HEADERS && (id & 1) && id > k->last) {
+					if (k->opened == 1 && k->hdr_here && k->hdr_at > 0)
+						k->second_at = k->hdr_at;
+					if (k->last == 0)
+						k->firsts++;
+					k->last = id;
+					k->opened++;
+				}
+				d->left = len;
+			}
+		} else {
+			size_t m = n - i < d->left ? n - i : d->left;
+
+			i += m;
+			d->left -= (uint32_t)m;
+		}
+		if (d->hlen == 9 && d->left == 0)
+			d->hlen = 0;
+	}
+	k->seen += n;
 }

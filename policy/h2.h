@@ -40,6 +40,8 @@ enum ns_h2_evtype {
 struct ns_h2_event {
 	uint8_t type;        /* NS_H2_* */
 	uint8_t grpc;        /* the answer's content-type is gRPC's */
+	uint8_t place;       /* the stream's place, 0 to NS_H2_STREAMS - 1, for the caller's own
+			      * figures of it (kept from OPEN to its end); BLIND: NS_H2_STREAMS */
 	uint16_t status;     /* HEADERS, DONE: the final :status, 0 = none */
 	int16_t grpc_status; /* DONE: grpc-status (trailers, or a trailers-only answer); -1 = none */
 	uint32_t stream;
@@ -106,5 +108,23 @@ void ns_h2_in(struct ns_h2 *h, const uint8_t *p, size_t n, ns_h2_cb cb, void *ar
 /* The connection ended (closed, reset, timed out): every stream still
  * open fails. */
 void ns_h2_end(struct ns_h2 *h, ns_h2_cb cb, void *arg);
+
+/* A look ahead at bytes the program is about to send, changing nothing:
+ * which client streams they open (for rate's tokens, one a new stream). */
+struct ns_h2_peek {
+	struct ns_h2_dir d;
+	uint8_t preface;
+	uint8_t blind;
+	uint32_t last;    /* the highest stream id opened so far */
+	uint32_t opened;  /* new streams whose HEADERS frame header is whole in the bytes looked at */
+	uint32_t firsts;  /* ...of them, the connection's first stream (it rides on the connect's token) */
+	size_t second_at; /* where the second of them begins in the bytes looked at; 0 = nowhere */
+	size_t seen;      /* the bytes looked at */
+	size_t hdr_at;    /* where the frame header being read began, */
+	uint8_t hdr_here; /* ...when it began in the bytes looked at */
+};
+
+void ns_h2_peek_begin(const struct ns_h2 *h, struct ns_h2_peek *k);
+void ns_h2_peek(struct ns_h2_peek *k, const uint8_t *p, size_t n);
 
 #endif

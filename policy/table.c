@@ -402,12 +402,39 @@ void ns_table_exchange(struct ns_table *t, int idx)
 		ADD(&s->exchanges, 1);
 }
 
+void ns_table_exchange_undo(struct ns_table *t, int idx)
+{
+	struct ns_slot *s = slot_at(t, idx);
+
+	if (s)
+		__atomic_fetch_sub(&s->exchanges, 1, __ATOMIC_RELAXED);
+}
+
 void ns_table_stale_reuse(struct ns_table *t, int idx)
 {
 	struct ns_slot *s = slot_at(t, idx);
 
 	if (s)
 		ADD(&s->stale_reuses, 1);
+}
+
+void ns_table_h2_count(struct ns_table *t, int idx, int what)
+{
+	struct ns_slot *s = slot_at(t, idx);
+
+	if (s)
+		ADD(what == NS_H2_COUNT_BLIND ? &s->h2_blind : &s->h2_unprocessed, 1);
+}
+
+void ns_table_grpc(struct ns_table *t, int idx, unsigned code, int failed)
+{
+	struct ns_slot *s = slot_at(t, idx);
+
+	if (!s)
+		return;
+	STORE(&s->last_grpc_status, code + 1);
+	if (failed)
+		ADD(&s->grpc_failures, 1);
 }
 
 void ns_table_http(struct ns_table *t, int idx, unsigned code, int failed)
@@ -552,6 +579,14 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 	e->exchanges = LOAD(&s->exchanges);
 	e->http_failures = LOAD(&s->http_failures);
 	e->stale_reuses = LOAD(&s->stale_reuses);
+	e->h2_unprocessed = LOAD(&s->h2_unprocessed);
+	e->h2_blind = LOAD(&s->h2_blind);
+	e->grpc_failures = LOAD(&s->grpc_failures);
+	{
+		uint32_t g = LOAD(&s->last_grpc_status);
+
+		e->last_grpc_status = g >= 1 && g <= 64 ? (int32_t)g - 1 : -1; /* (shared memory: bounded) */
+	}
 	e->inflight = 0;
 	for (uint32_t p = 0; p < NS_PLACES; p++)
 		e->inflight += LOAD(&s->place[p]) != 0;

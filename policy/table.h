@@ -104,7 +104,10 @@ struct ns_slot {
 	uint32_t pad1;
 	uint64_t stale_reuses;      /* atomic: reused keep-alive connections that ended before the answer
 				     * to their next request (the client sends it again anew): no outcome */
-	uint8_t reserved[24];
+	/* HTTP/2 (shim/h2conn.c), in what were reserved bytes (zero in an older table) */
+	uint64_t h2_unprocessed; /* atomic: streams the server refused or dropped unprocessed: no outcome */
+	uint64_t h2_blind;       /* atomic: h2 connections the reader could not follow: connect outcomes only */
+	uint64_t grpc_failures;  /* atomic: streams failed by their grpc-status */
 	/* the slow-call and latency rules */
 	uint64_t bucket2[NS_BUCKETS];/* atomic: epoch 24 | slow calls 20 | timeouts 20, as bucket */
 	uint64_t slow_calls;        /* atomic */
@@ -136,7 +139,9 @@ struct ns_slot {
 	uint64_t retry_throttled;   /* atomic: a process's retries turned away by retry_budget */
 	uint64_t rate_tat;          /* atomic: rate's bucket (GCRA): CLOCK_MONOTONIC us when it is next full */
 	uint64_t paced;             /* atomic: connects and requests that waited for a token */
-	uint8_t reserved2[32];
+	uint32_t last_grpc_status;  /* atomic: the last grpc-status seen + 1, 0 = none */
+	uint32_t pad4;
+	uint8_t reserved2[24];
 };
 
 enum ns_event_type {
@@ -220,7 +225,9 @@ struct ns_entry {
 	uint32_t last_error;
 	uint32_t monitor;
 	uint64_t injected, exchanges, http_failures, stale_reuses;
+	uint64_t h2_unprocessed, h2_blind, grpc_failures;
 	uint32_t last_status;
+	int32_t last_grpc_status;   /* -1 = none */
 	uint32_t inflight;          /* places held (max_connections) */
 	uint64_t throttled;
 	uint64_t waited_ms_p99;     /* waits for a place: their p99's upper bound, 0 = none */
@@ -532,6 +539,15 @@ void ns_table_waited(struct ns_table *t, int idx, uint64_t ms);
 /* A reused connection ended before the answer to its request: counted
  * apart, never in the window (the client's new connection decides). */
 void ns_table_stale_reuse(struct ns_table *t, int idx);
+/* An exchange counted for what turned out to be no exchange's (an h2c
+ * server's preface, read before the client's was sent): taken back. */
+void ns_table_exchange_undo(struct ns_table *t, int idx);
+/* An HTTP/2 stream settled unprocessed (REFUSED_STREAM, above a GOAWAY),
+ * or an h2 connection lost to the reader: counted, never an outcome. */
+enum { NS_H2_COUNT_UNPROCESSED, NS_H2_COUNT_BLIND };
+void ns_table_h2_count(struct ns_table *t, int idx, int what);
+/* A gRPC answer's grpc-status, and whether it failed its stream. */
+void ns_table_grpc(struct ns_table *t, int idx, unsigned code, int failed);
 uint64_t ns_table_fault_gen(const struct ns_table *t);
 
 /* The bucket width for a window, in ms. */

@@ -10,6 +10,7 @@
 
 #include "exchange.h"
 #include "fault.h"
+#include "h2conn.h"
 #include "outcome.h"
 #include "timeo.h"
 
@@ -51,6 +52,9 @@ __attribute__((noinline)) ssize_t ns_after_io(int fd, struct ns_conn *c, int d, 
 	if (d == NS_IN && (e == EINTR || LD(c->intr_deadline)))
 		ns_note_interrupted(fd, c, r < 0 ? e : 0);
 	if (r == 0) {
+		/* HTTP/2: the server's close fails the streams still open */
+		if (unlikely(LD(c->h2) != NULL) && d == NS_IN && len > 0)
+			ns_h2c_end(c, NS_OUT_FAILURE, 0);
 		if (d == NS_IN && len > 0 && !LD(c->outcome)) {
 			/* the peer closed: cleanly if nothing was asked, before the
 			 * answer if a request is out (err 0: no errno says it) */

@@ -59,8 +59,8 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
 #define NS_C_SENT 0x2000u
 #define NS_C_HTTP 0x4000u
 #define NS_C_NOTHTTP 0x8000u
-/* both: HTTP/2 (its preface was sent). Its frames are not read yet (issue
- * 36): connect outcomes only, never HTTP/1-style turns */
+/* both: HTTP/2 (its preface was sent): never HTTP/1-style turns; its
+ * streams are its exchanges (h2conn.c) */
 #define NS_C_H2          (NS_C_HTTP | NS_C_NOTHTTP)
 #define NS_C_TLS 0x10000u         /* its plaintext is seen (tls.c): turns are taken there */
 #define NS_C_TLSWIRE 0x20000u     /* the first bytes sent were a TLS ClientHello */
@@ -92,9 +92,10 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
 /* shimctl inject --existing: a runtime fault this connection may get is
  * new; its next data call looks (faultrt.c, fault.c) */
 #define NS_C_RTCHECK 0x10000000u
-/* The shadow policy (shadow.c) turned this connect away: its outcomes are
- * not the shadow's */
-#define NS_C_SHADOW_AWAY 0x20000000u
+/* An HTTP/2 connection in clear text whose frames are followed (h2conn.c):
+ * every byte it sends and reads, both ways, goes through the reader (over
+ * TLS the record calls see them: tls.c) */
+#define NS_C_H2READ      0x20000000u
 /* shape.c: this idle keep-alive connection gave its place to a connect of
  * the same process that had to wait (shut down: the program sees a
  * server's idle close); a send on it fails EPIPE, a stale reuse */
@@ -103,9 +104,10 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
  * its way to the kernel: its place is not given up under it */
 #define NS_C_OUTGOING 0x80000000u
 /* A send or read that is a turn of the exchange (exchange.c) */
-#define NS_C_TURN (NS_C_XNEXT | NS_C_PARSE | NS_C_SNIFF | NS_C_HDRS)
+#define NS_C_TURN        (NS_C_XNEXT | NS_C_PARSE | NS_C_SNIFF | NS_C_HDRS | NS_C_H2READ)
 #define NS_C_PRE (NS_C_TOTAL | NS_C_INTR | NS_C_EXPIRED | NS_C_FAULT | NS_C_RTCHECK | NS_C_GIVENUP)
-#define NS_C_PRE_DIR(d) (NS_C_PRE | ((d) == NS_OUT ? (NS_C_XNEXT | NS_C_SNIFF | NS_C_PACED) : (NS_C_PARSE | NS_C_HDRS)))
+#define NS_C_PRE_DIR(d) \
+	(NS_C_PRE | NS_C_H2READ | ((d) == NS_OUT ? (NS_C_XNEXT | NS_C_SNIFF | NS_C_PACED) : (NS_C_PARSE | NS_C_HDRS)))
 #define NS_C_POST (NS_C_CONNECTING | NS_C_FAULT | NS_C_WAITING | NS_C_INTR)
 
 /* Injected faults of one connection (fault.c): set at connect, read only
@@ -185,8 +187,11 @@ struct ns_conn {
 	 * connection, valid while shadow_gen is gen (set at connect only when a
 	 * shadow policy is loaded, so a reused record's are ignored) */
 	const struct ns_settings *shadow_set;
-	int32_t shadow_slot;
+	int32_t shadow_slot; /* -1: the shadow's breaker turned the connect away */
 	uint32_t shadow_gen;
+	/* HTTP/2 (h2conn.c): its streams' reader, taken when the preface goes
+	 * out, given back when the record is freed; NULL for every other connection */
+	struct ns_h2c *h2; /* atomic */
 	struct ns_conn *next_free;
 };
 _Static_assert(NS_KEY_MAX % 8 == 0, "copied in words");

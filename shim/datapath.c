@@ -19,6 +19,7 @@
 #include "afterio.h"
 #include "exchange.h"
 #include "fault.h"
+#include "h2conn.h"
 #include "proxy.h"
 #include "real.h"
 #include "shape.h"
@@ -83,6 +84,8 @@ struct io_req {
 	uint32_t gen;
 	void *buf;
 	size_t len;
+	const struct iovec *iov; /* a vector call's buffers (buf is its first), or NULL */
+	size_t iovcnt;
 	ssize_t r;              /* IO_DONE: the call's result */
 };
 
@@ -100,7 +103,21 @@ static inline __attribute__((always_inline)) void io_req_init(struct io_req *q, 
 	q->gen = __atomic_load_n(&c->gen, __ATOMIC_RELAXED);
 	q->buf = (void *)buf;
 	q->len = len;
+	q->iov = NULL;
+	q->iovcnt = 0;
 	q->r = 0;
+}
+
+/* A vector call's turn: each buffer in order, as far as r bytes went. */
+static void turn_iov(struct ns_conn *c, int d, const struct iovec *iov, size_t cnt, size_t r)
+{
+	for (size_t i = 0; i < cnt && r > 0; i++) {
+		size_t k = iov[i].iov_len < r ? iov[i].iov_len : r;
+
+		if (k)
+			ns_exchange_turn(c, d, iov[i].iov_base, k);
+		r -= k;
+	}
 }
 
 /* After the real call (or an injected result r): a turn of the exchange
@@ -128,8 +145,15 @@ static ssize_t turn_io(struct ns_conn *c, const struct io_req *q, ssize_t r)
 	}
 	/* a TLS connection's turns are its plaintext's (tls.c), once the
 	 * handshake had its outcome */
-	if (!((f & NS_C_TLS) || (q->d == NS_OUT && (f & NS_C_TLSWIRE) && (f & NS_C_HSDONE))))
-		ns_exchange_turn(c, q->d, q->buf, q->d == NS_OUT ? (size_t)r : (size_t)r < q->len ? (size_t)r : q->len);
+	if (!((f & NS_C_TLS) || (q->d == NS_OUT && (f & NS_C_TLSWIRE) && (f & NS_C_HSDONE)))) {
+		if (q->iov)
+			turn_iov(c, q->d, q->iov, q->iovcnt, (size_t)r);
+		else
+			ns_exchange_turn(c, q->d, q->buf,
+					 q->d == NS_OUT               ? (size_t)r
+						 : (size_t)r < q->len ? (size_t)r
+								      : q->len);
+	}
 	errno = e;
 	return ns_after_io(q->fd, c, q->d, r, q->len, q->flags, q->gen);
 }
@@ -140,6 +164,7 @@ static ssize_t turn_io(struct ns_conn *c, const struct io_req *q, ssize_t r)
  * q->r is the call's result, errno set. */
 static int io_pre(struct ns_conn *c, struct io_req *q)
 {
+	uint32_t paced = LD(c->flags) & NS_C_PACED; /* a held write come back for its token */
 	int k;
 
 	/* a connect still held back by the shim: its turn is looked at here
@@ -157,6 +182,14 @@ static int io_pre(struct ns_conn *c, struct io_req *q)
 	/* a request held for rate's token (the wait is not the deadlines': they are looked at after it) */
 	if (q->d == NS_OUT && unlikely(ns_shape_wants_token(c, LD(c->flags), 0)) &&
 	    ns_shape_request(q->fd, c, (LD(c->flags) & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) {
+		q->r = -1;
+		return IO_DONE;
+	}
+	/* HTTP/2 in clear text: a write that opens a stream, likewise */
+	if (q->d == NS_OUT && (unlikely(LD(c->flags) & NS_C_H2READ) || !(LD(c->flags) & (NS_C_HTTP | NS_C_NOTHTTP))) &&
+	    unlikely(ns_conn_set(c)->rate_interval_us) &&
+	    ns_h2c_pace(q->fd, c, q->iov ? NULL : q->buf, q->iov, q->iovcnt, &q->len,
+			(LD(c->flags) & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT), paced != 0) < 0) {
 		q->r = -1;
 		return IO_DONE;
 	}
@@ -192,7 +225,7 @@ static int io_pre(struct ns_conn *c, struct io_req *q)
 	if (LD(c->flags) & NS_C_TURN) {
 		q->turn = 1;
 		if (q->d == NS_OUT && (LD(c->flags) & (NS_C_XNEXT | NS_C_NOTHTTP | NS_C_TLS)) == NS_C_XNEXT &&
-		    ns_exchange_proxied(c, q->buf, q->len) < 0) {
+		    ns_exchange_proxied(c, q->buf, q->iov && q->iovcnt ? q->iov[0].iov_len : q->len) < 0) {
 			q->r = -1;   /* a proxied target whose breaker is open */
 			return IO_DONE;
 		}
@@ -255,6 +288,23 @@ static size_t first_len(const struct iovec *iov, size_t cnt)
 	return iov && cnt > 0 ? iov[0].iov_len : 0;
 }
 
+/* A vector cut to its first n bytes (an h2 write cut before its second new
+ * stream: h2conn.c): the buffers in tmp, how many; or -1 when n is all of it. */
+static int iov_cut(const struct iovec *iov, size_t cnt, size_t n, size_t total, struct iovec *tmp)
+{
+	size_t k = 0;
+
+	if (n >= total)
+		return -1;
+	for (; k < cnt && k < NS_H2C_IOV_CUT && n > 0; k++) {
+		tmp[k] = iov[k];
+		if (tmp[k].iov_len > n)
+			tmp[k].iov_len = n;
+		n -= tmp[k].iov_len;
+	}
+	return (int)k;
+}
+
 /**** input ****/
 
 static __attribute__((noinline, cold)) ssize_t recv_flagged(int fd, void *buf, size_t n, int flags, struct ns_conn *c)
@@ -312,6 +362,8 @@ static __attribute__((noinline, cold)) ssize_t recvmsg_flagged(int fd, struct ms
 
 	io_req_init(&q, c, fd, NS_IN, flags, msg ? first_buf(msg->msg_iov, msg->msg_iovlen) : NULL,
 		    msg ? first_len(msg->msg_iov, msg->msg_iovlen) : 0, 0);
+	q.iov = msg ? msg->msg_iov : NULL;
+	q.iovcnt = msg ? msg->msg_iovlen : 0;
 	switch (io_pre(c, &q)) {
 	case IO_DONE:
 		return q.r;
@@ -361,6 +413,8 @@ static __attribute__((noinline, cold)) ssize_t readv_flagged(int fd, const struc
 	size_t k = cnt > 0 ? (size_t)cnt : 0;
 
 	io_req_init(&q, c, fd, NS_IN, 0, first_buf(iov, k), first_len(iov, k), 0);
+	q.iov = iov;
+	q.iovcnt = k;
 	switch (io_pre(c, &q)) {
 	case IO_DONE:
 		return q.r;
@@ -500,7 +554,7 @@ static __attribute__((noinline, cold)) ssize_t send_flagged(int fd, const void *
 	case IO_RAW:
 		return ns_real.send(fd, buf, n, flags);
 	}
-	return io_post(c, &q, ns_real.send(fd, buf, n, flags));
+	return io_post(c, &q, ns_real.send(fd, buf, q.len, flags));
 }
 
 ssize_t ns_send(int fd, const void *buf, size_t n, int flags, struct ns_conn *c)
@@ -525,7 +579,7 @@ static __attribute__((noinline, cold)) ssize_t sendto_flagged(int fd, const void
 	case IO_RAW:
 		return ns_real.sendto(fd, buf, n, flags, sa, len);
 	}
-	return io_post(c, &q, ns_real.sendto(fd, buf, n, flags, sa, len));
+	return io_post(c, &q, ns_real.sendto(fd, buf, q.len, flags, sa, len));
 }
 
 ssize_t ns_sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len,
@@ -543,14 +597,29 @@ static __attribute__((noinline, cold)) ssize_t sendmsg_flagged(int fd, const str
 								struct ns_conn *c)
 {
 	struct io_req q;
+	struct iovec tmp[NS_H2C_IOV_CUT];
+	size_t total;
+	int m;
 
 	io_req_init(&q, c, fd, NS_OUT, flags, msg ? first8(msg->msg_iov, msg->msg_iovlen) : NULL,
 		    msg ? iov_len(msg->msg_iov, msg->msg_iovlen) : 0, 0);
+	total = q.len;
+	q.iov = msg ? msg->msg_iov : NULL;
+	q.iovcnt = msg ? msg->msg_iovlen : 0;
 	switch (io_pre(c, &q)) {
 	case IO_DONE:
 		return q.r;
 	case IO_RAW:
 		return ns_real.sendmsg(fd, msg, flags);
+	}
+	if (unlikely(q.len < total) && (m = iov_cut(q.iov, q.iovcnt, q.len, total, tmp)) >= 0) {
+		struct msghdr cut = *msg;
+
+		cut.msg_iov = tmp;
+		cut.msg_iovlen = (size_t)m;
+		q.iov = tmp;
+		q.iovcnt = (size_t)m;
+		return io_post(c, &q, ns_real.sendmsg(fd, &cut, flags));
 	}
 	return io_post(c, &q, ns_real.sendmsg(fd, msg, flags));
 }
@@ -576,7 +645,7 @@ static __attribute__((noinline, cold)) ssize_t write_flagged(int fd, const void 
 	case IO_RAW:
 		return ns_real.write(fd, buf, n);
 	}
-	return io_post(c, &q, ns_real.write(fd, buf, n));
+	return io_post(c, &q, ns_real.write(fd, buf, q.len));
 }
 
 ssize_t ns_write(int fd, const void *buf, size_t n, struct ns_conn *c)
@@ -595,12 +664,24 @@ static __attribute__((noinline, cold)) ssize_t writev_flagged(int fd, const stru
 	struct io_req q;
 	size_t k = cnt > 0 ? (size_t)cnt : 0;
 
+	size_t total;
+	struct iovec tmp[NS_H2C_IOV_CUT];
+	int m;
+
 	io_req_init(&q, c, fd, NS_OUT, 0, first8(iov, k), iov_len(iov, k), 0);
+	total = q.len;
+	q.iov = iov;
+	q.iovcnt = k;
 	switch (io_pre(c, &q)) {
 	case IO_DONE:
 		return q.r;
 	case IO_RAW:
 		return ns_real.writev(fd, iov, cnt);
+	}
+	if (unlikely(q.len < total) && (m = iov_cut(iov, k, q.len, total, tmp)) >= 0) {
+		q.iov = tmp;
+		q.iovcnt = (size_t)m;
+		return io_post(c, &q, ns_real.writev(fd, tmp, m));
 	}
 	return io_post(c, &q, ns_real.writev(fd, iov, cnt));
 }

@@ -21,6 +21,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "h2conn.h"
 #include "outcome.h"
 
 enum { HS_STATUS, HS_SKIP, HS_HDR_LINE, HS_HDR_VALUE };
@@ -114,6 +115,13 @@ static void decide(struct ns_conn *c, const char *hb)
 	if (!code) {
 		__atomic_fetch_and(&c->flags, ~NS_C_PARSE, __ATOMIC_RELAXED);
 		ns_conn_outcome(c, NS_OUT_SUCCESS, 0);
+		return;
+	}
+	if (code == 101) {
+		/* Switching Protocols: what follows is another protocol, told
+		 * anew by the next bytes sent (an h2c Upgrade's preface) */
+		ns_conn_http(c, code, 0);
+		__atomic_fetch_and(&c->flags, ~(NS_C_HTTP | NS_C_NOTHTTP), __ATOMIC_RELAXED);
 		return;
 	}
 	if ((code == 429 || code == 503) && ns_conn_set(c)->retry_after && ns_conn_status_fails(c, code)) {
@@ -280,21 +288,46 @@ static void feed(struct ns_conn *c, const char *b, size_t n)
  * of an answer is counted by after_io; for TLS, here. */
 static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 {
+	if ((LD(c->flags) & NS_C_H2) == NS_C_H2) {
+		/* HTTP/2: its requests are streams, not turns; the reader
+		 * (h2conn.c) counts them. The connection's own outcome is its
+		 * connect's (over TLS, the handshake's): the server's first
+		 * frame, or its end */
+		__atomic_fetch_and(&c->flags, ~NS_C_XNEXT, __ATOMIC_RELAXED);
+		ns_h2c_feed(c, d, buf, n);
+		if (d == NS_IN && tls && !LD(c->outcome) && buf && n)
+			ns_conn_outcome(c, NS_OUT_SUCCESS, 0);
+		return;
+	}
 	if (d == NS_OUT) {
 		uint32_t f = LD(c->flags);
 
 		/* buf holds at least min(n, 8) bytes (see first8 in datapath.c) */
-		if (!(f & (NS_C_HTTP | NS_C_NOTHTTP)))
+		if (!(f & (NS_C_HTTP | NS_C_NOTHTTP))) {
+			char held[SNIFF_MAX];
+			uint32_t k = (f & NS_C_SNIFF) ? LD(c->hlen) : 0;
+
+			if (k > SNIFF_MAX)
+				k = 0; /* in bounds, whatever another thread did */
+			for (uint32_t j = 0; j < k; j++)
+				held[j] = LD(c->hbuf[j]);
 			sniff(c, buf, n);
-		f = LD(c->flags);
-		if ((f & NS_C_H2) == NS_C_H2 && ((f & (NS_C_ANSWERED | NS_C_HSDONE | NS_C_TLS)) || LD(c->outcome))) {
-			/* HTTP/2: its requests are streams, not turns, and are not
-			 * read yet: no exchange after the connection's own first
-			 * (a plain connection's connect and first answer; over TLS,
-			 * the handshake) */
-			__atomic_fetch_and(&c->flags, ~NS_C_XNEXT, __ATOMIC_RELAXED);
-			return;
+			if ((LD(c->flags) & NS_C_H2) == NS_C_H2) {
+				/* the preface: from here the reader follows it (a
+				 * connection that answered something before, an
+				 * HTTP/1 Upgrade, cannot be followed) */
+				__atomic_fetch_and(&c->flags, ~NS_C_XNEXT, __ATOMIC_RELAXED);
+				if (!tls && LD(c->outcome) && !(f & (NS_C_ANSWERED | NS_C_SENT)) && LD(c->slot) >= 0 &&
+				    ns_breakers_ok)
+					/* the server spoke first (its own preface, read
+					 * before the program sent this): that was the
+					 * connection's outcome, not an exchange */
+					ns_table_exchange_undo(&ns_breakers, LD(c->slot));
+				ns_h2c_start(c, held, k, buf, n, tls, (f & NS_C_ANSWERED) != 0);
+				return;
+			}
 		}
+		f = LD(c->flags);
 		if (f & NS_C_XNEXT) {
 			/* a new exchange: its outcome is owed from now */
 			uint32_t again = (LD(c->flags) & NS_C_ANSWERED) ? NS_C_REUSED : 0;
@@ -346,4 +379,10 @@ void ns_exchange_plain(struct ns_conn *c, int d, const void *buf, size_t n)
 void ns_exchange_turn(struct ns_conn *c, int d, const void *buf, size_t n)
 {
 	turn(c, d, buf, n, 0);
+}
+
+void ns_exchange_gap(struct ns_conn *c)
+{
+	if ((LD(c->flags) & NS_C_H2) == NS_C_H2)
+		ns_h2c_gap(c);
 }

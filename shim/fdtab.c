@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "h2conn.h"
 #include "real.h"
 
 #define FD_CAP (1u << 20)
@@ -194,6 +195,8 @@ void ns_conn_ref(struct ns_conn *c)
  * and leaves the record alone (see after_io). */
 static inline __attribute__((always_inline)) void conn_free(struct ns_conn *c)
 {
+	if (unlikely(LD(c->h2) != NULL))
+		ns_h2c_release(c); /* an HTTP/2 connection's reader back to its pool */
 	__atomic_fetch_add(&c->gen, 1, __ATOMIC_RELEASE);
 	pool_push(c, c);
 }

@@ -17,7 +17,7 @@
 
 #include "base.h"
 
-enum { NS_LOCK_NAMES = 1u, NS_LOCK_RT = 2u, NS_LOCK_TRACE = 4u, NS_LOCK_EPOLL = 8u };
+enum { NS_LOCK_NAMES = 1u, NS_LOCK_RT = 2u, NS_LOCK_TRACE = 4u, NS_LOCK_EPOLL = 8u, NS_LOCK_H2 = 16u };
 
 extern __thread unsigned ns_locks_held __attribute__((tls_model("initial-exec"))) NS_HIDDEN;
 

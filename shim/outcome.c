@@ -13,6 +13,7 @@
 
 #include "config.h"
 #include "faultcfg.h"
+#include "h2conn.h"
 #include "history.h"
 #include "shadow.h"
 #include "shape.h"
@@ -93,36 +94,25 @@ static monotime exchange_start(const struct ns_conn *c)
 	return LD(c->xstart) ? LD(c->xstart) : LD(c->start);
 }
 
-/* Count the connection's one outcome. kind is NS_OUT_*; status: its HTTP
- * status when that decided it (for the history), else 0. */
-static void conn_outcome(struct ns_conn *c, int kind, int err, unsigned status)
+/* Count one outcome of c's destination: kind NS_OUT_*, err its errno;
+ * status: the HTTP status that decided it (for the history), else 0; said:
+ * what decided it in the answer's own words ("gRPC 14"), or NULL; was: the
+ * connection's flags before (whether it was connecting, whether a request
+ * was out); from: when the exchange began; first: when its answer's first
+ * byte came (0: now). */
+static void count(struct ns_conn *c, int kind, int err, unsigned status, const char *said, uint32_t was, monotime from,
+		  monotime first)
 {
 	struct ns_step st;
 	char key[NS_KEY_MAX];
 	uint64_t now_ms;
-	uint32_t was;
-	int saved = errno, trace, slot;
+	int trace, slot = LD(c->slot);
 	const char *what = NULL;
 	char last[80];
 
-	was = __atomic_fetch_and(&c->flags, ~(NS_C_CONNECTING | NS_C_PARSE | NS_C_SENT), __ATOMIC_RELAXED);
-	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
+	if (kind == NS_OUT_SUCCESS && (slot < 0 || !ns_breakers_ok))
 		return;
 	last[0] = '\0';
-	/* decided: the next send starts the next exchange */
-	__atomic_fetch_or(&c->flags, NS_C_XNEXT, __ATOMIC_RELAXED);
-	slot = LD(c->slot);
-	if ((was & NS_C_TLSWIRE) && !(was & NS_C_HSDONE) && !(was & NS_C_CONNECTING)) {
-		__atomic_fetch_or(&c->flags, NS_C_HSDONE, __ATOMIC_RELAXED);   /* the handshake: no exchange */
-	} else if (!(was & NS_C_CONNECTING)) {
-		/* an answer came: the connection's next exchange is a reuse */
-		if (kind == NS_OUT_SUCCESS && (was & NS_C_SENT))
-			__atomic_fetch_or(&c->flags, NS_C_ANSWERED, __ATOMIC_RELAXED);
-		if (slot >= 0 && ns_breakers_ok)
-			ns_table_exchange(&ns_breakers, slot);
-	}
-	if (kind == NS_OUT_SUCCESS && (slot < 0 || !ns_breakers_ok))
-		goto out;
 	/* the key is for the log and events: a success needs it only when it
 	 * moves the breaker (every exchange of a keep-alive loop comes here) */
 	key[0] = '\0';
@@ -131,8 +121,12 @@ static void conn_outcome(struct ns_conn *c, int kind, int err, unsigned status)
 	/* the bank-transfer lesson: a connect that failed never reached the
 	 * server (safe to retry); a failure after the request went out is an
 	 * unknown outcome (never retry it blindly) */
-	if (kind != NS_OUT_SUCCESS && status) {
-		snprintf(last, sizeof(last), "HTTP %u", status);   /* the answer said so: not unknown */
+	if (kind != NS_OUT_SUCCESS && (status || said)) {
+		/* the answer said so: not unknown */
+		if (said)
+			snprintf(last, sizeof(last), "%s", said);
+		else
+			snprintf(last, sizeof(last), "HTTP %u", status);
 		what = last;
 	} else if (kind != NS_OUT_SUCCESS) {
 		/* the event's detail keeps its words (scripts read them); the
@@ -149,13 +143,13 @@ static void conn_outcome(struct ns_conn *c, int kind, int err, unsigned status)
 	if (kind != NS_OUT_SUCCESS)
 		NS_LOG(NS_LOG_INFO, "%s: %s%s", key, kind == NS_OUT_TIMEOUT ? "deadline expired: " : "", last);
 	if (slot >= 0 && ns_breakers_ok) {
-		monotime now = ns_now(), from = exchange_start(c);
+		monotime now = ns_now();
 
 		const struct ns_settings *set = ns_conn_set(c);
 
 		if (kind != NS_OUT_SUCCESS && (set->retry_budget_bp | set->retry_budget_min_mps))
 			ns_shape_note_failure(slot, now);   /* a connect soon after is a retry */
-		uint64_t lat = kind == NS_OUT_SUCCESS ? (uint64_t)(now - from) / 1000 : 0;
+		uint64_t lat = kind == NS_OUT_SUCCESS ? (uint64_t)((first ? first : now) - from) / 1000 : 0;
 
 		now_ms = (uint64_t)(now / 1000000);
 		ns_table_outcome_at(&ns_breakers, slot, kind, err, lat, now_ms, ns_wall_ms(), set, &st);
@@ -173,6 +167,41 @@ static void conn_outcome(struct ns_conn *c, int kind, int err, unsigned status)
 		else if (trace)
 			ns_emit(NS_E_CONNECT_FAILED, slot, key, &st, err, what, 1);
 	}
+}
+
+/* Count the connection's one outcome. kind is NS_OUT_*; status: its HTTP
+ * status when that decided it (for the history), else 0. */
+static void conn_outcome(struct ns_conn *c, int kind, int err, unsigned status)
+{
+	uint32_t was;
+	int saved = errno, slot;
+
+	/* HTTP/2: the streams still open fail with the connection, and are
+	 * its outcomes (h2conn.c then settles the connection's own) */
+	if (unlikely(kind != NS_OUT_SUCCESS) && unlikely(LD(c->h2) != NULL))
+		ns_h2c_end(c, kind, err);
+	was = __atomic_fetch_and(&c->flags, ~(NS_C_CONNECTING | NS_C_PARSE | NS_C_SENT), __ATOMIC_RELAXED);
+	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
+		goto out;
+	/* decided: the next send starts the next exchange */
+	__atomic_fetch_or(&c->flags, NS_C_XNEXT, __ATOMIC_RELAXED);
+	slot = LD(c->slot);
+	if ((was & NS_C_TLSWIRE) && !(was & NS_C_HSDONE) && !(was & NS_C_CONNECTING)) {
+		__atomic_fetch_or(&c->flags, NS_C_HSDONE, __ATOMIC_RELAXED); /* the handshake: no exchange */
+	} else if (!(was & NS_C_CONNECTING) && (was & NS_C_H2) != NS_C_H2) {
+		/* an answer came: the connection's next exchange is a reuse */
+		if (kind == NS_OUT_SUCCESS && (was & NS_C_SENT))
+			__atomic_fetch_or(&c->flags, NS_C_ANSWERED, __ATOMIC_RELAXED);
+		if (slot >= 0 && ns_breakers_ok)
+			ns_table_exchange(&ns_breakers, slot);
+	}
+	/* (an h2 connection's own outcome is its connect's: its streams are
+	 * the exchanges, each counted by ns_stream_outcome) */
+	{
+		monotime from = exchange_start(c);
+
+		count(c, kind, err, status, NULL, was, from, (was & NS_C_H2) == NS_C_H2 ? from : 0);
+	}
 out:
 	errno = saved;
 }
@@ -180,6 +209,17 @@ out:
 void ns_conn_outcome(struct ns_conn *c, int kind, int err)
 {
 	conn_outcome(c, kind, err, 0);
+}
+
+void ns_stream_outcome(struct ns_conn *c, int kind, int err, unsigned status, const char *said, monotime from,
+		       monotime first)
+{
+	int saved = errno, slot = LD(c->slot);
+
+	if (slot >= 0 && ns_breakers_ok)
+		ns_table_exchange(&ns_breakers, slot);
+	count(c, kind, err, status, said, NS_C_SENT, from, first);
+	errno = saved;
 }
 
 /* A reused connection ended (end of stream, or err) before any byte of the
@@ -211,7 +251,9 @@ void ns_conn_stale(struct ns_conn *c, int err)
 
 void ns_first_byte_latency(struct ns_conn *c)
 {
-	if (LD(c->slot) >= 0 && ns_breakers_ok)
+	/* an HTTP/2 connection's first frame (SETTINGS) is no answer's: its
+	 * streams' first bytes are counted (h2conn.c) */
+	if (LD(c->slot) >= 0 && ns_breakers_ok && (LD(c->flags) & NS_C_H2) != NS_C_H2)
 		ns_table_latency(&ns_breakers, LD(c->slot), 1, (uint64_t)(ns_now() - exchange_start(c)) / 1000);
 }
 

@@ -42,6 +42,12 @@ static inline const char *ns_errno_name(int e)
 /* Count the connection's one outcome: NS_OUT_* with its errno (0 when no
  * errno says it: the peer closed before the answer). errno is kept. */
 NS_HIDDEN void ns_conn_outcome(struct ns_conn *c, int kind, int err);
+/* One HTTP/2 stream's outcome (h2conn.c), an exchange of c's destination:
+ * status the HTTP status that decided it (or 0), said what else did
+ * ("gRPC 14", "RST_STREAM 2") or NULL; from its start, first its first
+ * byte (0: now). errno is kept. */
+NS_HIDDEN void ns_stream_outcome(struct ns_conn *c, int kind, int err, unsigned status, const char *said, monotime from,
+				 monotime first);
 /* A reused connection ended (err, or end of stream: 0) before any byte of
  * its answer: a stale keep-alive, settled without an outcome. */
 NS_HIDDEN void ns_conn_stale(struct ns_conn *c, int err);

@@ -120,7 +120,7 @@ void ns_shadow_attempt(struct ns_conn *c, const struct ns_dest *d, monotime now)
 	struct ns_step st;
 	char key[NS_KEY_MAX];
 	uint64_t ms = (uint64_t)(now / 1000000);
-	int slot, full, saved = errno;
+	int slot, full, away, saved = errno;
 
 	if (!p || !stbl_ready() || ns_dest_key(d, key, sizeof(key)) < 0)
 		goto out;
@@ -131,11 +131,11 @@ void ns_shadow_attempt(struct ns_conn *c, const struct ns_dest *d, monotime now)
 	slot = ns_table_find(&stbl, key, 1, ms);
 	if (!kept || full || slot < 0)
 		goto out;
-	if (ns_table_attempt(&stbl, slot, 1, ms, kept, &st) == NS_REJECT && c)
-		__atomic_fetch_or(&c->flags, NS_C_SHADOW_AWAY, __ATOMIC_RELAXED);
+	away = ns_table_attempt(&stbl, slot, 1, ms, kept, &st) == NS_REJECT;
 	if (c) {
+		/* turned away by the shadow's breaker: its outcomes are not the shadow's */
 		c->shadow_set = kept;
-		c->shadow_slot = slot;
+		c->shadow_slot = away ? -1 : slot;
 		__atomic_store_n(&c->shadow_gen, __atomic_load_n(&c->gen, __ATOMIC_RELAXED), __ATOMIC_RELEASE);
 	}
 out:
@@ -148,7 +148,7 @@ void ns_shadow_outcome(struct ns_conn *c, int kind, int err, uint64_t latency_us
 	char key[NS_KEY_MAX];
 
 	if (__atomic_load_n(&c->shadow_gen, __ATOMIC_ACQUIRE) != __atomic_load_n(&c->gen, __ATOMIC_RELAXED) ||
-	    !c->shadow_set || (LD(c->flags) & NS_C_SHADOW_AWAY) || !stbl_ready())
+	    !c->shadow_set || c->shadow_slot < 0 || !stbl_ready())
 		return;
 	ns_table_outcome_at(&stbl, c->shadow_slot, kind, err, latency_us, now_ms, wall_ms, c->shadow_set, &st);
 	if (st.transition == NS_TR_OPENED || st.transition == NS_TR_REOPENED || st.transition == NS_TR_CLOSED) {

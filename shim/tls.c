@@ -21,6 +21,7 @@
 
 #include "conn.h"
 #include "exchange.h"
+#include "h2conn.h"
 #include "faultcfg.h"
 #include "real.h"
 #include "shape.h"
@@ -210,7 +211,9 @@ void ns_tls_note_fd(int fd, int d, ssize_t r)
 		c = conn_of_fd(fd);
 		if (c) {
 			remember_fd(sess, fd, c);
-			ns_exchange_plain(c, NS_OUT, pend.head, pend.n);
+			ns_exchange_plain(c, NS_OUT, pend.head, pend.n < PEND_MAX ? pend.n : PEND_MAX);
+			if (pend.n > PEND_MAX)
+				ns_exchange_gap(c); /* (an HTTP/2 reader cannot follow what it was not shown) */
 		}
 	}
 }
@@ -313,12 +316,21 @@ static void seen(struct ns_conn *c, int d, const void *buf, ssize_t n)
  * A blocking socket sleeps here; a non-blocking one is marked held, and
  * its socket's write answers EAGAIN (datapath.c), which the library hands
  * the program as "want write" until the token is due. */
-static void pace(struct ns_conn *c)
+static void pace(struct ns_conn *c, const void *buf, size_t n)
 {
 	int e = errno;
+	uint32_t f = c ? LD(c->flags) : 0;
 
-	if (c && unlikely(ns_shape_wants_token(c, LD(c->flags), NS_C_TLS)))
-		ns_shape_request(-1, c, (LD(c->flags) & NS_C_NONBLOCK) != 0);
+	if (c && unlikely(ns_shape_wants_token(c, f, NS_C_TLS)))
+		ns_shape_request(-1, c, (f & NS_C_NONBLOCK) != 0);
+	/* HTTP/2: a write that opens a stream waits here, before the library
+	 * has it, whatever the socket's mode (one record: never cut). Held at
+	 * the socket instead, as an HTTP/1 request is, the record would sit in
+	 * the library while curl's HTTP/2 layer wrote its other frames, and
+	 * curl failed the stream (error 92) */
+	if (c && ((f & NS_C_H2) == NS_C_H2 || !(f & (NS_C_HTTP | NS_C_NOTHTTP))) && !(f & NS_C_PACED) &&
+	    unlikely(ns_conn_set(c)->rate_interval_us) && buf)
+		ns_h2c_pace(-1, c, buf, NULL, 0, &n, 0, 0);
 	errno = e;
 }
 
@@ -393,7 +405,7 @@ static int ssl_io(int fi, const void *ra, int d, void *ssl, void *buf, int num)
 	}
 	c = ssl_conn(ssl, ra);
 	if (d == NS_OUT)
-		pace(c);
+		pace(c, buf, num > 0 ? (size_t)num : 0);
 	r = f(ssl, buf, num);
 	if (r <= 0 && d == NS_IN && errno == ETIMEDOUT)
 		tls_raise_errno((void *)f, ETIMEDOUT);
@@ -413,7 +425,7 @@ static int ssl_io_ex(int fi, const void *ra, int d, void *ssl, void *buf, size_t
 	}
 	c = ssl_conn(ssl, ra);
 	if (d == NS_OUT)
-		pace(c);
+		pace(c, buf, num);
 	r = f(ssl, buf, num, moved);
 	if (r != 1 && d == NS_IN && errno == ETIMEDOUT)
 		tls_raise_errno((void *)f, ETIMEDOUT);
@@ -433,7 +445,7 @@ static ssize_t gnutls_io(int fi, const void *ra, int d, void *session, void *dat
 	}
 	c = gnutls_conn(session, ra);
 	if (d == NS_OUT)
-		pace(c);
+		pace(c, data, size);
 	r = f(session, data, size);
 	seen(c, d, data, r);
 	return r;

@@ -1,15 +1,22 @@
-"""HTTP/2 connections, as far as issue 36 has come: an h2 connection (its
-preface seen in TLS plaintext or in clear) is never read as HTTP/1 turns, so
-curl's default HTTPS no longer counts a false success per request. Its
-streams are not read yet (policy/h2.c is built and tested on its own, not
-wired in): an h2 connection yields its connect outcome only (over TLS, the
-handshake; in clear, the connect and the first answer), as DESIGN part 4
-asks of a connection the reader cannot follow (h2_blind).
+"""HTTP/2 and gRPC outcomes (issue 36, DESIGN part 4): an h2 connection (its
+preface seen in TLS plaintext or in clear text) is read stream by stream:
+each stream is an exchange, its final :status against failure_status, a
+gRPC answer's grpc-status against grpc_failure_status, Retry-After a
+cooldown; streams the server did not process are h2_unprocessed; a
+connection the shim cannot follow is h2_blind, with its connect outcome
+only.
 
-The servers are nghttpd (Debian's nghttp2-server), over TLS (ALPN h2) and in
-clear text (h2c, prior knowledge); the clients curl (h2 by ALPN, its
-default for HTTPS) and nghttp (nghttp2-client), both on the system's
-OpenSSL, whose record calls the shim reads."""
+The servers: nghttpd (Debian's nghttp2-server) for plain pages;
+tools/testsrv/h2server.js (node's http2) for every answer a test needs
+(statuses, Retry-After, gRPC trailers and trailers-only answers, resets,
+GOAWAY, a dropped connection, slow streams), over TLS and in clear text, with
+its own record of the streams it got and when; tools/testsrv/grpcsrv.py
+(python3-grpcio) for a real gRPC server. The clients: curl (h2 by ALPN, its
+default for HTTPS; --http2-prior-knowledge for h2c), nghttp, python httpx
+with h2 (OpenSSL through Python's ssl), python3-grpcio (its own h2 in C,
+over h2c) and node's http2 client."""
+import email.utils
+import json
 import shutil
 import socket
 import subprocess
@@ -17,66 +24,499 @@ import time
 
 import pytest
 
+from conftest import ROOT, py_script
 from rediscluster import free_ports
+
+H2SERVER = ROOT / "tools" / "testsrv" / "h2server.js"
+GRPCSRV = ROOT / "tools" / "testsrv" / "grpcsrv.py"
+FIELDS = ("calls", "successes", "failures", "exchanges", "http_failures", "h2_unprocessed", "h2_blind",
+          "grpc_failures")
+
+
+def wait_port(port):
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"nothing listens on {port}")
 
 
 @pytest.fixture(scope="module")
-def nghttpd(tmp_path_factory):
-    if not shutil.which("nghttpd") or not shutil.which("nghttp"):
-        pytest.fail("nghttpd and nghttp are needed (tools/install-deps.sh --all installs nghttp2-server and -client)")
-    d = tmp_path_factory.mktemp("h2")
-    www = d / "www"
-    www.mkdir()
-    for i in range(1, 6):
-        (www / f"p{i}").write_text(f"page {i}\n")
+def cert(tmp_path_factory):
+    d = tmp_path_factory.mktemp("h2cert")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d / "key.pem",
                     "-out", d / "cert.pem", "-days", "2", "-subj", "/CN=localhost"], check=True, capture_output=True)
+    return d
+
+
+@pytest.fixture(scope="module")
+def nghttpd(tmp_path_factory, cert):
+    if not shutil.which("nghttpd") or not shutil.which("nghttp"):
+        pytest.fail("nghttpd and nghttp are needed (tools/install-deps.sh --all installs nghttp2-server and -client)")
+    www = tmp_path_factory.mktemp("www")
+    for i in range(1, 6):
+        (www / f"p{i}").write_text(f"page {i}\n")
     tls, clear = free_ports(2)
-    procs = [subprocess.Popen(["nghttpd", "-d", www, str(tls), d / "key.pem", d / "cert.pem"],
+    procs = [subprocess.Popen(["nghttpd", "-d", www, str(tls), cert / "key.pem", cert / "cert.pem"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
              subprocess.Popen(["nghttpd", "--no-tls", "-d", www, str(clear)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     for port in (tls, clear):
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+        wait_port(port)
     yield {"tls": tls, "clear": clear}
     for p in procs:
         p.kill()
         p.wait()
 
 
+class H2Server:
+    """One h2server.js: a fresh one per test, so its record is the test's."""
+
+    def __init__(self, cert, tls):
+        self.tls = tls
+        cmd = ["node", str(H2SERVER)] + (["--tls", str(cert / "cert.pem"), str(cert / "key.pem")] if tls else [])
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("PORT "), line
+        self.port = int(line.split()[1])
+        self.dest = f"127.0.0.1:{self.port}"
+        self.base = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+
+    def stats(self):
+        """What it got, asked without the shim."""
+        args = ["curl", "-s", "--max-time", "10"] + (["-k", "--http2"] if self.tls else ["--http2-prior-knowledge"])
+        r = subprocess.run(args + [self.base + "/stats"], capture_output=True, text=True, timeout=20)
+        assert r.returncode == 0, r
+        return json.loads(r.stdout)
+
+    def got(self, kind):
+        return self.stats()["paths"].get(kind, 0)
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def h2srv(cert):
+    started = []
+
+    def start(tls):
+        s = H2Server(cert, tls)
+        started.append(s)
+        return s
+    yield start
+    for s in started:
+        s.stop()
+
+
 def counts(shim, dest):
     e = shim.entry(dest)
     assert e is not None, f"no entry for {dest}: {shim.status()}"
-    return {k: e[k] for k in ("calls", "successes", "failures", "exchanges", "http_failures")}
+    return {k: e[k] for k in FIELDS}
+
+
+def curl(shim, srv, path, *extra, n=1):
+    """curl on srv's path (h2 by ALPN over TLS, prior knowledge in clear),
+    n times on one connection: its exit status and what it printed."""
+    args = ["curl", "-s", "--max-time", "20"] + (["-k"] if srv.tls else ["--http2-prior-knowledge"])
+    args += list(extra) + [srv.base + path] * n + ["-o", "/dev/null"] * n
+    r = shim.run(args + ["-w", "%{http_version}:%{http_code} "])
+    return r.rc, r.out.split()
+
+
+# ---- 1. no false successes: one exchange per stream
 
 
 @pytest.mark.shim
-def test_curls_default_https_is_not_read_as_http1_turns(shim, nghttpd):
-    # before: 5 requests on one h2 connection counted 6 exchanges and 7
-    # successes (each HEADERS frame a "request", each answer's first frame a
-    # "success"); the handshake is its one outcome now
+def test_curls_default_https_counts_one_exchange_per_stream(shim, nghttpd):
+    # before issue 36: 5 requests on one h2 connection counted 6 exchanges
+    # and 7 successes (each HEADERS frame a "request"); then the handshake
+    # only; now each stream is one exchange with its status
     shim.policy("[defaults]\nfailure_threshold = 3\n")
     port = nghttpd["tls"]
     urls = [f"https://127.0.0.1:{port}/p{i}" for i in range(1, 6)]
     r = shim.run(["curl", "-sk", *urls, *(["-o", "/dev/null"] * 5), "-w", "%{http_version}:%{http_code} "])
     assert r.rc == 0 and r.out.split() == ["2:200"] * 5, (r.rc, r.out, r.err)
-    assert counts(shim, f"127.0.0.1:{port}") == {"calls": 1, "successes": 1, "failures": 0, "exchanges": 0,
-                                                 "http_failures": 0}
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert counts(shim, f"127.0.0.1:{port}") == {"calls": 1, "successes": 6, "failures": 0, "exchanges": 5,
+                                                 "http_failures": 0, "h2_unprocessed": 0, "h2_blind": 0,
+                                                 "grpc_failures": 0}
+    assert e["last_status"] == 200
 
 
 @pytest.mark.shim
-def test_h2_in_clear_text_counts_its_connection_once(shim, nghttpd):
-    # nghttp, prior knowledge (h2c): three streams on one connection; the
-    # connect and its first answer are the one outcome, the streams after it
-    # are not turns
+def test_h2c_streams_are_the_exchanges(shim, nghttpd):
+    # nghttp, prior knowledge (h2c), three streams on one connection: the
+    # connect (its server's first frame) and three exchanges
     shim.policy("[defaults]\nfailure_threshold = 3\n")
     port = nghttpd["clear"]
     r = shim.run(["nghttp", "-n", *[f"http://127.0.0.1:{port}/p{i}" for i in range(1, 4)]])
     assert r.rc == 0, (r.out, r.err)
-    assert counts(shim, f"127.0.0.1:{port}") == {"calls": 1, "successes": 1, "failures": 0, "exchanges": 1,
-                                                 "http_failures": 0}
+    assert counts(shim, f"127.0.0.1:{port}") == {"calls": 1, "successes": 4, "failures": 0, "exchanges": 3,
+                                                 "http_failures": 0, "h2_unprocessed": 0, "h2_blind": 0,
+                                                 "grpc_failures": 0}
+    assert shim.entry(f"127.0.0.1:{port}")["last_status"] == 200
+
+
+# ---- 2. statuses, three clients
+
+
+def nghttp_run(shim, srv, path):
+    """nghttp's word on it (it exits 0 either way): True when it connected."""
+    r = shim.run(["nghttp", "-n", srv.base + path])
+    return "Could not connect" not in r.err
+
+
+def httpx_run(shim, srv, path):
+    script = py_script(shim.tmp, f"""
+import json, httpx
+try:
+    with httpx.Client(http2=True, verify=False, timeout=10) as c:
+        r = c.get({srv.base + path!r})
+        print(json.dumps({{"version": r.http_version, "status": r.status_code}}))
+except httpx.ConnectError as e:
+    print(json.dumps({{"error": "connect", "text": str(e)}}))
+""")
+    r = shim.run(script)
+    rep = r.last_json()
+    assert "error" in rep or rep["version"] == "HTTP/2", rep
+    return rep
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("client", ["curl", "nghttp", "httpx"])
+def test_three_503s_over_h2_open_the_breaker_and_the_fourth_is_refused(shim, h2srv, client):
+    srv = h2srv(True)
+    shim.policy("[defaults]\nfailure_threshold = 3\n")
+    for _ in range(3):
+        if client == "curl":
+            assert curl(shim, srv, "/s/503") == (0, ["2:503"])
+        elif client == "nghttp":
+            assert nghttp_run(shim, srv, "/s/503")
+        else:
+            assert httpx_run(shim, srv, "/s/503")["status"] == 503
+    e = shim.entry(srv.dest)
+    assert e["state"] == "open", e
+    assert (e["http_failures"], e["failures"], e["exchanges"], e["last_status"]) == (3, 3, 3, 503), e
+    # the fourth is refused at connect: nothing reaches the server
+    if client == "curl":
+        assert curl(shim, srv, "/s/503")[0] == 7
+    elif client == "nghttp":
+        assert not nghttp_run(shim, srv, "/s/503")
+    else:
+        assert httpx_run(shim, srv, "/s/503")["error"] == "connect"
+    assert srv.got("s") == 3
+    assert shim.entry(srv.dest)["rejected"] == 1
+
+
+@pytest.mark.shim
+def test_a_404_counts_only_when_failure_status_names_it(shim, h2srv):
+    srv = h2srv(False)
+    shim.policy("[defaults]\nfailure_threshold = 3\n")
+    for _ in range(3):
+        assert curl(shim, srv, "/s/404") == (0, ["2:404"])
+    e = shim.entry(srv.dest)
+    assert (e["state"], e["failures"], e["http_failures"], e["exchanges"], e["last_status"]) == \
+        ("closed", 0, 0, 3, 404), e
+    shim.ctl("reset", "--all")
+    shim.policy("[defaults]\nfailure_threshold = 3\nfailure_status = 404\n")
+    for _ in range(3):
+        assert curl(shim, srv, "/s/404") == (0, ["2:404"])
+    e = shim.entry(srv.dest)
+    assert (e["state"], e["http_failures"]) == ("open", 3), e
+
+
+# ---- 3. Retry-After
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("form", ["seconds", "date"])
+def test_retry_after_on_h2_cools_the_destination_down_for_every_process(shim, h2srv, form):
+    srv = h2srv(True)
+    shim.policy("[defaults]\nfailure_threshold = 3\n")
+    if form == "seconds":
+        path = "/s/503?ra=20"
+    else:
+        path = "/s/429?ra=" + email.utils.formatdate(time.time() + 20, usegmt=True).replace(" ", "%20")
+    assert curl(shim, srv, path)[0] == 0
+    e = shim.entry(srv.dest)
+    assert e["cooldown_until"] is not None, e
+    # honoured: a cooldown, not a failure
+    assert (e["failures"], e["http_failures"], e["state"]) == (0, 0, "cooldown"), e
+    # another process, another program: refused at connect until it ends
+    script = py_script(shim.tmp, f"""
+import json, socket
+try:
+    socket.create_connection(("127.0.0.1", {srv.port}), timeout=5).close()
+    print(json.dumps({{"errno": 0}}))
+except OSError as e:
+    print(json.dumps({{"errno": e.errno}}))
+""")
+    assert shim.run(script).last_json()["errno"] == 111
+    assert curl(shim, srv, "/ok")[0] == 7
+    assert srv.got("s") == 1 and srv.got("ok") == 0
+
+
+# ---- 4. gRPC
+
+
+@pytest.mark.shim
+def test_grpc_status_from_trailers_and_from_a_trailers_only_answer_opens_the_breaker(shim, h2srv):
+    srv = h2srv(False)
+    shim.policy("[defaults]\nfailure_threshold = 3\n")
+    grpc = ["-H", "content-type: application/grpc", "-H", "te: trailers"]
+    for path in ("/grpc/14", "/grpc-only/14", "/grpc/14"):
+        assert curl(shim, srv, path, *grpc) == (0, ["2:200"])
+    e = shim.entry(srv.dest)
+    assert (e["state"], e["grpc_failures"], e["last_grpc_status"], e["http_failures"], e["exchanges"]) == \
+        ("open", 3, 14, 0, 3), e
+    assert curl(shim, srv, "/grpc/14", *grpc)[0] == 7
+    assert srv.got("grpc") + srv.got("grpc-only") == 3
+
+
+@pytest.mark.shim
+def test_grpc_not_found_never_counts_unless_grpc_failure_status_names_it(shim, h2srv):
+    srv = h2srv(True)   # gRPC over TLS (curl's ALPN h2)
+    grpc = ["-H", "content-type: application/grpc"]
+    shim.policy("[defaults]\nfailure_threshold = 3\n")
+    for _ in range(4):
+        assert curl(shim, srv, "/grpc/5", *grpc) == (0, ["2:200"])
+    e = shim.entry(srv.dest)
+    assert (e["state"], e["failures"], e["grpc_failures"], e["last_grpc_status"], e["exchanges"]) == \
+        ("closed", 0, 0, 5, 4), e
+    shim.ctl("reset", "--all")
+    shim.policy("[defaults]\nfailure_threshold = 3\ngrpc_failure_status = 5\n")
+    for _ in range(3):
+        assert curl(shim, srv, "/grpc/5", *grpc) == (0, ["2:200"])
+    e = shim.entry(srv.dest)
+    assert (e["state"], e["grpc_failures"]) == ("open", 3), e
+
+
+@pytest.fixture
+def grpc_server():
+    p = subprocess.Popen(["/usr/bin/python3", str(GRPCSRV)], stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    assert line.startswith("PORT "), line
+    port = int(line.split()[1])
+    yield port
+    p.kill()
+    p.wait()
+
+
+GRPC_CLIENT = """
+import json, sys, grpc
+port, code, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+out = []
+for i in range(n):
+    ch = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        ch.unary_unary("/netshim.Test/Call")(code.encode(), timeout=10)
+        out.append("OK")
+    except grpc.RpcError as e:
+        out.append(e.code().name + (": refused" if "refused" in (e.details() or "").lower() else ""))
+    ch.close()
+print(json.dumps(out))
+"""
+
+
+def grpc_count(port):
+    import grpc
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        return int(ch.unary_unary("/netshim.Test/Count")(b"", timeout=10))
+
+
+@pytest.mark.shim
+def test_a_real_grpc_client_over_h2c_unavailable_opens_and_not_found_never(shim, grpc_server, tmp_path):
+    cli = ["/usr/bin/python3", str(tmp_path / "gcli.py")]
+    (tmp_path / "gcli.py").write_text(GRPC_CLIENT)
+    dest = f"127.0.0.1:{grpc_server}"
+    shim.policy("[defaults]\nfailure_threshold = 3\n")
+    r = shim.run(cli + [grpc_server, "5", 4])
+    assert json.loads(r.out) == ["NOT_FOUND"] * 4, (r.out, r.err)
+    e = shim.entry(dest)
+    assert (e["state"], e["failures"], e["last_grpc_status"], e["exchanges"]) == ("closed", 0, 5, 4), e
+    r = shim.run(cli + [grpc_server, "14", 4])
+    out = json.loads(r.out)
+    assert out[:3] == ["UNAVAILABLE"] * 3 and out[3].startswith("UNAVAILABLE"), out
+    e = shim.entry(dest)
+    assert (e["state"], e["grpc_failures"], e["last_grpc_status"], e["rejected"]) == ("open", 3, 14, 1), e
+    assert grpc_count(grpc_server) == 7   # the refused call never reached it
+
+
+# ---- 5. not processed is not failed
+
+
+@pytest.mark.shim
+def test_refused_streams_settle_unprocessed(shim, h2srv):
+    srv = h2srv(False)
+    shim.policy("[defaults]\nfailure_threshold = 1\n")
+    rc, _ = curl(shim, srv, "/refuse")
+    assert rc != 0   # curl tries again on new connections, then gives up
+    refused = srv.got("refuse")
+    assert refused >= 1
+    c = counts(shim, srv.dest)
+    assert (c["h2_unprocessed"], c["failures"], c["exchanges"]) == (refused, 0, 0), c
+    assert shim.entry(srv.dest)["state"] == "closed"
+
+
+@pytest.mark.shim
+def test_streams_above_a_goaways_last_stream_settle_unprocessed(shim, h2srv):
+    # nghttp's first request is stream 13 (1-11 carry its priorities): a
+    # GOAWAY naming 1 as the last processed leaves it unprocessed
+    srv = h2srv(False)
+    shim.policy("[defaults]\nfailure_threshold = 1\n")
+    shim.run(["nghttp", "-n", srv.base + "/goaway/1"])
+    c = counts(shim, srv.dest)
+    assert (c["h2_unprocessed"], c["failures"], c["exchanges"]) == (1, 0, 0), c
+
+
+@pytest.mark.shim
+def test_a_server_reset_fails_its_stream_and_a_dropped_connection_its_open_streams(shim, h2srv):
+    srv = h2srv(False)
+    shim.policy("[defaults]\nfailure_threshold = 5\n")
+    assert curl(shim, srv, "/rst")[0] != 0
+    e = shim.entry(srv.dest)
+    assert (e["failures"], e["exchanges"], e["last_error"], e["h2_unprocessed"]) == (1, 1, "ECONNRESET", 0), e
+    assert curl(shim, srv, "/close")[0] != 0
+    e = shim.entry(srv.dest)
+    assert (e["failures"], e["exchanges"]) == (2, 2), e
+
+
+# ---- 6. fail safe
+
+
+BAD_FRAMES = """
+import json, socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+# the preface, SETTINGS, then a HEADERS frame on stream 0 (a protocol error)
+s.sendall(b"PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n" + b"\\0\\0\\0\\4\\0\\0\\0\\0\\0" + b"\\0\\0\\1\\1\\5\\0\\0\\0\\0\\x82")
+s.settimeout(5)
+try:
+    while s.recv(4096):
+        pass
+except OSError:
+    pass
+print(json.dumps({"done": 1}))
+"""
+
+SENDFILE = """
+import json, os, socket, sys, tempfile
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n" + b"\\0\\0\\0\\4\\0\\0\\0\\0\\0")
+# a request's HEADERS (GET http://127.0.0.1/ok, END_STREAM) moved by sendfile: unseen
+block = bytes([0x82, 0x86, 0x04, 0x03]) + b"/ok" + bytes([0x01, 0x09]) + b"127.0.0.1"
+with tempfile.TemporaryFile() as f:
+    f.write(bytes([0, 0, len(block), 1, 5, 0, 0, 0, 1]) + block)
+    f.flush()
+    s.sendfile(f)
+s.settimeout(5)
+got = b""
+try:
+    while True:
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
+        if b"ok" in got:
+            break
+except OSError:
+    pass
+print(json.dumps({"answered": b"ok" in got}))
+"""
+
+
+@pytest.mark.shim
+def test_frames_it_cannot_parse_and_bytes_it_did_not_see_make_the_connection_blind(shim, h2srv):
+    srv = h2srv(False)
+    shim.policy("[defaults]\nfailure_threshold = 1\n")
+    assert shim.run(py_script(shim.tmp, BAD_FRAMES) + [srv.port]).last_json()["done"] == 1
+    c = counts(shim, srv.dest)
+    assert (c["h2_blind"], c["exchanges"], c["failures"]) == (1, 0, 0), c
+    assert shim.run(py_script(shim.tmp, SENDFILE) + [srv.port]).last_json()["answered"] is True
+    c = counts(shim, srv.dest)
+    assert (c["h2_blind"], c["exchanges"], c["failures"]) == (2, 0, 0), c
+    assert srv.got("ok") == 1
+
+
+# ---- 8. pacing
+
+
+def gaps(arrivals):
+    return [b - a for a, b in zip(arrivals, arrivals[1:])]
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("client", ["curl-tls", "nghttp-h2c"])
+def test_rate_paces_new_streams_on_one_connection(shim, h2srv, client):
+    # 20 streams on one connection under rate = 5/s: the server's own
+    # stamps never show two closer than 150 ms, nor more than 5.5 a second
+    srv = h2srv(client == "curl-tls")
+    shim.policy("[defaults]\nrate = 5/s\n")
+    if client == "curl-tls":
+        rc, out = curl(shim, srv, "/ok", n=20)
+        assert rc == 0 and out == ["2:200"] * 20, out
+    else:
+        r = shim.run(["nghttp", "-n", *[f"{srv.base}/ok?i={i}" for i in range(20)]])
+        assert r.rc == 0, r.err
+    a = srv.stats()["arrivals"]
+    assert len(a) == 20
+    assert min(gaps(a)) >= 150, gaps(a)
+    assert 19 / ((a[-1] - a[0]) / 1000) <= 5.5, a
+    e = shim.entry(srv.dest)
+    assert (e["exchanges"], e["calls"]) == (20, 1) and e["paced"] >= 15, e
+
+
+NODE_CLIENT = """
+const http2 = require('http2');
+const s = http2.connect(process.argv[2]);
+let ticks = 0, done = 0;
+const t = setInterval(() => ticks++, 20);
+const n = Number(process.argv[3]);
+for (let i = 0; i < n; i++) {
+  const r = s.request({ ':path': '/ok?i=' + i });
+  r.on('response', () => {});
+  r.resume();
+  r.on('end', () => {
+    if (++done === n) { clearInterval(t); s.close(); console.log(JSON.stringify({ done, ticks })); }
+  });
+}
+"""
+
+
+@pytest.mark.shim
+def test_a_non_blocking_node_client_is_paced_without_blocking_its_loop(shim, h2srv, tmp_path):
+    # node's http2 client (h2c, libuv) asks for 10 streams at once: they
+    # reach the server 200 ms apart while its timer keeps ticking
+    srv = h2srv(False)
+    shim.policy("[defaults]\nrate = 5/s\n")
+    (tmp_path / "cli.js").write_text(NODE_CLIENT)
+    r = shim.run(["node", tmp_path / "cli.js", srv.base, 10])
+    rep = r.last_json()
+    assert rep["done"] == 10, (r.out, r.err)
+    a = srv.stats()["arrivals"]
+    assert len(a) == 10 and min(gaps(a)) >= 150, gaps(a)
+    # the loop ran through the waits: a 20 ms timer over at least 1.4 s
+    assert rep["ticks"] >= 20, rep
+
+
+# ---- 9. per-stream first byte and latency rules
+
+
+@pytest.mark.shim
+def test_a_slow_stream_is_the_slow_call_and_the_first_byte_is_the_streams(shim, h2srv):
+    srv = h2srv(False)
+    shim.policy("[defaults]\nslow_call = 1s\n")
+    r = shim.run(["nghttp", "-n", srv.base + "/slow/2000", *[f"{srv.base}/ok?i={i}" for i in range(4)]])
+    assert r.rc == 0, r.err
+    e = shim.entry(srv.dest)
+    assert (e["exchanges"], e["slow_calls"]) == (5, 1), e
+    assert e["first_byte_ms_p99"] >= 1000, e
+    # one slow stream alone: its first byte, not the server's SETTINGS
+    shim.ctl("reset", "--all")
+    srv2 = h2srv(False)
+    r = shim.run(["nghttp", "-n", srv2.base + "/slow/300"])
+    e = shim.entry(srv2.dest)
+    assert e["exchanges"] == 1 and e["first_byte_ms_p50"] >= 250, e

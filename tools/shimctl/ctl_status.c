@@ -205,6 +205,13 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 			printf("%u", e->last_status);
 		else
 			printf("null");
+		printf(", \"h2_unprocessed\": %llu, \"h2_blind\": %llu, \"grpc_failures\": %llu, \"last_grpc_status\": ",
+		       (unsigned long long)e->h2_unprocessed, (unsigned long long)e->h2_blind,
+		       (unsigned long long)e->grpc_failures);
+		if (e->last_grpc_status >= 0)
+			printf("%d", e->last_grpc_status);
+		else
+			printf("null");
 		pct_json("connect_ms_p50", &e->connect_hist, 50);
 		pct_json("connect_ms_p99", &e->connect_hist, 99);
 		pct_json("first_byte_ms_p50", &e->first_byte_hist, 50);

@@ -1,0 +1,499 @@
+/* h2conn.c -- an HTTP/2 connection's streams as its exchanges (DESIGN part
+ * 4, "HTTP/2 and gRPC outcomes").
+ *
+ * Once the client's preface goes out (exchange.c sniffs it, in clear text
+ * or in TLS plaintext), every byte the program sends and reads on the
+ * connection passes through policy/h2.c's reader, whose events are the
+ * streams' outcomes: a stream is an exchange from its request's HEADERS;
+ * its first byte is the server's first frame on it; its outcome is its
+ * final :status against failure_status (a 429/503's Retry-After cools the
+ * destination down), or for gRPC the grpc-status of its trailers against
+ * grpc_failure_status. A stream the server refused (REFUSED_STREAM, above a
+ * GOAWAY) is h2_unprocessed, no outcome; a reset or the connection's end
+ * fails the streams still open. Anything the reader cannot follow makes the
+ * connection h2_blind: its connect outcome only, never a guessed status.
+ *
+ * The reader is about 2.5 KiB; it is taken from a pool mapped on first use
+ * (nothing in .bss), held while the connection's record lives. Two threads
+ * may send and read one connection at once: the reader is fed under a
+ * per-connection spin lock held only over pure code. The events that count
+ * (which log and write the table) are queued under it and counted after it
+ * is given back. A signal handler that interrupts its own thread inside the
+ * reader does not wait for itself: its bytes are lost to the reader, which
+ * goes blind. A child forked while another thread fed the reader takes the
+ * lock over, and goes blind too. */
+#include "h2conn.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "../policy/h2.h"
+#include "config.h"
+#include "lock.h"
+#include "outcome.h"
+#include "shape.h"
+
+struct ns_h2c {
+	uint32_t lock;    /* atomic: 0, or the pid of the process a thread of which feeds it */
+	uint32_t gap;     /* atomic: bytes went by unseen (a handler's, sendfile's): go blind */
+	uint32_t decided; /* a bit per place: the stream's outcome was counted at its headers */
+	uint32_t pad;
+	struct ns_h2c *next_free;
+	monotime start[NS_H2_STREAMS]; /* when each place's stream opened */
+	monotime first[NS_H2_STREAMS]; /* ...and when its first byte came, 0 = not yet */
+	struct ns_h2 h;
+};
+
+/**** the pool ****/
+
+#define CHUNK_BYTES (64u * 1024)
+
+static struct ns_h2c *pool_free;
+static uint32_t pool_lock; /* atomic: over the free list only (no system call under it) */
+
+static void pool_take_lock(void)
+{
+	while (__atomic_exchange_n(&pool_lock, 1u, __ATOMIC_ACQUIRE))
+		while (__atomic_load_n(&pool_lock, __ATOMIC_RELAXED))
+			__builtin_ia32_pause();
+}
+
+static void pool_give_lock(void)
+{
+	__atomic_store_n(&pool_lock, 0u, __ATOMIC_RELEASE);
+}
+
+static void push_free(struct ns_h2c *x)
+{
+	pool_take_lock();
+	x->next_free = pool_free;
+	pool_free = x;
+	pool_give_lock();
+}
+
+/* A reader, or NULL (no memory: the connection is then blind). The lock
+ * bit keeps a handler off a list its own thread is changing. */
+static struct ns_h2c *take(void)
+{
+	struct ns_h2c *x = NULL;
+	char *m;
+
+	if (!ns_lock_mine(NS_LOCK_H2))
+		return NULL;
+	pool_take_lock();
+	if (pool_free) {
+		x = pool_free;
+		pool_free = x->next_free;
+	}
+	pool_give_lock();
+	ns_lock_done(NS_LOCK_H2);
+	if (x)
+		return x;
+	/* a new chunk, mapped with no lock held */
+	m = mmap(NULL, CHUNK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED) {
+		ns_log(NS_LOG_WARN, "cannot map HTTP/2 readers (%s); h2 connections have connect outcomes only",
+		       strerror(errno));
+		return NULL;
+	}
+	for (size_t off = sizeof(*x); off + sizeof(*x) <= CHUNK_BYTES; off += sizeof(*x))
+		if (ns_lock_mine(NS_LOCK_H2)) {
+			push_free((struct ns_h2c *)(m + off));
+			ns_lock_done(NS_LOCK_H2);
+		}
+	return (struct ns_h2c *)m;
+}
+
+/**** feeding it ****/
+
+/* Lock the reader for this thread: 1, or 0 when this thread holds it
+ * already (a signal handler inside the feed: its bytes are a gap). */
+static int lock_x(struct ns_h2c *x)
+{
+	uint32_t me = (uint32_t)ns_own_pid;
+	unsigned spins = 0;
+
+	if (!ns_lock_mine(NS_LOCK_H2)) {
+		__atomic_store_n(&x->gap, 1u, __ATOMIC_RELAXED);
+		return 0;
+	}
+	for (;;) {
+		uint32_t v = 0;
+
+		if (__atomic_compare_exchange_n(&x->lock, &v, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+			return 1;
+		if (v != me && __atomic_compare_exchange_n(&x->lock, &v, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+			/* held by the process this one was forked from: its
+			 * thread is not here, and what it left may be half-done */
+			__atomic_store_n(&x->gap, 1u, __ATOMIC_RELAXED);
+			return 1;
+		}
+		if (++spins % 64 == 0)
+			sched_yield(); /* (a thread of ours feeds it: pure code, it gives it back soon) */
+		else
+			__builtin_ia32_pause();
+	}
+}
+
+static void unlock_x(struct ns_h2c *x)
+{
+	__atomic_store_n(&x->lock, 0u, __ATOMIC_RELEASE);
+	ns_lock_done(NS_LOCK_H2);
+}
+
+/* An event that counts, kept from the feed (under the lock) to its count
+ * (after it): everything it needs is copied. */
+struct qev {
+	uint8_t type;
+	uint8_t grpc;
+	uint8_t decided; /* the stream's outcome was counted at its headers already */
+	uint8_t pad;
+	uint16_t status;
+	int16_t grpc_status;
+	uint32_t code;
+	monotime start, first;
+	char retry_after[NS_HPACK_VAL_MAX + 1];
+};
+
+#define QMAX 48
+
+struct feedctx {
+	struct ns_conn *c;
+	struct ns_h2c *x;
+	int kind, err; /* the connection's end (ns_h2c_end): how its open streams fail */
+	int failed;    /* streams failed by it */
+	unsigned n;
+	struct qev q[QMAX];
+};
+
+static void count(struct feedctx *fc, const struct qev *e);
+
+/* The reader's events, under the lock: what only marks is done here, what
+ * counts is queued (or, with the queue full, counted at once). */
+static void on_event(void *arg, const struct ns_h2_event *ev)
+{
+	struct feedctx *fc = arg;
+	struct ns_h2c *x = fc->x;
+	unsigned p = ev->place < NS_H2_STREAMS ? ev->place : 0;
+	uint32_t bit = 1u << p;
+	struct qev e;
+
+	switch (ev->type) {
+	case NS_H2_OPEN:
+		x->start[p] = ns_now();
+		x->first[p] = 0;
+		x->decided &= ~bit;
+		return;
+	case NS_H2_FIRST:
+		x->first[p] = ns_now();
+		if (LD(fc->c->slot) >= 0 && ns_breakers_ok)
+			ns_table_latency(&ns_breakers, LD(fc->c->slot), 1,
+					 (uint64_t)(x->first[p] - x->start[p]) / 1000);
+		return;
+	case NS_H2_CANCELLED:
+		return; /* the program gave up on it: its business */
+	}
+	memset(&e, 0, sizeof(e));
+	e.type = ev->type;
+	e.grpc = ev->grpc;
+	e.status = ev->status;
+	e.grpc_status = ev->grpc_status;
+	e.code = ev->code;
+	if (ev->type != NS_H2_BLIND) {
+		e.start = x->start[p];
+		e.first = x->first[p];
+		e.decided = (x->decided & bit) != 0;
+	}
+	if (ev->type == NS_H2_HEADERS) {
+		/* a gRPC answer is decided by its trailers; any other by this */
+		if (!(ev->grpc && (ev->status == 200 || ev->status == 0)))
+			x->decided |= bit;
+		if (ev->retry_after)
+			snprintf(e.retry_after, sizeof(e.retry_after), "%s", ev->retry_after);
+	}
+	if (ev->type == NS_H2_FAILED && !e.decided)
+		fc->failed++;
+	if (fc->n < QMAX)
+		fc->q[fc->n++] = e;
+	else
+		count(fc, &e);
+}
+
+/* One queued event, counted (no lock held but where the queue was full). */
+static void count(struct feedctx *fc, const struct qev *e)
+{
+	struct ns_conn *c = fc->c;
+	const struct ns_settings *set = ns_conn_set(c);
+	int slot = LD(c->slot), ok = slot >= 0 && ns_breakers_ok;
+	char said[48];
+
+	switch (e->type) {
+	case NS_H2_HEADERS: {
+		unsigned code = e->status;
+		int fails = ns_status_fails(set, code);
+
+		if (e->grpc && (code == 200 || code == 0))
+			return; /* its trailers decide */
+		if ((code == 429 || code == 503) && set->retry_after && e->retry_after[0] &&
+		    ns_conn_retry_after(c, e->retry_after))
+			fails = 0; /* honoured: a cooldown, not a failure */
+		if (ok)
+			ns_table_http(&ns_breakers, slot, code, fails);
+		ns_stream_outcome(c, fails ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 0, code, NULL, e->start, e->first);
+		return;
+	}
+	case NS_H2_DONE: {
+		int g = e->grpc_status, fails;
+
+		if (e->decided)
+			return;
+		if (!e->grpc) {
+			/* ended with no final header block: the server answered */
+			ns_stream_outcome(c, NS_OUT_SUCCESS, 0, e->status, NULL, e->start, e->first);
+			return;
+		}
+		if (g < 0)
+			g = 2; /* no grpc-status: UNKNOWN, as gRPC's clients take it */
+		fails = ns_grpc_fails(set, (unsigned)g);
+		if (ok) {
+			ns_table_http(&ns_breakers, slot, e->status ? e->status : 200, 0);
+			ns_table_grpc(&ns_breakers, slot, (unsigned)g, fails);
+		}
+		snprintf(said, sizeof(said), "gRPC %d", g);
+		ns_stream_outcome(c, fails ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 0, 0, said, e->start, e->first);
+		return;
+	}
+	case NS_H2_FAILED:
+		if (e->decided)
+			return;
+		if (e->code == NS_H2_CONN_ENDED) {
+			ns_stream_outcome(c, fc->kind, fc->err, 0, NULL, e->start, e->first);
+		} else {
+			snprintf(said, sizeof(said), "RST_STREAM %u", e->code);
+			ns_stream_outcome(c, NS_OUT_FAILURE, ECONNRESET, 0, said, e->start, e->first);
+		}
+		return;
+	case NS_H2_UNPROCESSED:
+		if (!e->decided && ok)
+			ns_table_h2_count(&ns_breakers, slot, NS_H2_COUNT_UNPROCESSED);
+		return;
+	case NS_H2_BLIND:
+		__atomic_fetch_and(&c->flags, ~NS_C_H2READ, __ATOMIC_RELAXED);
+		if (ok)
+			ns_table_h2_count(&ns_breakers, slot, NS_H2_COUNT_BLIND);
+		if (unlikely(ns_log_level >= NS_LOG_INFO)) {
+			char key[NS_KEY_MAX];
+
+			ns_conn_key(c, key);
+			ns_log(NS_LOG_INFO, "%s: HTTP/2 connection not followed (h2_blind): its connect outcome only",
+			       key);
+		}
+		return;
+	}
+}
+
+static void flush(struct feedctx *fc)
+{
+	int saved = errno;
+
+	for (unsigned i = 0; i < fc->n; i++)
+		count(fc, &fc->q[i]);
+	fc->n = 0;
+	errno = saved;
+}
+
+/* A gap seen while the lock was held: blind from here. */
+static void check_gap(struct feedctx *fc)
+{
+	struct ns_h2c *x = fc->x;
+
+	if (__atomic_exchange_n(&x->gap, 0u, __ATOMIC_RELAXED) && !x->h.blind) {
+		struct ns_h2_event ev = {
+			.type = NS_H2_BLIND, .place = NS_H2_STREAMS, .grpc_status = -1, .retry_after = ""
+		};
+
+		on_event(fc, &ev);
+		x->h.blind = 1;
+	}
+}
+
+static void ctx_init(struct feedctx *fc, struct ns_conn *c, struct ns_h2c *x)
+{
+	fc->c = c;
+	fc->x = x;
+	fc->kind = NS_OUT_FAILURE;
+	fc->err = 0;
+	fc->failed = 0;
+	fc->n = 0;
+}
+
+static void feed_locked(struct feedctx *fc, int d, const void *buf, size_t n)
+{
+	if (d == NS_OUT)
+		ns_h2_out(&fc->x->h, buf, n, on_event, fc);
+	else
+		ns_h2_in(&fc->x->h, buf, n, on_event, fc);
+}
+
+/**** the entry points ****/
+
+void ns_h2c_start(struct ns_conn *c, const char *held, size_t nheld, const void *buf, size_t n, int tls,
+		  int seen_before)
+{
+	struct ns_h2c *x;
+	struct feedctx fc;
+	int saved = errno;
+
+	if (LD(c->h2))
+		goto out; /* (a second preface on one connection: the reader has it) */
+	x = take();
+	ctx_init(&fc, c, x);
+	if (!x || seen_before) {
+		/* nothing to read it with, or its beginning was not h2: blind */
+		struct qev e = { .type = NS_H2_BLIND };
+
+		if (x)
+			push_free(x);
+		fc.x = NULL;
+		count(&fc, &e);
+		goto out;
+	}
+	x->lock = 0;
+	x->gap = 0;
+	x->decided = 0;
+	ns_h2_init(&x->h);
+	__atomic_store_n(&c->h2, x, __ATOMIC_RELEASE);
+	if (!tls)
+		__atomic_fetch_or(&c->flags, NS_C_H2READ, __ATOMIC_RELAXED);
+	if (lock_x(x)) {
+		feed_locked(&fc, NS_OUT, held, nheld);
+		if (buf)
+			feed_locked(&fc, NS_OUT, buf, n);
+		check_gap(&fc);
+		unlock_x(x);
+	}
+	flush(&fc);
+out:
+	errno = saved;
+}
+
+void ns_h2c_feed(struct ns_conn *c, int d, const void *buf, size_t n)
+{
+	struct ns_h2c *x = __atomic_load_n(&c->h2, __ATOMIC_ACQUIRE);
+	struct feedctx fc;
+
+	if (!x || LD(x->h.blind))
+		return;
+	ctx_init(&fc, c, x);
+	if (!lock_x(x))
+		return;
+	if (__atomic_load_n(&c->h2, __ATOMIC_ACQUIRE) != x) {
+		unlock_x(x); /* released under us (the program's close raced this call) */
+		return;
+	}
+	if (buf)
+		feed_locked(&fc, d, buf, n);
+	else
+		__atomic_store_n(&x->gap, 1u, __ATOMIC_RELAXED); /* moved, but not shown to us */
+	check_gap(&fc);
+	unlock_x(x);
+	flush(&fc);
+}
+
+void ns_h2c_gap(struct ns_conn *c)
+{
+	ns_h2c_feed(c, NS_OUT, NULL, 0);
+}
+
+int ns_h2c_end(struct ns_conn *c, int kind, int err)
+{
+	struct ns_h2c *x = __atomic_load_n(&c->h2, __ATOMIC_ACQUIRE);
+	struct feedctx fc;
+
+	if (!x || LD(x->h.blind))
+		return 0;
+	ctx_init(&fc, c, x);
+	fc.kind = kind == NS_OUT_SUCCESS ? NS_OUT_FAILURE : kind;
+	fc.err = err;
+	if (!lock_x(x))
+		return 0;
+	check_gap(&fc);
+	ns_h2_end(&x->h, on_event, &fc);
+	unlock_x(x);
+	if (fc.failed)
+		__atomic_store_n(&c->outcome, 1u, __ATOMIC_RELEASE); /* its streams carry it */
+	flush(&fc);
+	return fc.failed;
+}
+
+void ns_h2c_release(struct ns_conn *c)
+{
+	struct ns_h2c *x = __atomic_exchange_n(&c->h2, NULL, __ATOMIC_ACQ_REL);
+
+	if (!x)
+		return;
+	__atomic_fetch_and(&c->flags, ~NS_C_H2READ, __ATOMIC_RELAXED);
+	/* a thread still feeding it (the program's race with its close)
+	 * finishes first; a handler of ours inside it: the reader is left as
+	 * it is (a few KiB), never handed out while in use */
+	if (!lock_x(x))
+		return;
+	unlock_x(x);
+	if (ns_lock_mine(NS_LOCK_H2)) {
+		push_free(x);
+		ns_lock_done(NS_LOCK_H2);
+	}
+}
+
+/* How many of a vector's buffers hold its first n bytes. */
+static size_t iov_segments(const struct iovec *iov, size_t cnt, size_t n)
+{
+	size_t i = 0;
+
+	for (; iov && i < cnt && n > 0; i++)
+		n -= iov[i].iov_len < n ? iov[i].iov_len : n;
+	return i;
+}
+
+int ns_h2c_pace(int fd, struct ns_conn *c, const void *buf, const struct iovec *iov, size_t iovcnt, size_t *len,
+		int nonblock, int held)
+{
+	struct ns_h2c *x = __atomic_load_n(&c->h2, __ATOMIC_ACQUIRE);
+	struct ns_h2_peek k;
+	uint32_t need;
+
+	if (x) {
+		if (LD(x->h.blind) || !lock_x(x))
+			return 0;
+		ns_h2_peek_begin(&x->h, &k);
+		unlock_x(x);
+	} else {
+		/* the connection's first write: h2 if it begins with the preface */
+		const void *b0 = buf ? buf : iov && iovcnt ? iov[0].iov_base : NULL;
+		size_t n0 = buf ? *len : iov && iovcnt ? iov[0].iov_len : 0;
+
+		if (!b0 || n0 < NS_H2_PREFACE_LEN || memcmp(b0, NS_H2_PREFACE, NS_H2_PREFACE_LEN) != 0)
+			return 0;
+		memset(&k, 0, sizeof(k));
+	}
+	if (buf) {
+		ns_h2_peek(&k, buf, *len);
+	} else {
+		for (size_t i = 0; iov && i < iovcnt; i++)
+			ns_h2_peek(&k, iov[i].iov_base, iov[i].iov_len);
+	}
+	if (k.opened >= 2 && k.second_at && (buf || iov_segments(iov, iovcnt, k.second_at) <= NS_H2C_IOV_CUT)) {
+		/* one new stream a write: the rest goes in the next (a short
+		 * write, as the kernel's own) */
+		*len = k.second_at;
+		need = k.firsts ? 0 : 1;
+	} else {
+		need = k.opened > k.firsts;
+	}
+	if (!need || held)
+		return 0; /* (a held write come back: the token it waited for is taken as it goes) */
+	return ns_shape_request(fd, c, nonblock);
+}

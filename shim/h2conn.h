@@ -1,0 +1,45 @@
+/* h2conn.h -- an HTTP/2 connection's streams as its exchanges (h2conn.c;
+ * DESIGN part 4, "HTTP/2 and gRPC outcomes"). */
+#ifndef NS_H2CONN_H
+#define NS_H2CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "conn.h"
+
+/* The preface went out on c (exchange.c): its reader is taken and fed what
+ * was sent so far: held (the bytes kept while the protocol was told) and
+ * then buf. tls: the bytes are TLS plaintext (tls.c), else the socket's own
+ * (its data calls then feed the reader: NS_C_H2READ). seen_before: the
+ * connection carried something else first (an HTTP/1 Upgrade): its
+ * server's side cannot be followed, so it is blind from the start. */
+NS_HIDDEN void ns_h2c_start(struct ns_conn *c, const char *held, size_t nheld, const void *buf, size_t n, int tls,
+			    int seen_before);
+/* Bytes the program sent (d NS_OUT) or read (NS_IN) on an h2 connection. */
+NS_HIDDEN void ns_h2c_feed(struct ns_conn *c, int d, const void *buf, size_t n);
+/* ...bytes that moved where the shim could not see them (sendfile, splice,
+ * a vector it was not shown): the reader can no longer follow (h2_blind). */
+NS_HIDDEN void ns_h2c_gap(struct ns_conn *c);
+/* The connection ended (kind NS_OUT_FAILURE or NS_OUT_TIMEOUT, err its
+ * errno or 0 for the peer's close) under its open streams: each fails, and
+ * is an outcome of its own. Returns how many failed; when any did, the
+ * connection's own outcome is settled by them (c->outcome set). */
+NS_HIDDEN int ns_h2c_end(struct ns_conn *c, int kind, int err);
+#define NS_H2C_IOV_CUT 64 /* a vector is cut only within its first this many buffers */
+/* Before a send on an h2 connection under rate: a write that opens a new
+ * stream (not the connection's first, which rides on the connect's token)
+ * waits for a token as an HTTP/1 request does (ns_shape_request: 0 go, or
+ * -1 with errno EAGAIN). A write that opens more than one is cut (*len)
+ * before the second: one new stream a write. iov: a vector call's buffers
+ * when buf is NULL (cut within its first NS_H2C_IOV_CUT, else sent whole
+ * for one token). held: the write was held for a token and is back (it is
+ * cut again, and takes the token it waited for as it goes). */
+NS_HIDDEN int ns_h2c_pace(int fd, struct ns_conn *c, const void *buf, const struct iovec *iov, size_t iovcnt,
+			  size_t *len, int nonblock, int held);
+/* The record is freed: its reader goes back to the pool (streams still
+ * open were the program's to give up: no outcome). */
+NS_HIDDEN void ns_h2c_release(struct ns_conn *c);
+
+#endif
