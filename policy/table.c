@@ -410,6 +410,46 @@ void ns_table_exchange_undo(struct ns_table *t, int idx)
 		__atomic_fetch_sub(&s->exchanges, 1, __ATOMIC_RELAXED);
 }
 
+/* Take one back from a count, never below 0. */
+static void take_back(uint32_t *w)
+{
+	uint32_t v = LOAD(w);
+
+	while (v && !CAS(w, &v, v - 1))
+		;
+}
+
+static void take_back64(uint64_t *w, uint64_t by)
+{
+	uint64_t v = LOAD(w);
+
+	while (v && !CAS(w, &v, v >= by ? v - by : 0))
+		;
+}
+
+void ns_table_first_byte_undo(struct ns_table *t, int idx, uint64_t us, uint64_t now_ms, uint64_t window_ms)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	uint64_t g = now_ms / (window_ms ? window_ms : 1);
+	uint32_t b = 0;
+
+	if (!s)
+		return;
+	while (b < NS_HIST_BUCKETS - 1 && us > ns_hist_bounds_us[b])
+		b++;
+	if (LOAD(&s->first_byte_hist.count[b])) {
+		take_back64(&s->first_byte_hist.count[b], 1);
+		take_back64(&s->first_byte_hist.sum_us, us);
+	}
+	for (uint32_t i = 0; i < 2; i++)
+		if (LOAD(&s->lat_gen[i]) == g || LOAD(&s->lat_gen[i]) + 1 == g) {
+			if (LOAD(&s->lat[i][b])) {
+				take_back(&s->lat[i][b]);
+				break;
+			}
+		}
+}
+
 void ns_table_stale_reuse(struct ns_table *t, int idx)
 {
 	struct ns_slot *s = slot_at(t, idx);

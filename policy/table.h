@@ -542,6 +542,9 @@ void ns_table_stale_reuse(struct ns_table *t, int idx);
 /* An exchange counted for what turned out to be no exchange's (an h2c
  * server's preface, read before the client's was sent): taken back. */
 void ns_table_exchange_undo(struct ns_table *t, int idx);
+/* ...and its first-byte time of us, in the histogram and the window's
+ * latencies (where it is still there to take back). */
+void ns_table_first_byte_undo(struct ns_table *t, int idx, uint64_t us, uint64_t now_ms, uint64_t window_ms);
 /* An HTTP/2 stream settled unprocessed (REFUSED_STREAM, above a GOAWAY),
  * or an h2 connection lost to the reader: counted, never an outcome. */
 enum { NS_H2_COUNT_UNPROCESSED, NS_H2_COUNT_BLIND };

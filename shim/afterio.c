@@ -41,8 +41,12 @@ __attribute__((noinline)) ssize_t ns_after_io(int fd, struct ns_conn *c, int d, 
 		if (!LD(c->outcome) && d == NS_IN && !(LD(c->flags) & (NS_C_PARSE | NS_C_TLS | NS_C_HDRS))) {
 			/* the first byte of the answer: the exchange succeeded (a
 			 * 429/503's headers decide it: exchange.c) */
-			ns_first_byte_latency(c);
-			ns_conn_outcome(c, NS_OUT_SUCCESS, 0);
+			if (unlikely((LD(c->flags) & NS_C_H2) == NS_C_H2)) {
+				ns_conn_h2_answered(c); /* (an h2 server's SETTINGS answer nothing: its streams' do) */
+			} else {
+				ns_first_byte_latency(c);
+				ns_conn_outcome(c, NS_OUT_SUCCESS, 0);
+			}
 		}
 		if (LD(c->intr_deadline) && d == NS_IN)
 			ns_note_interrupted(fd, c, 0);
@@ -62,6 +66,8 @@ __attribute__((noinline)) ssize_t ns_after_io(int fd, struct ns_conn *c, int d, 
 				ns_conn_stale(c, 0);
 			else if (LD(c->flags) & NS_C_SENT)
 				ns_conn_outcome(c, NS_OUT_FAILURE, 0);
+			else if ((LD(c->flags) & NS_C_H2) == NS_C_H2)
+				ns_conn_h2_answered(c);
 			else
 				ns_conn_outcome(c, NS_OUT_SUCCESS, 0);
 		}

@@ -172,6 +172,8 @@ struct ns_conn {
 	char hval[32];            /* a Retry-After's value, as it arrives */
 	uint32_t hvlen;
 	uint32_t xstatus;         /* a 429/503 whose outcome waits for its headers (Retry-After), 0 = none */
+	uint32_t fb_us;           /* the last first-byte time counted (us): an h2c server's preface read
+				   * before the client's takes it back (exchange.c) */
 	uintptr_t xthread;        /* the thread that started the last exchange (pthread_self) */
 	/* shaping (shape.c): the place held under max_connections (valid with
 	 * NS_C_PLACE; -1 once given back) */

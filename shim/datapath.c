@@ -109,7 +109,8 @@ static inline __attribute__((always_inline)) void io_req_init(struct io_req *q, 
 }
 
 /* A vector call's turn: each buffer in order, as far as r bytes went. */
-static void turn_iov(struct ns_conn *c, int d, const struct iovec *iov, size_t cnt, size_t r)
+static __attribute__((noinline, cold)) void turn_iov(struct ns_conn *c, int d, const struct iovec *iov, size_t cnt,
+						     size_t r)
 {
 	for (size_t i = 0; i < cnt && r > 0; i++) {
 		size_t k = iov[i].iov_len < r ? iov[i].iov_len : r;
@@ -146,7 +147,7 @@ static ssize_t turn_io(struct ns_conn *c, const struct io_req *q, ssize_t r)
 	/* a TLS connection's turns are its plaintext's (tls.c), once the
 	 * handshake had its outcome */
 	if (!((f & NS_C_TLS) || (q->d == NS_OUT && (f & NS_C_TLSWIRE) && (f & NS_C_HSDONE)))) {
-		if (q->iov)
+		if (unlikely(q->iov != NULL))
 			turn_iov(c, q->d, q->iov, q->iovcnt, (size_t)r);
 		else
 			ns_exchange_turn(c, q->d, q->buf,
@@ -158,13 +159,30 @@ static ssize_t turn_io(struct ns_conn *c, const struct io_req *q, ssize_t r)
 	return ns_after_io(q->fd, c, q->d, r, q->len, q->flags, q->gen);
 }
 
+/* rate's token for a write that may open an HTTP/2 stream in clear text
+ * (an h2 connection's, or a connection's first bytes, which may be h2's
+ * preface and first streams: h2conn.c looks, and cuts a write that opens
+ * more than one), or that was held for one and is back. 0 go, or -1 with
+ * errno (EAGAIN). */
+static __attribute__((noinline)) int shape_request(struct ns_conn *c, struct io_req *q)
+{
+	uint32_t f = LD(c->flags);
+	int nb = (f & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT);
+
+	if ((f & (NS_C_H2READ | NS_C_TOKEN)) && ns_conn_set(c)->rate_interval_us &&
+	    ns_h2c_pace(q->fd, c, q->iov ? NULL : q->buf, q->iov, q->iovcnt, &q->len, nb, (f & NS_C_PACED) != 0) < 0)
+		return -1;
+	if ((f & NS_C_H2READ) && !(f & NS_C_PACED))
+		return 0; /* (its token, if it needed one, was taken there) */
+	return ns_shape_request(q->fd, c, nb);
+}
+
 /* Before the call, everything a flag asks for. IO_CALL: make it (with at
  * most q->len bytes where q->cap); IO_RAW: fd is no longer c's socket (a
  * close the shim did not see), the call is the kernel's alone; IO_DONE:
  * q->r is the call's result, errno set. */
 static int io_pre(struct ns_conn *c, struct io_req *q)
 {
-	uint32_t paced = LD(c->flags) & NS_C_PACED; /* a held write come back for its token */
 	int k;
 
 	/* a connect still held back by the shim: its turn is looked at here
@@ -181,15 +199,9 @@ static int io_pre(struct ns_conn *c, struct io_req *q)
 	}
 	/* a request held for rate's token (the wait is not the deadlines': they are looked at after it) */
 	if (q->d == NS_OUT && unlikely(ns_shape_wants_token(c, LD(c->flags), 0)) &&
-	    ns_shape_request(q->fd, c, (LD(c->flags) & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) {
-		q->r = -1;
-		return IO_DONE;
-	}
-	/* HTTP/2 in clear text: a write that opens a stream, likewise */
-	if (q->d == NS_OUT && (unlikely(LD(c->flags) & NS_C_H2READ) || !(LD(c->flags) & (NS_C_HTTP | NS_C_NOTHTTP))) &&
-	    unlikely(ns_conn_set(c)->rate_interval_us) &&
-	    ns_h2c_pace(q->fd, c, q->iov ? NULL : q->buf, q->iov, q->iovcnt, &q->len,
-			(LD(c->flags) & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT), paced != 0) < 0) {
+	    (unlikely(LD(c->flags) & (NS_C_H2READ | NS_C_TOKEN))
+		     ? shape_request(c, q)
+		     : ns_shape_request(q->fd, c, (LD(c->flags) & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT))) < 0) {
 		q->r = -1;
 		return IO_DONE;
 	}

@@ -286,22 +286,40 @@ static void feed(struct ns_conn *c, const char *b, size_t n)
  * exchange) or received (NS_IN: maybe its status line), whether on a plain
  * socket or as TLS plaintext (tls.c). For the plain socket the first byte
  * of an answer is counted by after_io; for TLS, here. */
+/* An h2c server's own preface (SETTINGS) was read before the program sent
+ * its: that was the connection's outcome, counted as an exchange with a
+ * first byte before the protocol was known. Both are taken back. */
+static __attribute__((noinline, cold)) void server_spoke_first(struct ns_conn *c)
+{
+	int slot = LD(c->slot);
+
+	if (slot < 0 || !ns_breakers_ok)
+		return;
+	ns_table_exchange_undo(&ns_breakers, slot);
+	ns_table_first_byte_undo(&ns_breakers, slot, LD(c->fb_us), (uint64_t)(ns_now() / 1000000),
+				 ns_conn_set(c)->window_ms);
+}
+
+/* HTTP/2: its requests are streams, not turns; the reader (h2conn.c)
+ * counts them. The connection's own outcome is its connect's (over TLS,
+ * the handshake's): the server's first frame, or its end. */
+static __attribute__((noinline)) void h2_turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
+{
+	__atomic_fetch_and(&c->flags, ~NS_C_XNEXT, __ATOMIC_RELAXED);
+	ns_h2c_feed(c, d, buf, n);
+	if (d == NS_IN && tls && !LD(c->outcome) && buf && n)
+		ns_conn_h2_answered(c);
+}
+
 static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 {
-	if ((LD(c->flags) & NS_C_H2) == NS_C_H2) {
-		/* HTTP/2: its requests are streams, not turns; the reader
-		 * (h2conn.c) counts them. The connection's own outcome is its
-		 * connect's (over TLS, the handshake's): the server's first
-		 * frame, or its end */
-		__atomic_fetch_and(&c->flags, ~NS_C_XNEXT, __ATOMIC_RELAXED);
-		ns_h2c_feed(c, d, buf, n);
-		if (d == NS_IN && tls && !LD(c->outcome) && buf && n)
-			ns_conn_outcome(c, NS_OUT_SUCCESS, 0);
-		return;
-	}
 	if (d == NS_OUT) {
 		uint32_t f = LD(c->flags);
 
+		if (unlikely((f & NS_C_H2) == NS_C_H2)) {
+			h2_turn(c, d, buf, n, tls);
+			return;
+		}
 		/* buf holds at least min(n, 8) bytes (see first8 in datapath.c) */
 		if (!(f & (NS_C_HTTP | NS_C_NOTHTTP))) {
 			char held[SNIFF_MAX];
@@ -317,12 +335,8 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 				 * connection that answered something before, an
 				 * HTTP/1 Upgrade, cannot be followed) */
 				__atomic_fetch_and(&c->flags, ~NS_C_XNEXT, __ATOMIC_RELAXED);
-				if (!tls && LD(c->outcome) && !(f & (NS_C_ANSWERED | NS_C_SENT)) && LD(c->slot) >= 0 &&
-				    ns_breakers_ok)
-					/* the server spoke first (its own preface, read
-					 * before the program sent this): that was the
-					 * connection's outcome, not an exchange */
-					ns_table_exchange_undo(&ns_breakers, LD(c->slot));
+				if (!tls && LD(c->outcome) && !(f & (NS_C_ANSWERED | NS_C_SENT)))
+					server_spoke_first(c);
 				ns_h2c_start(c, held, k, buf, n, tls, (f & NS_C_ANSWERED) != 0);
 				return;
 			}
@@ -355,8 +369,11 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 		}
 		return;
 	}
-	if (LD(c->outcome))
+	if (LD(c->outcome)) {
+		if (unlikely((LD(c->flags) & NS_C_H2) == NS_C_H2))
+			h2_turn(c, d, buf, n, tls);
 		return;
+	}
 	if (LD(c->flags) & NS_C_PARSE) {
 		if (!buf) {
 			/* no plain buffer to read the status from: a plain outcome */
@@ -366,6 +383,8 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 		if (LD(c->hlen) == 0 && LD(c->hstate) == HS_STATUS)
 			ns_first_byte_latency(c);   /* the answer's first byte */
 		feed(c, buf, n);
+	} else if (unlikely((LD(c->flags) & NS_C_H2) == NS_C_H2)) {
+		h2_turn(c, d, buf, n, tls);
 	} else if (tls) {
 		ns_conn_outcome(c, NS_OUT_SUCCESS, 0);   /* the first byte of the answer */
 	}

@@ -497,3 +497,6 @@ int ns_h2c_pace(int fd, struct ns_conn *c, const void *buf, const struct iovec *
 		return 0; /* (a held write come back: the token it waited for is taken as it goes) */
 	return ns_shape_request(fd, c, nonblock);
 }
+
+/* DESIGN part 4: at most ~5 KiB an h2 connection */
+_Static_assert(sizeof(struct ns_h2c) <= 5120, "an HTTP/2 connection's reader fits in 5 KiB");

@@ -100,13 +100,13 @@ static monotime exchange_start(const struct ns_conn *c)
  * connection's flags before (whether it was connecting, whether a request
  * was out); from: when the exchange began; first: when its answer's first
  * byte came (0: now). */
-static void count(struct ns_conn *c, int kind, int err, unsigned status, const char *said, uint32_t was, monotime from,
-		  monotime first)
+static inline __attribute__((always_inline)) void count(struct ns_conn *c, int slot, int kind, int err, unsigned status,
+							const char *said, uint32_t was, monotime from, monotime first)
 {
 	struct ns_step st;
 	char key[NS_KEY_MAX];
 	uint64_t now_ms;
-	int trace, slot = LD(c->slot);
+	int trace;
 	const char *what = NULL;
 	char last[80];
 
@@ -174,12 +174,15 @@ static void count(struct ns_conn *c, int kind, int err, unsigned status, const c
 static void conn_outcome(struct ns_conn *c, int kind, int err, unsigned status)
 {
 	uint32_t was;
-	int saved = errno, slot;
+	int saved = errno, slot, h2 = 0;
 
 	/* HTTP/2: the streams still open fail with the connection, and are
-	 * its outcomes (h2conn.c then settles the connection's own) */
-	if (unlikely(kind != NS_OUT_SUCCESS) && unlikely(LD(c->h2) != NULL))
+	 * its outcomes (h2conn.c then settles the connection's own); without
+	 * one open, the connection's failure is no exchange's */
+	if (unlikely(kind != NS_OUT_SUCCESS) && unlikely(LD(c->h2) != NULL)) {
 		ns_h2c_end(c, kind, err);
+		h2 = 1;
+	}
 	was = __atomic_fetch_and(&c->flags, ~(NS_C_CONNECTING | NS_C_PARSE | NS_C_SENT), __ATOMIC_RELAXED);
 	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
 		goto out;
@@ -188,20 +191,14 @@ static void conn_outcome(struct ns_conn *c, int kind, int err, unsigned status)
 	slot = LD(c->slot);
 	if ((was & NS_C_TLSWIRE) && !(was & NS_C_HSDONE) && !(was & NS_C_CONNECTING)) {
 		__atomic_fetch_or(&c->flags, NS_C_HSDONE, __ATOMIC_RELAXED); /* the handshake: no exchange */
-	} else if (!(was & NS_C_CONNECTING) && (was & NS_C_H2) != NS_C_H2) {
+	} else if (!(was & NS_C_CONNECTING) && !h2) {
 		/* an answer came: the connection's next exchange is a reuse */
 		if (kind == NS_OUT_SUCCESS && (was & NS_C_SENT))
 			__atomic_fetch_or(&c->flags, NS_C_ANSWERED, __ATOMIC_RELAXED);
 		if (slot >= 0 && ns_breakers_ok)
 			ns_table_exchange(&ns_breakers, slot);
 	}
-	/* (an h2 connection's own outcome is its connect's: its streams are
-	 * the exchanges, each counted by ns_stream_outcome) */
-	{
-		monotime from = exchange_start(c);
-
-		count(c, kind, err, status, NULL, was, from, (was & NS_C_H2) == NS_C_H2 ? from : 0);
-	}
+	count(c, slot, kind, err, status, NULL, was, exchange_start(c), 0);
 out:
 	errno = saved;
 }
@@ -211,6 +208,23 @@ void ns_conn_outcome(struct ns_conn *c, int kind, int err)
 	conn_outcome(c, kind, err, 0);
 }
 
+void ns_conn_h2_answered(struct ns_conn *c)
+{
+	uint32_t was;
+	int saved = errno;
+
+	was = __atomic_fetch_and(&c->flags, ~(NS_C_CONNECTING | NS_C_PARSE | NS_C_SENT), __ATOMIC_RELAXED);
+	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
+		goto out;
+	if ((was & NS_C_TLSWIRE) && !(was & NS_C_HSDONE))
+		__atomic_fetch_or(&c->flags, NS_C_HSDONE, __ATOMIC_RELAXED);
+	/* its connect's outcome: no exchange, no latency (its first frame,
+	 * SETTINGS, answers nothing: its streams' do) */
+	count(c, LD(c->slot), NS_OUT_SUCCESS, 0, 0, NULL, was, LD(c->start), LD(c->start));
+out:
+	errno = saved;
+}
+
 void ns_stream_outcome(struct ns_conn *c, int kind, int err, unsigned status, const char *said, monotime from,
 		       monotime first)
 {
@@ -218,7 +232,7 @@ void ns_stream_outcome(struct ns_conn *c, int kind, int err, unsigned status, co
 
 	if (slot >= 0 && ns_breakers_ok)
 		ns_table_exchange(&ns_breakers, slot);
-	count(c, kind, err, status, said, NS_C_SENT, from, first);
+	count(c, slot, kind, err, status, said, NS_C_SENT, from, first);
 	errno = saved;
 }
 
@@ -251,10 +265,12 @@ void ns_conn_stale(struct ns_conn *c, int err)
 
 void ns_first_byte_latency(struct ns_conn *c)
 {
-	/* an HTTP/2 connection's first frame (SETTINGS) is no answer's: its
-	 * streams' first bytes are counted (h2conn.c) */
-	if (LD(c->slot) >= 0 && ns_breakers_ok && (LD(c->flags) & NS_C_H2) != NS_C_H2)
-		ns_table_latency(&ns_breakers, LD(c->slot), 1, (uint64_t)(ns_now() - exchange_start(c)) / 1000);
+	if (LD(c->slot) >= 0 && ns_breakers_ok) {
+		uint64_t us = (uint64_t)(ns_now() - exchange_start(c)) / 1000;
+
+		ST(c->fb_us, us > UINT32_MAX ? UINT32_MAX : (uint32_t)us);
+		ns_table_latency(&ns_breakers, LD(c->slot), 1, us);
+	}
 }
 
 void ns_conn_http(struct ns_conn *c, unsigned code, int failed)

@@ -42,6 +42,9 @@ static inline const char *ns_errno_name(int e)
 /* Count the connection's one outcome: NS_OUT_* with its errno (0 when no
  * errno says it: the peer closed before the answer). errno is kept. */
 NS_HIDDEN void ns_conn_outcome(struct ns_conn *c, int kind, int err);
+/* An HTTP/2 connection's server answered its first frame: the
+ * connection's own outcome, a success that is not an exchange. */
+NS_HIDDEN void ns_conn_h2_answered(struct ns_conn *c);
 /* One HTTP/2 stream's outcome (h2conn.c), an exchange of c's destination:
  * status the HTTP status that decided it (or 0), said what else did
  * ("gRPC 14", "RST_STREAM 2") or NULL; from its start, first its first

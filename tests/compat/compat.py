@@ -135,6 +135,40 @@ class Servers:
                                 "-WWW", "-quiet", "-naccept", "1000"], port, cwd=d))
         return port
 
+    def start_h2tls(self):
+        return self.start_nghttpd(tls=True)
+
+    def start_h2c(self):
+        return self.start_nghttpd(tls=False)
+
+    def start_nghttpd(self, tls):
+        d = self.tmp / ("h2tls" if tls else "h2c")
+        d.mkdir()
+        (d / "hello.txt").write_text("hello over h2\n")
+        port = free_port()
+        cmd = ["nghttpd", "-d", str(d)]
+        if tls:
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d / "k.pem",
+                            "-out", d / "c.pem", "-days", "2", "-subj", "/CN=127.0.0.1"], check=True,
+                           capture_output=True)
+            cmd += [str(port), str(d / "k.pem"), str(d / "c.pem")]
+        else:
+            cmd += ["--no-tls", str(port)]
+        self.procs.append(Proc(cmd, port))
+        return port
+
+    def start_grpc(self):
+        p = subprocess.Popen([PY, str(HERE.parent.parent / "tools" / "testsrv" / "grpcsrv.py")],
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+        line = p.stdout.readline()
+        if not line.startswith("PORT "):
+            raise RuntimeError("grpcsrv.py did not start")
+        port = int(line.split()[1])
+        srv = Proc.__new__(Proc)
+        srv.port, srv.proc = port, p
+        self.procs.append(srv)
+        return port
+
     def start_git(self):
         d = self.tmp / "git"
         d.mkdir()
@@ -218,6 +252,14 @@ def scripts(tmp):
         "curl.php": "<?php\n$c = curl_init($argv[1]); curl_setopt($c, CURLOPT_RETURNTRANSFER, true);\n"
                     "$b = curl_exec($c); if ($b === false) { fwrite(STDERR, curl_error($c) . \"\\n\"); exit(1); }\n"
                     "echo $b;\n",
+        "grpc_call.py": "import sys, grpc\nch = grpc.insecure_channel(sys.argv[1])\n"
+                        "try:\n    print(ch.unary_unary('/netshim.Test/Call')(b'0', timeout=30).decode())\n"
+                        "except grpc.RpcError as e:\n    print(e.code().name, file=sys.stderr); sys.exit(1)\n",
+        "h2.js": "const http2 = require('http2');\nconst u = new URL(process.argv[2]);\n"
+                 "const s = http2.connect(u.origin);\ns.on('error', e => { console.error(e.code); process.exit(1); });\n"
+                 "const r = s.request({ ':path': u.pathname }); let b = '';\n"
+                 "r.on('data', d => b += d); r.on('end', () => { console.log(b.trim()); s.close(); });\n"
+                 "r.on('error', e => { console.error(e.code); process.exit(1); });\n",
         "fgc.php": "<?php\n$b = file_get_contents($argv[1]); if ($b === false) exit(1); echo $b;\n",
         "Get.java": "import java.net.URI; import java.net.http.*; import java.time.Duration;\n"
                     "public class Get { public static void main(String[] a) throws Exception {\n"
@@ -262,6 +304,13 @@ def make_clients(tmp, sc):
         Client("curl", ["curl", "-sS", "--max-time", "30", "{url}"]),
         Client("curl (TLS)", ["curl", "-sSk", "--max-time", "30", "{url}"], server="tls", url_path="/hello.txt",
                scheme="https"),
+        Client("curl (h2, TLS)", ["curl", "-sSk", "--max-time", "30", "-w", " %{{http_version}}", "{url}"],
+               server="h2tls", url_path="/hello.txt", scheme="https"),
+        Client("curl (h2c)", ["curl", "-sS", "--http2-prior-knowledge", "--max-time", "30", "-w", " %{{http_version}}",
+                              "{url}"], server="h2c", url_path="/hello.txt"),
+        Client("python grpcio (h2c)", [PY, sc["grpc_call.py"], "127.0.0.1:{port}"], server="grpc",
+               needs="python3:grpc"),
+        Client("node http2 (h2c)", ["node", sc["h2.js"], "{url}"], server="h2c", url_path="/hello.txt"),
         Client("wget", ["wget", "-q", "-O-", "--tries=1", "--timeout=30", "{url}"]),
         Client("busybox wget (stdio)", ["busybox", "wget", "-q", "-O-", "{url}"]),
         Client("python requests", [PY, sc["client_requests.py"], "{url}"], needs="python3:requests"),
@@ -452,7 +501,13 @@ def drop(table):
 
 # Cases known to escape, with the reason (shown in the matrix, and not a failure).
 STATIC = "statically linked: LD_PRELOAD cannot reach it (shimrun warns)"
-KNOWN = {("static C client", 1): STATIC, ("static C client", 2): STATIC, ("static C client", 3): STATIC}
+# grpcio connects again at once after the first read deadline and fails the
+# call only when that connection's deadline fires too: 2 s for a 1 s
+# read_timeout (the same with the library before HTTP/2 was read); the
+# second connection is not always counted a call (not found yet)
+GRPC_RECONNECT = "grpcio tries a second connection on its own after the first read deadline"
+KNOWN = {("static C client", 1): STATIC, ("static C client", 2): STATIC, ("static C client", 3): STATIC,
+         ("python grpcio (h2c)", 2): GRPC_RECONNECT}
 
 
 def main():

@@ -390,7 +390,7 @@ echo
 echo "## 9. What-if: recording the history, replaying it (tools/bench/histbench.py)"
 "$PY" "$TOOLS/histbench.py" "$BUILD"
 echo
-echo "## 10. HTTP/2: reading answers (tools/bench/h2bench.c; not yet wired into the shim)"
+echo "## 10. HTTP/2: reading answers (tools/bench/h2bench.c: the reader the shim feeds every h2 byte to)"
 "$BUILD/h2bench"
 if command -v valgrind >/dev/null; then
 	valgrind --tool=callgrind --callgrind-out-file="$work/h2.cg" "$BUILD/h2bench" 20000 >/dev/null 2>&1 &&
