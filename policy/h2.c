@@ -428,6 +428,8 @@ void ns_h2_peek(struct ns_h2_peek *k, const uint8_t *p, size_t n)
 					if (k->last == 0)
 						k->firsts++;
 					k->last = id;
+					if (k->opened < NS_H2_STREAMS)
+						k->ids[k->opened] = id;
 					k->opened++;
 				}
 				d->left = len;
@@ -442,4 +444,10 @@ void ns_h2_peek(struct ns_h2_peek *k, const uint8_t *p, size_t n)
 			d->hlen = 0;
 	}
 	k->seen += n;
+}
+
+void ns_h2_open(struct ns_h2 *h, uint32_t id, ns_h2_cb cb, void *arg)
+{
+	if (!h->blind && (id & 1) && id > h->last_opened)
+		open_stream(h, id, cb, arg);
 }

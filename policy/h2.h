@@ -115,16 +115,23 @@ struct ns_h2_peek {
 	struct ns_h2_dir d;
 	uint8_t preface;
 	uint8_t blind;
-	uint32_t last;    /* the highest stream id opened so far */
-	uint32_t opened;  /* new streams whose HEADERS frame header is whole in the bytes looked at */
-	uint32_t firsts;  /* ...of them, the connection's first stream (it rides on the connect's token) */
-	size_t second_at; /* where the second of them begins in the bytes looked at; 0 = nowhere */
-	size_t seen;      /* the bytes looked at */
-	size_t hdr_at;    /* where the frame header being read began, */
-	uint8_t hdr_here; /* ...when it began in the bytes looked at */
+	uint32_t last;               /* the highest stream id opened so far */
+	uint32_t opened;             /* new streams whose HEADERS frame header is whole in the bytes looked at */
+	uint32_t firsts;             /* ...of them, the connection's first stream (it rides on the connect's token) */
+	size_t second_at;            /* where the second of them begins in the bytes looked at; 0 = nowhere */
+	size_t seen;                 /* the bytes looked at */
+	size_t hdr_at;               /* where the frame header being read began, */
+	uint8_t hdr_here;            /* ...when it began in the bytes looked at */
+	uint32_t ids[NS_H2_STREAMS]; /* the first NS_H2_STREAMS of the streams opened, in order */
 };
 
 void ns_h2_peek_begin(const struct ns_h2 *h, struct ns_h2_peek *k);
 void ns_h2_peek(struct ns_h2_peek *k, const uint8_t *p, size_t n);
+
+/* The client is about to send stream id's HEADERS (a look ahead found it):
+ * it is open from now, so that an answer read by another thread before
+ * the write's own bytes are fed finds it. Their HEADERS then open nothing
+ * more. */
+void ns_h2_open(struct ns_h2 *h, uint32_t id, ns_h2_cb cb, void *arg);
 
 #endif

@@ -197,7 +197,9 @@ struct ns_conn {
 	struct ns_conn *next_free;
 };
 _Static_assert(NS_KEY_MAX % 8 == 0, "copied in words");
-
+/* datapath.c tells "an h2c connection, or no protocol known yet" by one
+ * compare: H2READ above both HTTP bits */
+_Static_assert(NS_C_H2READ > (NS_C_HTTP | NS_C_NOTHTTP), "H2READ above the protocol bits");
 
 /* fd table entries: 0 unknown, a struct ns_conn pointer, or a tag (bit 0 set). */
 #define NS_TAG 0x1u
@@ -362,6 +364,9 @@ extern void (*ns_fd_watch_forget)(int fd) NS_HIDDEN;
 /* A record ends (its last reference gone) holding a place: shape.c gives
  * it back through this, set when the process first takes one. */
 extern void (*ns_conn_end_hook)(struct ns_conn *c) NS_HIDDEN;
+/* ...holding an HTTP/2 reader: h2conn.c takes it back through this, set
+ * before its first reader is given to a record */
+extern void (*ns_conn_h2_hook)(struct ns_conn *c) NS_HIDDEN;
 /* The table could not be reserved (the shim passes every call through;
  * the configuration's loading says so). */
 extern int ns_fdtab_failed NS_HIDDEN;

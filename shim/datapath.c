@@ -159,22 +159,21 @@ static ssize_t turn_io(struct ns_conn *c, const struct io_req *q, ssize_t r)
 	return ns_after_io(q->fd, c, q->d, r, q->len, q->flags, q->gen);
 }
 
-/* rate's token for a write that may open an HTTP/2 stream in clear text
- * (an h2 connection's, or a connection's first bytes, which may be h2's
- * preface and first streams: h2conn.c looks, and cuts a write that opens
- * more than one), or that was held for one and is back. 0 go, or -1 with
+/* A write that may be HTTP/2's in clear text (an h2 connection's, or a
+ * connection's first bytes, which may begin with its preface): h2conn.c
+ * opens the streams it carries before it goes, and paces them under rate;
+ * any other write takes rate's token as a request does. 0 go, or -1 with
  * errno (EAGAIN). */
-static __attribute__((noinline)) int shape_request(struct ns_conn *c, struct io_req *q)
+static __attribute__((noinline)) int h2_write(struct ns_conn *c, struct io_req *q)
 {
-	uint32_t f = LD(c->flags);
-	int nb = (f & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT);
+	int nb = (LD(c->flags) & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT);
+	int r = ns_h2c_before_write(q->fd, c, q->iov ? NULL : q->buf, q->iov, q->iovcnt, &q->len, nb, 0);
 
-	if ((f & (NS_C_H2READ | NS_C_TOKEN)) && ns_conn_set(c)->rate_interval_us &&
-	    ns_h2c_pace(q->fd, c, q->iov ? NULL : q->buf, q->iov, q->iovcnt, &q->len, nb, (f & NS_C_PACED) != 0) < 0)
-		return -1;
-	if ((f & NS_C_H2READ) && !(f & NS_C_PACED))
-		return 0; /* (its token, if it needed one, was taken there) */
-	return ns_shape_request(q->fd, c, nb);
+	if (r != NS_H2C_NOT)
+		return r;
+	if (unlikely(ns_shape_wants_token(c, LD(c->flags), 0)))
+		return ns_shape_request(q->fd, c, nb);
+	return 0;
 }
 
 /* Before the call, everything a flag asks for. IO_CALL: make it (with at
@@ -197,13 +196,21 @@ static int io_pre(struct ns_conn *c, struct io_req *q)
 		q->r = -1;
 		return IO_DONE;
 	}
-	/* a request held for rate's token (the wait is not the deadlines': they are looked at after it) */
-	if (q->d == NS_OUT && unlikely(ns_shape_wants_token(c, LD(c->flags), 0)) &&
-	    (unlikely(LD(c->flags) & (NS_C_H2READ | NS_C_TOKEN))
-		     ? shape_request(c, q)
-		     : ns_shape_request(q->fd, c, (LD(c->flags) & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT))) < 0) {
-		q->r = -1;
-		return IO_DONE;
+	/* a request held for rate's token (the wait is not the deadlines': they
+	 * are looked at after it); HTTP/2's streams in clear text (h2_write) */
+	if (q->d == NS_OUT) {
+		uint32_t f = LD(c->flags);
+
+		/* (an h2c connection's, or one whose protocol is not known yet:
+		 * neither HTTP bit, or H2READ, in one compare) */
+		uint32_t m = f & (NS_C_H2READ | NS_C_HTTP | NS_C_NOTHTTP);
+
+		if (unlikely(m - 1 >= NS_C_H2READ - 1) ? h2_write(c, q) < 0
+						       : unlikely(ns_shape_wants_token(c, f, 0)) &&
+				    ns_shape_request(q->fd, c, (f & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) {
+			q->r = -1;
+			return IO_DONE;
+		}
 	}
 	k = ns_deadline_check(q->fd, c, q->d);
 

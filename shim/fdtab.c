@@ -16,7 +16,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "h2conn.h"
 #include "real.h"
 
 #define FD_CAP (1u << 20)
@@ -31,6 +30,7 @@ unsigned ns_ep_count;
 void (*ns_fd_watch_note)(int fd);
 void (*ns_fd_watch_forget)(int fd);
 void (*ns_conn_end_hook)(struct ns_conn *c);
+void (*ns_conn_h2_hook)(struct ns_conn *c);
 
 /* The pid this copy of the process image belongs to: set at start and in
  * every fork child (atfork). A vfork child runs no atfork handler, so its
@@ -190,13 +190,22 @@ void ns_conn_ref(struct ns_conn *c)
 	__atomic_fetch_add(&c->refs, 1, __ATOMIC_RELAXED);
 }
 
+/* ...through the hook h2conn.c set before it gave a record its first reader */
+static __attribute__((noinline, cold)) void h2_release(struct ns_conn *c)
+{
+	void (*hook)(struct ns_conn *) = __atomic_load_n(&ns_conn_h2_hook, __ATOMIC_ACQUIRE);
+
+	if (hook)
+		hook(c);
+}
+
 /* The record's last reference went: back to the pool. A call that was
  * blocked on this connection when it ended finds the generation changed
  * and leaves the record alone (see after_io). */
 static inline __attribute__((always_inline)) void conn_free(struct ns_conn *c)
 {
 	if (unlikely(LD(c->h2) != NULL))
-		ns_h2c_release(c); /* an HTTP/2 connection's reader back to its pool */
+		h2_release(c); /* an HTTP/2 connection's reader back to its pool */
 	__atomic_fetch_add(&c->gen, 1, __ATOMIC_RELEASE);
 	pool_push(c, c);
 }

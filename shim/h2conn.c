@@ -340,32 +340,55 @@ static void feed_locked(struct feedctx *fc, int d, const void *buf, size_t n)
 
 /**** the entry points ****/
 
+/* A new reader, or NULL (no memory). */
+static struct ns_h2c *new_reader(void)
+{
+	struct ns_h2c *x;
+
+	if (unlikely(!__atomic_load_n(&ns_conn_h2_hook, __ATOMIC_RELAXED))) {
+		__atomic_store_n(&ns_h2_end_hook, ns_h2c_end, __ATOMIC_RELEASE);
+		__atomic_store_n(&ns_conn_h2_hook, ns_h2c_release, __ATOMIC_RELEASE);
+	}
+	x = take();
+
+	if (x) {
+		x->lock = 0;
+		x->gap = 0;
+		x->decided = 0;
+		ns_h2_init(&x->h);
+	}
+	return x;
+}
+
 void ns_h2c_start(struct ns_conn *c, const char *held, size_t nheld, const void *buf, size_t n, int tls,
 		  int seen_before)
 {
-	struct ns_h2c *x;
+	struct ns_h2c *x = __atomic_load_n(&c->h2, __ATOMIC_ACQUIRE), *none = NULL;
 	struct feedctx fc;
-	int saved = errno;
+	int saved = errno, begun = 0;
 
-	if (LD(c->h2))
-		goto out; /* (a second preface on one connection: the reader has it) */
-	x = take();
+	/* (one made before this write, ns_h2c_before_write, is this one's) */
+	if (x && lock_x(x)) {
+		begun = x->h.preface || x->h.blind;
+		if (!begun && seen_before)
+			x->h.blind = 1;
+		unlock_x(x);
+	}
+	if (begun)
+		goto out; /* a second preface on one connection: the reader has it */
+	if (!x && !seen_before && (x = new_reader()) != NULL &&
+	    !__atomic_compare_exchange_n(&c->h2, &none, x, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		push_free(x);
+		goto out; /* another thread's write started it */
+	}
 	ctx_init(&fc, c, x);
 	if (!x || seen_before) {
 		/* nothing to read it with, or its beginning was not h2: blind */
 		struct qev e = { .type = NS_H2_BLIND };
 
-		if (x)
-			push_free(x);
-		fc.x = NULL;
 		count(&fc, &e);
 		goto out;
 	}
-	x->lock = 0;
-	x->gap = 0;
-	x->decided = 0;
-	ns_h2_init(&x->h);
-	__atomic_store_n(&c->h2, x, __ATOMIC_RELEASE);
 	if (!tls)
 		__atomic_fetch_or(&c->flags, NS_C_H2READ, __ATOMIC_RELAXED);
 	if (lock_x(x)) {
@@ -458,44 +481,83 @@ static size_t iov_segments(const struct iovec *iov, size_t cnt, size_t n)
 	return i;
 }
 
-int ns_h2c_pace(int fd, struct ns_conn *c, const void *buf, const struct iovec *iov, size_t iovcnt, size_t *len,
-		int nonblock, int held)
+/* A reader for c's first write, which begins with the preface: made
+ * before the write, published (the write's own turn starts it: ns_h2c_start). */
+static struct ns_h2c *early_reader(struct ns_conn *c, const void *buf, const struct iovec *iov, size_t iovcnt,
+				   size_t len)
+{
+	const void *b0 = buf ? buf : iov && iovcnt ? iov[0].iov_base : NULL;
+	size_t n0 = buf ? len : iov && iovcnt ? iov[0].iov_len : 0;
+	struct ns_h2c *x, *none = NULL;
+
+	if (!b0 || n0 < NS_H2_PREFACE_LEN || memcmp(b0, NS_H2_PREFACE, NS_H2_PREFACE_LEN) != 0)
+		return NULL;
+	if (!(x = new_reader()))
+		return NULL;
+	if (!__atomic_compare_exchange_n(&c->h2, &none, x, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		push_free(x); /* another thread's write made one first */
+		return none;
+	}
+	return x;
+}
+
+int ns_h2c_before_write(int fd, struct ns_conn *c, const void *buf, const struct iovec *iov, size_t iovcnt, size_t *len,
+			int nonblock, int tls)
 {
 	struct ns_h2c *x = __atomic_load_n(&c->h2, __ATOMIC_ACQUIRE);
+	uint32_t f = LD(c->flags), opens;
+	const struct ns_settings *set = ns_conn_set(c);
 	struct ns_h2_peek k;
-	uint32_t need;
+	struct feedctx fc;
+	int e = errno;
 
-	if (x) {
-		if (LD(x->h.blind) || !lock_x(x))
-			return 0;
-		ns_h2_peek_begin(&x->h, &k);
-		unlock_x(x);
-	} else {
-		/* the connection's first write: h2 if it begins with the preface */
-		const void *b0 = buf ? buf : iov && iovcnt ? iov[0].iov_base : NULL;
-		size_t n0 = buf ? *len : iov && iovcnt ? iov[0].iov_len : 0;
-
-		if (!b0 || n0 < NS_H2_PREFACE_LEN || memcmp(b0, NS_H2_PREFACE, NS_H2_PREFACE_LEN) != 0)
-			return 0;
-		memset(&k, 0, sizeof(k));
-	}
+	if (!x && (f & (NS_C_HTTP | NS_C_NOTHTTP)))
+		return NS_H2C_NOT;
+	if (!x && !(x = early_reader(c, buf, iov, iovcnt, *len)))
+		return NS_H2C_NOT;
+	if (LD(x->h.blind) || !lock_x(x))
+		return 0;
+	ns_h2_peek_begin(&x->h, &k);
+	unlock_x(x);
 	if (buf) {
 		ns_h2_peek(&k, buf, *len);
 	} else {
 		for (size_t i = 0; iov && i < iovcnt; i++)
 			ns_h2_peek(&k, iov[i].iov_base, iov[i].iov_len);
 	}
-	if (k.opened >= 2 && k.second_at && (buf || iov_segments(iov, iovcnt, k.second_at) <= NS_H2C_IOV_CUT)) {
-		/* one new stream a write: the rest goes in the next (a short
-		 * write, as the kernel's own) */
-		*len = k.second_at;
-		need = k.firsts ? 0 : 1;
-	} else {
-		need = k.opened > k.firsts;
+	opens = k.opened < NS_H2_STREAMS ? k.opened : NS_H2_STREAMS;
+	if (set->rate_interval_us) {
+		uint32_t need;
+
+		if (!tls && k.opened >= 2 && k.second_at &&
+		    (buf || iov_segments(iov, iovcnt, k.second_at) <= NS_H2C_IOV_CUT)) {
+			/* one new stream a write: the rest goes in the next (a
+			 * short write, as the kernel's own) */
+			*len = k.second_at;
+			opens = 1;
+			need = k.firsts ? 0 : 1;
+		} else {
+			need = k.opened > k.firsts;
+		}
+		/* the connection's first bytes ride on its connect's token, a
+		 * held write takes the one it waited for, any other a new one */
+		if ((f & (NS_C_TOKEN | NS_C_PACED)) && ns_shape_request(fd, c, tls ? 0 : nonblock) < 0)
+			return -1;
+		if (need && !(f & NS_C_PACED) && ns_shape_request(fd, c, tls ? 0 : nonblock) < 0)
+			return -1;
 	}
-	if (!need || held)
-		return 0; /* (a held write come back: the token it waited for is taken as it goes) */
-	return ns_shape_request(fd, c, nonblock);
+	/* the streams it opens are open before it goes: an answer another
+	 * thread reads before this write's bytes are fed finds them */
+	if (opens && lock_x(x)) {
+		ctx_init(&fc, c, x);
+		for (uint32_t i = 0; i < opens; i++)
+			ns_h2_open(&x->h, k.ids[i], on_event, &fc);
+		check_gap(&fc);
+		unlock_x(x);
+		flush(&fc);
+	}
+	errno = e;
+	return 0;
 }
 
 /* DESIGN part 4: at most ~5 KiB an h2 connection */

@@ -28,16 +28,21 @@ NS_HIDDEN void ns_h2c_gap(struct ns_conn *c);
  * connection's own outcome is settled by them (c->outcome set). */
 NS_HIDDEN int ns_h2c_end(struct ns_conn *c, int kind, int err);
 #define NS_H2C_IOV_CUT 64 /* a vector is cut only within its first this many buffers */
-/* Before a send on an h2 connection under rate: a write that opens a new
- * stream (not the connection's first, which rides on the connect's token)
- * waits for a token as an HTTP/1 request does (ns_shape_request: 0 go, or
- * -1 with errno EAGAIN). A write that opens more than one is cut (*len)
- * before the second: one new stream a write. iov: a vector call's buffers
- * when buf is NULL (cut within its first NS_H2C_IOV_CUT, else sent whole
- * for one token). held: the write was held for a token and is back (it is
- * cut again, and takes the token it waited for as it goes). */
-NS_HIDDEN int ns_h2c_pace(int fd, struct ns_conn *c, const void *buf, const struct iovec *iov, size_t iovcnt,
-			  size_t *len, int nonblock, int held);
+#define NS_H2C_NOT     1  /* ns_h2c_before_write: not an h2 connection's write */
+/* Before a write that may be an h2 connection's (an h2 connection's, or a
+ * connection's first bytes, which may begin with the preface: its reader
+ * is made then). The streams it opens are open before it goes, so that an
+ * answer another thread reads before the write's bytes are fed finds them.
+ * Under rate, a write that opens a new stream (not the connection's first,
+ * which rides on the connect's token) waits for a token as an HTTP/1
+ * request does (blocking: sleeps; non-blocking: -1 with errno EAGAIN), and
+ * one that opens more than one is cut (*len) before the second: one new
+ * stream a write. iov: a vector call's buffers when buf is NULL (cut within
+ * its first NS_H2C_IOV_CUT, else sent whole for one token). tls: TLS
+ * plaintext (never cut; the wait is a sleep whatever the socket's mode).
+ * Returns 0 go, -1 with errno, or NS_H2C_NOT. */
+NS_HIDDEN int ns_h2c_before_write(int fd, struct ns_conn *c, const void *buf, const struct iovec *iov, size_t iovcnt,
+				  size_t *len, int nonblock, int tls);
 /* The record is freed: its reader goes back to the pool (streams still
  * open were the program's to give up: no outcome). */
 NS_HIDDEN void ns_h2c_release(struct ns_conn *c);

@@ -13,7 +13,6 @@
 
 #include "config.h"
 #include "faultcfg.h"
-#include "h2conn.h"
 #include "history.h"
 #include "shadow.h"
 #include "shape.h"
@@ -93,6 +92,10 @@ static monotime exchange_start(const struct ns_conn *c)
 {
 	return LD(c->xstart) ? LD(c->xstart) : LD(c->start);
 }
+
+/* h2conn.c's ns_h2c_end, set before it gives a record its first reader
+ * (h2conn.c counts through this file: it is above it) */
+int (*ns_h2_end_hook)(struct ns_conn *c, int kind, int err);
 
 /* Count one outcome of c's destination: kind NS_OUT_*, err its errno;
  * status: the HTTP status that decided it (for the history), else 0; said:
@@ -180,7 +183,10 @@ static void conn_outcome(struct ns_conn *c, int kind, int err, unsigned status)
 	 * its outcomes (h2conn.c then settles the connection's own); without
 	 * one open, the connection's failure is no exchange's */
 	if (unlikely(kind != NS_OUT_SUCCESS) && unlikely(LD(c->h2) != NULL)) {
-		ns_h2c_end(c, kind, err);
+		int (*end)(struct ns_conn *, int, int) = __atomic_load_n(&ns_h2_end_hook, __ATOMIC_ACQUIRE);
+
+		if (end)
+			end(c, kind, err);
 		h2 = 1;
 	}
 	was = __atomic_fetch_and(&c->flags, ~(NS_C_CONNECTING | NS_C_PARSE | NS_C_SENT), __ATOMIC_RELAXED);

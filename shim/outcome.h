@@ -42,6 +42,9 @@ static inline const char *ns_errno_name(int e)
 /* Count the connection's one outcome: NS_OUT_* with its errno (0 when no
  * errno says it: the peer closed before the answer). errno is kept. */
 NS_HIDDEN void ns_conn_outcome(struct ns_conn *c, int kind, int err);
+/* The connection ended under its open HTTP/2 streams (h2conn.c's
+ * ns_h2c_end, set before a record gets its first reader). */
+extern int (*ns_h2_end_hook)(struct ns_conn *c, int kind, int err) NS_HIDDEN;
 /* An HTTP/2 connection's server answered its first frame: the
  * connection's own outcome, a success that is not an exchange. */
 NS_HIDDEN void ns_conn_h2_answered(struct ns_conn *c);

@@ -56,13 +56,13 @@ static inline int ns_shape_cooling(const struct ns_conn *c)
 	       __atomic_load_n(&ns_breakers.slots[slot].cooldown_until_ms, __ATOMIC_RELAXED) != 0;
 }
 /* Does a send on c (flags f) start a request that needs rate's token, or
- * is one held, or may it open HTTP/2 streams (h2conn.c looks)? tls: NS_C_TLS for the plaintext of a TLS connection (tls.c),
+ * is one held? tls: NS_C_TLS for the plaintext of a TLS connection (tls.c),
  * 0 for the socket's bytes. */
 static inline int ns_shape_wants_token(const struct ns_conn *c, uint32_t f, uint32_t tls)
 {
-	if (likely(!(f & (NS_C_PACED | NS_C_ANSWERED | NS_C_TOKEN | NS_C_H2READ))))
+	if (likely(!(f & (NS_C_PACED | NS_C_ANSWERED | NS_C_TOKEN))))
 		return 0;   /* (a connection's first request rides on the connect's token) */
-	return (f & (NS_C_PACED | NS_C_TOKEN)) || ((f & NS_C_H2READ) && ns_conn_set(c)->rate_interval_us) ||
+	return (f & (NS_C_PACED | NS_C_TOKEN)) ||
 		((f & (NS_C_XNEXT | NS_C_H2 | NS_C_TLS)) == (NS_C_XNEXT | NS_C_HTTP | tls) && /* HTTP/1 only */
 		 ns_conn_set(c)->rate_interval_us);
 }

@@ -321,16 +321,18 @@ static void pace(struct ns_conn *c, const void *buf, size_t n)
 	int e = errno;
 	uint32_t f = c ? LD(c->flags) : 0;
 
+	/* HTTP/2 (h2conn.c: its streams open before the write, paced): a
+	 * write that opens a stream waits here, before the library has it,
+	 * whatever the socket's mode (one record: never cut). Held at the
+	 * socket instead, as an HTTP/1 request is, the record would sit in the
+	 * library while curl's HTTP/2 layer wrote its other frames, and curl
+	 * failed the stream (error 92) */
+	if (c && buf && ((f & NS_C_H2) == NS_C_H2 || !(f & (NS_C_HTTP | NS_C_NOTHTTP))) &&
+	    ns_h2c_before_write(-1, c, buf, NULL, 0, &n, 0, 1) != NS_H2C_NOT)
+		goto out;
 	if (c && unlikely(ns_shape_wants_token(c, f, NS_C_TLS)))
 		ns_shape_request(-1, c, (f & NS_C_NONBLOCK) != 0);
-	/* HTTP/2: a write that opens a stream waits here, before the library
-	 * has it, whatever the socket's mode (one record: never cut). Held at
-	 * the socket instead, as an HTTP/1 request is, the record would sit in
-	 * the library while curl's HTTP/2 layer wrote its other frames, and
-	 * curl failed the stream (error 92) */
-	if (c && ((f & NS_C_H2) == NS_C_H2 || !(f & (NS_C_HTTP | NS_C_NOTHTTP))) && !(f & NS_C_PACED) &&
-	    unlikely(ns_conn_set(c)->rate_interval_us) && buf)
-		ns_h2c_pace(-1, c, buf, NULL, 0, &n, 0, 0);
+out:
 	errno = e;
 }
 

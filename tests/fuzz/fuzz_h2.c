@@ -7,8 +7,11 @@
  * Whatever the octets, the reader must not crash or read out of bounds, and
  * the split reading must give exactly the events of the whole one when the
  * client's octets all go first (events are a function of the octets, not
- * of how reads cut them). The HPACK decoder inside is the one fuzz_hpack
- * checks against libnghttp2's. */
+ * of how reads cut them). The look ahead rate uses (ns_h2_peek) must count,
+ * piece by piece before each is fed, exactly the streams the reader then
+ * opens, and find the second of a piece's new streams where its HEADERS
+ * frame begins. The HPACK decoder inside is the one fuzz_hpack checks
+ * against libnghttp2's. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +47,16 @@ static void rec(void *arg, const struct ns_h2_event *e)
 	}
 }
 
+/* The streams a piece opened, as the reader's events say. */
+static uint32_t opens_in(const struct log *l, size_t from)
+{
+	uint32_t n = 0;
+
+	for (size_t j = from; j + 16 <= l->n; j += 16)
+		n += l->ev[j] == NS_H2_OPEN;
+	return n;
+}
+
 static void read_all(const uint8_t *out, size_t nout, const uint8_t *in, size_t nin, uint8_t pattern, struct log *l)
 {
 	static struct ns_h2 h;
@@ -53,9 +66,23 @@ static void read_all(const uint8_t *out, size_t nout, const uint8_t *in, size_t 
 	ns_h2_out(&h, (const uint8_t *)NS_H2_PREFACE, NS_H2_PREFACE_LEN, rec, l);
 	/* the client's octets first, in pieces, then the server's */
 	while (o < nout) {
+		struct ns_h2_peek pk;
+		size_t before = l->n;
+		int blind = h.blind;
+
 		k = pattern ? (size_t)(pattern + o) % 13 + 1 : nout;
 		k = k < nout - o ? k : nout - o;
+		ns_h2_peek_begin(&h, &pk);
+		ns_h2_peek(&pk, out + o, k);
 		ns_h2_out(&h, out + o, k, rec, l);
+		/* (a reader that went blind in the piece stops opening streams;
+		 * a full log stops recording them) */
+		if (!blind && !h.blind && l->n + 16 * 40 < sizeof(l->ev)) {
+			if (pk.opened != opens_in(l, before))
+				abort();
+			if (pk.second_at && (pk.second_at >= k || pk.opened < 2 || out[o + pk.second_at + 3] != 0x1))
+				abort();
+		}
 		o += k;
 	}
 	while (i < nin) {
