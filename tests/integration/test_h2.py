@@ -20,6 +20,7 @@ import json
 import shutil
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -439,6 +440,66 @@ def test_frames_it_cannot_parse_and_bytes_it_did_not_see_make_the_connection_bli
     c = counts(shim, srv.dest)
     assert (c["h2_blind"], c["exchanges"], c["failures"]) == (2, 0, 0), c
     assert srv.got("ok") == 1
+
+
+UPGRADE = """
+import json, socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"GET / HTTP/1.1\\r\\nHost: x\\r\\nConnection: Upgrade, HTTP2-Settings\\r\\nUpgrade: h2c\\r\\n"
+          b"HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\\r\\n\\r\\n")
+got = b""
+while b"\\r\\n\\r\\n" not in got:
+    got += s.recv(4096)
+# switched: the preface, then a request of its own on stream 3
+s.sendall(b"PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n" + b"\\0\\0\\0\\4\\0\\0\\0\\0\\0" +
+          bytes([0, 0, 3, 1, 5, 0, 0, 0, 3, 0x82, 0x86, 0x84]))
+s.settimeout(5)
+try:
+    while s.recv(4096):
+        pass
+except OSError:
+    pass
+print(json.dumps({"switched": got.startswith(b"HTTP/1.1 101")}))
+"""
+
+
+@pytest.fixture
+def upgrade_server():
+    # an h2c Upgrade: 101, then the server's SETTINGS and an answer on
+    # stream 1 (the upgraded request) and stream 3, then its close
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            got = b""
+            while b"\r\n\r\n" not in got:
+                got += c.recv(4096)
+            c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n" +
+                      b"\0\0\0\4\0\0\0\0\0" + bytes([0, 0, 1, 1, 5, 0, 0, 0, 1, 0x88]) +
+                      bytes([0, 0, 1, 1, 5, 0, 0, 0, 3, 0x8d]))
+            c.close()
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield srv.getsockname()[1]
+    srv.close()
+
+
+@pytest.mark.shim
+def test_an_h2c_upgrade_is_blind_after_its_101(shim, upgrade_server):
+    # the connection began as HTTP/1 (its 101 is one exchange): the h2 that
+    # follows began where the shim did not read it as h2, so it is blind,
+    # and stream 3's 404 is no guessed outcome
+    shim.policy("[defaults]\nfailure_threshold = 1\nfailure_status = 404\n")
+    assert shim.run(py_script(shim.tmp, UPGRADE) + [upgrade_server]).last_json()["switched"] is True
+    c = counts(shim, f"127.0.0.1:{upgrade_server}")
+    assert (c["h2_blind"], c["exchanges"], c["failures"], c["http_failures"]) == (1, 1, 0, 0), c
+    assert shim.entry(f"127.0.0.1:{upgrade_server}")["last_status"] == 101
 
 
 # ---- 8. pacing

