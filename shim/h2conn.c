@@ -144,6 +144,19 @@ static void unlock_x(struct ns_h2c *x)
 	ns_lock_done(NS_LOCK_H2);
 }
 
+/* Lock x as c's reader: 1, or 0 when it no longer is (the program's close
+ * raced this call and gave it back, maybe to another connection, which a
+ * reader's pointer outliving it must not touch) or this thread holds it. */
+static int lock_for(struct ns_conn *c, struct ns_h2c *x)
+{
+	if (!lock_x(x))
+		return 0;
+	if (__atomic_load_n(&c->h2, __ATOMIC_ACQUIRE) == x)
+		return 1;
+	unlock_x(x);
+	return 0;
+}
+
 /* An event that counts, kept from the feed (under the lock) to its count
  * (after it): everything it needs is copied. */
 struct qev {
@@ -350,12 +363,15 @@ static struct ns_h2c *new_reader(void)
 		__atomic_store_n(&ns_conn_h2_hook, ns_h2c_release, __ATOMIC_RELEASE);
 	}
 	x = take();
-
+	/* made anew under its lock (never reset: a pointer that outlived its
+	 * last connection may hold it; it then finds it is not its own) */
+	if (x && !lock_x(x))
+		return NULL; /* (a handler inside this thread's feed: take() said no first) */
 	if (x) {
-		x->lock = 0;
 		x->gap = 0;
 		x->decided = 0;
 		ns_h2_init(&x->h);
+		unlock_x(x);
 	}
 	return x;
 }
@@ -368,7 +384,7 @@ void ns_h2c_start(struct ns_conn *c, const char *held, size_t nheld, const void 
 	int saved = errno, begun = 0;
 
 	/* (one made before this write, ns_h2c_before_write, is this one's) */
-	if (x && lock_x(x)) {
+	if (x && lock_for(c, x)) {
 		begun = x->h.preface || x->h.blind;
 		if (!begun && seen_before)
 			x->h.blind = 1;
@@ -391,7 +407,7 @@ void ns_h2c_start(struct ns_conn *c, const char *held, size_t nheld, const void 
 	}
 	if (!tls)
 		__atomic_fetch_or(&c->flags, NS_C_H2READ, __ATOMIC_RELAXED);
-	if (lock_x(x)) {
+	if (lock_for(c, x)) {
 		feed_locked(&fc, NS_OUT, held, nheld);
 		if (buf)
 			feed_locked(&fc, NS_OUT, buf, n);
@@ -408,15 +424,11 @@ void ns_h2c_feed(struct ns_conn *c, int d, const void *buf, size_t n)
 	struct ns_h2c *x = __atomic_load_n(&c->h2, __ATOMIC_ACQUIRE);
 	struct feedctx fc;
 
-	if (!x || LD(x->h.blind))
+	if (!x)
 		return;
 	ctx_init(&fc, c, x);
-	if (!lock_x(x))
+	if (!lock_for(c, x))
 		return;
-	if (__atomic_load_n(&c->h2, __ATOMIC_ACQUIRE) != x) {
-		unlock_x(x); /* released under us (the program's close raced this call) */
-		return;
-	}
 	if (buf)
 		feed_locked(&fc, d, buf, n);
 	else
@@ -436,12 +448,12 @@ int ns_h2c_end(struct ns_conn *c, int kind, int err)
 	struct ns_h2c *x = __atomic_load_n(&c->h2, __ATOMIC_ACQUIRE);
 	struct feedctx fc;
 
-	if (!x || LD(x->h.blind))
+	if (!x)
 		return 0;
 	ctx_init(&fc, c, x);
 	fc.kind = kind == NS_OUT_SUCCESS ? NS_OUT_FAILURE : kind;
 	fc.err = err;
-	if (!lock_x(x))
+	if (!lock_for(c, x))
 		return 0;
 	check_gap(&fc);
 	ns_h2_end(&x->h, on_event, &fc);
@@ -515,7 +527,7 @@ int ns_h2c_before_write(int fd, struct ns_conn *c, const void *buf, const struct
 		return NS_H2C_NOT;
 	if (!x && !(x = early_reader(c, buf, iov, iovcnt, *len)))
 		return NS_H2C_NOT;
-	if (LD(x->h.blind) || !lock_x(x))
+	if (!lock_for(c, x))
 		return 0;
 	ns_h2_peek_begin(&x->h, &k);
 	unlock_x(x);
@@ -548,7 +560,7 @@ int ns_h2c_before_write(int fd, struct ns_conn *c, const void *buf, const struct
 	}
 	/* the streams it opens are open before it goes: an answer another
 	 * thread reads before this write's bytes are fed finds them */
-	if (opens && lock_x(x)) {
+	if (opens && lock_for(c, x)) {
 		ctx_init(&fc, c, x);
 		for (uint32_t i = 0; i < opens; i++)
 			ns_h2_open(&x->h, k.ids[i], on_event, &fc);

@@ -8,8 +8,10 @@
  * never), WORKERS threads doing connect/send/recv/close (half through an
  * epoll wait, half blocking; two of them send from a second thread while
  * they read, as a program with a writer and a reader thread on one socket
- * does), and one thread doing dup, dup2 and close on the workers'
- * descriptors. tests/tsan/stress.sh runs it once plainly and once with
+ * does, every other time as HTTP/2 in clear text: the preface and a
+ * request's HEADERS from one thread while the other reads the answer, the
+ * h2 reader's lock under both), and one thread doing dup, dup2 and close
+ * on the workers' descriptors. tests/tsan/stress.sh runs it once plainly and once with
  * injected latency and bandwidth limits on every connection. Built with -fsanitize=thread and run under a
  * TSan-built shim by `make SANITIZER=thread tsan`: a data race in the shim
  * is a report and a non-zero exit. Prints one JSON line of counts. */
@@ -68,7 +70,15 @@ static void *serve_one(void *arg)
 		default: ts.tv_nsec = 120 * 1000000; break;     /* past it */
 		}
 		nanosleep(&ts, NULL);
-		(void)!write(fd, "HTTP/1.0 200 OK\r\n\r\nok", 21);
+		if (memcmp(buf, "PRI * HTTP/2.0", 14) == 0) {
+			/* HTTP/2: SETTINGS, then stream 1's :status 200, END_STREAM */
+			static const char h2[] = "\0\0\0\4\0\0\0\0\0"
+						 "\0\0\1\1\5\0\0\0\1\x88";
+
+			(void)!write(fd, h2, sizeof(h2) - 1);
+		} else {
+			(void)!write(fd, "HTTP/1.0 200 OK\r\n\r\nok", 21);
+		}
 	}
 	close(fd);
 	return NULL;
@@ -105,10 +115,27 @@ static void *send_halves(void *arg)
 	return NULL;
 }
 
+/* ...the same as HTTP/2: the preface and SETTINGS, then stream 1's HEADERS
+ * (GET /, END_STREAM) */
+static void *send_h2(void *arg)
+{
+	static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\4\0\0\0\0\0";
+	static const char headers[] = "\0\0\3\1\5\0\0\0\1\x82\x86\x84";
+	int fd = (int)(intptr_t)arg;
+	struct timespec ts = { 0, 1000000 };
+
+	if (send(fd, preface, sizeof(preface) - 1, MSG_NOSIGNAL) == (ssize_t)sizeof(preface) - 1) {
+		nanosleep(&ts, NULL);
+		(void)!send(fd, headers, sizeof(headers) - 1, MSG_NOSIGNAL);
+	}
+	return NULL;
+}
+
 static void *worker(void *arg)
 {
 	int id = (int)(intptr_t)arg, ep = epoll_create1(0);
 	char buf[256];
+	unsigned turn = 0;
 
 	while (!__atomic_load_n(&stop, __ATOMIC_RELAXED)) {
 		int fd = socket(AF_INET, SOCK_STREAM, 0), ok = 0;
@@ -122,7 +149,7 @@ static void *worker(void *arg)
 
 			/* duplex: one thread sends while this one reads */
 			if (connect(fd, (struct sockaddr *)&srv, sizeof(srv)) == 0 &&
-			    pthread_create(&tx, NULL, send_halves, (void *)(intptr_t)fd) == 0) {
+			    pthread_create(&tx, NULL, turn++ % 2 ? send_h2 : send_halves, (void *)(intptr_t)fd) == 0) {
 				ok = recv(fd, buf, sizeof(buf), 0) > 0;
 				pthread_join(tx, NULL);
 			}
