@@ -255,6 +255,9 @@ def scripts(tmp):
         "grpc_call.py": "import sys, grpc\nch = grpc.insecure_channel(sys.argv[1])\n"
                         "try:\n    print(ch.unary_unary('/netshim.Test/Call')(b'0', timeout=30).decode())\n"
                         "except grpc.RpcError as e:\n    print(e.code().name, file=sys.stderr); sys.exit(1)\n",
+        "httpx_h2.py": "import sys, httpx\ntry:\n    with httpx.Client(http2=True, verify=False, timeout=30) as c:\n"
+                       "        r = c.get(sys.argv[1])\n    print(r.http_version, r.status_code, r.text, end='')\n"
+                       "except httpx.HTTPError as e:\n    print(type(e).__name__, file=sys.stderr); sys.exit(1)\n",
         "h2.js": "const http2 = require('http2');\nconst u = new URL(process.argv[2]);\n"
                  "const s = http2.connect(u.origin);\ns.on('error', e => { console.error(e.code); process.exit(1); });\n"
                  "const r = s.request({ ':path': u.pathname }); let b = '';\n"
@@ -308,6 +311,8 @@ def make_clients(tmp, sc):
                server="h2tls", url_path="/hello.txt", scheme="https"),
         Client("curl (h2c)", ["curl", "-sS", "--http2-prior-knowledge", "--max-time", "30", "-w", " %{{http_version}}",
                               "{url}"], server="h2c", url_path="/hello.txt"),
+        Client("python httpx (h2, TLS)", [PY, sc["httpx_h2.py"], "{url}"], server="h2tls", url_path="/hello.txt",
+               scheme="https", needs="python3:h2"),
         Client("python grpcio (h2c)", [PY, sc["grpc_call.py"], "127.0.0.1:{port}"], server="grpc",
                needs="python3:grpc"),
         Client("node http2 (h2c)", ["node", sc["h2.js"], "{url}"], server="h2c", url_path="/hello.txt"),
