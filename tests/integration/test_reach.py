@@ -231,7 +231,11 @@ def test_busybox_wget_healthy_is_unchanged_and_counted_as_success(shim, server):
 # ---- what stays out of reach is said, not silent
 
 def test_shimrun_says_when_the_program_is_statically_linked(shim):
+    # by default (engine auto) the seccomp engine takes it, and says so;
+    # with the preload engine asked for, shimrun says it escapes
     r = shim.run([BUILD / "fclient-static", "127.0.0.1", "1"])
+    assert "fclient-static (statically linked): governed by the seccomp engine" in r.err, r.err
+    r = shim.run(["--engine", "preload", "--", BUILD / "fclient-static", "127.0.0.1", "1"], shimrun_args=True)
     assert "fclient-static is statically linked: LD_PRELOAD cannot reach into it" in r.err, r.err
     r = shim.run([BUILD / "fclient", "127.0.0.1", "1"])
     assert "statically linked" not in r.err, r.err
@@ -243,12 +247,14 @@ def test_shimrun_says_when_the_program_is_a_go_program(shim, tmp_path):
     """Go's net package makes raw system calls even in a dynamically linked
     (cgo) binary. A Go toolchain marks its binaries with a .go.buildinfo
     section (and .note.go.buildid); fclient given one stands in for a Go
-    program here, since no Go toolchain is installed for the tests."""
+    program here (test_engine.py runs real ones)."""
     for section in (".go.buildinfo", ".note.go.buildid"):
         gobin = tmp_path / f"goprog{section.replace('.', '_')}"
         subprocess.run(["objcopy", "--add-section", f"{section}=/dev/null", str(BUILD / "fclient"), str(gobin)],
                        check=True)
         r = shim.run([gobin, "127.0.0.1", "1"])
+        assert f"{gobin.name} (a Go program): governed by the seccomp engine" in r.err, r.err
+        r = shim.run(["--engine", "preload", "--", gobin, "127.0.0.1", "1"], shimrun_args=True)
         assert f"{gobin.name} is a Go program: Go makes its network system calls itself" in r.err, r.err
     r = shim.run([BUILD / "fclient", "127.0.0.1", "1"])
     assert "Go program" not in r.err, r.err

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <errno.h>
 #include <getopt.h>
+#include <sys/stat.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
@@ -14,11 +15,19 @@
 
 #include "../../policy/policy.h"
 #include "../../policy/scenario.h"
+#include "supervise.h"
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: shimrun [--policy FILE] [--table NAME] [--inject 'DEST=FAULTS']... [--scenario FILE]\n"
-		   "               -- COMMAND [ARG...]\n");
+	fprintf(f,
+		"usage: shimrun [--policy FILE] [--table NAME] [--inject 'DEST=FAULTS']... [--scenario FILE]\n"
+		"               [--engine preload|seccomp|auto] -- COMMAND [ARG...]\n"
+		"\n"
+		"engines: preload (LD_PRELOAD: every socket call, HTTP status, TLS plaintext, faults);\n"
+		"seccomp (shimrun answers the program's connect() calls: breakers, cooldowns and the\n"
+		"connect deadline, for programs LD_PRELOAD cannot reach; it does not see bytes, HTTP\n"
+		"status or TLS, and keeps no read deadline, cap, pacing or faults yet); auto (the\n"
+		"default): seccomp for a statically linked or Go program, else preload\n");
 }
 
 #define SCENARIO_TEXT_MAX (64 * 1024)   /* it travels in the environment */
@@ -63,7 +72,8 @@ static char *scenario_read(const char *path)
 }
 
 /* What LD_PRELOAD cannot reach, as shimrun tells it. */
-enum { REACH_OK, REACH_STATIC, REACH_GO };
+enum { REACH_OK, REACH_STATIC, REACH_GO, REACH_SETID };
+enum { ENGINE_AUTO, ENGINE_PRELOAD, ENGINE_SECCOMP };
 
 /* Does the ELF file fd (header eh) have a section named .note.go.buildid
  * or .go.buildinfo, which every Go toolchain writes? Go's net package makes
@@ -133,6 +143,14 @@ static int reach(const char *prog)
 		if (go_binary(fd, &eh))
 			r = REACH_GO;
 	}
+	{
+		/* set-user or set-group ID: LD_PRELOAD is ignored, and under the
+		 * seccomp engine's filter (no_new_privs) it would lose its rights */
+		struct stat st;
+
+		if (fstat(fd, &st) == 0 && (st.st_mode & (S_ISUID | S_ISGID)))
+			r = REACH_SETID;
+	}
 	close(fd);
 	return r;
 }
@@ -177,6 +195,7 @@ int main(int argc, char **argv)
 		{ "table", required_argument, NULL, 't' },
 		{ "inject", required_argument, NULL, 'i' },
 		{ "scenario", required_argument, NULL, 's' },
+		{ "engine", required_argument, NULL, 'e' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -184,9 +203,9 @@ int main(int argc, char **argv)
 	const char *policy = NULL, *table = NULL, *old;
 	char lib[PATH_MAX], abspol[PATH_MAX], errs[8192];
 	char *preload;
-	int c;
+	int c, engine = ENGINE_AUTO, r, disabled;
 
-	while ((c = getopt_long(argc, argv, "+p:t:i:s:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+p:t:i:s:e:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'i': {
 			/* checked here with the library's own parser; the program
@@ -207,6 +226,16 @@ int main(int argc, char **argv)
 			if (scenario)
 				errx(2, "--scenario: one scenario per run");
 			scenario = scenario_read(optarg);
+			break;
+		case 'e':
+			if (strcmp(optarg, "preload") == 0)
+				engine = ENGINE_PRELOAD;
+			else if (strcmp(optarg, "seccomp") == 0)
+				engine = ENGINE_SECCOMP;
+			else if (strcmp(optarg, "auto") == 0)
+				engine = ENGINE_AUTO;
+			else
+				errx(2, "--engine %s: preload, seccomp or auto", optarg);
 			break;
 		case 'p': policy = optarg; break;
 		case 't': table = optarg; break;
@@ -265,15 +294,46 @@ int main(int argc, char **argv)
 		setenv("NETSHIM_SCENARIO", scenario, 1);
 		setenv("NETSHIM_SCENARIO_T0", t0, 1);
 	}
-	switch (reach(argv[optind])) {
-	case REACH_STATIC:
-		fprintf(stderr, "shimrun: %s is statically linked: LD_PRELOAD cannot reach into it, "
-			"so netshim will not govern it\n", argv[optind]);
-		break;
-	case REACH_GO:
-		fprintf(stderr, "shimrun: %s is a Go program: Go makes its network system calls itself, "
-			"even when dynamically linked, so netshim will not govern it\n", argv[optind]);
-		break;
+	r = reach(argv[optind]);
+	disabled = getenv("NETSHIM_DISABLE") && strcmp(getenv("NETSHIM_DISABLE"), "1") == 0;
+	if (!disabled && r != REACH_SETID &&
+	    (engine == ENGINE_SECCOMP || (engine == ENGINE_AUTO && (r == REACH_STATIC || r == REACH_GO)))) {
+		char why[256];
+		int rc;
+
+		/* the program's connects are shimrun's to answer: not the
+		 * library's too (a dynamic program would be counted twice) */
+		if (old && *old)
+			setenv("LD_PRELOAD", old, 1);
+		else
+			unsetenv("LD_PRELOAD");
+		fprintf(stderr,
+			"shimrun: %s%s: governed by the seccomp engine (its connects only: breakers and "
+			"the connect deadline; not its bytes, HTTP status or TLS)\n",
+			argv[optind],
+			r == REACH_STATIC       ? " (statically linked)"
+				: r == REACH_GO ? " (a Go program)"
+						: "");
+		rc = ns_sup_run(argv + optind, getenv("NETSHIM_POLICY"), table, why, sizeof(why));
+		if (rc >= 0)
+			return rc;
+		fprintf(stderr, "shimrun: %s; %s runs ungoverned\n", why, argv[optind]);
+	} else if (r == REACH_SETID) {
+		fprintf(stderr,
+			"shimrun: %s is set-user or set-group ID: LD_PRELOAD is ignored, and the seccomp "
+			"engine would take its rights, so netshim will not govern it\n",
+			argv[optind]);
+	} else if (r == REACH_STATIC) {
+		fprintf(stderr,
+			"shimrun: %s is statically linked: LD_PRELOAD cannot reach into it, "
+			"so netshim will not govern it (--engine seccomp governs its connects)\n",
+			argv[optind]);
+	} else if (r == REACH_GO) {
+		fprintf(stderr,
+			"shimrun: %s is a Go program: Go makes its network system calls itself, "
+			"even when dynamically linked, so netshim will not govern it (--engine seccomp governs its "
+			"connects)\n",
+			argv[optind]);
 	}
 	execvp(argv[optind], argv + optind);
 	c = errno;

@@ -1,0 +1,249 @@
+"""The seccomp engine (issue 37, DESIGN part 4 "A second engine"): shimrun
+answers the connect() calls of programs LD_PRELOAD cannot reach, from the
+same table and policy. The clients: a Go program built both ways by Debian's
+golang-go (CGO_ENABLED=0, static; cgo, dynamic), using net/http with no
+timeouts (tests/clients/go/get.go); the static C client (gcc -static,
+fclient-static); each started by shimrun with no flag (engine auto) and with
+--engine seccomp. What this engine does not do yet (read deadlines, caps,
+pacing across engines) is listed in shimrun(1), not tested here."""
+import ctypes
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import BUILD, ROOT, near, py_script
+
+GO = ROOT / "tests" / "clients" / "go"
+
+
+@pytest.fixture(scope="module")
+def gobins(tmp_path_factory):
+    if not shutil.which("go"):
+        pytest.fail("go is needed (tools/install-deps.sh --all installs golang-go)")
+    d = tmp_path_factory.mktemp("go")
+    env = dict(os.environ, GOCACHE=str(d / "cache"), GOPATH=str(d / "path"), GOFLAGS="-mod=mod", GO111MODULE="off")
+    out = {}
+    for name, cgo in (("get-static", "0"), ("get-cgo", "1")):
+        subprocess.run(["go", "build", "-o", d / name, GO / "get.go"], check=True, env=dict(env, CGO_ENABLED=cgo),
+                       capture_output=True)
+        out[name] = d / name
+    subprocess.run(["go", "build", "-o", d / "dial", GO / "dial.go"], check=True, env=dict(env, CGO_ENABLED="0"),
+                   capture_output=True)
+    out["dial"] = d / "dial"
+    kinds = subprocess.run(["file", out["get-static"], out["get-cgo"]], capture_output=True, text=True).stdout
+    assert "statically linked" in kinds.splitlines()[0] and "dynamically linked" in kinds.splitlines()[1], kinds
+    return out
+
+
+def go_result(r):
+    """get.go's line per URL: ('status', 200, ms) or ('error', text, ms)."""
+    res = []
+    for line in r.out.splitlines():
+        m = re.match(r"(status|error) (.*) (\d+)ms$", line)
+        if m:
+            res.append((m.group(1), int(m.group(2)) if m.group(1) == "status" else m.group(2), int(m.group(3))))
+    return res
+
+
+CLIENTS = ["c-static", "go-static", "go-cgo"]
+ENGINES = [[], ["--engine", "seccomp"]]
+
+
+def run_client(shim, gobins, client, engine, host, port, policy=True):
+    if client == "c-static":
+        args = [BUILD / "fclient-static", host, port]
+    else:
+        args = [gobins["get-" + client[3:]], f"http://{host}:{port}/"]
+    if engine:
+        return shim.run([*engine, "--", *args], shimrun_args=True, policy=policy)
+    return shim.run(args, policy=policy)
+
+
+def connect_result(client, r):
+    """errno name and ms of the client's connect, as it reports it."""
+    if client == "c-static":
+        rep = r.last_json()
+        return rep["connect"], rep["connect_ms"]
+    (kind, what, ms), = go_result(r)
+    if kind == "status":
+        return "OK", ms
+    return ("ECONNREFUSED" if "connection refused" in what else "ETIMEDOUT" if "timed out" in what else what), ms
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("engine", ENGINES, ids=["auto", "seccomp"])
+@pytest.mark.parametrize("client", CLIENTS)
+def test_an_open_breaker_refuses_at_once_and_nothing_reaches_the_server(shim, server, gobins, client, engine):
+    srv = server("http")
+    shim.policy("[defaults]\nfailure_threshold = 3\n")
+    r = run_client(shim, gobins, client, engine, srv.host, srv.port)
+    assert connect_result(client, r)[0] == "OK", (r.out, r.err)
+    assert "governed by the seccomp engine" in r.err, r.err
+    e = shim.entry(srv.dest)
+    assert (e["calls"], e["successes"], e["failures"]) == (1, 1, 0), e
+    assert shim.ctl("open", srv.dest).returncode == 0
+    r = run_client(shim, gobins, client, engine, srv.host, srv.port)
+    err, ms = connect_result(client, r)
+    assert err == "ECONNREFUSED" and ms < 50, (r.out, r.err)
+    assert srv.accepts() == 1
+    assert shim.entry(srv.dest)["rejected"] == 1
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("client", CLIENTS)
+def test_the_connect_deadline_is_etimedout_at_connect_timeout_and_counted(shim, server, gobins, client):
+    srv = server("blackhole")
+    shim.policy("[defaults]\nconnect_timeout = 1s\nfailure_threshold = 0\n")
+    r = run_client(shim, gobins, client, [], srv.host, srv.port)
+    err, ms = connect_result(client, r)
+    assert err == "ETIMEDOUT", (r.out, r.err)
+    near(ms, 1000, late=200)
+    e = shim.entry(srv.dest)
+    assert (e["calls"], e["failures"], e["timeouts"], e["last_error"]) == (1, 1, 1, "ETIMEDOUT"), e
+
+
+@pytest.mark.shim
+def test_go_failures_open_the_breaker_a_preloaded_curl_then_sees_open(shim, server, gobins):
+    srv = server("blackhole")
+    shim.policy("[defaults]\nconnect_timeout = 1s\nfailure_threshold = 2\n")
+    for name in ("get-static", "get-cgo"):
+        r = shim.run([gobins[name], srv.url])
+        assert go_result(r)[0][0] == "error", r.out
+    assert shim.entry(srv.dest)["state"] == "open"
+    t0 = time.monotonic()
+    r = shim.run(["curl", "-s", "-o", "/dev/null", srv.url])
+    assert r.rc == 7 and time.monotonic() - t0 < 5, r
+    e = shim.entry(srv.dest)
+    assert (e["calls"], e["rejected"]) == (2, 1), e
+
+
+@pytest.mark.shim
+def test_a_static_programs_forked_child_is_governed_too(shim, server):
+    srv = server("http")
+    shim.policy("[defaults]\n")
+    assert shim.ctl("open", srv.dest).returncode == 0
+    r = shim.run([BUILD / "fclient-static", "--loop", "3", "--fork", srv.host, srv.port])
+    reps = [json.loads(l) for l in r.err.splitlines() if l.startswith("{")]
+    child = [x for x in reps if x.get("child")]
+    parent = [x for x in reps if not x.get("child")]
+    assert child and parent, r.err
+    assert child[0]["refused"] == 3 and parent[0]["refused"] == 3, reps
+    assert srv.accepts() == 0 and shim.entry(srv.dest)["rejected"] == 6
+
+
+@pytest.mark.shim
+def test_four_hundred_dials_with_busy_goroutines_all_succeed(shim, server, gobins):
+    # busy goroutines: the Go runtime preempts them with a signal every 10
+    # ms, which must not break a connect shimrun is answering
+    srv = server("http")
+    shim.policy("[defaults]\n")
+    r = shim.run([gobins["dial"], f"{srv.host}:{srv.port}", 400], timeout=120)
+    rep = json.loads(r.out.strip().splitlines()[-1])
+    assert rep == {"ok": 400, "errors": {}}, rep
+    e = shim.entry(srv.dest)
+    assert (e["calls"], e["successes"], e["failures"]) == (400, 400, 0), e
+
+
+SLEEPER = """
+import json, socket, sys, time
+out = []
+for i in range(2):
+    s = socket.socket()
+    t0 = time.monotonic()
+    try:
+        s.connect(("127.0.0.1", int(sys.argv[1])))
+        out.append(["OK", 0])
+    except OSError as e:
+        out.append([e.errno, round((time.monotonic() - t0) * 1000)])
+    s.close()
+    if i == 0:
+        print("first", flush=True)
+        sys.stdin.readline()   # the test kills shimrun meanwhile
+print(json.dumps(out), flush=True)
+"""
+
+
+@pytest.mark.shim
+def test_after_the_supervisor_is_killed_connects_fail_at_once_with_enosys(shim, server, tmp_path):
+    # python, forced onto the seccomp engine: its first connect is shimrun's
+    # to answer; with shimrun killed (SIGKILL), the kernel answers the
+    # filtered call itself: ENOSYS at once, never a hang
+    srv = server("http")
+    shim.policy("[defaults]\n")
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    env["NETSHIM_TABLE"] = shim.table
+    cmd = [str(BUILD / "shimrun"), "--policy", str(shim.policy_path), "--engine", "seccomp", "--",
+           "/usr/bin/python3", str(tmp_path / "sleeper.py"), str(srv.port)]
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    if os.environ.get("NETSHIM_NEGATIVE_CONTROL") == "1":
+        cmd = cmd[cmd.index("--") + 1:]
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env)
+    assert p.stdout.readline().strip() == "first"
+    p.send_signal(signal.SIGKILL)   # shimrun; python goes on, orphaned
+    p.wait()
+    p.stdin.write("\n")
+    p.stdin.flush()
+    line = p.stdout.readline()
+    out = json.loads(line)
+    assert out[0] == ["OK", 0], out
+    assert out[1][0] == 38 and out[1][1] < 100, out   # ENOSYS, at once
+    for _ in range(60):   # (the server writes its count after the accept)
+        if srv.accepts() == 1:
+            break
+        time.sleep(0.05)
+    assert srv.accepts() == 1
+
+
+REFUSE_SECCOMP = r"""
+import ctypes, os, struct, sys
+# a filter of our own that answers seccomp(2) with EINVAL, as a kernel
+# without user notification does; then shimrun under it
+libc = ctypes.CDLL(None, use_errno=True)
+BPF_LD_W_ABS, BPF_JEQ_K, BPF_RET_K = 0x20, 0x15, 0x06
+ALLOW, ERRNO = 0x7fff0000, 0x00050000
+NR_SECCOMP = 317
+insns = [(BPF_LD_W_ABS, 0, 0, 0), (BPF_JEQ_K, 0, 1, NR_SECCOMP), (BPF_RET_K, 0, 0, ERRNO | 22), (BPF_RET_K, 0, 0, ALLOW)]
+buf = b"".join(struct.pack("HBBI", *i) for i in insns)
+filt = ctypes.create_string_buffer(buf)
+class Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+prog = Prog(len(insns), ctypes.cast(filt, ctypes.c_void_p))
+assert libc.prctl(38, 1, 0, 0, 0) == 0                       # PR_SET_NO_NEW_PRIVS
+assert libc.prctl(22, 2, ctypes.byref(prog), 0, 0) == 0       # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+@pytest.mark.shim
+def test_a_kernel_that_refuses_notification_is_said_in_one_line_and_the_program_runs(shim, server, tmp_path):
+    srv = server("http")
+    shim.policy("[defaults]\n")
+    (tmp_path / "refuse.py").write_text(REFUSE_SECCOMP)
+    args = ["/usr/bin/python3", str(tmp_path / "refuse.py"), str(BUILD / "shimrun"), "--policy",
+            str(shim.policy_path), "--", str(BUILD / "fclient-static"), srv.host, str(srv.port)]
+    t0 = time.monotonic()
+    r = shim.run(args, shim=False)
+    assert time.monotonic() - t0 < 10
+    said = [l for l in r.err.splitlines() if "does not let shimrun answer" in l]
+    assert len(said) == 1 and "runs ungoverned" in said[0], r.err
+    assert r.last_json()["connect"] == "OK"   # it ran, ungoverned: nothing counted
+    assert shim.ctl("status", srv.dest).returncode == 1
+
+
+def test_engine_preload_keeps_the_old_warning_and_leaves_a_static_program_alone(shim, server):
+    srv = server("http")
+    shim.policy("[defaults]\n")
+    r = shim.run(["--engine", "preload", "--", BUILD / "fclient-static", srv.host, srv.port], shimrun_args=True)
+    assert "statically linked: LD_PRELOAD cannot reach into it" in r.err, r.err
+    assert r.last_json()["connect"] == "OK"
+    assert shim.ctl("status", srv.dest).returncode == 1   # nothing counted (no table, or no entry)
+    r = shim.run(["--engine", "bogus", "--", "true"], shimrun_args=True)
+    assert r.rc == 2 and "--engine bogus: preload, seccomp or auto" in r.err, r.err
