@@ -213,21 +213,27 @@ def test_three_503s_over_h2_open_the_breaker_and_the_fourth_is_refused(shim, h2s
     assert shim.entry(srv.dest)["rejected"] == 1
 
 
-@pytest.mark.shim
-def test_a_404_counts_only_when_failure_status_names_it(shim, h2srv):
-    srv = h2srv(False)
+def counts_only_when_named(shim, srv, path, answer, key, last, named, extra=()):
+    """Three answers at path: under the defaults no failure (the breaker
+    closed, `last` the last status seen); with the policy line `named`,
+    three `key` failures, and the breaker opens."""
     shim.policy("[defaults]\nfailure_threshold = 3\n")
     for _ in range(3):
-        assert curl(shim, srv, "/s/404") == (0, ["2:404"])
+        assert curl(shim, srv, path, *extra) == (0, [answer])
     e = shim.entry(srv.dest)
-    assert (e["state"], e["failures"], e["http_failures"], e["exchanges"], e["last_status"]) == \
-        ("closed", 0, 0, 3, 404), e
+    assert (e["state"], e["failures"], e[key], e["exchanges"], e[last[0]]) == ("closed", 0, 0, 3, last[1]), e
     shim.ctl("reset", "--all")
-    shim.policy("[defaults]\nfailure_threshold = 3\nfailure_status = 404\n")
+    shim.policy(f"[defaults]\nfailure_threshold = 3\n{named}\n")
     for _ in range(3):
-        assert curl(shim, srv, "/s/404") == (0, ["2:404"])
+        assert curl(shim, srv, path, *extra) == (0, [answer])
     e = shim.entry(srv.dest)
-    assert (e["state"], e["http_failures"]) == ("open", 3), e
+    assert (e["state"], e[key]) == ("open", 3), e
+
+
+@pytest.mark.shim
+def test_a_404_counts_only_when_failure_status_names_it(shim, h2srv):
+    counts_only_when_named(shim, h2srv(False), "/s/404", "2:404", "http_failures", ("last_status", 404),
+                           "failure_status = 404")
 
 
 # ---- 3. Retry-After
@@ -280,20 +286,9 @@ def test_grpc_status_from_trailers_and_from_a_trailers_only_answer_opens_the_bre
 
 @pytest.mark.shim
 def test_grpc_not_found_never_counts_unless_grpc_failure_status_names_it(shim, h2srv):
-    srv = h2srv(True)   # gRPC over TLS (curl's ALPN h2)
-    grpc = ["-H", "content-type: application/grpc"]
-    shim.policy("[defaults]\nfailure_threshold = 3\n")
-    for _ in range(4):
-        assert curl(shim, srv, "/grpc/5", *grpc) == (0, ["2:200"])
-    e = shim.entry(srv.dest)
-    assert (e["state"], e["failures"], e["grpc_failures"], e["last_grpc_status"], e["exchanges"]) == \
-        ("closed", 0, 0, 5, 4), e
-    shim.ctl("reset", "--all")
-    shim.policy("[defaults]\nfailure_threshold = 3\ngrpc_failure_status = 5\n")
-    for _ in range(3):
-        assert curl(shim, srv, "/grpc/5", *grpc) == (0, ["2:200"])
-    e = shim.entry(srv.dest)
-    assert (e["state"], e["grpc_failures"]) == ("open", 3), e
+    # gRPC over TLS (curl's ALPN h2)
+    counts_only_when_named(shim, h2srv(True), "/grpc/5", "2:200", "grpc_failures", ("last_grpc_status", 5),
+                           "grpc_failure_status = 5", extra=["-H", "content-type: application/grpc"])
 
 
 @pytest.fixture
