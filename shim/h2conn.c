@@ -171,7 +171,7 @@ struct qev {
 	char retry_after[NS_HPACK_VAL_MAX + 1];
 };
 
-#define QMAX 48
+#define QMAX 32
 
 struct feedctx {
 	struct ns_conn *c;
@@ -538,6 +538,10 @@ int ns_h2c_before_write(int fd, struct ns_conn *c, const void *buf, const struct
 			ns_h2_peek(&k, iov[i].iov_base, iov[i].iov_len);
 	}
 	opens = k.opened < NS_H2_STREAMS ? k.opened : NS_H2_STREAMS;
+	/* a cooldown (Retry-After) holds new streams on an open connection,
+	 * as it holds HTTP/1 requests: until it ends */
+	if (opens > k.firsts && unlikely(ns_shape_cooling(c)) && ns_shape_cooldown(fd, c, tls ? 0 : nonblock) < 0)
+		return -1;
 	if (set->rate_interval_us) {
 		uint32_t need;
 

@@ -33,7 +33,8 @@ NS_HIDDEN int ns_h2c_end(struct ns_conn *c, int kind, int err);
  * connection's first bytes, which may begin with the preface: its reader
  * is made then). The streams it opens are open before it goes, so that an
  * answer another thread reads before the write's bytes are fed finds them.
- * Under rate, a write that opens a new stream (not the connection's first,
+ * During a cooldown (Retry-After) a write that opens a new stream is held
+ * until it ends, as an HTTP/1 request is. Under rate, a write that opens a new stream (not the connection's first,
  * which rides on the connect's token) waits for a token as an HTTP/1
  * request does (blocking: sleeps; non-blocking: -1 with errno EAGAIN), and
  * one that opens more than one is cut (*len) before the second: one new

@@ -267,6 +267,22 @@ except OSError as e:
     assert srv.got("s") == 1 and srv.got("ok") == 0
 
 
+@pytest.mark.shim
+def test_a_cooldown_holds_the_next_stream_on_the_open_connection(shim, h2srv):
+    # curl, one connection: stream 1 is a 503 with Retry-After: 2; stream
+    # 3 waits out the cooldown on the connection, as an HTTP/1 request does
+    srv = h2srv(True)
+    shim.policy("[defaults]\n")
+    args = ["curl", "-sk", "--max-time", "20", srv.base + "/s/503?ra=2", srv.base + "/ok", "-o", "/dev/null",
+            "-o", "/dev/null", "-w", "%{http_code} "]
+    r = shim.run(args)
+    assert r.rc == 0 and r.out.split() == ["503", "200"], (r.out, r.err)
+    a = srv.stats()["arrivals"]
+    assert len(a) == 2 and a[1] - a[0] >= 1900, a   # the server's own stamps
+    e = shim.entry(srv.dest)
+    assert (e["calls"], e["exchanges"], e["failures"]) == (1, 2, 0), e
+
+
 # ---- 4. gRPC
 
 
