@@ -282,10 +282,6 @@ static void feed(struct ns_conn *c, const char *b, size_t n)
 	}
 }
 
-/* The turn on bytes the program sent (d = NS_OUT: maybe the start of an
- * exchange) or received (NS_IN: maybe its status line), whether on a plain
- * socket or as TLS plaintext (tls.c). For the plain socket the first byte
- * of an answer is counted by after_io; for TLS, here. */
 /* An h2c server's own preface (SETTINGS) was read before the program sent
  * its: that was the connection's outcome, counted as an exchange with a
  * first byte before the protocol was known. Both are taken back. */
@@ -311,6 +307,10 @@ static __attribute__((noinline)) void h2_turn(struct ns_conn *c, int d, const ch
 		ns_conn_h2_answered(c);
 }
 
+/* The turn on bytes the program sent (d = NS_OUT: maybe the start of an
+ * exchange) or received (NS_IN: maybe its status line), whether on a plain
+ * socket or as TLS plaintext (tls.c). For the plain socket the first byte
+ * of an answer is counted by after_io; for TLS, here. */
 static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 {
 	if (d == NS_OUT) {

@@ -6,19 +6,18 @@ timeouts (tests/clients/go/get.go); the static C client (gcc -static,
 fclient-static); each started by shimrun with no flag (engine auto) and with
 --engine seccomp. What this engine does not do yet (read deadlines, caps,
 pacing across engines) is listed in shimrun(1), not tested here."""
-import ctypes
 import json
 import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
+import tempfile
 import time
 
 import pytest
 
-from conftest import BUILD, ROOT, near, py_script
+from conftest import BUILD, ROOT, near
 
 GO = ROOT / "tests" / "clients" / "go"
 
@@ -247,3 +246,45 @@ def test_engine_preload_keeps_the_old_warning_and_leaves_a_static_program_alone(
     assert shim.ctl("status", srv.dest).returncode == 1   # nothing counted (no table, or no entry)
     r = shim.run(["--engine", "bogus", "--", "true"], shimrun_args=True)
     assert r.rc == 2 and "--engine bogus: preload, seccomp or auto" in r.err, r.err
+
+
+@pytest.mark.shim
+def test_it_needs_no_privilege_uid_65534_with_no_capabilities(shim, server):
+    # shimrun and the static client run as nobody, with no capabilities at
+    # all (none inheritable, an empty bounding set): governed and counted,
+    # then refused at once once the breaker is forced open (by nobody's
+    # shimctl: the table is nobody's)
+    if not shutil.which("setpriv"):
+        pytest.fail("setpriv is needed (util-linux)")
+    srv = server("http")
+    d = tempfile.mkdtemp(prefix="nsnobody.")
+    os.chmod(d, 0o755)
+    for name in ("shimrun", "shimctl", "fclient-static"):
+        shutil.copy(BUILD / name, d)
+    table = f"{shim.table}.nobody"
+    env = {"PATH": os.environ["PATH"], "NETSHIM_TABLE": table}
+    if os.environ.get("NETSHIM_NEGATIVE_CONTROL") == "1":
+        env["NETSHIM_DISABLE"] = "1"
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
+
+    def run(*args):
+        return subprocess.run(nobody + list(map(str, args)), capture_output=True, text=True, timeout=30, env=env)
+
+    try:
+        r = run(f"{d}/shimrun", "--", f"{d}/fclient-static", srv.host, srv.port)
+        assert "governed by the seccomp engine" in r.stderr, r.stderr
+        assert json.loads(r.stderr.strip().splitlines()[-1])["connect"] == "OK", r.stderr
+        assert run(f"{d}/shimctl", "open", srv.dest).returncode == 0
+        r = run(f"{d}/shimrun", "--", f"{d}/fclient-static", srv.host, srv.port)
+        rep = json.loads(r.stderr.strip().splitlines()[-1])
+        assert rep["connect"] == "ECONNREFUSED" and rep["connect_ms"] < 50, r.stderr
+        st = json.loads(run(f"{d}/shimctl", "status", "--json").stdout)["entries"]
+        assert [(e["calls"], e["successes"], e["rejected"]) for e in st] == [(1, 1, 1)], st
+        assert srv.accepts() == 1
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+        for suffix in ("", ".shadow", ".outcomes"):
+            try:
+                os.unlink(f"/dev/shm/{table}{suffix}")
+            except FileNotFoundError:
+                pass

@@ -203,7 +203,7 @@ int main(int argc, char **argv)
 	const char *policy = NULL, *table = NULL, *old;
 	char lib[PATH_MAX], abspol[PATH_MAX], errs[8192];
 	char *preload;
-	int c, engine = ENGINE_AUTO, r, disabled;
+	int c, engine = ENGINE_AUTO, r, disabled, have_lib;
 
 	while ((c = getopt_long(argc, argv, "+p:t:i:s:e:h", opts, NULL)) != -1) {
 		switch (c) {
@@ -275,16 +275,16 @@ int main(int argc, char **argv)
 			err(2, "out of memory");
 		setenv("NETSHIM_INJECT", all, 1);
 	}
-	if (find_lib(lib, sizeof(lib)) < 0)
-		errx(2, "cannot find libnetshim.so (set NETSHIM_LIB)");
+	have_lib = find_lib(lib, sizeof(lib)) == 0;
 	old = getenv("LD_PRELOAD");
-	if (old && *old) {
+	if (have_lib && old && *old) {
 		if (asprintf(&preload, "%s %s", lib, old) < 0)
 			err(2, "out of memory");
 	} else {
 		preload = lib;
 	}
-	setenv("LD_PRELOAD", preload, 1);
+	if (have_lib)
+		setenv("LD_PRELOAD", preload, 1);
 	if (scenario) {
 		struct timespec ts;
 		char t0[32];
@@ -296,6 +296,11 @@ int main(int argc, char **argv)
 	}
 	r = reach(argv[optind]);
 	disabled = getenv("NETSHIM_DISABLE") && strcmp(getenv("NETSHIM_DISABLE"), "1") == 0;
+	/* (the seccomp engine needs no library: only the preload one does) */
+	if (!have_lib &&
+	    (disabled || r == REACH_SETID || engine == ENGINE_PRELOAD ||
+	     (engine == ENGINE_AUTO && r != REACH_STATIC && r != REACH_GO)))
+		errx(2, "cannot find libnetshim.so (set NETSHIM_LIB)");
 	if (!disabled && r != REACH_SETID &&
 	    (engine == ENGINE_SECCOMP || (engine == ENGINE_AUTO && (r == REACH_STATIC || r == REACH_GO)))) {
 		char why[256];
