@@ -80,6 +80,21 @@ uint32_t ns_table_cap_now(const struct ns_table *t, int idx, uint32_t cap, uint6
 
 /**** rate ****/
 
+uint64_t ns_table_rate_step(const struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms,
+			    uint64_t draw)
+{
+	uint64_t step = set->rate_interval_us;
+
+	if (set->slow_start_ms)
+		step = step * 1000 / ns_table_share_now(t, idx, set->slow_start_ms, now_ms); /* (share: 100 to 1000) */
+	if (set->rate_jitter_bp) {
+		uint64_t u = draw % (2 * (uint64_t)set->rate_jitter_bp + 1); /* ten-thousandths */
+
+		step = step * (10000 - set->rate_jitter_bp + u) / 10000;
+	}
+	return step;
+}
+
 void ns_table_token_later(struct ns_table *t, int idx, uint64_t tat, uint64_t base_us, uint64_t now_us)
 {
 	struct ns_slot *s = slot_at(t, idx);

@@ -524,6 +524,11 @@ static inline int64_t ns_table_token(struct ns_table *t, int idx, uint64_t step_
 	*tat_out = nw;
 	return 0;
 }
+/* rate's interval now (us): the settings' own, stretched while
+ * slow_start's ramp runs, spread by rate_jitter by a draw (a uniform random
+ * number) in [1 - j, 1 + j]. */
+uint64_t ns_table_rate_step(const struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms,
+			    uint64_t draw);
 /* A token taken at base_us (the bucket then at tat) counted from later,
  * now_us, when nobody took one since: the next is due that much later. */
 void ns_table_token_later(struct ns_table *t, int idx, uint64_t tat, uint64_t base_us, uint64_t now_us);

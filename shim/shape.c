@@ -343,26 +343,14 @@ static void sleep_until(monotime due)
 	errno = saved;
 }
 
-/* rate's interval now, when slow_start or rate_jitter shape it: stretched
- * while the ramp runs, spread by a uniform draw in [1 - j, 1 + j]. */
+/* rate's interval now, when slow_start or rate_jitter shape it
+ * (ns_table_rate_step) */
 static __attribute__((noinline)) uint64_t step_shaped(const struct ns_settings *set, int slot, monotime now)
 {
 	static __thread uint64_t rng;
-	uint64_t step = set->rate_interval_us;
 
-	if (set->slow_start_ms) {
-		uint32_t share = ns_table_share_now(&ns_breakers, slot, set->slow_start_ms, (uint64_t)(now / 1000000));
-
-		step = step * 1000 / share;   /* (share: 100 to 1000) */
-	}
-	if (set->rate_jitter_bp) {
-		uint64_t u;
-
-		rng ^= (uint64_t)now;   /* (a forked child draws its own) */
-		u = ns_rng_next(&rng) % (2 * (uint64_t)set->rate_jitter_bp + 1);   /* ten-thousandths */
-		step = step * (10000 - set->rate_jitter_bp + u) / 10000;
-	}
-	return step;
+	rng ^= (uint64_t)now; /* (a forked child draws its own) */
+	return ns_table_rate_step(&ns_breakers, slot, set, (uint64_t)(now / 1000000), ns_rng_next(&rng));
 }
 
 /* A token of slot's bucket at now: 0 taken, else the time one is due.

@@ -24,10 +24,12 @@ static void usage(FILE *f)
 		"               [--engine preload|seccomp|auto] -- COMMAND [ARG...]\n"
 		"\n"
 		"engines: preload (LD_PRELOAD: every socket call, HTTP status, TLS plaintext, faults);\n"
-		"seccomp (shimrun answers the program's connect() calls: breakers, cooldowns and the\n"
-		"connect deadline, for programs LD_PRELOAD cannot reach; it does not see bytes, HTTP\n"
-		"status or TLS, and keeps no read deadline, cap, pacing or faults yet); auto (the\n"
-		"default): seccomp for a statically linked or Go program, else preload\n");
+		"seccomp (shimrun answers the program's connect() calls and watches the connections:\n"
+		"breakers, cooldowns, retry_budget, max_connections, rate on new connections, the\n"
+		"connect deadline, and read and total deadlines that reset a connection; for programs\n"
+		"LD_PRELOAD cannot reach. It does not see bytes, HTTP status or TLS, paces no request\n"
+		"on a kept-alive connection, and injects no faults); auto (the default): seccomp for\n"
+		"a statically linked or Go program, else preload\n");
 }
 
 #define SCENARIO_TEXT_MAX (64 * 1024)   /* it travels in the environment */
@@ -313,8 +315,8 @@ int main(int argc, char **argv)
 		else
 			unsetenv("LD_PRELOAD");
 		fprintf(stderr,
-			"shimrun: %s%s: governed by the seccomp engine (its connects only: breakers and "
-			"the connect deadline; not its bytes, HTTP status or TLS)\n",
+			"shimrun: %s%s: governed by the seccomp engine (its connects and their deadlines, "
+			"caps and pacing; not its bytes, HTTP status or TLS)\n",
 			argv[optind],
 			r == REACH_STATIC       ? " (statically linked)"
 				: r == REACH_GO ? " (a Go program)"

@@ -3,20 +3,9 @@
  * runs under a seccomp filter that sends each of its connect() calls to
  * shimrun, its parent, by user notification (SECCOMP_RET_USER_NOTIF). No
  * privilege is needed: a process may filter itself, and its parent may read
- * its memory and take a copy of its descriptors (pidfd_getfd).
- *
- * Each connect to an inet address is answered from the same breaker table
- * and policy the preload library uses, under the same key (the address and
- * port: this engine sees no host names): an open breaker, a cooldown, is
- * ECONNREFUSED at once with nothing sent; otherwise the connect goes on in
- * the kernel (SECCOMP_USER_NOTIF_FLAG_CONTINUE) with TCP_USER_TIMEOUT set
- * to connect_timeout on the socket, so that the kernel itself ends it with
- * ETIMEDOUT, and shimrun watches a copy of the socket until the connect is
- * decided: connected is a success, and a failure is a connect timeout when
- * it took connect_timeout, else a refusal (shimrun never reads SO_ERROR,
- * which would take the error from the program). The socket's own
- * TCP_USER_TIMEOUT is put back then. Every other system call of the
- * program is not seen at all: no bytes, no HTTP status, no TLS.
+ * its memory and take a copy of its descriptors (pidfd_getfd). What shimrun
+ * answers, and how it watches the connection after, is govern.c's; every
+ * other system call of the program is not seen at all.
  *
  * The children of the program inherit the filter and are governed too. If
  * shimrun dies, the kernel answers the filtered calls itself: a connect
@@ -28,8 +17,6 @@
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stddef.h>
@@ -43,31 +30,13 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "../../policy/policy.h"
-#include "../../policy/table.h"
+#include "govern.h"
 
 #ifndef SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
 #define SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (1UL << 5)
 #endif
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static uint64_t wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /**** the child's side ****/
 
@@ -148,30 +117,14 @@ static void child(int sock, char **argv)
 
 /**** the supervisor ****/
 
-/* A connect in progress, watched until it is decided. */
-#define WATCHED 256
-struct watch {
-	int fd; /* shimrun's copy of the socket; -1 = a free place */
-	int slot;
-	int old_uto;  /* the socket's TCP_USER_TIMEOUT before (ms) */
-	int blocking; /* the program's socket is blocking: shimrun answers its connect */
-	uint64_t id;  /* ...the notification to answer then */
-	uint64_t start_ms, timeout_ms;
-	struct ns_settings set;
-};
-
 struct sup {
 	int lfd;
-	struct ns_policy pol;
-	struct ns_table t;
-	int tbl_ok;
-	struct watch w[WATCHED];
-	int nwatch;
-	unsigned long calls, refused;
+	struct ns_gov *gov;
 };
 
-static void respond(struct sup *s, uint64_t id, int err, int cont)
+static void answer(void *ctx, uint64_t id, int err, int cont)
 {
+	struct sup *s = ctx;
 	struct seccomp_notif_resp r = { .id = id };
 
 	if (cont)
@@ -180,6 +133,13 @@ static void respond(struct sup *s, uint64_t id, int err, int cont)
 		r.error = -err;
 	/* ENOENT: the call was interrupted, or its process died: nothing to say */
 	(void)ioctl(s->lfd, SECCOMP_IOCTL_NOTIF_SEND, &r);
+}
+
+static int still_valid(void *ctx, uint64_t id)
+{
+	struct sup *s = ctx;
+
+	return ioctl(s->lfd, SECCOMP_IOCTL_NOTIF_ID_VALID, &id) == 0;
 }
 
 /* The sockaddr the child passed, copied out of its memory: 0, or -1. */
@@ -201,282 +161,63 @@ static int read_addr(pid_t pid, uint64_t ptr, uint64_t len, struct sockaddr_stor
 	return 0;
 }
 
-static int dest_of(const struct sockaddr_storage *ss, socklen_t len, struct ns_dest *d)
-{
-	memset(d, 0, sizeof(*d));
-	if (ss->ss_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
-		const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-
-		d->family = AF_INET;
-		memcpy(d->addr, &a->sin_addr, 4);
-		d->port = ntohs(a->sin_port);
-		return 0;
-	}
-	if (ss->ss_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
-		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-
-		if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
-			d->family = AF_INET;
-			memcpy(d->addr, &a->sin6_addr.s6_addr[12], 4);
-		} else {
-			d->family = AF_INET6;
-			memcpy(d->addr, &a->sin6_addr, 16);
-		}
-		d->port = ntohs(a->sin6_port);
-		return 0;
-	}
-	return -1;
-}
-
-/* The process a thread belongs to (its thread group), or tid itself. */
-static pid_t tgid_of(pid_t tid)
-{
-	char path[64], line[128];
-	pid_t tg = tid;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
-	if (!(f = fopen(path, "re")))
-		return tid;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "Tgid: %d", &tg) == 1)
-			break;
-	fclose(f);
-	return tg;
-}
-
-#ifndef PIDFD_THREAD
-#define PIDFD_THREAD O_EXCL
-#endif
-
-/* A copy of the descriptor fd of the thread tid's process (the notifying
- * thread of a threaded program, Go's, is not its process's leader), or -1. */
-static int copy_fd(pid_t tid, int fd)
-{
-	int pfd = (int)syscall(SYS_pidfd_open, tid, PIDFD_THREAD), r;
-
-	if (pfd < 0) /* before 6.9: a pidfd names a process */
-		pfd = (int)syscall(SYS_pidfd_open, tgid_of(tid), 0);
-	if (pfd < 0)
-		return -1;
-	r = (int)syscall(SYS_pidfd_getfd, pfd, fd, 0);
-	close(pfd);
-	return r;
-}
-
-static void log_step(const char *key, const struct ns_step *st)
-{
-	if (st->transition == NS_TR_OPENED || st->transition == NS_TR_REOPENED)
-		fprintf(stderr, "shimrun: breaker for %s %s by rule %s\n", key,
-			st->transition == NS_TR_OPENED ? "opened" : "reopened", ns_rule_name(st->rule));
-}
-
-static void start_connect(struct sup *s, const struct seccomp_notif *n, int fd, int slot, const struct ns_settings *set,
-			  const struct sockaddr_storage *ss, socklen_t len, uint64_t now);
-
-/* One connect of the child. */
-static void on_connect(struct sup *s, const struct seccomp_notif *n)
+/* One notified call of the child. */
+static void on_call(struct sup *s, const struct seccomp_notif *n)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
-	struct ns_dest d;
-	struct ns_settings set;
-	struct ns_step st;
-	char key[NS_KEY_MAX];
-	uint64_t now = mono_ms();
-	int slot, fd;
 
-	if (read_addr((pid_t)n->pid, n->data.args[1], n->data.args[2], &ss, &len) < 0 || dest_of(&ss, len, &d) < 0 ||
-	    ioctl(s->lfd, SECCOMP_IOCTL_NOTIF_ID_VALID, &n->id) < 0 || !s->tbl_ok ||
-	    ns_dest_key(&d, key, sizeof(key)) < 0) {
-		respond(s, n->id, 0, 1); /* not an inet connect, or nothing to count it in: the kernel's */
+	if (n->data.nr != __NR_connect || read_addr((pid_t)n->pid, n->data.args[1], n->data.args[2], &ss, &len) < 0) {
+		answer(s, n->id, 0, 1);
 		return;
 	}
-	ns_policy_resolve(&s->pol, &d, &set, NULL);
-	if (set.mode == NS_MODE_BYPASS || (slot = ns_table_find(&s->t, key, 1, now)) < 0) {
-		respond(s, n->id, 0, 1);
-		return;
-	}
-	if (ns_table_attempt(&s->t, slot, set.mode == NS_MODE_ENFORCE, now, &set, &st) == NS_REJECT ||
-	    (set.mode == NS_MODE_ENFORCE && ns_table_cooldown_until(&s->t, slot) > now)) {
-		s->refused++;
-		respond(s, n->id, ECONNREFUSED, 0); /* nothing sent */
-		return;
-	}
-	s->calls++;
-	fd = s->nwatch < WATCHED ? copy_fd((pid_t)n->pid, (int)n->data.args[0]) : -1;
-	if (fd < 0) {
-		respond(s, n->id, 0, 1); /* (no copy: the kernel's, uncounted) */
-		return;
-	}
-	start_connect(s, n, fd, slot, &set, &ss, len, now);
+	ns_gov_connect(s->gov, n->id, (pid_t)n->pid, (int)n->data.args[0], &ss, len, still_valid);
 }
 
-/* A decided connect: counted, the socket as it was, the copy let go. */
-static void decided(struct sup *s, struct watch *w, int kind, int err, uint64_t now)
-{
-	struct ns_step st;
-
-	if (kind == NS_OUT_SUCCESS)
-		ns_table_latency(&s->t, w->slot, 0, (now - w->start_ms) * 1000);
-	if (kind >= 0)
-		ns_table_outcome_at(&s->t, w->slot, kind, err, 0, now, wall_ms(), &w->set, &st);
-	if (kind >= 0 && st.transition != NS_TR_NONE) {
-		struct ns_entry e;
-
-		memset(&e, 0, sizeof(e));
-		ns_table_read(&s->t, w->slot, now, &e);
-		log_step(e.key, &st);
-	}
-	(void)setsockopt(w->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &w->old_uto, sizeof(w->old_uto));
-	if (w->blocking)
-		(void)fcntl(w->fd, F_SETFL, fcntl(w->fd, F_GETFL) & ~O_NONBLOCK);
-	close(w->fd);
-	w->fd = -1;
-	s->nwatch--;
-}
-
-/* The connect, made by shimrun on its copy of the program's socket (one
- * socket: the program's is connecting), non-blocking, with the connect
- * deadline as the socket's TCP_USER_TIMEOUT: the kernel ends it with
- * ETIMEDOUT. A blocking program's connect is answered when it is decided,
- * with its result; a non-blocking one's at once with EINPROGRESS (the
- * program learns the result its own way: shimrun never reads SO_ERROR for
- * it). */
-static void start_connect(struct sup *s, const struct seccomp_notif *n, int fd, int slot, const struct ns_settings *set,
-			  const struct sockaddr_storage *ss, socklen_t len, uint64_t now)
-{
-	struct watch *w = NULL;
-	socklen_t ol = sizeof(int);
-	int uto = (int)(set->connect_timeout_ms > INT32_MAX ? INT32_MAX : set->connect_timeout_ms);
-	int fl = fcntl(fd, F_GETFL), r, e;
-
-	for (int i = 0; !w && i < WATCHED; i++)
-		if (s->w[i].fd < 0)
-			w = &s->w[i];
-	w->fd = fd;
-	w->slot = slot;
-	w->old_uto = 0;
-	w->blocking = fl >= 0 && !(fl & O_NONBLOCK);
-	w->id = n->id;
-	w->start_ms = now;
-	w->timeout_ms = set->connect_timeout_ms;
-	w->set = *set;
-	s->nwatch++;
-	(void)getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &w->old_uto, &ol);
-	if (uto > 0 && set->mode == NS_MODE_ENFORCE)
-		(void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &uto, sizeof(uto));
-	if (w->blocking)
-		(void)fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-	r = connect(fd, (const struct sockaddr *)ss, len);
-	e = r < 0 ? errno : 0;
-	if (r < 0 && e == EINPROGRESS) {
-		if (!w->blocking)
-			respond(s, n->id, EINPROGRESS, 0);
-		return; /* watched from here */
-	}
-	/* decided at once: connected (loopback can be that quick), or refused */
-	respond(s, n->id, e, 0);
-	if (!e)
-		decided(s, w, NS_OUT_SUCCESS, 0, mono_ms());
-	else if (e == ECONNREFUSED || e == ENETUNREACH || e == EHOSTUNREACH || e == ETIMEDOUT)
-		decided(s, w, e == ETIMEDOUT ? NS_OUT_TIMEOUT : NS_OUT_FAILURE, e, mono_ms());
-	else
-		decided(s, w, -1, e, mono_ms()); /* the program's own error (EISCONN, EALREADY...): no outcome */
-}
-
-/* The watched connects: the decided ones answered (a blocking program's),
- * counted and let go. */
-static void check_watched(struct sup *s)
-{
-	uint64_t now = mono_ms();
-
-	for (int i = 0; i < WATCHED && s->nwatch; i++) {
-		struct watch *w = &s->w[i];
-		struct pollfd p = { .fd = w->fd, .events = POLLOUT };
-		struct sockaddr_storage peer;
-		socklen_t pl = sizeof(peer);
-		int err = 0;
-
-		if (w->fd < 0)
-			continue;
-		if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLOUT | POLLERR | POLLHUP))) {
-			/* still connecting: the kernel ends it at the deadline
-			 * (TCP_USER_TIMEOUT); one left far longer is let go */
-			if (now - w->start_ms < w->timeout_ms + 60000)
-				continue;
-			if (w->blocking)
-				respond(s, w->id, ETIMEDOUT, 0);
-			decided(s, w, -1, 0, now);
-			continue;
-		}
-		if (w->blocking) {
-			/* shimrun's own connect: its result is the program's */
-			socklen_t l = sizeof(err);
-
-			if (getsockopt(w->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
-				err = errno;
-			respond(s, w->id, err, 0);
-		} else if (getpeername(w->fd, (struct sockaddr *)&peer, &pl) < 0) {
-			/* the program's to read (SO_ERROR): a timeout when it took
-			 * the deadline, else refused */
-			err = w->timeout_ms && now - w->start_ms + 50 >= w->timeout_ms ? ETIMEDOUT : ECONNREFUSED;
-		}
-		decided(s, w, !err ? NS_OUT_SUCCESS : err == ETIMEDOUT ? NS_OUT_TIMEOUT : NS_OUT_FAILURE, err, now);
-	}
-}
+#define POLLED 1024 /* connects in progress waited on at once (the others are looked at each pass) */
 
 static int serve(struct sup *s, pid_t pid)
 {
 	struct seccomp_notif_sizes sz;
 	struct seccomp_notif *n;
+	size_t nsize;
 	int status = 0, done = 0;
 
 	if (syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sz) < 0)
 		memset(&sz, 0, sizeof(sz));
-	n = calloc(1, sz.seccomp_notif > sizeof(*n) ? sz.seccomp_notif : sizeof(*n));
+	nsize = sz.seccomp_notif > sizeof(*n) ? sz.seccomp_notif : sizeof(*n);
+	n = calloc(1, nsize);
 	if (!n)
 		return 126;
 	for (;;) {
-		/* the listener, and the connects watched: each is looked at as
-		 * soon as it is decided (a program that connects and closes at
-		 * once has its outcome read before the socket goes) */
-		struct pollfd pa[1 + WATCHED], *pp = pa;
-		struct pollfd p;
-		int np = 1, r;
+		/* the listener, and the connects in progress: each is looked at
+		 * as soon as it is decided (a program that connects and closes
+		 * at once has its outcome read before the socket goes) */
+		static struct pollfd pa[1 + POLLED];
+		int np, r;
 
 		pa[0].fd = s->lfd;
 		pa[0].events = POLLIN;
-		for (int i = 0; i < WATCHED && s->nwatch; i++)
-			if (s->w[i].fd >= 0) {
-				pa[np].fd = s->w[i].fd;
-				pa[np++].events = POLLOUT;
-			}
-		r = poll(pp, (nfds_t)np, s->nwatch ? 1000 : 200);
-		p = pa[0];
-		if (s->nwatch)
-			check_watched(s);
+		pa[0].revents = 0;
+		np = 1 + ns_gov_pollfds(s->gov, pa + 1, POLLED);
+		r = poll(pa, (nfds_t)np, ns_gov_timeout(s->gov, np > 1 ? 1000 : 200));
+		ns_gov_run(s->gov);
 		if (!done && waitpid(pid, &status, WNOHANG) == pid)
 			done = 1;
-		if (r > 0 && (p.revents & POLLIN)) {
-			memset(n, 0, sz.seccomp_notif > sizeof(*n) ? sz.seccomp_notif : sizeof(*n));
-			if (ioctl(s->lfd, SECCOMP_IOCTL_NOTIF_RECV, n) == 0) {
-				if (n->data.nr == __NR_connect)
-					on_connect(s, n);
-				else
-					respond(s, n->id, 0, 1);
-			}
+		if (r > 0 && (pa[0].revents & POLLIN)) {
+			memset(n, 0, nsize);
+			if (ioctl(s->lfd, SECCOMP_IOCTL_NOTIF_RECV, n) == 0)
+				on_call(s, n);
 			continue;
 		}
 		/* every filtered process gone (the child and what it started):
 		 * the listener hangs up */
-		if (r > 0 && (p.revents & (POLLHUP | POLLERR)) && done)
+		if (r > 0 && (pa[0].revents & (POLLHUP | POLLERR)) && done)
 			break;
 		if (r < 0 && errno != EINTR)
 			break;
 	}
-	while (s->nwatch)
-		check_watched(s);
+	ns_gov_finish(s->gov);
 	free(n);
 	if (!done)
 		waitpid(pid, &status, 0);
@@ -486,7 +227,6 @@ static int serve(struct sup *s, pid_t pid)
 int ns_sup_run(char **argv, const char *policy, const char *table, char *why, size_t whylen)
 {
 	static struct sup s;
-	char err[8192], name[256];
 	int sp[2], e = 0;
 	pid_t pid;
 	struct msghdr m = { 0 };
@@ -498,22 +238,9 @@ int ns_sup_run(char **argv, const char *policy, const char *table, char *why, si
 	} cm;
 	ssize_t got;
 
-	if (policy && *policy ? ns_policy_load(policy, &s.pol, err, sizeof(err)) != 0
-			      : ns_policy_builtin(&s.pol) != 0) {
-		snprintf(why, whylen, "the policy did not load");
+	s.lfd = -1;
+	if (!(s.gov = ns_gov_new(policy, table, answer, &s, why, whylen)))
 		return -1;
-	}
-	if (!table || !*table)
-		table = getenv("NETSHIM_TABLE");
-	if (table && *table)
-		snprintf(name, sizeof(name), "%s", table);
-	else
-		ns_table_default_name(name, sizeof(name));
-	s.tbl_ok = ns_table_open(name, 1, 0, 0, &s.t, err, sizeof(err)) == NS_TBL_OK;
-	if (!s.tbl_ok)
-		fprintf(stderr, "shimrun: table %s: %s; connects are not counted\n", name, err);
-	for (int i = 0; i < WATCHED; i++)
-		s.w[i].fd = -1;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
 		snprintf(why, whylen, "socketpair: %s", strerror(errno));
 		return -1;

@@ -1,0 +1,709 @@
+/* govern.c -- the seccomp engine's decisions: each connect of a program
+ * LD_PRELOAD cannot reach, and the connection after it, answered from the
+ * same breaker table and policy as the preload library, under the same key
+ * (the address and port: this engine sees no host names).
+ *
+ * A connect: an open breaker, a cooldown, a retry beyond retry_budget are
+ * ECONNREFUSED at once with nothing sent. max_connections' places and
+ * rate's tokens are taken in the table for the program (holder: shimrun,
+ * so preloaded processes and this one share one cap and one bucket); a
+ * connect that finds none is held (its system call does not return) until
+ * one is free or due, or refused (throttled) after queue_timeout. Then
+ * shimrun makes the connect itself on a copy of the program's socket
+ * (pidfd_getfd), with connect_timeout as its TCP_USER_TIMEOUT, so that the
+ * kernel ends it with ETIMEDOUT; a blocking program is answered with the
+ * result, a non-blocking one at once with EINPROGRESS (it reads the
+ * result its own way: shimrun never reads SO_ERROR for it).
+ *
+ * The connection: shimrun keeps no copy of it (one would hold it open past
+ * the program's close), but asks the kernel about it by its two ends
+ * (sockwatch.c): when the program closed it (its place is given back),
+ * when it got its first bytes (its success), and whether a request went
+ * out that got nothing back. One that sent and got nothing for
+ * read_timeout, or that outlived total_timeout, is reset: the program gets
+ * an error, never an end of data, and a timeout is counted (outcome
+ * unknown: the request was sent). It is looked at when a deadline could
+ * next fall due (the last send plus read_timeout, exactly, once a request
+ * is out; else read_timeout later), and every 20 ms while someone waits
+ * for its place. What it cannot see: bytes, HTTP status, TLS, a server
+ * that stalls after its first bytes, a protocol where the server speaks
+ * first. */
+#include "govern.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../policy/breaker.h"
+#include "../../policy/policy.h"
+#include "../../policy/table.h"
+#include "sockwatch.h"
+
+#define CONNS         4096 /* connects and connections governed at once */
+#define PLACE_LOOK_MS 20   /* a connection whose place someone waits for is looked at this often */
+#define IDLE_LOOK_MS  1000 /* ...one with no read deadline, to see it end */
+#define RECENT        256u /* retry_budget: the last failure per destination */
+
+enum { C_FREE, C_QUEUED, C_CONNECTING, C_OPEN };
+
+struct conn {
+	int state;
+	int fd;          /* C_CONNECTING: shimrun's copy of the socket, else -1 */
+	int pfd;         /* the program's descriptor */
+	pid_t tid, tgid; /* the thread that connected, its process (0: not known yet) */
+	int slot;
+	int place;       /* max_connections' place held, or -1 */
+	int blocking;    /* the program's socket blocks: its connect is answered when decided */
+	int settled;     /* its success counted (its first bytes back) */
+	int waits_place; /* C_QUEUED: counted among the slot's waiters */
+	int old_uto;     /* the socket's own TCP_USER_TIMEOUT (ms) */
+	int paced;       /* C_QUEUED: counted paced once */
+	uint64_t id;     /* the notification (C_QUEUED, and a blocking C_CONNECTING) */
+	uint64_t start_ms, queued_ms, queue_deadline_ms, next_ms, total_deadline_ms;
+	socklen_t len;
+	struct sockaddr_storage ss;
+	struct ns_sockid sid;
+	struct ns_settings set;
+};
+
+struct ns_gov {
+	ns_gov_answer_fn *answer;
+	void *ctx;
+	struct ns_policy pol;
+	struct ns_table t;
+	int tbl_ok;
+	int nl;          /* sock_diag, or -1: connections are not watched after their connect */
+	uint32_t holder; /* shimrun's place holder word */
+	int hi;          /* conns[0, hi) may be in use */
+	int nconnecting, nqueued, nopen;
+	int said_full, said_diag;
+	uint64_t rng;
+	uint64_t recent[RECENT];
+	struct conn c[CONNS];
+};
+
+static uint64_t mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static uint64_t mono_ms(void)
+{
+	return mono_us() / 1000;
+}
+
+static uint64_t wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static int enforce(const struct conn *c)
+{
+	return c->set.mode == NS_MODE_ENFORCE;
+}
+
+/**** the table ****/
+
+static void key_of(struct ns_gov *g, int slot, char *key, size_t len)
+{
+	struct ns_entry e;
+
+	memset(&e, 0, sizeof(e));
+	if (ns_table_read(&g->t, slot, mono_ms(), &e) == 0)
+		snprintf(key, len, "%s", e.key);
+	else
+		snprintf(key, len, "slot %d", slot);
+}
+
+/* One outcome of c's destination (kind NS_OUT_*, err its errno; sent: a
+ * request was out), and what it did to the breaker, said once. */
+static void count(struct ns_gov *g, struct conn *c, int kind, int err, int sent, uint64_t now)
+{
+	struct ns_step st;
+	char key[NS_KEY_MAX];
+
+	ns_table_outcome_at(&g->t, c->slot, kind, err, 0, now, wall_ms(), &c->set, &st);
+	if (kind != NS_OUT_SUCCESS)
+		g->recent[(uint32_t)c->slot % RECENT] = (uint64_t)(uint32_t)c->slot << 32 | (uint32_t)(now ? now : 1);
+	if (st.transition != NS_TR_OPENED && st.transition != NS_TR_REOPENED)
+		return;
+	key_of(g, c->slot, key, sizeof(key));
+	fprintf(stderr, "shimrun: breaker for %s %s by rule %s; the last: %s%s\n", key,
+		st.transition == NS_TR_OPENED ? "opened" : "reopened", ns_rule_name(st.rule),
+		err ? strerrorname_np(err) : "closed",
+		sent ? " after the request was sent (outcome unknown)" : " at connect (nothing sent)");
+}
+
+/* A retry: a connect within a second of a failure of its destination here
+ * (as the preload library tells one). 0, or -1 when retry_budget has none. */
+static int retry_budget(struct ns_gov *g, int slot, const struct ns_settings *set, uint64_t now)
+{
+	uint64_t e = g->recent[(uint32_t)slot % RECENT];
+	int retry = e && (uint32_t)(e >> 32) == (uint32_t)slot && (uint32_t)now - (uint32_t)e <= 1000;
+
+	return ns_table_retry_budget(&g->t, slot, retry, set->retry_budget_bp, set->retry_budget_min_mps, now);
+}
+
+static void futex_wake(uint32_t *word)
+{
+	syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
+static void give_place(struct ns_gov *g, struct conn *c)
+{
+	uint32_t waiters;
+
+	if (c->place >= 0 && ns_table_place_release(&g->t, c->slot, c->place, g->holder, &waiters) && waiters) {
+		uint32_t *wake = ns_table_place_wake(&g->t, c->slot);
+
+		if (wake)
+			futex_wake(wake); /* preloaded processes blocked for a place */
+	}
+	c->place = -1;
+}
+
+static void conn_free(struct ns_gov *g, struct conn *c)
+{
+	if (c->state == C_QUEUED) {
+		g->nqueued--;
+		if (c->waits_place)
+			ns_table_place_waiting(&g->t, c->slot, -1);
+	} else if (c->state == C_CONNECTING) {
+		g->nconnecting--;
+	} else if (c->state == C_OPEN) {
+		g->nopen--;
+	}
+	give_place(g, c);
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	c->waits_place = 0;
+	c->state = C_FREE;
+	while (g->hi > 0 && g->c[g->hi - 1].state == C_FREE)
+		g->hi--;
+}
+
+static struct conn *conn_new(struct ns_gov *g)
+{
+	for (int i = 0; i < CONNS; i++)
+		if (g->c[i].state == C_FREE) {
+			if (i >= g->hi)
+				g->hi = i + 1;
+			g->c[i].fd = -1;
+			g->c[i].place = -1;
+			return &g->c[i];
+		}
+	return NULL;
+}
+
+/**** places and tokens ****/
+
+static void look(struct ns_gov *g, struct conn *c, uint64_t now);
+
+/* Free the places of [0, cap) whose holders died (a preloaded process
+ * killed while it held one): how many. */
+static int reclaim(struct ns_gov *g, int slot, uint32_t cap)
+{
+	int freed = 0;
+
+	for (uint32_t p = 0; p < cap && p < NS_PLACES; p++) {
+		uint32_t h = ns_table_place_holder(&g->t, slot, (int)p), waiters;
+
+		if (h && h != g->holder && !ns_place_holder_lives(h, 1) &&
+		    ns_table_place_release(&g->t, slot, (int)p, h, &waiters))
+			freed++;
+	}
+	return freed;
+}
+
+/* A place of c's destination: 1 taken, 0 none free. Shimrun's own
+ * connections of the destination are looked at first (one the program
+ * closed gives its place back). */
+static int take_place(struct ns_gov *g, struct conn *c, uint64_t now)
+{
+	uint32_t cap = ns_table_cap_now(&g->t, c->slot, c->set.max_connections, c->set.slow_start_ms, now);
+
+	c->place = ns_table_place_take(&g->t, c->slot, cap, g->holder);
+	if (c->place < 0 && reclaim(g, c->slot, cap) > 0)
+		c->place = ns_table_place_take(&g->t, c->slot, cap, g->holder);
+	if (c->place < 0) {
+		int freed = 0;
+
+		for (int i = 0; i < g->hi; i++)
+			if (g->c[i].state == C_OPEN && g->c[i].slot == c->slot && g->c[i].place >= 0) {
+				look(g, &g->c[i], now);
+				freed |= g->c[i].state == C_FREE;
+			}
+		if (freed)
+			c->place = ns_table_place_take(&g->t, c->slot, cap, g->holder);
+	}
+	return c->place >= 0;
+}
+
+/* rate's token: 0 taken, else when one is due (CLOCK_MONOTONIC us). */
+static uint64_t take_token(struct ns_gov *g, struct conn *c, uint64_t now_us)
+{
+	const struct ns_settings *set = &c->set;
+	uint64_t step = set->rate_interval_us, tol = 0, tat;
+	int64_t due;
+
+	if (set->slow_start_ms | set->rate_jitter_bp)
+		step = ns_table_rate_step(&g->t, c->slot, set, now_us / 1000, ns_rng_next(&g->rng));
+	if (set->burst > 1)
+		tol = (uint64_t)(set->burst - 1) * set->rate_interval_us;
+	due = ns_table_token(&g->t, c->slot, step, tol, now_us, &tat);
+	return due > 0 ? (uint64_t)due : 0;
+}
+
+/**** the connect ****/
+
+/* The destination of an inet address (a v4-mapped one as the v4 one): 0,
+ * or -1 for another family. */
+static int dest_of(const struct sockaddr_storage *ss, socklen_t len, struct ns_dest *d)
+{
+	memset(d, 0, sizeof(*d));
+	if (ss->ss_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+		const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+
+		d->family = AF_INET;
+		memcpy(d->addr, &a->sin_addr, 4);
+		d->port = ntohs(a->sin_port);
+		return 0;
+	}
+	if (ss->ss_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+
+		if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
+			d->family = AF_INET;
+			memcpy(d->addr, &a->sin6_addr.s6_addr[12], 4);
+		} else {
+			d->family = AF_INET6;
+			memcpy(d->addr, &a->sin6_addr, 16);
+		}
+		d->port = ntohs(a->sin6_port);
+		return 0;
+	}
+	return -1;
+}
+
+static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now);
+
+/* A held connect's turn: a place (when capped) and a token (when paced),
+ * then the connect; still waiting: when to look again; queue_timeout
+ * passed: throttled. */
+static void try_turn(struct ns_gov *g, struct conn *c)
+{
+	uint64_t now_us = mono_us(), now = now_us / 1000, due;
+
+	if (c->set.max_connections && c->place < 0 && !take_place(g, c, now)) {
+		if (now >= c->queue_deadline_ms) {
+			char key[NS_KEY_MAX];
+
+			key_of(g, c->slot, key, sizeof(key));
+			if (ns_table_throttled(&g->t, c->slot, now))
+				fprintf(stderr,
+					"shimrun: %s: max_connections (%u) reached: connects turned away after "
+					"queue_timeout (%llu ms), counted throttled (said at most once a minute)\n",
+					key, c->set.max_connections, (unsigned long long)c->set.queue_timeout_ms);
+			g->answer(g->ctx, c->id, ECONNREFUSED, 0);
+			conn_free(g, c);
+			return;
+		}
+		if (!c->waits_place) {
+			c->waits_place = 1;
+			ns_table_place_waiting(&g->t, c->slot, 1);
+		}
+		c->next_ms = now + PLACE_LOOK_MS < c->queue_deadline_ms ? now + PLACE_LOOK_MS : c->queue_deadline_ms;
+		return;
+	}
+	if (c->waits_place) {
+		c->waits_place = 0;
+		ns_table_place_waiting(&g->t, c->slot, -1);
+	}
+	if (c->set.rate_interval_us && (due = take_token(g, c, now_us)) != 0) {
+		if (!c->paced)
+			ns_table_paced(&g->t, c->slot);
+		c->paced = 1;
+		c->next_ms = (due + 999) / 1000;
+		return;
+	}
+	if (now > c->queued_ms)
+		ns_table_waited(&g->t, c->slot, now - c->queued_ms);
+	g->nqueued--;
+	start_connect(g, c, now);
+}
+
+void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const struct sockaddr_storage *ss, socklen_t len,
+		    int (*valid)(void *ctx, uint64_t id))
+{
+	struct ns_dest d;
+	struct ns_settings set;
+	struct ns_step st;
+	char key[NS_KEY_MAX];
+	uint64_t now = mono_ms();
+	struct conn *c;
+	int slot;
+
+	if (dest_of(ss, len, &d) < 0 || !g->tbl_ok || !valid(g->ctx, id) || ns_dest_key(&d, key, sizeof(key)) < 0) {
+		g->answer(g->ctx, id, 0, 1); /* not an inet connect, or nothing to count it in: the kernel's */
+		return;
+	}
+	ns_policy_resolve(&g->pol, &d, &set, NULL);
+	if (set.mode == NS_MODE_BYPASS || (slot = ns_table_find(&g->t, key, 1, now)) < 0) {
+		g->answer(g->ctx, id, 0, 1);
+		return;
+	}
+	/* (an open breaker, the fleet's hold, a cooldown: the table refuses) */
+	if (ns_table_attempt(&g->t, slot, set.mode == NS_MODE_ENFORCE, now, &set, &st) == NS_REJECT ||
+	    (set.mode == NS_MODE_ENFORCE && (set.retry_budget_bp | set.retry_budget_min_mps) &&
+	     retry_budget(g, slot, &set, now) < 0)) {
+		g->answer(g->ctx, id, ECONNREFUSED, 0); /* nothing sent */
+		return;
+	}
+	if (!(c = conn_new(g))) {
+		if (!g->said_full++)
+			fprintf(stderr, "shimrun: %d connections governed at once: later ones go uncounted\n", CONNS);
+		g->answer(g->ctx, id, 0, 1);
+		return;
+	}
+	c->state = C_QUEUED;
+	g->nqueued++;
+	c->id = id;
+	c->tid = tid;
+	c->tgid = 0;
+	c->pfd = fd;
+	c->slot = slot;
+	c->settled = 0;
+	c->paced = 0;
+	c->ss = *ss;
+	c->len = len;
+	c->set = set;
+	c->queued_ms = now;
+	c->queue_deadline_ms = now + set.queue_timeout_ms;
+	if (set.mode == NS_MODE_ENFORCE && (set.max_connections || set.rate_interval_us) && g->holder) {
+		try_turn(g, c); /* its turn now, or held */
+		return;
+	}
+	g->nqueued--;
+	start_connect(g, c, now);
+}
+
+/* c's connect decided: counted (a success only once the connection showed
+ * it, when it is watched), the socket as it was. */
+static void decided(struct ns_gov *g, struct conn *c, int err, uint64_t now)
+{
+	int watch;
+
+	(void)setsockopt(c->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &c->old_uto, sizeof(c->old_uto));
+	if (c->blocking)
+		(void)fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) & ~O_NONBLOCK);
+	if (err < 0) { /* the program's own error (EISCONN, EALREADY...): no outcome */
+		conn_free(g, c);
+		return;
+	}
+	if (err) {
+		count(g, c, err == ETIMEDOUT ? NS_OUT_TIMEOUT : NS_OUT_FAILURE, err, 0, now);
+		conn_free(g, c);
+		return;
+	}
+	ns_table_latency(&g->t, c->slot, 0, (now - c->start_ms) * 1000);
+	watch = g->nl >= 0 && (c->place >= 0 || (enforce(c) && (c->set.read_timeout_ms || c->set.total_timeout_ms)));
+	if (!watch || ns_sw_id(c->fd, &c->sid) < 0) {
+		count(g, c, NS_OUT_SUCCESS, 0, 0, now);
+		conn_free(g, c);
+		return;
+	}
+	close(c->fd); /* from here the program's alone */
+	c->fd = -1;
+	g->nconnecting--;
+	g->nopen++;
+	c->state = C_OPEN;
+	c->total_deadline_ms = enforce(c) && c->set.total_timeout_ms ? c->start_ms + c->set.total_timeout_ms : 0;
+	c->next_ms = now; /* (looked at in this pass: it may be over already) */
+}
+
+/* The errno of a connect that failed in the kernel, as an outcome: a
+ * failure of the destination, or (-1) the program's own error. */
+static int as_outcome(int e)
+{
+	return e == ECONNREFUSED || e == ENETUNREACH || e == EHOSTUNREACH || e == ETIMEDOUT || e == ECONNRESET ? e : -1;
+}
+
+/* The connect, made by shimrun on its copy of the program's socket (one
+ * socket: the program's is connecting), non-blocking, with the connect
+ * deadline as the socket's TCP_USER_TIMEOUT: the kernel ends it with
+ * ETIMEDOUT. A blocking program's connect is answered when it is decided,
+ * with its result; a non-blocking one's at once with EINPROGRESS. */
+static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now)
+{
+	socklen_t ol = sizeof(int);
+	int uto = (int)(c->set.connect_timeout_ms > INT32_MAX ? INT32_MAX : c->set.connect_timeout_ms);
+	int fl, r, e;
+
+	c->state = C_CONNECTING;
+	g->nconnecting++;
+	c->start_ms = now;
+	c->fd = ns_sw_copy_fd(c->tid, 0, c->pfd);
+	if (c->fd < 0) {
+		g->answer(g->ctx, c->id, 0, 1); /* (no copy: the kernel's, uncounted) */
+		conn_free(g, c);
+		return;
+	}
+	fl = fcntl(c->fd, F_GETFL);
+	c->blocking = fl >= 0 && !(fl & O_NONBLOCK);
+	c->old_uto = 0;
+	(void)getsockopt(c->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &c->old_uto, &ol);
+	if (uto > 0 && enforce(c))
+		(void)setsockopt(c->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &uto, sizeof(uto));
+	if (c->blocking)
+		(void)fcntl(c->fd, F_SETFL, fl | O_NONBLOCK);
+	r = connect(c->fd, (const struct sockaddr *)&c->ss, c->len);
+	e = r < 0 ? errno : 0;
+	if (r < 0 && e == EINPROGRESS) {
+		if (!c->blocking)
+			g->answer(g->ctx, c->id, EINPROGRESS, 0);
+		return; /* watched from here */
+	}
+	/* decided at once: connected (loopback can be that quick), or refused */
+	g->answer(g->ctx, c->id, e, 0);
+	decided(g, c, e ? as_outcome(e) : 0, mono_ms());
+}
+
+/* The connects in progress: the decided ones answered (a blocking
+ * program's), counted. */
+static void check_connecting(struct ns_gov *g, uint64_t now)
+{
+	for (int i = 0; i < g->hi && g->nconnecting; i++) {
+		struct conn *c = &g->c[i];
+		struct pollfd p = { .fd = c->fd, .events = POLLOUT };
+		struct sockaddr_storage peer;
+		socklen_t pl = sizeof(peer);
+		int err = 0;
+
+		if (c->state != C_CONNECTING)
+			continue;
+		if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLOUT | POLLERR | POLLHUP))) {
+			/* still connecting: the kernel ends it at the deadline
+			 * (TCP_USER_TIMEOUT); one left far longer is let go */
+			if (now - c->start_ms < c->set.connect_timeout_ms + 60000)
+				continue;
+			if (c->blocking)
+				g->answer(g->ctx, c->id, ETIMEDOUT, 0);
+			decided(g, c, -1, now);
+			continue;
+		}
+		if (c->blocking) {
+			/* shimrun's own connect: its result is the program's */
+			socklen_t l = sizeof(err);
+
+			if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
+				err = errno;
+			g->answer(g->ctx, c->id, err, 0);
+			err = err ? as_outcome(err) : 0;
+		} else if (getpeername(c->fd, (struct sockaddr *)&peer, &pl) < 0) {
+			/* the program's to read (SO_ERROR): a timeout when it took
+			 * the deadline, else refused */
+			err = c->set.connect_timeout_ms && now - c->start_ms + 50 >= c->set.connect_timeout_ms
+				? ETIMEDOUT
+				: ECONNREFUSED;
+		}
+		decided(g, c, err, now);
+	}
+}
+
+/**** the connection ****/
+
+/* A deadline passed: the connection reset, a timeout counted. */
+static void expire(struct ns_gov *g, struct conn *c, const char *which, uint64_t ms, int sent, uint64_t now)
+{
+	char key[NS_KEY_MAX];
+
+	if (!c->tgid)
+		c->tgid = ns_sw_tgid(c->tid);
+	if (ns_sw_reset(c->tid, c->tgid, c->pfd, &c->sid) < 0) {
+		/* the descriptor moved where shimrun cannot find it: watched
+		 * to its end, no longer cut */
+		c->set.read_timeout_ms = c->total_deadline_ms = 0;
+		return;
+	}
+	key_of(g, c->slot, key, sizeof(key));
+	fprintf(stderr, "shimrun: %s: %s (%llu ms) passed%s: the connection is reset\n", key, which,
+		(unsigned long long)ms, sent ? " with the request unanswered (outcome unknown)" : "");
+	count(g, c, NS_OUT_TIMEOUT, ETIMEDOUT, sent, now);
+	c->settled = 1;
+	conn_free(g, c);
+}
+
+/* Someone waits for a place of slot: shimrun, or a preloaded process. */
+static int place_wanted(struct ns_gov *g, int slot)
+{
+	struct ns_slot *s = ns_table_slot_(&g->t, slot);
+
+	return s && __atomic_load_n(&s->place_waiters, __ATOMIC_RELAXED) > 0;
+}
+
+/* Ask the kernel about connection c: ended (the program closed it), its
+ * first bytes back, a deadline passed; when to look again. */
+static void look(struct ns_gov *g, struct conn *c, uint64_t now)
+{
+	struct ns_sockinfo in;
+	uint64_t next, rt = enforce(c) ? c->set.read_timeout_ms : 0;
+	int out;
+
+	if (ns_sw_query(g->nl, &c->sid, &in) < 0) {
+		if (!g->said_diag++)
+			fprintf(stderr,
+				"shimrun: sock_diag: %s: connections are no longer watched after their "
+				"connect\n",
+				strerror(errno));
+		in.mine = 0;
+	}
+	if (!in.mine) {
+		/* closed by the program (or its process ended) */
+		if (!c->settled)
+			count(g, c, NS_OUT_SUCCESS, 0, 0, now);
+		conn_free(g, c);
+		return;
+	}
+	if (!c->settled && in.bytes_received) {
+		c->settled = 1;
+		count(g, c, NS_OUT_SUCCESS, 0, 0, now);
+	}
+	/* a request out: data sent since the last received (ms ago: less is
+	 * later), on a connection the server has not ended */
+	out = in.state == 1 /* TCP_ESTABLISHED */ && in.bytes_sent &&
+		(!in.bytes_received || in.last_sent_ms < in.last_recv_ms);
+	if (c->total_deadline_ms && now >= c->total_deadline_ms) {
+		expire(g, c, "total_timeout", c->set.total_timeout_ms, out, now);
+		return;
+	}
+	if (rt && out && in.last_sent_ms >= rt) {
+		expire(g, c, "read_timeout", rt, 1, now);
+		return;
+	}
+	/* the earliest a deadline can fall due: a request out now is due
+	 * read_timeout after its send; one sent later, later still */
+	next = now + (rt ? (out ? rt - in.last_sent_ms : rt) : IDLE_LOOK_MS);
+	if (c->total_deadline_ms && c->total_deadline_ms < next)
+		next = c->total_deadline_ms;
+	if (c->place >= 0 && place_wanted(g, c->slot) && now + PLACE_LOOK_MS < next)
+		next = now + PLACE_LOOK_MS;
+	c->next_ms = next;
+}
+
+/**** the loop ****/
+
+int ns_gov_pollfds(struct ns_gov *g, struct pollfd *p, int max)
+{
+	int n = 0;
+
+	for (int i = 0; i < g->hi && n < max && g->nconnecting; i++)
+		if (g->c[i].state == C_CONNECTING) {
+			p[n].fd = g->c[i].fd;
+			p[n++].events = POLLOUT;
+		}
+	return n;
+}
+
+int ns_gov_timeout(struct ns_gov *g, int cap_ms)
+{
+	uint64_t now = mono_ms(), first = now + (uint64_t)cap_ms;
+
+	for (int i = 0; i < g->hi && (g->nqueued || g->nopen); i++) {
+		const struct conn *c = &g->c[i];
+
+		if ((c->state == C_QUEUED || c->state == C_OPEN) && c->next_ms < first)
+			first = c->next_ms;
+	}
+	return first > now ? (int)(first - now) : 0;
+}
+
+void ns_gov_run(struct ns_gov *g)
+{
+	uint64_t now = mono_ms();
+
+	if (g->nconnecting)
+		check_connecting(g, now);
+	for (int i = 0; i < g->hi && (g->nqueued || g->nopen); i++) {
+		struct conn *c = &g->c[i];
+
+		if (c->state == C_OPEN && c->next_ms <= now)
+			look(g, c, now);
+		else if (c->state == C_QUEUED && c->next_ms <= now)
+			try_turn(g, c);
+	}
+}
+
+void ns_gov_finish(struct ns_gov *g)
+{
+	while (g->nconnecting) {
+		struct pollfd p[64];
+		int n = ns_gov_pollfds(g, p, 64);
+
+		(void)poll(p, (nfds_t)n, 100);
+		check_connecting(g, mono_ms());
+	}
+	for (int i = 0; i < g->hi; i++) {
+		struct conn *c = &g->c[i];
+
+		if (c->state == C_OPEN)
+			look(g, c, mono_ms()); /* its process ended: the socket with it */
+		if (c->state != C_FREE)
+			conn_free(g, c);
+	}
+}
+
+struct ns_gov *ns_gov_new(const char *policy, const char *table, ns_gov_answer_fn *answer, void *ctx, char *why,
+			  size_t whylen)
+{
+	struct ns_gov *g = calloc(1, sizeof(*g));
+	char err[8192], name[256];
+	unsigned pid = (unsigned)getpid();
+
+	if (!g) {
+		snprintf(why, whylen, "out of memory");
+		return NULL;
+	}
+	if (policy && *policy ? ns_policy_load(policy, &g->pol, err, sizeof(err)) != 0
+			      : ns_policy_builtin(&g->pol) != 0) {
+		snprintf(why, whylen, "the policy did not load");
+		free(g);
+		return NULL;
+	}
+	g->answer = answer;
+	g->ctx = ctx;
+	if (!table || !*table)
+		table = getenv("NETSHIM_TABLE");
+	if (table && *table)
+		snprintf(name, sizeof(name), "%s", table);
+	else
+		ns_table_default_name(name, sizeof(name));
+	g->tbl_ok = ns_table_open(name, 1, 0, 0, &g->t, err, sizeof(err)) == NS_TBL_OK;
+	if (!g->tbl_ok)
+		fprintf(stderr, "shimrun: table %s: %s; connects are not counted\n", name, err);
+	g->nl = ns_sw_open();
+	if (g->nl < 0)
+		fprintf(stderr,
+			"shimrun: sock_diag: %s: connections are not watched after their connect (no read "
+			"or total deadline, max_connections not kept)\n",
+			strerror(errno));
+	g->holder = pid <= NS_PLACE_PID_MAX && g->nl >= 0 ? ns_place_holder(pid, ns_proc_start_time(pid, NULL)) : 0;
+	g->rng = mono_us() ^ pid;
+	for (int i = 0; i < CONNS; i++)
+		g->c[i].fd = -1;
+	return g;
+}

@@ -1,0 +1,46 @@
+/* govern.h -- the seccomp engine's decisions (govern.c): what shimrun does
+ * with a program's connect, and with the connection after it, from the
+ * same table and policy as the preload library. supervise.c brings the
+ * connects (seccomp user notification) and answers them through answer. */
+#ifndef NS_GOVERN_H
+#define NS_GOVERN_H
+
+#include <poll.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+/* How a held connect is answered: err 0 and cont: the kernel makes the
+ * call as the program asked; else the call fails with err (0: it
+ * succeeded). */
+typedef void ns_gov_answer_fn(void *ctx, uint64_t id, int err, int cont);
+
+struct ns_gov;
+
+/* The policy at policy (NULL or "": the built-in one), the table name
+ * (NULL: NETSHIM_TABLE, else the default). NULL when the policy does not
+ * load (why says so). A table that cannot be opened is said on stderr:
+ * connects then go on uncounted. */
+struct ns_gov *ns_gov_new(const char *policy, const char *table, ns_gov_answer_fn *answer, void *ctx, char *why,
+			  size_t whylen);
+
+/* One connect of the program: notification id, by thread tid, on its
+ * descriptor fd, to ss (len bytes, copied from the program). valid: is the
+ * notification still the program's (checked after the address was read,
+ * and before shimrun acts on a descriptor number of the program's). */
+void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const struct sockaddr_storage *ss, socklen_t len,
+		    int (*valid)(void *ctx, uint64_t id));
+
+/* The descriptors shimrun waits on for the connects in progress (at most
+ * max, into p), and how long until it must look again (ms, at most
+ * cap_ms). */
+int ns_gov_pollfds(struct ns_gov *g, struct pollfd *p, int max);
+int ns_gov_timeout(struct ns_gov *g, int cap_ms);
+/* Everything due: connects decided, connects held for a place or a token,
+ * connections to look at (deadlines, places given back). */
+void ns_gov_run(struct ns_gov *g);
+/* Every governed process is gone: what is left is settled. */
+void ns_gov_finish(struct ns_gov *g);
+
+#endif

@@ -1,0 +1,225 @@
+/* sockwatch.c -- the seccomp engine's look at a connection after its
+ * connect. shimrun holds no copy of a connected socket (a copy would keep
+ * it open after the program closed it: no FIN, a place never given back);
+ * it asks the kernel about it by its two ends through sock_diag, which any
+ * user may (ss(8) does), and takes it again only to reset it. */
+#include "sockwatch.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <linux/sock_diag.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+int ns_sw_open(void)
+{
+	return socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+}
+
+int ns_sw_id(int fd, struct ns_sockid *id)
+{
+	struct sockaddr_storage a, b;
+	socklen_t la = sizeof(a), lb = sizeof(b);
+	struct stat st;
+
+	memset(id, 0, sizeof(*id));
+	if (fstat(fd, &st) < 0 || getsockname(fd, (struct sockaddr *)&a, &la) < 0 ||
+	    getpeername(fd, (struct sockaddr *)&b, &lb) < 0 || a.ss_family != b.ss_family)
+		return -1;
+	id->inode = (uint32_t)st.st_ino;
+	id->family = (uint8_t)a.ss_family;
+	if (a.ss_family == AF_INET) {
+		const struct sockaddr_in *s = (const void *)&a, *d = (const void *)&b;
+
+		id->sport = s->sin_port;
+		id->dport = d->sin_port;
+		memcpy(id->src, &s->sin_addr, 4);
+		memcpy(id->dst, &d->sin_addr, 4);
+		return 0;
+	}
+	if (a.ss_family == AF_INET6) {
+		const struct sockaddr_in6 *s = (const void *)&a, *d = (const void *)&b;
+
+		id->sport = s->sin6_port;
+		id->dport = d->sin6_port;
+		memcpy(id->src, &s->sin6_addr, 16);
+		memcpy(id->dst, &d->sin6_addr, 16);
+		return 0;
+	}
+	return -1;
+}
+
+int ns_sw_query(int nl, const struct ns_sockid *id, struct ns_sockinfo *out)
+{
+	struct {
+		struct nlmsghdr h;
+		struct inet_diag_req_v2 r;
+	} req;
+	union {
+		struct nlmsghdr h;
+		char b[1024];
+	} ans;
+	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+	const struct inet_diag_msg *m;
+	const struct rtattr *a;
+	struct tcp_info ti;
+	ssize_t n;
+	int len;
+
+	memset(out, 0, sizeof(*out));
+	memset(&req, 0, sizeof(req));
+	req.h.nlmsg_len = sizeof(req);
+	req.h.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+	req.h.nlmsg_flags = NLM_F_REQUEST;
+	req.r.sdiag_family = id->family;
+	req.r.sdiag_protocol = IPPROTO_TCP;
+	req.r.idiag_ext = 1 << (INET_DIAG_INFO - 1);
+	req.r.idiag_states = ~0u;
+	req.r.id.idiag_sport = id->sport;
+	req.r.id.idiag_dport = id->dport;
+	memcpy(req.r.id.idiag_src, id->src, 16);
+	memcpy(req.r.id.idiag_dst, id->dst, 16);
+	req.r.id.idiag_cookie[0] = req.r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+	if (sendto(nl, &req, sizeof(req), 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
+		return -1;
+	do
+		n = recv(nl, &ans, sizeof(ans), 0);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -1;
+	if ((size_t)n < sizeof(ans.h) || ans.h.nlmsg_len > (size_t)n) {
+		errno = EPROTO;
+		return -1;
+	}
+	if (ans.h.nlmsg_type == NLMSG_ERROR) {
+		const struct nlmsgerr *e = NLMSG_DATA(&ans.h);
+
+		if (ans.h.nlmsg_len >= NLMSG_LENGTH(sizeof(*e)) && e->error == -ENOENT)
+			return 0; /* gone (closed, or reset) */
+		errno = ans.h.nlmsg_len >= NLMSG_LENGTH(sizeof(*e)) && e->error ? -e->error : EPROTO;
+		return -1;
+	}
+	if (ans.h.nlmsg_type != SOCK_DIAG_BY_FAMILY || ans.h.nlmsg_len < NLMSG_LENGTH(sizeof(*m))) {
+		errno = EPROTO;
+		return -1;
+	}
+	m = NLMSG_DATA(&ans.h);
+	/* an orphan (the program closed it: inode 0), or another socket on
+	 * the same ends, is no longer the program's connection */
+	out->mine = m->idiag_inode == id->inode;
+	out->state = m->idiag_state;
+	out->unread = m->idiag_rqueue;
+	memset(&ti, 0, sizeof(ti));
+	len = (int)(ans.h.nlmsg_len - NLMSG_LENGTH(sizeof(*m)));
+	for (a = (const struct rtattr *)(m + 1); RTA_OK(a, len); a = RTA_NEXT(a, len))
+		if (a->rta_type == INET_DIAG_INFO)
+			memcpy(&ti, RTA_DATA(a), RTA_PAYLOAD(a) < sizeof(ti) ? RTA_PAYLOAD(a) : sizeof(ti));
+	out->last_sent_ms = ti.tcpi_last_data_sent;
+	out->last_recv_ms = ti.tcpi_last_data_recv;
+	out->bytes_sent = ti.tcpi_bytes_sent ? ti.tcpi_bytes_sent : ti.tcpi_bytes_acked;
+	out->bytes_received = ti.tcpi_bytes_received;
+	return 0;
+}
+
+pid_t ns_sw_tgid(pid_t tid)
+{
+	char path[64], line[128];
+	pid_t tg = tid;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+	if (!(f = fopen(path, "re")))
+		return tid;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Tgid: %d", &tg) == 1)
+			break;
+	fclose(f);
+	return tg;
+}
+
+#ifndef PIDFD_THREAD
+#define PIDFD_THREAD O_EXCL
+#endif
+
+int ns_sw_copy_fd(pid_t tid, pid_t tgid, int fd)
+{
+	int pfd = (int)syscall(SYS_pidfd_open, tid, PIDFD_THREAD), r;
+
+	if (pfd < 0) /* before 6.9 a pidfd names a process; or the thread is gone */
+		pfd = (int)syscall(SYS_pidfd_open, tgid ? tgid : ns_sw_tgid(tid), 0);
+	if (pfd < 0)
+		return -1;
+	r = (int)syscall(SYS_pidfd_getfd, pfd, fd, 0);
+	close(pfd);
+	return r;
+}
+
+static int same_socket(int fd, uint32_t inode)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && (uint32_t)st.st_ino == inode;
+}
+
+/* The descriptor of process tgid that holds socket inode (the program
+ * moved it: dup2), or -1. */
+static int find_fd(pid_t tgid, uint32_t inode)
+{
+	char path[64], want[32], link[64];
+	struct dirent *e;
+	DIR *d;
+	int fd = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)tgid);
+	snprintf(want, sizeof(want), "socket:[%u]", inode);
+	if (!(d = opendir(path)))
+		return -1;
+	while (fd < 0 && (e = readdir(d))) {
+		char p[320];
+		ssize_t n;
+
+		snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
+		n = readlink(p, link, sizeof(link) - 1);
+		if (n > 0 && (link[n] = '\0', strcmp(link, want) == 0))
+			fd = atoi(e->d_name);
+	}
+	closedir(d);
+	return fd;
+}
+
+int ns_sw_reset(pid_t tid, pid_t tgid, int fd, const struct ns_sockid *id)
+{
+	struct sockaddr none = { .sa_family = AF_UNSPEC };
+	int c = ns_sw_copy_fd(tid, tgid, fd), r;
+
+	if (c >= 0 && !same_socket(c, id->inode)) {
+		close(c);
+		c = -1;
+	}
+	if (c < 0) {
+		pid_t g = tgid ? tgid : ns_sw_tgid(tid);
+		int other = find_fd(g, id->inode);
+
+		if (other >= 0 && (c = ns_sw_copy_fd(g, g, other)) >= 0 && !same_socket(c, id->inode)) {
+			close(c);
+			c = -1;
+		}
+	}
+	if (c < 0)
+		return -1;
+	/* tcp_disconnect: a reset to the peer, ECONNRESET for the program */
+	r = connect(c, &none, sizeof(none));
+	close(c);
+	return r;
+}
