@@ -147,7 +147,7 @@ def test_four_hundred_dials_with_busy_goroutines_all_succeed(shim, server, gobin
     shim.policy("[defaults]\n")
     r = shim.run([gobins["dial"], f"{srv.host}:{srv.port}", 400], timeout=120)
     rep = json.loads(r.out.strip().splitlines()[-1])
-    assert rep == {"ok": 400, "errors": {}}, rep
+    assert (rep["ok"], rep["errors"], rep["godebug"]) == (400, {}, ""), rep
     e = shim.entry(srv.dest)
     assert (e["calls"], e["successes"], e["failures"]) == (400, 400, 0), e
 
@@ -239,6 +239,48 @@ def test_a_kernel_that_refuses_notification_is_said_in_one_line_and_the_program_
     assert shim.ctl("status", srv.dest).returncode == 1
 
 
+OLD_KERNEL = r"""
+import ctypes, os, struct, sys
+# a filter of our own that refuses SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
+# (EINVAL), as a kernel before 5.19 does, and lets every other seccomp(2)
+# through; then shimrun under it
+libc = ctypes.CDLL(None, use_errno=True)
+LD_W_ABS, JEQ_K, JSET_K, RET_K = 0x20, 0x15, 0x45, 0x06
+ALLOW, ERRNO = 0x7fff0000, 0x00050000
+NR_SECCOMP, FLAGS_ARG, WAIT_KILLABLE_RECV = 317, 24, 1 << 5
+insns = [(LD_W_ABS, 0, 0, 0), (JEQ_K, 0, 3, NR_SECCOMP), (LD_W_ABS, 0, 0, FLAGS_ARG),
+         (JSET_K, 0, 1, WAIT_KILLABLE_RECV), (RET_K, 0, 0, ERRNO | 22), (RET_K, 0, 0, ALLOW)]
+filt = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *i) for i in insns))
+class Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+prog = Prog(len(insns), ctypes.cast(filt, ctypes.c_void_p))
+assert libc.prctl(38, 1, 0, 0, 0) == 0
+assert libc.prctl(22, 2, ctypes.byref(prog), 0, 0) == 0
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+@pytest.mark.shim
+def test_before_5_19_go_runs_without_preemption_signals_and_is_still_governed(shim, server, gobins, tmp_path):
+    # without killable waits a signal would interrupt a connect shimrun is
+    # answering: Go is told GODEBUG=asyncpreemptoff=1, said in one line,
+    # and its dials are governed. (No busy goroutines here: with no
+    # preemption signals a goroutine spinning without a call is never
+    # preempted, as before Go 1.14, and would starve the dialer.)
+    srv = server("http")
+    shim.policy("[defaults]\n")
+    (tmp_path / "old.py").write_text(OLD_KERNEL)
+    args = ["/usr/bin/python3", str(tmp_path / "old.py"), str(BUILD / "shimrun"), "--policy",
+            str(shim.policy_path), "--", str(gobins["dial"]), f"{srv.host}:{srv.port}", "100", "0"]
+    r = shim.run(args, shim=False, timeout=60)
+    said = [l for l in r.err.splitlines() if "before 5.19" in l]
+    assert len(said) == 1 and "GODEBUG=asyncpreemptoff=1" in said[0], r.err
+    rep = json.loads(r.out.strip().splitlines()[-1])
+    assert (rep["ok"], rep["errors"], rep["godebug"]) == (100, {}, "asyncpreemptoff=1"), rep
+    e = shim.entry(srv.dest)
+    assert (e["calls"], e["successes"]) == (100, 100), e
+
+
 def test_engine_preload_keeps_the_old_warning_and_leaves_a_static_program_alone(shim, server):
     srv = server("http")
     shim.policy("[defaults]\n")
@@ -291,7 +333,7 @@ def test_it_needs_no_privilege_uid_65534_with_no_capabilities(shim, server):
         os.chmod(f"{d}/policy.conf", 0o644)
         r = run(f"{d}/shimrun", "--policy", f"{d}/policy.conf", "--", f"{d}/fclient-static", silent.host,
                 silent.port)
-        rep = json.loads(r.stderr.strip().splitlines()[-1])
+        rep = [json.loads(l) for l in r.stderr.splitlines() if l.startswith("{")][-1]
         assert rep["recv"] in ("ECONNRESET", "EPIPE"), r.stderr
         near(rep["recv_ms"], 1000)
     finally:
@@ -455,3 +497,33 @@ def test_a_cooldown_from_a_429_a_preloaded_curl_saw_refuses_the_go_programs_conn
     assert kind == "error" and "connection refused" in what and ms < 50, r.out
     e = shim.entry(f"127.0.0.1:{port}")
     assert (e["calls"], e["rejected"]) == (1, 1), e
+
+
+@pytest.mark.shim
+def test_a_blocking_programs_socket_is_blocking_again_before_its_connect_returns(shim, server):
+    # shimrun connects on a non-blocking copy of the socket: the program's
+    # own flags are back before it is answered, or its first read would
+    # say EAGAIN
+    srv = server("http")
+    shim.policy("[defaults]\nread_timeout = 5s\n")
+    for _ in range(20):
+        r = shim.run([BUILD / "fclient-static", srv.host, srv.port])
+        rep = r.last_json()
+        assert rep["connect"] == "OK" and rep["recv"] == "OK" and rep["bytes"] > 0, (rep, r.err)
+    assert shim.entry(srv.dest)["successes"] == 20
+
+
+@pytest.mark.shim
+def test_a_connection_that_sent_nothing_is_never_cut_by_the_read_deadline(shim, server):
+    # the engine cannot see a read: a connection with no request out (the
+    # client waits for the server to speak first) keeps the program's own
+    # timeout, 2.5 s here, past read_timeout
+    srv = server("silent")
+    shim.policy("[defaults]\nread_timeout = 1s\n")
+    r = shim.run([BUILD / "fclient-static", "--no-request", "--rcvtimeo", "2500", srv.host, srv.port])
+    rep = r.last_json()
+    assert rep["connect"] == "OK" and rep["recv"] == "EAGAIN", (rep, r.err)
+    near(rep["recv_ms"], 2500)
+    assert "read_timeout" not in r.err, r.err
+    e = shim.entry(srv.dest)
+    assert (e["calls"], e["successes"], e["failures"]) == (1, 1, 0), e

@@ -47,10 +47,10 @@
 #include "../../policy/table.h"
 #include "sockwatch.h"
 
-#define CONNS         4096 /* connects and connections governed at once */
-#define PLACE_LOOK_MS 20   /* a connection whose place someone waits for is looked at this often */
-#define IDLE_LOOK_MS  1000 /* ...one with no read deadline, to see it end */
-#define RECENT        256u /* retry_budget: the last failure per destination */
+#define CONNS         NS_GOV_POLLED /* connects and connections governed at once */
+#define PLACE_LOOK_MS 20            /* a connection whose place someone waits for is looked at this often */
+#define IDLE_LOOK_MS  1000          /* ...one with no read deadline, to see it end */
+#define RECENT        256u          /* retry_budget: the last failure per destination */
 
 enum { C_FREE, C_QUEUED, C_CONNECTING, C_OPEN };
 
@@ -65,6 +65,7 @@ struct conn {
 	int settled;     /* its success counted (its first bytes back) */
 	int waits_place; /* C_QUEUED: counted among the slot's waiters */
 	int old_uto;     /* the socket's own TCP_USER_TIMEOUT (ms) */
+	int fl;          /* its file status flags (O_NONBLOCK...) */
 	int paced;       /* C_QUEUED: counted paced once */
 	uint64_t id;     /* the notification (C_QUEUED, and a blocking C_CONNECTING) */
 	uint64_t start_ms, queued_ms, queue_deadline_ms, next_ms, total_deadline_ms;
@@ -85,6 +86,7 @@ struct ns_gov {
 	int hi;          /* conns[0, hi) may be in use */
 	int nconnecting, nqueued, nopen;
 	int said_full, said_diag;
+	int polled[NS_GOV_POLLED]; /* the connect each of ns_gov_pollfds' descriptors is */
 	uint64_t rng;
 	uint64_t recent[RECENT];
 	struct conn c[CONNS];
@@ -211,6 +213,14 @@ static struct conn *conn_new(struct ns_gov *g)
 }
 
 /**** places and tokens ****/
+
+/* Someone waits for a place of slot: shimrun, or a preloaded process. */
+static int place_wanted(struct ns_gov *g, int slot)
+{
+	struct ns_slot *s = ns_table_slot_(&g->t, slot);
+
+	return s && __atomic_load_n(&s->place_waiters, __ATOMIC_RELAXED) > 0;
+}
 
 static void look(struct ns_gov *g, struct conn *c, uint64_t now);
 
@@ -402,15 +412,38 @@ void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const stru
 	start_connect(g, c, now);
 }
 
-/* c's connect decided: counted (a success only once the connection showed
- * it, when it is watched), the socket as it was. */
+/* The first look at a connection: when a deadline could first fall due
+ * (a request sent at once is due read_timeout later), or sooner while
+ * someone waits for its place. */
+static void first_look(struct ns_gov *g, struct conn *c, uint64_t now)
+{
+	uint64_t rt = enforce(c) ? c->set.read_timeout_ms : 0;
+
+	c->next_ms = now + (rt ? rt : IDLE_LOOK_MS);
+	if (c->total_deadline_ms && c->total_deadline_ms < c->next_ms)
+		c->next_ms = c->total_deadline_ms;
+	if (c->place >= 0 && place_wanted(g, c->slot) && now + PLACE_LOOK_MS < c->next_ms)
+		c->next_ms = now + PLACE_LOOK_MS;
+}
+
+/* The program's socket as it was before shimrun's connect: before the
+ * program is answered (a blocking program that found its socket
+ * non-blocking would read EAGAIN). */
+static void restore(struct conn *c)
+{
+	if (enforce(c) && c->set.connect_timeout_ms)
+		(void)setsockopt(c->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &c->old_uto, sizeof(c->old_uto));
+	if (c->blocking)
+		(void)fcntl(c->fd, F_SETFL, c->fl);
+}
+
+/* c's connect decided (err: 0 connected, an errno the destination's
+ * failure, -1 the program's own error), its socket restored: counted (a
+ * success only once the connection showed it, when it is watched). */
 static void decided(struct ns_gov *g, struct conn *c, int err, uint64_t now)
 {
 	int watch;
 
-	(void)setsockopt(c->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &c->old_uto, sizeof(c->old_uto));
-	if (c->blocking)
-		(void)fcntl(c->fd, F_SETFL, fcntl(c->fd, F_GETFL) & ~O_NONBLOCK);
 	if (err < 0) { /* the program's own error (EISCONN, EALREADY...): no outcome */
 		conn_free(g, c);
 		return;
@@ -422,7 +455,7 @@ static void decided(struct ns_gov *g, struct conn *c, int err, uint64_t now)
 	}
 	ns_table_latency(&g->t, c->slot, 0, (now - c->start_ms) * 1000);
 	watch = g->nl >= 0 && (c->place >= 0 || (enforce(c) && (c->set.read_timeout_ms || c->set.total_timeout_ms)));
-	if (!watch || ns_sw_id(c->fd, &c->sid) < 0) {
+	if (!watch || ns_sw_id(c->fd, (const struct sockaddr *)&c->ss, c->len, &c->sid) < 0) {
 		count(g, c, NS_OUT_SUCCESS, 0, 0, now);
 		conn_free(g, c);
 		return;
@@ -433,7 +466,7 @@ static void decided(struct ns_gov *g, struct conn *c, int err, uint64_t now)
 	g->nopen++;
 	c->state = C_OPEN;
 	c->total_deadline_ms = enforce(c) && c->set.total_timeout_ms ? c->start_ms + c->set.total_timeout_ms : 0;
-	c->next_ms = now; /* (looked at in this pass: it may be over already) */
+	first_look(g, c, now);
 }
 
 /* The errno of a connect that failed in the kernel, as an outcome: a
@@ -442,6 +475,8 @@ static int as_outcome(int e)
 {
 	return e == ECONNREFUSED || e == ENETUNREACH || e == EHOSTUNREACH || e == ETIMEDOUT || e == ECONNRESET ? e : -1;
 }
+
+static void settle_connect(struct ns_gov *g, struct conn *c, short revents, uint64_t now);
 
 /* The connect, made by shimrun on its copy of the program's socket (one
  * socket: the program's is connecting), non-blocking, with the connect
@@ -452,7 +487,8 @@ static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now)
 {
 	socklen_t ol = sizeof(int);
 	int uto = (int)(c->set.connect_timeout_ms > INT32_MAX ? INT32_MAX : c->set.connect_timeout_ms);
-	int fl, r, e;
+	struct pollfd p;
+	int r, e;
 
 	c->state = C_CONNECTING;
 	g->nconnecting++;
@@ -463,65 +499,75 @@ static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now)
 		conn_free(g, c);
 		return;
 	}
-	fl = fcntl(c->fd, F_GETFL);
-	c->blocking = fl >= 0 && !(fl & O_NONBLOCK);
+	c->fl = fcntl(c->fd, F_GETFL);
+	c->blocking = c->fl >= 0 && !(c->fl & O_NONBLOCK);
 	c->old_uto = 0;
-	(void)getsockopt(c->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &c->old_uto, &ol);
-	if (uto > 0 && enforce(c))
+	if (uto > 0 && enforce(c)) {
+		(void)getsockopt(c->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &c->old_uto, &ol);
 		(void)setsockopt(c->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &uto, sizeof(uto));
+	}
 	if (c->blocking)
-		(void)fcntl(c->fd, F_SETFL, fl | O_NONBLOCK);
+		(void)fcntl(c->fd, F_SETFL, c->fl | O_NONBLOCK);
 	r = connect(c->fd, (const struct sockaddr *)&c->ss, c->len);
 	e = r < 0 ? errno : 0;
 	if (r < 0 && e == EINPROGRESS) {
 		if (!c->blocking)
 			g->answer(g->ctx, c->id, EINPROGRESS, 0);
-		return; /* watched from here */
+		/* loopback and a near peer have often answered already: decided
+		 * here, not a pass of the loop later */
+		p.fd = c->fd;
+		p.events = POLLOUT;
+		if (poll(&p, 1, 0) == 1)
+			settle_connect(g, c, p.revents, now);
+		return; /* else watched from here */
 	}
-	/* decided at once: connected (loopback can be that quick), or refused */
+	/* decided at once: connected, or refused */
+	restore(c);
 	g->answer(g->ctx, c->id, e, 0);
 	decided(g, c, e ? as_outcome(e) : 0, mono_ms());
 }
 
-/* The connects in progress: the decided ones answered (a blocking
- * program's), counted. */
-static void check_connecting(struct ns_gov *g, uint64_t now)
+/* A connect in progress whose socket polled revents: decided (answered,
+ * for a blocking program, counted), or still connecting. */
+static void settle_connect(struct ns_gov *g, struct conn *c, short revents, uint64_t now)
+{
+	struct sockaddr_storage peer;
+	socklen_t pl = sizeof(peer);
+	int err = 0;
+
+	if (!(revents & (POLLOUT | POLLERR | POLLHUP)))
+		return;
+	restore(c);
+	if (c->blocking) {
+		/* shimrun's own connect: its result is the program's */
+		socklen_t l = sizeof(err);
+
+		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
+			err = errno;
+		g->answer(g->ctx, c->id, err, 0);
+		err = err ? as_outcome(err) : 0;
+	} else if (getpeername(c->fd, (struct sockaddr *)&peer, &pl) < 0) {
+		/* the program's to read (SO_ERROR): a timeout when it took
+		 * the deadline, else refused */
+		err = c->set.connect_timeout_ms && now - c->start_ms + 50 >= c->set.connect_timeout_ms ? ETIMEDOUT
+												       : ECONNREFUSED;
+	}
+	decided(g, c, err, now);
+}
+
+/* A connect the kernel left undecided far past its deadline (it ends it
+ * at TCP_USER_TIMEOUT): let go, answered ETIMEDOUT, uncounted. */
+static void let_go_stale(struct ns_gov *g, uint64_t now)
 {
 	for (int i = 0; i < g->hi && g->nconnecting; i++) {
 		struct conn *c = &g->c[i];
-		struct pollfd p = { .fd = c->fd, .events = POLLOUT };
-		struct sockaddr_storage peer;
-		socklen_t pl = sizeof(peer);
-		int err = 0;
 
-		if (c->state != C_CONNECTING)
+		if (c->state != C_CONNECTING || now - c->start_ms < c->set.connect_timeout_ms + 60000)
 			continue;
-		if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLOUT | POLLERR | POLLHUP))) {
-			/* still connecting: the kernel ends it at the deadline
-			 * (TCP_USER_TIMEOUT); one left far longer is let go */
-			if (now - c->start_ms < c->set.connect_timeout_ms + 60000)
-				continue;
-			if (c->blocking)
-				g->answer(g->ctx, c->id, ETIMEDOUT, 0);
-			decided(g, c, -1, now);
-			continue;
-		}
-		if (c->blocking) {
-			/* shimrun's own connect: its result is the program's */
-			socklen_t l = sizeof(err);
-
-			if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
-				err = errno;
-			g->answer(g->ctx, c->id, err, 0);
-			err = err ? as_outcome(err) : 0;
-		} else if (getpeername(c->fd, (struct sockaddr *)&peer, &pl) < 0) {
-			/* the program's to read (SO_ERROR): a timeout when it took
-			 * the deadline, else refused */
-			err = c->set.connect_timeout_ms && now - c->start_ms + 50 >= c->set.connect_timeout_ms
-				? ETIMEDOUT
-				: ECONNREFUSED;
-		}
-		decided(g, c, err, now);
+		restore(c);
+		if (c->blocking)
+			g->answer(g->ctx, c->id, ETIMEDOUT, 0);
+		decided(g, c, -1, now);
 	}
 }
 
@@ -546,14 +592,6 @@ static void expire(struct ns_gov *g, struct conn *c, const char *which, uint64_t
 	count(g, c, NS_OUT_TIMEOUT, ETIMEDOUT, sent, now);
 	c->settled = 1;
 	conn_free(g, c);
-}
-
-/* Someone waits for a place of slot: shimrun, or a preloaded process. */
-static int place_wanted(struct ns_gov *g, int slot)
-{
-	struct ns_slot *s = ns_table_slot_(&g->t, slot);
-
-	return s && __atomic_load_n(&s->place_waiters, __ATOMIC_RELAXED) > 0;
 }
 
 /* Ask the kernel about connection c: ended (the program closed it), its
@@ -611,33 +649,45 @@ int ns_gov_pollfds(struct ns_gov *g, struct pollfd *p, int max)
 {
 	int n = 0;
 
+	if (max > NS_GOV_POLLED)
+		max = NS_GOV_POLLED;
 	for (int i = 0; i < g->hi && n < max && g->nconnecting; i++)
 		if (g->c[i].state == C_CONNECTING) {
+			g->polled[n] = i;
 			p[n].fd = g->c[i].fd;
-			p[n++].events = POLLOUT;
+			p[n].events = POLLOUT;
+			p[n++].revents = 0;
 		}
 	return n;
 }
 
-int ns_gov_timeout(struct ns_gov *g, int cap_ms)
+int ns_gov_timeout(struct ns_gov *g)
 {
-	uint64_t now = mono_ms(), first = now + (uint64_t)cap_ms;
+	uint64_t now = mono_ms(), first = UINT64_MAX;
 
+	if (g->nconnecting)
+		first = now + 1000; /* (let_go_stale) */
 	for (int i = 0; i < g->hi && (g->nqueued || g->nopen); i++) {
 		const struct conn *c = &g->c[i];
 
 		if ((c->state == C_QUEUED || c->state == C_OPEN) && c->next_ms < first)
 			first = c->next_ms;
 	}
-	return first > now ? (int)(first - now) : 0;
+	return first == UINT64_MAX ? -1 : first > now ? (int)(first - now < INT32_MAX ? first - now : INT32_MAX) : 0;
 }
 
-void ns_gov_run(struct ns_gov *g)
+void ns_gov_run(struct ns_gov *g, const struct pollfd *p, int n)
 {
 	uint64_t now = mono_ms();
 
+	for (int k = 0; k < n && g->nconnecting; k++) {
+		struct conn *c = &g->c[g->polled[k]];
+
+		if (p[k].revents && c->state == C_CONNECTING && c->fd == p[k].fd)
+			settle_connect(g, c, p[k].revents, now);
+	}
 	if (g->nconnecting)
-		check_connecting(g, now);
+		let_go_stale(g, now);
 	for (int i = 0; i < g->hi && (g->nqueued || g->nopen); i++) {
 		struct conn *c = &g->c[i];
 
@@ -651,11 +701,11 @@ void ns_gov_run(struct ns_gov *g)
 void ns_gov_finish(struct ns_gov *g)
 {
 	while (g->nconnecting) {
-		struct pollfd p[64];
-		int n = ns_gov_pollfds(g, p, 64);
+		struct pollfd p[NS_GOV_POLLED];
+		int n = ns_gov_pollfds(g, p, NS_GOV_POLLED);
 
 		(void)poll(p, (nfds_t)n, 100);
-		check_connecting(g, mono_ms());
+		ns_gov_run(g, p, n);
 	}
 	for (int i = 0; i < g->hi; i++) {
 		struct conn *c = &g->c[i];

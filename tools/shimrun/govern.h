@@ -33,13 +33,15 @@ void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const stru
 		    int (*valid)(void *ctx, uint64_t id));
 
 /* The descriptors shimrun waits on for the connects in progress (at most
- * max, into p), and how long until it must look again (ms, at most
- * cap_ms). */
+ * max, into p: NS_GOV_POLLED holds every one), and how long until it must
+ * look again (ms; -1: not before one of them, or a connect, comes). */
+#define NS_GOV_POLLED 4096
 int ns_gov_pollfds(struct ns_gov *g, struct pollfd *p, int max);
-int ns_gov_timeout(struct ns_gov *g, int cap_ms);
-/* Everything due: connects decided, connects held for a place or a token,
- * connections to look at (deadlines, places given back). */
-void ns_gov_run(struct ns_gov *g);
+int ns_gov_timeout(struct ns_gov *g);
+/* Everything due: connects decided (p, n: ns_gov_pollfds' descriptors as
+ * poll returned them), connects held for a place or a token, connections
+ * to look at (deadlines, places given back). */
+void ns_gov_run(struct ns_gov *g, const struct pollfd *p, int n);
 /* Every governed process is gone: what is left is settled. */
 void ns_gov_finish(struct ns_gov *g);
 

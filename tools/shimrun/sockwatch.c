@@ -14,6 +14,7 @@
 #include <linux/sock_diag.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,20 +28,19 @@ int ns_sw_open(void)
 	return socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
 }
 
-int ns_sw_id(int fd, struct ns_sockid *id)
+int ns_sw_id(int fd, const struct sockaddr *dst, socklen_t dlen, struct ns_sockid *id)
 {
-	struct sockaddr_storage a, b;
-	socklen_t la = sizeof(a), lb = sizeof(b);
+	struct sockaddr_storage a;
+	socklen_t la = sizeof(a);
 	struct stat st;
 
 	memset(id, 0, sizeof(*id));
-	if (fstat(fd, &st) < 0 || getsockname(fd, (struct sockaddr *)&a, &la) < 0 ||
-	    getpeername(fd, (struct sockaddr *)&b, &lb) < 0 || a.ss_family != b.ss_family)
+	if (fstat(fd, &st) < 0 || getsockname(fd, (struct sockaddr *)&a, &la) < 0 || a.ss_family != dst->sa_family)
 		return -1;
 	id->inode = (uint32_t)st.st_ino;
 	id->family = (uint8_t)a.ss_family;
-	if (a.ss_family == AF_INET) {
-		const struct sockaddr_in *s = (const void *)&a, *d = (const void *)&b;
+	if (a.ss_family == AF_INET && dlen >= sizeof(struct sockaddr_in)) {
+		const struct sockaddr_in *s = (const void *)&a, *d = (const void *)dst;
 
 		id->sport = s->sin_port;
 		id->dport = d->sin_port;
@@ -48,8 +48,8 @@ int ns_sw_id(int fd, struct ns_sockid *id)
 		memcpy(id->dst, &d->sin_addr, 4);
 		return 0;
 	}
-	if (a.ss_family == AF_INET6) {
-		const struct sockaddr_in6 *s = (const void *)&a, *d = (const void *)&b;
+	if (a.ss_family == AF_INET6 && dlen >= sizeof(struct sockaddr_in6)) {
+		const struct sockaddr_in6 *s = (const void *)&a, *d = (const void *)dst;
 
 		id->sport = s->sin6_port;
 		id->dport = d->sin6_port;
@@ -74,6 +74,7 @@ int ns_sw_query(int nl, const struct ns_sockid *id, struct ns_sockinfo *out)
 	const struct inet_diag_msg *m;
 	const struct rtattr *a;
 	struct tcp_info ti;
+	size_t got = 0;
 	ssize_t n;
 	int len;
 
@@ -123,11 +124,18 @@ int ns_sw_query(int nl, const struct ns_sockid *id, struct ns_sockinfo *out)
 	memset(&ti, 0, sizeof(ti));
 	len = (int)(ans.h.nlmsg_len - NLMSG_LENGTH(sizeof(*m)));
 	for (a = (const struct rtattr *)(m + 1); RTA_OK(a, len); a = RTA_NEXT(a, len))
-		if (a->rta_type == INET_DIAG_INFO)
-			memcpy(&ti, RTA_DATA(a), RTA_PAYLOAD(a) < sizeof(ti) ? RTA_PAYLOAD(a) : sizeof(ti));
+		if (a->rta_type == INET_DIAG_INFO) {
+			got = RTA_PAYLOAD(a) < sizeof(ti) ? RTA_PAYLOAD(a) : sizeof(ti);
+			memcpy(&ti, RTA_DATA(a), got);
+		}
 	out->last_sent_ms = ti.tcpi_last_data_sent;
 	out->last_recv_ms = ti.tcpi_last_data_recv;
-	out->bytes_sent = ti.tcpi_bytes_sent ? ti.tcpi_bytes_sent : ti.tcpi_bytes_acked;
+	/* data sent: tcpi_bytes_sent since 4.19; before, what was acknowledged,
+	 * less the SYN (which tcpi_bytes_acked counts) */
+	if (got >= offsetof(struct tcp_info, tcpi_bytes_sent) + sizeof(ti.tcpi_bytes_sent))
+		out->bytes_sent = ti.tcpi_bytes_sent;
+	else
+		out->bytes_sent = ti.tcpi_bytes_acked > 1 ? ti.tcpi_bytes_acked - 1 : 0;
 	out->bytes_received = ti.tcpi_bytes_received;
 	return 0;
 }
@@ -152,17 +160,54 @@ pid_t ns_sw_tgid(pid_t tid)
 #define PIDFD_THREAD O_EXCL
 #endif
 
-int ns_sw_copy_fd(pid_t tid, pid_t tgid, int fd)
+/* pidfds of the threads that connected last: a Go program connects from
+ * a few long-lived threads, a C program from one, so the next connect
+ * needs no pidfd_open of its own. A dead thread's pidfd says ESRCH, and is
+ * opened anew (its tid may be another's now). */
+#define PIDFDS 64
+static struct {
+	pid_t tid;
+	int pfd;
+} pidfds[PIDFDS];
+static unsigned pidfd_next;
+
+static int pidfd_of(pid_t tid, pid_t tgid)
 {
-	int pfd = (int)syscall(SYS_pidfd_open, tid, PIDFD_THREAD), r;
+	int pfd = (int)syscall(SYS_pidfd_open, tid, PIDFD_THREAD);
 
 	if (pfd < 0) /* before 6.9 a pidfd names a process; or the thread is gone */
 		pfd = (int)syscall(SYS_pidfd_open, tgid ? tgid : ns_sw_tgid(tid), 0);
-	if (pfd < 0)
+	return pfd;
+}
+
+int ns_sw_copy_fd(pid_t tid, pid_t tgid, int fd)
+{
+	unsigned i;
+	int r;
+
+	for (i = 0; i < PIDFDS; i++)
+		if (pidfds[i].tid == tid && pidfds[i].pfd > 0) {
+			r = (int)syscall(SYS_pidfd_getfd, pidfds[i].pfd, fd, 0);
+			if (r >= 0 || errno != ESRCH)
+				return r;
+			close(pidfds[i].pfd); /* that thread is gone */
+			pidfds[i].tid = 0;
+			pidfds[i].pfd = 0;
+			break;
+		}
+	if (i == PIDFDS) {
+		i = pidfd_next++ % PIDFDS;
+		if (pidfds[i].pfd > 0)
+			close(pidfds[i].pfd);
+	}
+	pidfds[i].tid = 0;
+	pidfds[i].pfd = pidfd_of(tid, tgid);
+	if (pidfds[i].pfd < 0) {
+		pidfds[i].pfd = 0;
 		return -1;
-	r = (int)syscall(SYS_pidfd_getfd, pfd, fd, 0);
-	close(pfd);
-	return r;
+	}
+	pidfds[i].tid = tid;
+	return (int)syscall(SYS_pidfd_getfd, pidfds[i].pfd, fd, 0);
 }
 
 static int same_socket(int fd, uint32_t inode)

@@ -5,6 +5,7 @@
 #define NS_SOCKWATCH_H
 
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 /* A connection as the kernel names it: its two ends and its inode. */
@@ -30,8 +31,9 @@ struct ns_sockinfo {
 /* The sock_diag socket: a descriptor, or -1 (errno). */
 int ns_sw_open(void);
 
-/* The id of fd (shimrun's copy of a connected socket): 0, or -1. */
-int ns_sw_id(int fd, struct ns_sockid *id);
+/* The id of fd (shimrun's copy of a socket it connected to dst): 0, or
+ * -1. */
+int ns_sw_id(int fd, const struct sockaddr *dst, socklen_t dlen, struct ns_sockid *id);
 
 /* Ask the kernel about id: 0 (out filled in; out->mine 0 when the socket
  * is gone or no longer the program's), or -1 when sock_diag failed

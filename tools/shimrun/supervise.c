@@ -34,6 +34,12 @@
 
 #include "govern.h"
 
+#ifndef SECCOMP_IOCTL_NOTIF_SET_FLAGS
+#define SECCOMP_IOCTL_NOTIF_SET_FLAGS SECCOMP_IOW(4, __u64)
+#endif
+#ifndef SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP
+#define SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP 1
+#endif
 #ifndef SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
 #define SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (1UL << 5)
 #endif
@@ -174,14 +180,14 @@ static void on_call(struct sup *s, const struct seccomp_notif *n)
 	ns_gov_connect(s->gov, n->id, (pid_t)n->pid, (int)n->data.args[0], &ss, len, still_valid);
 }
 
-#define POLLED 1024 /* connects in progress waited on at once (the others are looked at each pass) */
-
 static int serve(struct sup *s, pid_t pid)
 {
 	struct seccomp_notif_sizes sz;
 	struct seccomp_notif *n;
 	size_t nsize;
 	int status = 0, done = 0;
+	/* the child's end is seen in the poll (before 5.3: a waitpid a pass) */
+	int child = (int)syscall(SYS_pidfd_open, pid, 0);
 
 	if (syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sz) < 0)
 		memset(&sz, 0, sizeof(sz));
@@ -190,19 +196,22 @@ static int serve(struct sup *s, pid_t pid)
 	if (!n)
 		return 126;
 	for (;;) {
-		/* the listener, and the connects in progress: each is looked at
-		 * as soon as it is decided (a program that connects and closes
-		 * at once has its outcome read before the socket goes) */
-		static struct pollfd pa[1 + POLLED];
+		/* the listener, the child, and the connects in progress: each
+		 * is looked at as soon as it is decided (a program that connects
+		 * and closes at once has its outcome read before the socket goes) */
+		static struct pollfd pa[2 + NS_GOV_POLLED];
 		int np, r;
 
 		pa[0].fd = s->lfd;
 		pa[0].events = POLLIN;
 		pa[0].revents = 0;
-		np = 1 + ns_gov_pollfds(s->gov, pa + 1, POLLED);
-		r = poll(pa, (nfds_t)np, ns_gov_timeout(s->gov, np > 1 ? 1000 : 200));
-		ns_gov_run(s->gov);
-		if (!done && waitpid(pid, &status, WNOHANG) == pid)
+		pa[1].fd = done ? -1 : child;
+		pa[1].events = POLLIN;
+		pa[1].revents = 0;
+		np = ns_gov_pollfds(s->gov, pa + 2, NS_GOV_POLLED);
+		r = poll(pa, (nfds_t)(2 + np), ns_gov_timeout(s->gov));
+		ns_gov_run(s->gov, pa + 2, np);
+		if (!done && (child < 0 || pa[1].revents) && waitpid(pid, &status, WNOHANG) == pid)
 			done = 1;
 		if (r > 0 && (pa[0].revents & POLLIN)) {
 			memset(n, 0, nsize);
@@ -219,6 +228,8 @@ static int serve(struct sup *s, pid_t pid)
 	}
 	ns_gov_finish(s->gov);
 	free(n);
+	if (child >= 0)
+		close(child);
 	if (!done)
 		waitpid(pid, &status, 0);
 	return WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 126;
@@ -279,6 +290,10 @@ int ns_sup_run(char **argv, const char *policy, const char *table, char *why, si
 			"shimrun: this kernel (before 5.19) lets signals interrupt a governed connect: "
 			"Go programs run with GODEBUG=asyncpreemptoff=1\n");
 	memcpy(&s.lfd, CMSG_DATA(&cm.h), sizeof(int));
+	/* Linux 6.6: the notifying thread and shimrun hand the CPU to each
+	 * other (a connect waits on shimrun alone), not through the scheduler
+	 * (before: EINVAL, and the wake-ups as they were) */
+	(void)ioctl(s.lfd, SECCOMP_IOCTL_NOTIF_SET_FLAGS, SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP);
 	if (write(sp[0], "g", 1) != 1) {
 		close(sp[0]);
 		return 126;

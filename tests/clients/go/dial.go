@@ -1,8 +1,9 @@
-// dial.go -- N dials to ADDR while busy goroutines keep the Go runtime
-// preempting (a signal to a running thread every 10 ms): how many
-// succeeded, and the errors of the others, as one JSON line.
+// dial.go -- N dials to ADDR while B busy goroutines (default 4) keep the
+// Go runtime preempting (a signal to a running thread every 10 ms): how
+// many succeeded, the errors of the others, and GODEBUG as the program got
+// it, as one JSON line.
 //
-//	dial ADDR N
+//	dial ADDR N [B]
 package main
 
 import (
@@ -17,8 +18,12 @@ import (
 
 func main() {
 	n, _ := strconv.Atoi(os.Args[2])
+	busy := 4
+	if len(os.Args) > 3 {
+		busy, _ = strconv.Atoi(os.Args[3])
+	}
 	var stop int32
-	for i := 0; i < 4; i++ {
+	for i := 0; i < busy; i++ {
 		go func() {
 			x := 0
 			for atomic.LoadInt32(&stop) == 0 {
@@ -38,6 +43,6 @@ func main() {
 		ok++
 	}
 	atomic.StoreInt32(&stop, 1)
-	b, _ := json.Marshal(map[string]interface{}{"ok": ok, "errors": errs})
+	b, _ := json.Marshal(map[string]interface{}{"ok": ok, "errors": errs, "godebug": os.Getenv("GODEBUG")})
 	fmt.Println(string(b))
 }
