@@ -458,6 +458,14 @@ void ns_table_stale_reuse(struct ns_table *t, int idx)
 		ADD(&s->stale_reuses, 1);
 }
 
+void ns_table_seccomp_call(struct ns_table *t, int idx)
+{
+	struct ns_slot *s = slot_at(t, idx);
+
+	if (s)
+		ADD(&s->seccomp_calls, 1);
+}
+
 void ns_table_h2_count(struct ns_table *t, int idx, int what)
 {
 	struct ns_slot *s = slot_at(t, idx);
@@ -622,6 +630,7 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 	e->h2_unprocessed = LOAD(&s->h2_unprocessed);
 	e->h2_blind = LOAD(&s->h2_blind);
 	e->grpc_failures = LOAD(&s->grpc_failures);
+	e->seccomp_calls = LOAD(&s->seccomp_calls);
 	{
 		uint32_t g = LOAD(&s->last_grpc_status);
 

@@ -141,7 +141,9 @@ struct ns_slot {
 	uint64_t paced;             /* atomic: connects and requests that waited for a token */
 	uint32_t last_grpc_status;  /* atomic: the last grpc-status seen + 1, 0 = none */
 	uint32_t pad4;
-	uint8_t reserved2[24];
+	/* in what were reserved bytes (zero in an older table) */
+	uint64_t seccomp_calls; /* atomic: connects made by shimrun's seccomp engine (in calls too) */
+	uint8_t reserved2[16];
 };
 
 enum ns_event_type {
@@ -226,6 +228,7 @@ struct ns_entry {
 	uint32_t monitor;
 	uint64_t injected, exchanges, http_failures, stale_reuses;
 	uint64_t h2_unprocessed, h2_blind, grpc_failures;
+	uint64_t seccomp_calls;
 	uint32_t last_status;
 	int32_t last_grpc_status;   /* -1 = none */
 	uint32_t inflight;          /* places held (max_connections) */
@@ -554,6 +557,8 @@ void ns_table_first_byte_undo(struct ns_table *t, int idx, uint64_t us, uint64_t
  * or an h2 connection lost to the reader: counted, never an outcome. */
 enum { NS_H2_COUNT_UNPROCESSED, NS_H2_COUNT_BLIND };
 void ns_table_h2_count(struct ns_table *t, int idx, int what);
+/* A connect of a program under shimrun's seccomp engine, made. */
+void ns_table_seccomp_call(struct ns_table *t, int idx);
 /* A gRPC answer's grpc-status, and whether it failed its stream. */
 void ns_table_grpc(struct ns_table *t, int idx, unsigned code, int failed);
 uint64_t ns_table_fault_gen(const struct ns_table *t);

@@ -89,6 +89,7 @@ def test_an_open_breaker_refuses_at_once_and_nothing_reaches_the_server(shim, se
     assert "governed by the seccomp engine" in r.err, r.err
     e = shim.entry(srv.dest)
     assert (e["calls"], e["successes"], e["failures"]) == (1, 1, 0), e
+    assert (e["seccomp_calls"], e["engines"]) == (1, ["seccomp"]), e
     assert shim.ctl("open", srv.dest).returncode == 0
     r = run_client(shim, gobins, client, engine, srv.host, srv.port)
     err, ms = connect_result(client, r)
@@ -457,6 +458,8 @@ def test_max_connections_holds_across_two_go_processes_and_a_preloaded_python(sh
         e = shim.entry(srv.dest)
         assert e["failures"] == 0 and e["throttled"] == 0 and e["calls"] == sum(oks), e
         assert e["inflight"] == 0, e   # every place given back
+        # which engine fed it, as status --json says
+        assert e["engines"] == ["preload", "seccomp"] and e["seccomp_calls"] == sum(oks[:2]), e
     finally:
         srv.stop()
 

@@ -212,6 +212,13 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 			printf("%d", e->last_grpc_status);
 		else
 			printf("null");
+		/* which engines fed it: the preload library's connects are the
+		 * calls the seccomp engine did not make (shared memory: either
+		 * count may be anything) */
+		printf(", \"seccomp_calls\": %llu, \"engines\": [%s%s%s]", (unsigned long long)e->seccomp_calls,
+		       e->calls > e->seccomp_calls ? "\"preload\"" : "",
+		       e->calls > e->seccomp_calls && e->seccomp_calls ? ", " : "",
+		       e->seccomp_calls ? "\"seccomp\"" : "");
 		pct_json("connect_ms_p50", &e->connect_hist, 50);
 		pct_json("connect_ms_p99", &e->connect_hist, 99);
 		pct_json("first_byte_ms_p50", &e->first_byte_hist, 50);

@@ -499,6 +499,7 @@ static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now)
 		conn_free(g, c);
 		return;
 	}
+	ns_table_seccomp_call(&g->t, c->slot);
 	c->fl = fcntl(c->fd, F_GETFL);
 	c->blocking = c->fl >= 0 && !(c->fl & O_NONBLOCK);
 	c->old_uto = 0;
