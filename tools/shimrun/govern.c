@@ -18,8 +18,9 @@
  * The connection: shimrun keeps no copy of it (one would hold it open past
  * the program's close), but asks the kernel about it by its two ends
  * (sockwatch.c): when the program closed it (its place is given back),
- * when it got its first bytes (its success), and whether a request went
- * out that got nothing back. One that sent and got nothing for
+ * when it got its first bytes (its success; a server's reset or close
+ * before any, seen while the program still holds it, is a failure), and
+ * whether a request went out that got nothing back. One that sent and got nothing for
  * read_timeout, or that outlived total_timeout, is reset: the program gets
  * an error, never an end of data, and a timeout is counted (outcome
  * unknown: the request was sent). It is looked at when a deadline could
@@ -77,6 +78,7 @@ struct conn {
 
 struct ns_gov {
 	ns_gov_answer_fn *answer;
+	ns_gov_valid_fn *valid;
 	void *ctx;
 	struct ns_policy pol;
 	struct ns_table t;
@@ -319,7 +321,11 @@ static void try_turn(struct ns_gov *g, struct conn *c)
 {
 	uint64_t now_us = mono_us(), now = now_us / 1000, due;
 
-	if (c->set.max_connections && c->place < 0 && !take_place(g, c, now)) {
+	if (now > c->queued_ms && !g->valid(g->ctx, c->id)) {
+		conn_free(g, c); /* its call interrupted (and made again), or its process gone */
+		return;
+	}
+	if (c->set.max_connections && g->holder && c->place < 0 && !take_place(g, c, now)) {
 		if (now >= c->queue_deadline_ms) {
 			char key[NS_KEY_MAX];
 
@@ -357,8 +363,7 @@ static void try_turn(struct ns_gov *g, struct conn *c)
 	start_connect(g, c, now);
 }
 
-void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const struct sockaddr_storage *ss, socklen_t len,
-		    int (*valid)(void *ctx, uint64_t id))
+void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const struct sockaddr_storage *ss, socklen_t len)
 {
 	struct ns_dest d;
 	struct ns_settings set;
@@ -368,7 +373,7 @@ void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const stru
 	struct conn *c;
 	int slot;
 
-	if (dest_of(ss, len, &d) < 0 || !g->tbl_ok || !valid(g->ctx, id) || ns_dest_key(&d, key, sizeof(key)) < 0) {
+	if (dest_of(ss, len, &d) < 0 || !g->tbl_ok || !g->valid(g->ctx, id) || ns_dest_key(&d, key, sizeof(key)) < 0) {
 		g->answer(g->ctx, id, 0, 1); /* not an inet connect, or nothing to count it in: the kernel's */
 		return;
 	}
@@ -404,7 +409,7 @@ void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const stru
 	c->set = set;
 	c->queued_ms = now;
 	c->queue_deadline_ms = now + set.queue_timeout_ms;
-	if (set.mode == NS_MODE_ENFORCE && (set.max_connections || set.rate_interval_us) && g->holder) {
+	if (set.mode == NS_MODE_ENFORCE && ((set.max_connections && g->holder) || set.rate_interval_us)) {
 		try_turn(g, c); /* its turn now, or held */
 		return;
 	}
@@ -612,8 +617,13 @@ static void look(struct ns_gov *g, struct conn *c, uint64_t now)
 		in.mine = 0;
 	}
 	if (!in.mine) {
-		/* closed by the program (or its process ended) */
-		if (!c->settled)
+		/* closed by the program (or its process ended); or, when the
+		 * program still holds it, reset (the kernel unhashes a reset
+		 * socket: sock_diag no longer finds it), seen when it is looked
+		 * at before the program closes it */
+		if (!c->settled && in.gone && ns_sw_held(c->tid, c->pfd, c->sid.inode))
+			count(g, c, NS_OUT_FAILURE, ECONNRESET, in.bytes_sent != 0, now);
+		else if (!c->settled)
 			count(g, c, NS_OUT_SUCCESS, 0, 0, now);
 		conn_free(g, c);
 		return;
@@ -621,6 +631,11 @@ static void look(struct ns_gov *g, struct conn *c, uint64_t now)
 	if (!c->settled && in.bytes_received) {
 		c->settled = 1;
 		count(g, c, NS_OUT_SUCCESS, 0, 0, now);
+	} else if (!c->settled && in.state == 8 /* TCP_CLOSE_WAIT */ && in.bytes_sent) {
+		/* the server closed it with the request unanswered (seen when it
+		 * is looked at before the program closes it) */
+		c->settled = 1;
+		count(g, c, NS_OUT_FAILURE, 0, 1, now);
 	}
 	/* a request out: data sent since the last received (ms ago: less is
 	 * later), on a connection the server has not ended */
@@ -718,8 +733,8 @@ void ns_gov_finish(struct ns_gov *g)
 	}
 }
 
-struct ns_gov *ns_gov_new(const char *policy, const char *table, ns_gov_answer_fn *answer, void *ctx, char *why,
-			  size_t whylen)
+struct ns_gov *ns_gov_new(const char *policy, const char *table, ns_gov_answer_fn *answer, ns_gov_valid_fn *valid,
+			  void *ctx, char *why, size_t whylen)
 {
 	struct ns_gov *g = calloc(1, sizeof(*g));
 	char err[8192], name[256];
@@ -736,6 +751,7 @@ struct ns_gov *ns_gov_new(const char *policy, const char *table, ns_gov_answer_f
 		return NULL;
 	}
 	g->answer = answer;
+	g->valid = valid;
 	g->ctx = ctx;
 	if (!table || !*table)
 		table = getenv("NETSHIM_TABLE");

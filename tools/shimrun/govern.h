@@ -15,6 +15,9 @@
  * call as the program asked; else the call fails with err (0: it
  * succeeded). */
 typedef void ns_gov_answer_fn(void *ctx, uint64_t id, int err, int cont);
+/* Is notification id still the program's to be answered (its call not
+ * interrupted, its process alive)? Asked before shimrun acts on one. */
+typedef int ns_gov_valid_fn(void *ctx, uint64_t id);
 
 struct ns_gov;
 
@@ -22,15 +25,14 @@ struct ns_gov;
  * (NULL: NETSHIM_TABLE, else the default). NULL when the policy does not
  * load (why says so). A table that cannot be opened is said on stderr:
  * connects then go on uncounted. */
-struct ns_gov *ns_gov_new(const char *policy, const char *table, ns_gov_answer_fn *answer, void *ctx, char *why,
-			  size_t whylen);
+struct ns_gov *ns_gov_new(const char *policy, const char *table, ns_gov_answer_fn *answer, ns_gov_valid_fn *valid,
+			  void *ctx, char *why, size_t whylen);
 
 /* One connect of the program: notification id, by thread tid, on its
- * descriptor fd, to ss (len bytes, copied from the program). valid: is the
- * notification still the program's (checked after the address was read,
- * and before shimrun acts on a descriptor number of the program's). */
-void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const struct sockaddr_storage *ss, socklen_t len,
-		    int (*valid)(void *ctx, uint64_t id));
+ * descriptor fd, to ss (len bytes, copied from the program: the
+ * notification is checked valid after that, and again before a connect
+ * held for its turn goes on). */
+void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const struct sockaddr_storage *ss, socklen_t len);
 
 /* The descriptors shimrun waits on for the connects in progress (at most
  * max, into p: NS_GOV_POLLED holds every one), and how long until it must

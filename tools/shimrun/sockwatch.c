@@ -106,8 +106,10 @@ int ns_sw_query(int nl, const struct ns_sockid *id, struct ns_sockinfo *out)
 	if (ans.h.nlmsg_type == NLMSG_ERROR) {
 		const struct nlmsgerr *e = NLMSG_DATA(&ans.h);
 
-		if (ans.h.nlmsg_len >= NLMSG_LENGTH(sizeof(*e)) && e->error == -ENOENT)
-			return 0; /* gone (closed, or reset) */
+		if (ans.h.nlmsg_len >= NLMSG_LENGTH(sizeof(*e)) && e->error == -ENOENT) {
+			out->gone = 1; /* closed, or reset */
+			return 0;
+		}
 		errno = ans.h.nlmsg_len >= NLMSG_LENGTH(sizeof(*e)) && e->error ? -e->error : EPROTO;
 		return -1;
 	}
@@ -120,7 +122,6 @@ int ns_sw_query(int nl, const struct ns_sockid *id, struct ns_sockinfo *out)
 	 * the same ends, is no longer the program's connection */
 	out->mine = m->idiag_inode == id->inode;
 	out->state = m->idiag_state;
-	out->unread = m->idiag_rqueue;
 	memset(&ti, 0, sizeof(ti));
 	len = (int)(ans.h.nlmsg_len - NLMSG_LENGTH(sizeof(*m)));
 	for (a = (const struct rtattr *)(m + 1); RTA_OK(a, len); a = RTA_NEXT(a, len))
@@ -208,6 +209,17 @@ int ns_sw_copy_fd(pid_t tid, pid_t tgid, int fd)
 	}
 	pidfds[i].tid = tid;
 	return (int)syscall(SYS_pidfd_getfd, pidfds[i].pfd, fd, 0);
+}
+
+int ns_sw_held(pid_t tid, int fd, uint32_t inode)
+{
+	char path[64], link[64], want[32];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)tid, fd);
+	snprintf(want, sizeof(want), "socket:[%u]", inode);
+	n = readlink(path, link, sizeof(link) - 1);
+	return n > 0 && (link[n] = '\0', strcmp(link, want) == 0);
 }
 
 static int same_socket(int fd, uint32_t inode)

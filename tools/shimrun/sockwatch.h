@@ -20,12 +20,12 @@ struct ns_sockid {
 /* What sock_diag says of it. */
 struct ns_sockinfo {
 	int mine;                /* still the program's: found, same inode (not orphaned by its close) */
+	int gone;                /* not found at all: closed, or reset (the kernel unhashes a reset socket) */
 	uint8_t state;           /* TCP_ESTABLISHED (1), TCP_CLOSE_WAIT (8)... */
 	uint32_t last_sent_ms;   /* since the last data sent */
 	uint32_t last_recv_ms;   /* since the last data received (or the connect, before any) */
 	uint64_t bytes_sent;     /* data sent (acknowledged, on a kernel before 4.19) */
 	uint64_t bytes_received; /* data received */
-	uint32_t unread;         /* bytes the program has not read yet */
 };
 
 /* The sock_diag socket: a descriptor, or -1 (errno). */
@@ -47,6 +47,9 @@ int ns_sw_query(int nl, const struct ns_sockid *id, struct ns_sockinfo *out);
  * blocked in it at that moment EPIPE, since Linux 6.6), never an end of
  * data. 0, or -1 when the descriptor no longer holds that socket. */
 int ns_sw_reset(pid_t tid, pid_t tgid, int fd, const struct ns_sockid *id);
+
+/* Does thread tid's process hold socket inode as descriptor fd (/proc)? */
+int ns_sw_held(pid_t tid, int fd, uint32_t inode);
 
 /* A copy of descriptor fd of thread tid's process (tgid: its process, 0 =
  * not known; a thread that is not its process's leader, as Go's are, has

@@ -177,7 +177,7 @@ static void on_call(struct sup *s, const struct seccomp_notif *n)
 		answer(s, n->id, 0, 1);
 		return;
 	}
-	ns_gov_connect(s->gov, n->id, (pid_t)n->pid, (int)n->data.args[0], &ss, len, still_valid);
+	ns_gov_connect(s->gov, n->id, (pid_t)n->pid, (int)n->data.args[0], &ss, len);
 }
 
 static int serve(struct sup *s, pid_t pid)
@@ -250,7 +250,7 @@ int ns_sup_run(char **argv, const char *policy, const char *table, char *why, si
 	ssize_t got;
 
 	s.lfd = -1;
-	if (!(s.gov = ns_gov_new(policy, table, answer, &s, why, whylen)))
+	if (!(s.gov = ns_gov_new(policy, table, answer, still_valid, &s, why, whylen)))
 		return -1;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
 		snprintf(why, whylen, "socketpair: %s", strerror(errno));
