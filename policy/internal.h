@@ -26,7 +26,9 @@ enum vtype {
 	T_GRPC,
 	T_FACTOR,
 	T_RATE,
-	T_RATEH
+	T_RATEH,
+	T_MAXCONN, /* a count, or auto (NS_MAXCONN_AUTO) */
+	T_THROTTLE /* adaptive or off */
 };
 
 struct keydef {

@@ -343,8 +343,14 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 	out->rate_interval_us = out->rate_mph ? 3600000000000ULL / out->rate_mph : 0;
 	if (out->rate_mph && !out->rate_interval_us)
 		out->rate_interval_us = 1;
+	/* max_connections = auto: the cap follows the destination, up to
+	 * max_connections_max (its places' range) */
+	out->adaptive = out->max_connections == NS_MAXCONN_AUTO;
+	if (out->adaptive)
+		out->max_connections = out->max_connections_max;
 	/* one test on the connect path says whether any shaping applies */
-	out->shaping = out->max_connections || out->rate_mph || out->retry_budget_bp || out->retry_budget_min_mps;
+	out->shaping = out->max_connections || out->rate_mph || out->retry_budget_bp || out->retry_budget_min_mps ||
+		out->throttle;
 }
 
 

@@ -189,6 +189,52 @@ int ns_policy_builtin(struct ns_policy *out)
 	return 0;
 }
 
+/* The value of key k for section s: its own, else [defaults]', else the
+ * built-in one (a 4-byte key). */
+static uint32_t value_in(const struct ns_policy *p, const struct ns_section *s, int k)
+{
+	const struct ns_settings *v = (s->set & NS_KBIT(k)) ? &s->v
+		: (p->sec[0].set & NS_KBIT(k))              ? &p->sec[0].v
+							    : &ns_builtin_settings;
+
+	return *(const uint32_t *)((const char *)v + ns_keydefs[k].off);
+}
+
+/* The line a section's key comes from: its own, else [defaults]'. */
+static int line_of(const struct ns_policy *p, const struct ns_section *s, int k)
+{
+	return (s->set & NS_KBIT(k)) ? s->key_line[k] : p->sec[0].key_line[k];
+}
+
+/* max_connections_min/_max, adaptive_backoff and adaptive_interval shape
+ * max_connections = auto; throttle_k and throttle_window, throttle =
+ * adaptive: each set where its key is not in force is an error, and so is a
+ * minimum over the maximum. */
+static void check_adaptive(struct perr *e, const struct ns_policy *p, const struct ns_section *s)
+{
+	int autocap = value_in(p, s, NS_K_MAX_CONNECTIONS) == NS_MAXCONN_AUTO;
+
+	for (int k = NS_K_MAX_CONNECTIONS_MIN; k <= NS_K_ADAPTIVE_INTERVAL; k++)
+		if ((s->set & NS_KBIT(k)) && !autocap)
+			ns_perr_add(
+				e, s->key_line[k],
+				"%s: shapes max_connections = auto, which this section (or [defaults]) does not set",
+				ns_key_names[k]);
+	for (int k = NS_K_THROTTLE_K; k <= NS_K_THROTTLE_WINDOW; k++)
+		if ((s->set & NS_KBIT(k)) && !value_in(p, s, NS_K_THROTTLE))
+			ns_perr_add(e, s->key_line[k],
+				    "%s: shapes throttle = adaptive, which this section (or [defaults]) does not set",
+				    ns_key_names[k]);
+	if ((s->set & (NS_KBIT(NS_K_MAX_CONNECTIONS_MIN) | NS_KBIT(NS_K_MAX_CONNECTIONS_MAX))) &&
+	    value_in(p, s, NS_K_MAX_CONNECTIONS_MIN) > value_in(p, s, NS_K_MAX_CONNECTIONS_MAX))
+		ns_perr_add(e,
+			    line_of(p, s,
+				    (s->set & NS_KBIT(NS_K_MAX_CONNECTIONS_MAX)) ? NS_K_MAX_CONNECTIONS_MAX
+										 : NS_K_MAX_CONNECTIONS_MIN),
+			    "max_connections_min (%u) is over max_connections_max (%u)",
+			    value_in(p, s, NS_K_MAX_CONNECTIONS_MIN), value_in(p, s, NS_K_MAX_CONNECTIONS_MAX));
+}
+
 /* Keys that mean nothing without another: slow_start ramps max_connections
  * and rate, one of which the section or [defaults] must set; burst and
  * rate_jitter shape a rate. Reported at the key's line. */
@@ -207,6 +253,7 @@ static void check_together(struct perr *e, const struct ns_policy *p)
 			if ((s->set & NS_KBIT(k)) && !(both & NS_KBIT(NS_K_RATE)))
 				ns_perr_add(e, s->key_line[k], "%s: shapes rate, which this section (or [defaults]) does not set",
 					    ns_key_names[k]);
+		check_adaptive(e, p, s);
 	}
 }
 

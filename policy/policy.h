@@ -11,6 +11,7 @@
 #define NS_HOST_MAX 254   /* a DNS name is at most 253 characters */
 #define NS_KEY_MAX 264    /* "name:65535" or "[v6]:65535" plus NUL */
 #define NS_PLACES 32      /* max_connections at most: the places a table slot holds */
+#define NS_MAXCONN_AUTO 0xffffffffu /* max_connections = auto, as a section holds it */
 
 enum ns_mode { NS_MODE_ENFORCE = 0, NS_MODE_MONITOR = 1, NS_MODE_BYPASS = 2 };
 enum ns_recovery { NS_RECOVERY_AUTO = 0, NS_RECOVERY_MANUAL = 1 };
@@ -39,8 +40,10 @@ struct ns_settings {
 	uint64_t failure_status[8]; /* HTTP codes 100-611 (bit code-100) that fail an exchange */
 	uint64_t grpc_failure_status; /* gRPC status codes 0-63 (bit code) that fail an exchange */
 	/* shaping (DESIGN part 3): 0 = off */
-	uint32_t max_connections;   /* connections open at once, machine-wide (at most NS_PLACES) */
-	uint32_t pad_shape;
+	uint32_t max_connections;   /* connections open at once, machine-wide (at most NS_PLACES); in a
+				     * section NS_MAXCONN_AUTO for auto, which ns_policy_resolve makes
+				     * max_connections_max with adaptive set */
+	uint32_t adaptive;          /* not a key: max_connections = auto (ns_policy_resolve) */
 	uint64_t queue_timeout_ms;  /* how long a connect over the cap waits for a place */
 	uint32_t open_backoff_milli;/* each reopen in a row multiplies open_duration: 2000 = x2; 0 = off */
 	uint32_t open_jitter_bp;    /* each open period spread by up to this share either way */
@@ -54,6 +57,15 @@ struct ns_settings {
 	uint64_t rate_mph;          /* rate: new connections and HTTP/1.x requests, thousandths per hour; 0 = off */
 	uint32_t burst;             /* rate's bucket: this many at once (0 and 1: one) */
 	uint32_t rate_jitter_bp;    /* each wait for a token spread by up to this share either way */
+	/* limits that adapt (DESIGN part 4) */
+	uint32_t max_connections_min; /* max_connections = auto: the limit's bounds */
+	uint32_t max_connections_max;
+	uint32_t adaptive_backoff_milli; /* ...each failure multiplies it by this (thousandths: 900 = 0.9) */
+	uint32_t throttle;               /* 1: throttle = adaptive (client-side throttling, Google SRE) */
+	uint64_t adaptive_interval_ms;   /* ...it grows by one at most once per this */
+	uint32_t throttle_k_milli;       /* throttle_k (thousandths) */
+	uint32_t pad_throttle;
+	uint64_t throttle_window_ms; /* the requests and accepts it counts, over this */
 	/* not keys (ns_policy_resolve): */
 	uint64_t rate_interval_us;  /* rate's interval between tokens, microseconds; 0 = no rate */
 	uint32_t shaping;           /* max_connections, rate or retry_budget is set */
@@ -99,6 +111,13 @@ enum ns_key_id {
 	NS_K_BURST,
 	NS_K_RATE_JITTER,
 	NS_K_GRPC_FAILURE_STATUS,
+	NS_K_MAX_CONNECTIONS_MIN,
+	NS_K_MAX_CONNECTIONS_MAX,
+	NS_K_ADAPTIVE_BACKOFF,
+	NS_K_ADAPTIVE_INTERVAL,
+	NS_K_THROTTLE,
+	NS_K_THROTTLE_K,
+	NS_K_THROTTLE_WINDOW,
 	NS_K_COUNT
 };
 

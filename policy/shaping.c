@@ -78,6 +78,154 @@ uint32_t ns_table_cap_now(const struct ns_table *t, int idx, uint32_t cap, uint6
 	return c < 1 ? 1 : c > cap ? cap : (uint32_t)c;
 }
 
+/**** max_connections = auto ****/
+
+#define AD_FAILED            4ull
+#define AD_BUSY              2ull
+#define AD_OK                1ull
+#define AD_IV_MASK           ((1ull << 41) - 1)
+#define AD_IV(w)             (((w) >> 3) & AD_IV_MASK)
+#define AD_MAKE(lim, iv, fl) ((uint64_t)(lim) << 44 | ((iv)&AD_IV_MASK) << 3 | (fl))
+
+/* a limit (thousandths) within the bounds; 0, none yet: the minimum */
+static uint32_t ad_bound(uint32_t milli, const struct ns_settings *set)
+{
+	uint32_t lo = set->max_connections_min * 1000, hi = set->max_connections_max * 1000;
+
+	if (hi > NS_PLACES * 1000)
+		hi = NS_PLACES * 1000;
+	if (lo > hi)
+		lo = hi;
+	return milli < lo ? lo : milli > hi ? hi : milli;
+}
+
+uint32_t ns_table_limit(const struct ns_table *t, int idx, const struct ns_settings *set)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	uint32_t m = ad_bound(s ? NS_ADAPT_LIMIT(LOAD(&s->adapt)) : 0, set) / 1000;
+
+	return m ? m : 1;
+}
+
+void ns_table_limit_event(struct ns_table *t, int idx, const struct ns_settings *set, int ev, int place,
+			  uint64_t now_ms)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	uint64_t iv = now_ms / (set->adaptive_interval_ms ? set->adaptive_interval_ms : 1000), old, nw;
+
+	if (!s)
+		return;
+	old = LOAD(&s->adapt);
+	/* the common cases, a success in an interval that has one, a connect
+	 * in one already busy (or either after a failure): nothing to write */
+	if (ev != NS_ADAPT_FAILURE && AD_IV(old) == (iv & AD_IV_MASK) && old >> 44 &&
+	    (old & (AD_FAILED | (ev == NS_ADAPT_SUCCESS ? AD_OK : AD_BUSY))))
+		return;
+	do {
+		uint32_t lim = ad_bound(NS_ADAPT_LIMIT(old), set);
+		uint64_t fl = AD_IV(old) == (iv & AD_IV_MASK) ? old & 7 : 0;
+
+		/* a new interval: the one before grows it if it earned that */
+		if (AD_IV(old) != (iv & AD_IV_MASK) && (old & 7) == (AD_BUSY | AD_OK))
+			lim = ad_bound(lim + 1000, set);
+		if (ev == NS_ADAPT_FAILURE) {
+			/* by adaptive_backoff, and by one connection at least: a
+			 * limit that grew past the server's capacity by one is back
+			 * under it after that one's failure, not after two or three
+			 * (5.7 x 0.9 is still 5) */
+			uint32_t by = (uint32_t)((uint64_t)lim * set->adaptive_backoff_milli / 1000);
+
+			lim = ad_bound(by < lim - 1000 ? by : lim > 1000 ? lim - 1000 : 0, set);
+			fl = AD_FAILED;
+		} else if (ev == NS_ADAPT_SUCCESS && !(fl & AD_FAILED)) {
+			fl |= AD_OK;
+		} else if (ev == NS_ADAPT_PLACE && !(fl & AD_FAILED) && (uint32_t)(place + 1) * 2000 >= lim) {
+			fl |= AD_BUSY;
+		}
+		nw = AD_MAKE(lim, iv, fl);
+	} while (nw != old && !CAS(&s->adapt, &old, nw));
+}
+
+uint32_t ns_table_cap_for(const struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms)
+{
+	uint32_t cap = set->adaptive ? ns_table_limit(t, idx, set) : set->max_connections;
+
+	return set->slow_start_ms ? ns_table_cap_now(t, idx, cap, set->slow_start_ms, now_ms) : cap;
+}
+
+/**** throttle = adaptive ****/
+
+#define TH_NUM(w)        ((uint32_t)((w) >> 48))
+#define TH_REQ(w)        ((uint32_t)((w) >> 24) & 0xffffffu)
+#define TH_ACC(w)        ((uint32_t)(w)&0xffffffu)
+#define TH_MAKE(n, r, a) ((uint64_t)((n)&0xffffu) << 48 | (uint64_t)(r) << 24 | (uint64_t)(a))
+
+/* The window's counts, estimated over the last window: this one's, and the
+ * one before's share of the window not yet gone (a sliding window of two). */
+static void th_counts(struct ns_slot *s, uint64_t now_ms, uint64_t width, uint64_t *req, uint64_t *acc)
+{
+	uint64_t n = now_ms / width, gone = now_ms % width;
+
+	*req = *acc = 0;
+	for (int i = 0; i < 2; i++) {
+		uint64_t w = LOAD(&s->thr[i]);
+
+		if (TH_NUM(w) == (n & 0xffff)) {
+			*req += TH_REQ(w);
+			*acc += TH_ACC(w);
+		} else if (TH_NUM(w) == ((n - 1) & 0xffff)) {
+			*req += (uint64_t)TH_REQ(w) * (width - gone) / width;
+			*acc += (uint64_t)TH_ACC(w) * (width - gone) / width;
+		}
+	}
+}
+
+/* Count requests and accepts in this window's word (of the two, the one
+ * that is not the window just before becomes it when it has none yet). */
+static void th_add(struct ns_slot *s, uint64_t now_ms, uint64_t width, uint32_t req, uint32_t acc)
+{
+	uint32_t n = (uint32_t)(now_ms / width) & 0xffff;
+
+	for (;;) {
+		uint64_t w0 = LOAD(&s->thr[0]), w1 = LOAD(&s->thr[1]), old, nw;
+		int i = TH_NUM(w0) == n ? 0 : TH_NUM(w1) == n ? 1 : -1;
+
+		if (i < 0) {
+			i = TH_NUM(w0) == ((n - 1) & 0xffff) ? 1 : 0;
+			old = i ? w1 : w0;
+			nw = TH_MAKE(n, req, acc);
+		} else {
+			old = i ? w1 : w0;
+			nw = TH_MAKE(n, TH_REQ(old) + req < 0xffffffu ? TH_REQ(old) + req : 0xffffffu,
+				     TH_ACC(old) + acc < 0xffffffu ? TH_ACC(old) + acc : 0xffffffu);
+		}
+		if (CAS(&s->thr[i], &old, nw))
+			return;
+	}
+}
+
+int ns_table_throttle(struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms, uint64_t *rng)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	uint64_t req, acc, ka;
+
+	if (!s)
+		return 0;
+	th_counts(s, now_ms, set->throttle_window_ms ? set->throttle_window_ms : 120000, &req, &acc);
+	ka = acc * set->throttle_k_milli / 1000;
+	/* refused with probability (req - K acc) / (req + 1), in millionths
+	 * (a healthy destination draws nothing) */
+	return req > ka && ns_rng_next(rng) % 1000000 < (req - ka) * 1000000 / (req + 1);
+}
+
+void ns_table_throttle_count(struct ns_table *t, int idx, const struct ns_settings *set, int accepted, uint64_t now_ms)
+{
+	struct ns_slot *s = slot_at(t, idx);
+
+	if (s)
+		th_add(s, now_ms, set->throttle_window_ms ? set->throttle_window_ms : 120000, 1, accepted != 0);
+}
+
 /**** rate ****/
 
 uint64_t ns_table_rate_step(const struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms,

@@ -336,6 +336,17 @@ void ns_table_outcome(struct ns_table *t, int idx, int outcome, int err, uint64_
 	ns_table_outcome_at(t, idx, outcome, err, 0, now_ms, wall_ms, set, out);
 }
 
+/* Limits that adapt (shaping.c): an outcome moves the limit, and is the
+ * throttle's request (a success its accept). */
+static __attribute__((noinline)) void adapt_outcome(struct ns_table *t, int idx, const struct ns_settings *set,
+						    int failed, uint64_t now_ms)
+{
+	if (set->adaptive)
+		ns_table_limit_event(t, idx, set, failed ? NS_ADAPT_FAILURE : NS_ADAPT_SUCCESS, 0, now_ms);
+	if (set->throttle)
+		ns_table_throttle_count(t, idx, set, !failed, now_ms);
+}
+
 void ns_table_outcome_at(struct ns_table *t, int idx, int outcome, int err, uint64_t latency_us, uint64_t now_ms,
 			 uint64_t wall_ms, const struct ns_settings *set, struct ns_step *out)
 {
@@ -364,6 +375,8 @@ void ns_table_outcome_at(struct ns_table *t, int idx, int outcome, int err, uint
 		ADD(&s->slow_calls, 1);
 	if (!failed && latency_us)
 		lat_add(s, now_ms, set->window_ms, latency_us);
+	if (__builtin_expect(set->adaptive | set->throttle, 0))
+		adapt_outcome(t, idx, set, failed, now_ms);
 	w = window_count(s, now_ms, set->window_ms, set->latency_p99_ms != 0);
 	w.reopens = LOAD(&s->open_level);
 	if (w.reopens > 64)
@@ -631,6 +644,15 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 	e->h2_blind = LOAD(&s->h2_blind);
 	e->grpc_failures = LOAD(&s->grpc_failures);
 	e->seccomp_calls = LOAD(&s->seccomp_calls);
+	e->limit = NS_ADAPT_LIMIT(LOAD(&s->adapt));
+	{
+		/* the throttle's two windows as they stand (their width is the
+		 * policy's, not known here) */
+		uint64_t w0 = LOAD(&s->thr[0]), w1 = LOAD(&s->thr[1]);
+
+		e->thr_requests = (uint32_t)(w0 >> 24 & 0xffffff) + (uint32_t)(w1 >> 24 & 0xffffff);
+		e->thr_accepts = (uint32_t)(w0 & 0xffffff) + (uint32_t)(w1 & 0xffffff);
+	}
 	{
 		uint32_t g = LOAD(&s->last_grpc_status);
 

@@ -92,7 +92,10 @@ struct ns_slot {
 	uint32_t last_error;        /* errno of the last failure, 0 = none */
 	uint32_t window_ms;         /* the window the last writer counted with */
 	uint64_t monitor;           /* atomic: 1 when the last connect counted was in monitor mode */
-	uint64_t reserved0;
+	/* max_connections = auto, in what was reserved (zero in an older table:
+	 * no limit yet): limit in thousandths 20 | the interval last counted 41 |
+	 * a failure 1 | a connect at half the limit or more 1 | a success 1 */
+	uint64_t adapt;             /* atomic */
 	uint64_t bucket[NS_BUCKETS];/* atomic: epoch 24 | failures 20 | outcomes 20 */
 	char key[NS_KEY_MAX];       /* NUL-terminated once the slot is ready */
 	struct ns_hist connect_hist;   /* connect start to connected */
@@ -143,7 +146,10 @@ struct ns_slot {
 	uint32_t pad4;
 	/* in what were reserved bytes (zero in an older table) */
 	uint64_t seccomp_calls; /* atomic: connects made by shimrun's seccomp engine (in calls too) */
-	uint8_t reserved2[16];
+	/* throttle = adaptive, in what was reserved (zero in an older table):
+	 * the requests and accepts of this window and the one before (a
+	 * window's number 16 | requests 24 | accepts 24) */
+	uint64_t thr[2]; /* atomic */
 };
 
 enum ns_event_type {
@@ -229,6 +235,8 @@ struct ns_entry {
 	uint64_t injected, exchanges, http_failures, stale_reuses;
 	uint64_t h2_unprocessed, h2_blind, grpc_failures;
 	uint64_t seccomp_calls;
+	uint32_t limit;                     /* max_connections = auto: the limit now (thousandths), 0 = none yet */
+	uint32_t thr_requests, thr_accepts; /* throttle = adaptive: this window's and the one before's */
 	uint32_t last_status;
 	int32_t last_grpc_status;   /* -1 = none */
 	uint32_t inflight;          /* places held (max_connections) */
@@ -527,6 +535,34 @@ static inline int64_t ns_table_token(struct ns_table *t, int idx, uint64_t step_
 	*tat_out = nw;
 	return 0;
 }
+/* max_connections = auto (AIMD over the slot, for every process): the cap
+ * in force now, from max_connections_min until it has grown; ..._event: a
+ * success or a failure of the destination (ns_table_outcome_at and a
+ * Retry-After's cooldown count them), or a connect that took place p (the
+ * interval had connections in flight at half the limit or more). A
+ * failure shrinks it at once by adaptive_backoff (by one connection at
+ * least); it grows by one at most
+ * once per adaptive_interval, after an interval with a success and such a
+ * connect and no failure. */
+enum { NS_ADAPT_SUCCESS, NS_ADAPT_FAILURE, NS_ADAPT_PLACE };
+uint32_t ns_table_limit(const struct ns_table *t, int idx, const struct ns_settings *set);
+void ns_table_limit_event(struct ns_table *t, int idx, const struct ns_settings *set, int ev, int place,
+			  uint64_t now_ms);
+#define NS_ADAPT_LIMIT(w) ((uint32_t)((w) >> 44)) /* the adapt word's limit (thousandths) */
+/* max_connections (auto: the limit now), under slow_start's ramp. */
+uint32_t ns_table_cap_for(const struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms);
+/* throttle = adaptive: should this connect be refused here (with
+ * probability max(0, (requests - K accepts) / (requests + 1)) over the
+ * window; rng: the caller's ns_rng_next state)? 1: refused (the caller counts it
+ * throttled: ns_table_throttled). count: an outcome, a request, accepted
+ * when a success (ns_table_outcome_at). The requests are the outcomes, not
+ * the connects: a connect refused here is none (were it one, a server that
+ * recovered would see the throttle hold on for many windows: few let
+ * through, so few accepts against many requests), nor is a connection that
+ * ends with no outcome. */
+int ns_table_throttle(struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms, uint64_t *rng);
+void ns_table_throttle_count(struct ns_table *t, int idx, const struct ns_settings *set, int accepted, uint64_t now_ms);
+
 /* rate's interval now (us): the settings' own, stretched while
  * slow_start's ramp runs, spread by rate_jitter by a draw (a uniform random
  * number) in [1 - j, 1 + j]. */

@@ -41,6 +41,12 @@ const struct ns_settings ns_builtin_settings = {
 	.burst = 1,
 	.queue_timeout_ms = 5000, /* unset in a policy: the destination's connect_timeout (ns_policy_resolve) */
 	.retry_after_max_ms = 600000,
+	.max_connections_min = 1,
+	.max_connections_max = NS_PLACES,
+	.adaptive_backoff_milli = 900,
+	.adaptive_interval_ms = 1000,
+	.throttle_k_milli = 2000,
+	.throttle_window_ms = 120000,
 	.fault_seed = 0,
 	.fault = { .n = 0 }, /* no fault */
 };
@@ -82,6 +88,13 @@ const char *const ns_key_names[NS_K_COUNT] = {
 	"burst",
 	"rate_jitter",
 	"grpc_failure_status",
+	"max_connections_min",
+	"max_connections_max",
+	"adaptive_backoff",
+	"adaptive_interval",
+	"throttle",
+	"throttle_k",
+	"throttle_window",
 };
 
 #define OFF(f) offsetof(struct ns_settings, f)
@@ -111,7 +124,7 @@ const struct keydef ns_keydefs[NS_K_COUNT] = {
 	[NS_K_SLOW_CALL_RATE] = { T_PCT, OFF(slow_call_rate_bp), 0, 10000 },
 	[NS_K_TIMEOUT_RATE] = { T_PCT, OFF(timeout_rate_bp), 0, 10000 },
 	[NS_K_LATENCY_P99] = { T_DUR, OFF(latency_p99_ms), 1, NS_MAX_DURATION_MS },
-	[NS_K_MAX_CONNECTIONS] = { T_UINT, OFF(max_connections), 0, NS_PLACES },
+	[NS_K_MAX_CONNECTIONS] = { T_MAXCONN, OFF(max_connections), 0, NS_PLACES },
 	[NS_K_QUEUE_TIMEOUT] = { T_DUR, OFF(queue_timeout_ms), 1, NS_MAX_DURATION_MS },
 	/* a factor from 1 to 100 (thousandths) */
 	[NS_K_OPEN_BACKOFF] = { T_FACTOR, OFF(open_backoff_milli), 1000, 100000 },
@@ -128,6 +141,14 @@ const struct keydef ns_keydefs[NS_K_COUNT] = {
 	[NS_K_BURST] = { T_UINT, OFF(burst), 1, 100000 },
 	[NS_K_RATE_JITTER] = { T_PCT, OFF(rate_jitter_bp), 0, 10000 },
 	[NS_K_GRPC_FAILURE_STATUS] = { T_GRPC, OFF(grpc_failure_status), 0, 0 },
+	[NS_K_MAX_CONNECTIONS_MIN] = { T_UINT, OFF(max_connections_min), 1, NS_PLACES },
+	[NS_K_MAX_CONNECTIONS_MAX] = { T_UINT, OFF(max_connections_max), 1, NS_PLACES },
+	/* a factor below 1: 0.5 to 0.99 (thousandths) */
+	[NS_K_ADAPTIVE_BACKOFF] = { T_FACTOR, OFF(adaptive_backoff_milli), 500, 990 },
+	[NS_K_ADAPTIVE_INTERVAL] = { T_DUR, OFF(adaptive_interval_ms), 10, NS_MAX_DURATION_MS },
+	[NS_K_THROTTLE] = { T_THROTTLE, OFF(throttle), 0, 0 },
+	[NS_K_THROTTLE_K] = { T_FACTOR, OFF(throttle_k_milli), 1000, 100000 },
+	[NS_K_THROTTLE_WINDOW] = { T_DUR, OFF(throttle_window_ms), 1000, NS_MAX_DURATION_MS },
 };
 static void fmt_duration(uint64_t ms, char *buf, size_t len)
 {
@@ -182,6 +203,16 @@ void ns_setting_format(int key, const struct ns_settings *s, char *buf, size_t l
 		break;
 	case T_UINT:
 		snprintf(buf, len, "%u", *(const uint32_t *)(base + k->off));
+		break;
+	case T_MAXCONN:
+		if (*(const uint32_t *)(base + k->off) == NS_MAXCONN_AUTO ||
+		    (key == NS_K_MAX_CONNECTIONS && s->adaptive))
+			snprintf(buf, len, "auto");
+		else
+			snprintf(buf, len, "%u", *(const uint32_t *)(base + k->off));
+		break;
+	case T_THROTTLE:
+		snprintf(buf, len, "%s", *(const uint32_t *)(base + k->off) ? "adaptive" : "off");
 		break;
 	case T_PCT: {
 		uint32_t bp = *(const uint32_t *)(base + k->off);
@@ -304,6 +335,18 @@ static int parse_codes(const char *val, unsigned lo, unsigned hi, uint64_t bits[
 	}
 }
 
+/* "1.500" as "1.5", "2.000" as "2" (in place). */
+static char *trim_zeros(char *s)
+{
+	size_t n = strlen(s);
+
+	while (n && s[n - 1] == '0')
+		s[--n] = '\0';
+	if (n && s[n - 1] == '.')
+		s[--n] = '\0';
+	return s;
+}
+
 /* Set one key from its text. Returns 0 or -1 after reporting. */
 int ns_set_value(struct perr *e, int line, int key, const char *val, struct ns_settings *s)
 {
@@ -341,9 +384,15 @@ int ns_set_value(struct perr *e, int line, int key, const char *val, struct ns_s
 		}
 		*(uint64_t *)(base + k->off) = v;
 		return 0;
+	case T_MAXCONN:
 	case T_UINT:
+		if (k->type == T_MAXCONN && strcmp(val, "auto") == 0) {
+			*(uint32_t *)(base + k->off) = NS_MAXCONN_AUTO;
+			return 0;
+		}
 		if (ns_parse_uint(val, &v) < 0) {
-			ns_perr_add(e, line, "%s: bad number '%s': expected a whole number", ns_key_names[key], val);
+			ns_perr_add(e, line, "%s: bad number '%s': expected a whole number%s", ns_key_names[key], val,
+				    k->type == T_MAXCONN ? " or auto" : "");
 			return -1;
 		}
 		if (v < k->min || v > k->max) {
@@ -398,6 +447,16 @@ int ns_set_value(struct perr *e, int line, int key, const char *val, struct ns_s
 			s->mode = NS_MODE_BYPASS;
 		else {
 			ns_perr_add(e, line, "mode: bad value '%s': expected enforce, monitor or bypass", val);
+			return -1;
+		}
+		return 0;
+	case T_THROTTLE:
+		if (strcmp(val, "adaptive") == 0)
+			*(uint32_t *)(base + k->off) = 1;
+		else if (strcmp(val, "off") == 0)
+			*(uint32_t *)(base + k->off) = 0;
+		else {
+			ns_perr_add(e, line, "%s: bad value '%s': expected adaptive or off", ns_key_names[key], val);
 			return -1;
 		}
 		return 0;
@@ -488,6 +547,10 @@ int ns_set_value(struct perr *e, int line, int key, const char *val, struct ns_s
 	case T_FACTOR: {
 		const char *end;
 
+		if (strcmp(val, "off") == 0 && key != NS_K_OPEN_BACKOFF) {
+			ns_perr_add(e, line, "%s: cannot be off", ns_key_names[key]);
+			return -1;
+		}
 		if (strcmp(val, "off") == 0) {
 			*(uint32_t *)(base + k->off) = 0;
 			return 0;
@@ -499,7 +562,14 @@ int ns_set_value(struct perr *e, int line, int key, const char *val, struct ns_s
 			return -1;
 		}
 		if (v < k->min || v > k->max) {
-			ns_perr_add(e, line, "%s: %s is out of range (1 to 100)", ns_key_names[key], val);
+			char lo[32], hi[32];
+
+			snprintf(lo, sizeof(lo), "%llu.%03llu", (unsigned long long)(k->min / 1000),
+				 (unsigned long long)(k->min % 1000));
+			snprintf(hi, sizeof(hi), "%llu.%03llu", (unsigned long long)(k->max / 1000),
+				 (unsigned long long)(k->max % 1000));
+			ns_perr_add(e, line, "%s: %s is out of range (%s to %s)", ns_key_names[key], val,
+				    trim_zeros(lo), trim_zeros(hi));
 			return -1;
 		}
 		*(uint32_t *)(base + k->off) = (uint32_t)v;

@@ -654,7 +654,8 @@ static inline __attribute__((always_inline)) int make(struct attempt *a, int sav
 	return r;
 }
 
-/* Shaping (shape.c): a retry beyond retry_budget refused; then, for a
+/* Shaping (shape.c): a retry beyond retry_budget, or a connect the
+ * adaptive throttle turns away, refused; then, for a
  * destination with max_connections or rate, a place and a token taken
  * before the record is filled in (a blocking connect may wait for them
  * here, before its clock starts), or a non-blocking one to be held until
@@ -662,15 +663,18 @@ static inline __attribute__((always_inline)) int make(struct attempt *a, int sav
  * open breaker refuses, counted apart, never a failure. */
 static __attribute__((noinline)) int shaped(struct attempt *a, int *r)
 {
-	if ((a->sp->retry_budget_bp | a->sp->retry_budget_min_mps) && ns_shape_retry(a->slot, a->sp, a->now) < 0) {
-		NS_LOG(NS_LOG_DEBUG, "%s: a retry beyond retry_budget, refused", a->kp);
+	if (((a->sp->retry_budget_bp | a->sp->retry_budget_min_mps) && ns_shape_retry(a->slot, a->sp, a->now) < 0) ||
+	    (a->sp->throttle && ns_shape_throttle(a->slot, a->kp, a->sp, a->now))) {
+		NS_LOG(NS_LOG_DEBUG, "%s: %s, refused", a->kp,
+		       a->sp->throttle ? "throttled here (throttle = adaptive), or a retry beyond retry_budget"
+				       : "a retry beyond retry_budget");
 		ns_conn_unref(a->c);   /* (not published) */
 		*r = ns_refuse_open(a->fd, a->v, a->sa->sa_family);
 		return STEP_DONE;
 	}
 	if (!a->sp->max_connections && !a->sp->rate_interval_us)
 		return STEP_ON;   /* (a->shape stays -1: no place, no token) */
-	a->shape = ns_shape_connect_fast(a->c, a->sp, a->slot);
+	a->shape = ns_shape_connect_fast(a->c, a->sp, a->slot, a->now);
 	if (a->shape < 0)
 		a->shape = ns_shape_connect(a->c, a->sp, a->slot, (a->v & NS_TAG_NONBLOCK) != 0, a->now);
 	if (a->shape == NS_SHAPE_REFUSE) {

@@ -425,6 +425,8 @@ int ns_conn_retry_after(struct ns_conn *c, const char *value)
 		ms = set->retry_after_max_ms;
 	now_ms = (uint64_t)(ns_now() / 1000000);
 	ns_table_cooldown(&ns_breakers, slot, now_ms + ms);
+	if (set->adaptive) /* a cooldown is no failure of the breaker's, but the server said it is full */
+		ns_table_limit_event(&ns_breakers, slot, set, NS_ADAPT_FAILURE, 0, now_ms);
 	ns_conn_key(c, key);
 	snprintf(detail, sizeof(detail), "Retry-After: %lld s asked, %llu s kept", (long long)secs,
 		 (unsigned long long)(ms / 1000));

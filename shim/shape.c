@@ -235,8 +235,18 @@ int ns_shape_outgoing(struct ns_conn *c)
 /* A place for c: 1, or 0 when every one of [0, cap) is held by the living.
  * published: c is in the fd table (its flags change bit by bit); else the
  * caller writes NS_C_PLACE into them itself. */
-static int take(struct ns_conn *c, int slot, uint32_t cap, uint32_t holder, int published)
+/* max_connections now: all of it, or the adaptive limit, under slow_start
+ * its share so far */
+static inline uint32_t cap_now(const struct ns_settings *set, int slot)
 {
+	if (likely(!(set->slow_start_ms | set->adaptive)))
+		return set->max_connections;
+	return ns_table_cap_for(&ns_breakers, slot, set, (uint64_t)(ns_now() / 1000000));
+}
+
+static int take(struct ns_conn *c, int slot, const struct ns_settings *set, uint32_t holder, int published)
+{
+	uint32_t cap = cap_now(set, slot);
 	int p = ns_table_place_take(&ns_breakers, slot, cap, holder);
 
 	if (p < 0 && reclaim(slot, cap) > 0)
@@ -245,6 +255,8 @@ static int take(struct ns_conn *c, int slot, uint32_t cap, uint32_t holder, int 
 		p = give_up_idle(slot, cap, holder);   /* (the place stays this process's in the table) */
 	if (p < 0)
 		return 0;
+	if (unlikely(set->adaptive)) /* in flight at half the limit or more grows it */
+		ns_table_limit_event(&ns_breakers, slot, set, NS_ADAPT_PLACE, p, (uint64_t)(ns_now() / 1000000));
 	if (unlikely(!__atomic_load_n(&ns_conn_end_hook, __ATOMIC_RELAXED)))
 		__atomic_store_n(&ns_conn_end_hook, ns_shape_release, __ATOMIC_RELEASE);
 	ST(c->place_slot, slot);
@@ -253,15 +265,6 @@ static int take(struct ns_conn *c, int slot, uint32_t cap, uint32_t holder, int 
 	if (published)
 		__atomic_fetch_or(&c->flags, NS_C_PLACE, __ATOMIC_RELEASE);
 	return 1;
-}
-
-/* max_connections now: all of it, or under slow_start its share so far */
-static inline uint32_t cap_now(const struct ns_settings *set, int slot)
-{
-	if (likely(!set->slow_start_ms))
-		return set->max_connections;
-	return ns_table_cap_now(&ns_breakers, slot, set->max_connections, set->slow_start_ms,
-				(uint64_t)(ns_now() / 1000000));
 }
 
 static void futex_wait(uint32_t *word, uint32_t seen, int64_t ns)
@@ -297,7 +300,7 @@ static int wait_blocking(struct ns_conn *c, int slot, const struct ns_settings *
 		uint32_t seen = __atomic_load_n(wake, __ATOMIC_ACQUIRE);
 		monotime now;
 
-		if (take(c, slot, cap_now(set, slot), holder, 0)) {
+		if (take(c, slot, set, holder, 0)) {
 			got = 1;
 			break;
 		}
@@ -548,7 +551,7 @@ int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set, int slot,
 		holder = place_self();
 		if (unlikely(!holder)) {
 			/* no way to count places: the cap is not kept */
-		} else if (!take(c, slot, cap_now(set, slot), holder, 0)) {
+		} else if (!take(c, slot, set, holder, 0)) {
 			if (!set->queue_timeout_ms)
 				return NS_SHAPE_REFUSE;
 			if (nonblock) {
@@ -585,8 +588,7 @@ int ns_shape_due(struct ns_conn *c, monotime now, monotime *next)
 	int slot = LD(c->slot);
 
 	*next = now + NS_SHAPE_TICK_NS;
-	if (set->max_connections && LD(c->place) < 0 && place_self() &&
-	    !take(c, slot, cap_now(set, slot), place_self(), 1))
+	if (set->max_connections && LD(c->place) < 0 && place_self() && !take(c, slot, set, place_self(), 1))
 		return now >= LD(c->queue_deadline) ? -1 : 0;
 	if (set->rate_interval_us) {
 		monotime due = token_for(c, slot, set, now);
@@ -714,6 +716,28 @@ void ns_shape_note_failure(int slot, monotime now)
 
 	__atomic_store_n(&recent[(uint32_t)slot % RECENT], (uint64_t)(uint32_t)slot << 32 | (ms ? ms : 1),
 			 __ATOMIC_RELAXED);
+}
+
+int ns_shape_throttle(int slot, const char *key, const struct ns_settings *set, monotime now)
+{
+	static __thread uint64_t rng;
+	uint64_t now_ms = (uint64_t)(now / 1000000);
+
+	if (!ns_tbl_on())
+		return 0;
+	if (unlikely(!rng))
+		rng = (uint64_t)now ^
+			(uint64_t)getpid(); /* (seeded per thread; a forked child's draws go on from its parent's) */
+	if (!ns_table_throttle(&ns_breakers, slot, set, now_ms, &rng))
+		return 0;
+	if (ns_table_throttled(&ns_breakers, slot, now_ms)) {
+		NS_LOG(NS_LOG_WARN,
+		       "%s: the server accepts too few of the requests sent: connects refused here "
+		       "(throttle = adaptive), counted throttled (said at most once a minute)",
+		       key);
+		ns_note_event(NS_E_THROTTLING, slot, key, "throttle = adaptive: connects refused here");
+	}
+	return 1;
 }
 
 int ns_shape_retry(int slot, const struct ns_settings *set, monotime now)

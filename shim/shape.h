@@ -17,17 +17,22 @@ NS_HIDDEN int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set,
  * and a place free. NS_SHAPE_GO, or -1: ns_shape_connect decides. */
 extern uint32_t ns_shape_self NS_HIDDEN;   /* this process's holder word (shape.c), 0 until made */
 static inline __attribute__((always_inline)) int ns_shape_connect_fast(struct ns_conn *c, const struct ns_settings *set,
-									 int slot)
+								       int slot, monotime now)
 {
 	uint32_t h = __atomic_load_n(&ns_shape_self, __ATOMIC_RELAXED);
 	int p;
 
-	if (unlikely(!h || set->slow_start_ms || set->rate_interval_us || !__atomic_load_n(&ns_breakers_ok, __ATOMIC_ACQUIRE) ||
+	if (unlikely(!h || set->slow_start_ms || set->rate_interval_us ||
+		     !__atomic_load_n(&ns_breakers_ok, __ATOMIC_ACQUIRE) ||
 		     !__atomic_load_n(&ns_conn_end_hook, __ATOMIC_RELAXED)))
 		return -1;
-	p = ns_table_place_take(&ns_breakers, slot, set->max_connections, h);
+	p = ns_table_place_take(&ns_breakers, slot,
+				likely(!set->adaptive) ? set->max_connections : ns_table_limit(&ns_breakers, slot, set),
+				h);
 	if (p < 0)
 		return -1;
+	if (unlikely(set->adaptive)) /* in flight at half the limit or more grows it */
+		ns_table_limit_event(&ns_breakers, slot, set, NS_ADAPT_PLACE, p, (uint64_t)(now / 1000000));
 	ST(c->place_slot, slot);
 	ST(c->place_holder, h);
 	ST(c->place, p);
@@ -87,6 +92,9 @@ NS_HIDDEN void ns_shape_exec_failed(struct ns_conn **list, int n);
  * (counted retry_throttled). */
 NS_HIDDEN void ns_shape_note_failure(int slot, monotime now);
 NS_HIDDEN int ns_shape_retry(int slot, const struct ns_settings *set, monotime now);
+/* throttle = adaptive: 1 when this connect is to be refused here (counted
+ * throttled; the first of a minute said), else 0. */
+NS_HIDDEN int ns_shape_throttle(int slot, const char *key, const struct ns_settings *set, monotime now);
 /* How often a queued non-blocking connect looks for a place. */
 #define NS_SHAPE_TICK_NS (2 * 1000000LL)
 

@@ -180,6 +180,19 @@ def test_backtest_of_a_stricter_candidate_reports_extra_trips(run, tmp_path):
     assert srv.dest in text and "REJECTED" in text
 
 
+@pytest.mark.shim
+@pytest.mark.agent
+def test_backtest_says_it_does_not_replay_the_limits_that_adapt(run, tmp_path):
+    shim, srv, db = run
+    cand = tmp_path / "adaptive.conf"
+    cand.write_text(LIVE + "max_connections = auto\nthrottle = adaptive\n")
+    p = shim.ctl("backtest", cand, "--history", db)
+    assert p.returncode == 0 and srv.dest in p.stdout, (p.stdout, p.stderr)
+    assert "max_connections = auto and throttle = adaptive are not replayed" in p.stderr, p.stderr
+    q = shim.ctl("backtest", shim.policy_path, "--history", db)
+    assert "not replayed" not in q.stderr, q.stderr
+
+
 def test_a_bad_candidate_is_named_by_file_and_line(run, tmp_path):
     shim, srv, db = run
     bad = tmp_path / "bad.conf"

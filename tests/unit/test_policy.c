@@ -127,6 +127,42 @@ Test(policy, rate_is_kept_exactly_and_written_back_as_read)
 	}
 }
 
+Test(policy, max_connections_auto_and_throttle_adaptive_resolve_and_write_back)
+{
+	struct ns_policy p;
+	struct ns_settings s;
+	struct ns_dest d = { "", AF_INET, { 127, 0, 0, 1 }, 80 };
+	char back[32];
+
+	cr_assert_eq(parse("[defaults]\nmax_connections = auto\nmax_connections_max = 12\nadaptive_backoff = 0.75\n"
+			   "throttle = adaptive\nthrottle_k = 1.5\n[host \"10.0.0.0/8\"]\nmax_connections = 3\n",
+			   &p),
+		     0, "%s", err);
+	ns_policy_resolve(&p, &d, &s, NULL);
+	cr_assert(s.adaptive && s.shaping && s.throttle);
+	cr_assert_eq(s.max_connections, 12, "auto spans max_connections_max's places");
+	cr_assert_eq(s.max_connections_min, 1);
+	cr_assert_eq(s.adaptive_backoff_milli, 750);
+	cr_assert_eq(s.adaptive_interval_ms, 1000);
+	cr_assert_eq(s.throttle_k_milli, 1500);
+	cr_assert_eq(s.throttle_window_ms, 120000);
+	ns_setting_format(NS_K_MAX_CONNECTIONS, &s, back, sizeof(back));
+	cr_assert_str_eq(back, "auto");
+	ns_setting_format(NS_K_THROTTLE, &s, back, sizeof(back));
+	cr_assert_str_eq(back, "adaptive");
+	d.addr[0] = 10;
+	ns_policy_resolve(&p, &d, &s, NULL);
+	cr_assert(!s.adaptive && s.max_connections == 3, "a fixed cap in a host section wins");
+	ns_setting_format(NS_K_MAX_CONNECTIONS, &s, back, sizeof(back));
+	cr_assert_str_eq(back, "3");
+	ns_policy_free(&p);
+	expect_error("[defaults]\nmax_connections = 4\nadaptive_interval = 2s\n",
+		     "t.conf:3: adaptive_interval: shapes max_connections = auto, which this section (or [defaults]) "
+		     "does not set\n");
+	expect_error("[defaults]\nmax_connections = auto\n[host \"a\"]\nmax_connections_min = 33\n",
+		     "t.conf:4: max_connections_min: 33 is out of range (1 to 32)\n");
+}
+
 Test(policy, zero_switches_a_limit_off_and_empty_file_is_builtin)
 {
 	struct ns_policy p;

@@ -230,6 +230,97 @@ Test(table, a_token_bucket_lets_burst_go_then_one_per_step)
 	cr_assert_eq(ns_table_token(&t, 99, 200000, 0, 0, &tat), 0);
 }
 
+/* The settings of max_connections = auto and throttle = adaptive, as
+ * ns_policy_resolve makes them. */
+static struct ns_settings adaptive_set(void)
+{
+	struct ns_settings set = ns_builtin_settings;
+
+	set.adaptive = 1;
+	set.max_connections = set.max_connections_max = 8;
+	set.max_connections_min = 2;
+	set.throttle = 1;
+	set.throttle_window_ms = 10000;
+	return set;
+}
+
+Test(table, an_adaptive_limit_starts_at_its_minimum_grows_by_one_a_busy_interval_and_shrinks_at_once)
+{
+	struct ns_table t;
+	struct ns_settings set = adaptive_set();
+	int a;
+
+	mem_table(&t, 2);
+	a = ns_table_find(&t, "k:1", 1, 1000);
+	cr_assert_eq(ns_table_limit(&t, a, &set), 2, "a fresh destination starts at max_connections_min");
+	/* an interval with a success and a connect at half the limit: +1 at the next */
+	ns_table_limit_event(&t, a, &set, NS_ADAPT_PLACE, 0, 10000);
+	ns_table_limit_event(&t, a, &set, NS_ADAPT_SUCCESS, 0, 10100);
+	cr_assert_eq(ns_table_limit(&t, a, &set), 2, "not within the interval");
+	ns_table_limit_event(&t, a, &set, NS_ADAPT_SUCCESS, 0, 11000);
+	cr_assert_eq(ns_table_limit(&t, a, &set), 3);
+	/* successes alone (nothing in flight at half the limit) earn nothing */
+	ns_table_limit_event(&t, a, &set, NS_ADAPT_SUCCESS, 0, 12000);
+	ns_table_limit_event(&t, a, &set, NS_ADAPT_PLACE, 0, 12500); /* place 0 of 3: under half */
+	ns_table_limit_event(&t, a, &set, NS_ADAPT_SUCCESS, 0, 13000);
+	cr_assert_eq(ns_table_limit(&t, a, &set), 3);
+	/* up to the maximum, one a second */
+	for (uint64_t ms = 14000; ms < 30000; ms += 1000) {
+		ns_table_limit_event(&t, a, &set, NS_ADAPT_PLACE, 7, ms);
+		ns_table_limit_event(&t, a, &set, NS_ADAPT_SUCCESS, 0, ms + 1);
+	}
+	cr_assert_eq(ns_table_limit(&t, a, &set), 8, "bounded by max_connections_max");
+	/* a failure: x 0.9, and one connection at least (8 -> 7, not 7.2) */
+	ns_table_limit_event(&t, a, &set, NS_ADAPT_FAILURE, 0, 30500);
+	cr_assert_eq(ns_table_limit(&t, a, &set), 7);
+	/* an interval with a failure earns nothing, though it had successes */
+	ns_table_limit_event(&t, a, &set, NS_ADAPT_PLACE, 6, 30600);
+	ns_table_limit_event(&t, a, &set, NS_ADAPT_SUCCESS, 0, 30700);
+	ns_table_limit_event(&t, a, &set, NS_ADAPT_SUCCESS, 0, 31000);
+	cr_assert_eq(ns_table_limit(&t, a, &set), 7);
+	for (int i = 0; i < 20; i++)
+		ns_table_limit_event(&t, a, &set, NS_ADAPT_FAILURE, 0, 31100);
+	cr_assert_eq(ns_table_limit(&t, a, &set), 2, "bounded by max_connections_min");
+	cr_assert_eq(ns_table_cap_for(&t, a, &set, 31200), 2, "the cap in force is the limit");
+	set.adaptive = 0;
+	cr_assert_eq(ns_table_cap_for(&t, a, &set, 31200), 8, "a fixed cap is max_connections");
+}
+
+Test(table, the_adaptive_throttle_refuses_in_proportion_and_stops_as_accepts_return)
+{
+	struct ns_table t;
+	struct ns_settings set = adaptive_set();
+	uint64_t rng = 1;
+	int a, refused = 0;
+
+	mem_table(&t, 2);
+	a = ns_table_find(&t, "k:1", 1, 1000);
+	/* healthy: every outcome accepted, nothing refused */
+	for (int i = 0; i < 100; i++)
+		ns_table_throttle_count(&t, a, &set, 1, 100000 + (uint64_t)i);
+	for (int i = 0; i < 1000; i++)
+		refused += ns_table_throttle(&t, a, &set, 101000, &rng);
+	cr_assert_eq(refused, 0);
+	/* 1,000 outcomes in the next window, 200 accepted: (1000 - 2 x 200) /
+	 * 1001, about 0.6 of the connects refused (the window before is gone) */
+	for (int i = 0; i < 1000; i++)
+		ns_table_throttle_count(&t, a, &set, i % 5 == 0, 120000 + (uint64_t)i);
+	refused = 0;
+	for (int i = 0; i < 10000; i++)
+		refused += ns_table_throttle(&t, a, &set, 121000, &rng);
+	cr_assert(refused > 5700 && refused < 6300, "%d of 10000 refused", refused);
+	/* a window later, all accepted again: the window before weighs less
+	 * and less, and once it outweighs nothing, none is refused */
+	for (int i = 0; i < 500; i++)
+		ns_table_throttle_count(&t, a, &set, 1, 130000 + (uint64_t)i * 10);
+	refused = 0;
+	for (int i = 0; i < 1000; i++)
+		refused += ns_table_throttle(&t, a, &set, 139000, &rng);
+	cr_assert_eq(refused, 0, "%d refused", refused);
+	/* a slot out of range refuses nothing */
+	cr_assert_eq(ns_table_throttle(&t, 99, &set, 139000, &rng), 0);
+}
+
 Test(table, slow_start_ramps_the_share_from_a_tenth)
 {
 	struct ns_table t;

@@ -256,6 +256,15 @@ static int backtest(const char *cand, const struct hopt *o)
 		fputs(errs, stderr);
 		return 2;
 	}
+	for (int i = 0; i < pol.nsections; i++)
+		if (pol.sec[i].v.max_connections == NS_MAXCONN_AUTO || pol.sec[i].v.throttle) {
+			/* what they would have refused depends on what was in
+			 * flight, which the history does not keep */
+			warnx("%s: max_connections = auto and throttle = adaptive are not replayed (the history keeps "
+			      "no connections in flight): the breakers alone are",
+			      cand);
+			break;
+		}
 	if (!(db = hr_open(o->file)))
 		return 1;
 	if (hr_load(db, o, &h) < 0) {

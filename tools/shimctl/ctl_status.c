@@ -215,6 +215,13 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 		/* which engines fed it: the preload library's connects are the
 		 * calls the seccomp engine did not make (shared memory: either
 		 * count may be anything) */
+		/* max_connections = auto's limit (null before one), and the
+		 * adaptive throttle's counts */
+		if (e->limit)
+			printf(", \"limit\": %u.%03u", e->limit / 1000, e->limit % 1000);
+		else
+			printf(", \"limit\": null");
+		printf(", \"throttle_requests\": %u, \"throttle_accepts\": %u", e->thr_requests, e->thr_accepts);
 		printf(", \"seccomp_calls\": %llu, \"engines\": [%s%s%s]", (unsigned long long)e->seccomp_calls,
 		       e->calls > e->seccomp_calls ? "\"preload\"" : "",
 		       e->calls > e->seccomp_calls && e->seccomp_calls ? ", " : "",

@@ -3,8 +3,10 @@
  * same breaker table and policy as the preload library, under the same key
  * (the address and port: this engine sees no host names).
  *
- * A connect: an open breaker, a cooldown, a retry beyond retry_budget are
- * ECONNREFUSED at once with nothing sent. max_connections' places and
+ * A connect: an open breaker, a cooldown, a retry beyond retry_budget, a
+ * refusal of the adaptive throttle are ECONNREFUSED at once with nothing
+ * sent. max_connections' places (under max_connections = auto, as many as
+ * the shared limit allows) and
  * rate's tokens are taken in the table for the program (holder: shimrun,
  * so preloaded processes and this one share one cap and one bucket); a
  * connect that finds none is held (its system call does not return) until
@@ -162,6 +164,20 @@ static int retry_budget(struct ns_gov *g, int slot, const struct ns_settings *se
 	return ns_table_retry_budget(&g->t, slot, retry, set->retry_budget_bp, set->retry_budget_min_mps, now);
 }
 
+/* throttle = adaptive: this connect refused here (counted throttled, the
+ * first of a minute said)? */
+static int throttled(struct ns_gov *g, int slot, const struct ns_settings *set, const char *key, uint64_t now)
+{
+	if (!ns_table_throttle(&g->t, slot, set, now, &g->rng))
+		return 0;
+	if (ns_table_throttled(&g->t, slot, now))
+		fprintf(stderr,
+			"shimrun: %s: the server accepts too few of the requests sent: connects refused here "
+			"(throttle = adaptive), counted throttled (said at most once a minute)\n",
+			key);
+	return 1;
+}
+
 static void futex_wake(uint32_t *word)
 {
 	syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
@@ -247,7 +263,7 @@ static int reclaim(struct ns_gov *g, int slot, uint32_t cap)
  * closed gives its place back). */
 static int take_place(struct ns_gov *g, struct conn *c, uint64_t now)
 {
-	uint32_t cap = ns_table_cap_now(&g->t, c->slot, c->set.max_connections, c->set.slow_start_ms, now);
+	uint32_t cap = ns_table_cap_for(&g->t, c->slot, &c->set, now);
 
 	c->place = ns_table_place_take(&g->t, c->slot, cap, g->holder);
 	if (c->place < 0 && reclaim(g, c->slot, cap) > 0)
@@ -263,6 +279,8 @@ static int take_place(struct ns_gov *g, struct conn *c, uint64_t now)
 		if (freed)
 			c->place = ns_table_place_take(&g->t, c->slot, cap, g->holder);
 	}
+	if (c->place >= 0 && c->set.adaptive) /* in flight at half the limit or more grows it */
+		ns_table_limit_event(&g->t, c->slot, &c->set, NS_ADAPT_PLACE, c->place, now);
 	return c->place >= 0;
 }
 
@@ -385,7 +403,8 @@ void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const stru
 	/* (an open breaker, the fleet's hold, a cooldown: the table refuses) */
 	if (ns_table_attempt(&g->t, slot, set.mode == NS_MODE_ENFORCE, now, &set, &st) == NS_REJECT ||
 	    (set.mode == NS_MODE_ENFORCE && (set.retry_budget_bp | set.retry_budget_min_mps) &&
-	     retry_budget(g, slot, &set, now) < 0)) {
+	     retry_budget(g, slot, &set, now) < 0) ||
+	    (set.mode == NS_MODE_ENFORCE && set.throttle && throttled(g, slot, &set, key, now))) {
 		g->answer(g->ctx, id, ECONNREFUSED, 0); /* nothing sent */
 		return;
 	}
