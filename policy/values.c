@@ -211,9 +211,7 @@ void ns_setting_format(int key, const struct ns_settings *s, char *buf, size_t l
 		else
 			snprintf(buf, len, "%u", *(const uint32_t *)(base + k->off));
 		break;
-	case T_THROTTLE:
-		snprintf(buf, len, "%s", *(const uint32_t *)(base + k->off) ? "adaptive" : "off");
-		break;
+
 	case T_PCT: {
 		uint32_t bp = *(const uint32_t *)(base + k->off);
 
@@ -233,7 +231,11 @@ void ns_setting_format(int key, const struct ns_settings *s, char *buf, size_t l
 			 s->mode == NS_MODE_MONITOR ? "monitor" : "enforce");
 		break;
 	case T_BOOL:
-		snprintf(buf, len, "%s", *(const uint32_t *)(base + k->off) ? "on" : "off");
+	case T_THROTTLE:
+		snprintf(buf, len, "%s",
+			 !*(const uint32_t *)(base + k->off) ? "off"
+				 : k->type == T_BOOL         ? "on"
+							     : "adaptive");
 		break;
 	case T_FAULT:
 		if (s->fault.n)
@@ -450,26 +452,20 @@ int ns_set_value(struct perr *e, int line, int key, const char *val, struct ns_s
 			return -1;
 		}
 		return 0;
-	case T_THROTTLE:
-		if (strcmp(val, "adaptive") == 0)
-			*(uint32_t *)(base + k->off) = 1;
-		else if (strcmp(val, "off") == 0)
-			*(uint32_t *)(base + k->off) = 0;
-		else {
-			ns_perr_add(e, line, "%s: bad value '%s': expected adaptive or off", ns_key_names[key], val);
-			return -1;
-		}
-		return 0;
 	case T_BOOL:
-		if (strcmp(val, "on") == 0)
+	case T_THROTTLE: {
+		const char *on = k->type == T_BOOL ? "on" : "adaptive";
+
+		if (strcmp(val, on) == 0)
 			*(uint32_t *)(base + k->off) = 1;
 		else if (strcmp(val, "off") == 0)
 			*(uint32_t *)(base + k->off) = 0;
 		else {
-			ns_perr_add(e, line, "%s: bad value '%s': expected on or off", ns_key_names[key], val);
+			ns_perr_add(e, line, "%s: bad value '%s': expected %s or off", ns_key_names[key], val, on);
 			return -1;
 		}
 		return 0;
+	}
 	case T_FAULT: {
 		char fwhy[200];
 

@@ -10,6 +10,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -219,3 +220,30 @@ def redis_cluster(tmp_path_factory):
     c = Cluster(str(tmp_path_factory.mktemp("cluster")))
     yield c
     c.close()
+
+
+def accept_forever(sock, serve):
+    """Each connection the listening sock accepts, served by serve(conn) in
+    a thread of its own, until sock is closed."""
+    def loop():
+        while True:
+            try:
+                c, _ = sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(c,), daemon=True).start()
+    threading.Thread(target=loop, daemon=True).start()
+
+
+def each_stopped(make):
+    """A fixture's body: it yields start(**kw), which makes one with
+    make(**kw); each made is stopped after the test."""
+    made = []
+
+    def start(**kw):
+        s = make(**kw)
+        made.append(s)
+        return s
+    yield start
+    for s in made:
+        s.stop()

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, base_env, py_script
+from conftest import BUILD, accept_forever, base_env, each_stopped, py_script
 
 
 class Server:
@@ -33,15 +33,7 @@ class Server:
         self.port = self.sock.getsockname()[1]
         self.dest = f"127.0.0.1:{self.port}"
         self.url = f"http://127.0.0.1:{self.port}/"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+        accept_forever(self.sock, self._serve)
 
     def _serve(self, c):
         try:
@@ -84,16 +76,7 @@ class Server:
 
 @pytest.fixture
 def servers():
-    made = []
-
-    def start(**kw):
-        s = Server(**kw)
-        made.append(s)
-        return s
-
-    yield start
-    for s in made:
-        s.stop()
+    yield from each_stopped(Server)
 
 
 # requests in a loop (a new connection each) until the stop file appears:

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, NEGATIVE, PY, base_env, open_breaker_by_failing, py_script
+from conftest import BUILD, NEGATIVE, PY, base_env, each_stopped, open_breaker_by_failing, py_script
 
 SO_TIMESTAMPNS = 35
 
@@ -117,16 +117,7 @@ class RecordingServer:
 
 @pytest.fixture
 def recording():
-    made = []
-
-    def start(**kw):
-        s = RecordingServer(**kw)
-        made.append(s)
-        return s
-
-    yield start
-    for s in made:
-        s.stop()
+    yield from each_stopped(RecordingServer)
 
 
 def gaps(t):

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, NEGATIVE, PY, base_env, open_breaker_by_failing, py_script
+from conftest import BUILD, NEGATIVE, PY, accept_forever, base_env, each_stopped, open_breaker_by_failing, py_script
 
 
 class CountingServer:
@@ -39,7 +39,7 @@ class CountingServer:
         self.dest = f"127.0.0.1:{self.port}"
         self.url = f"http://127.0.0.1:{self.port}/"
         self.stopping = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        accept_forever(self.sock, self._serve)
         threading.Thread(target=self._sample, daemon=True).start()
 
     def _sample(self):
@@ -47,14 +47,6 @@ class CountingServer:
             with self.lock:
                 self.samples.append((time.monotonic(), self.cur))
             time.sleep(0.02)
-
-    def _accept(self):
-        while not self.stopping:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
 
     def _serve(self, c):
         if self.failing:
@@ -100,16 +92,7 @@ class CountingServer:
 
 @pytest.fixture
 def counting():
-    made = []
-
-    def start(hold=0.05):
-        s = CountingServer(hold)
-        made.append(s)
-        return s
-
-    yield start
-    for s in made:
-        s.stop()
+    yield from each_stopped(CountingServer)
 
 
 def spawn(shim, args, env=None):

@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "../../policy/breaker.h"
+#include "../../policy/destaddr.h"
 #include "../../policy/policy.h"
 #include "../../policy/table.h"
 #include "sockwatch.h"
@@ -301,35 +302,6 @@ static uint64_t take_token(struct ns_gov *g, struct conn *c, uint64_t now_us)
 
 /**** the connect ****/
 
-/* The destination of an inet address (a v4-mapped one as the v4 one): 0,
- * or -1 for another family. */
-static int dest_of(const struct sockaddr_storage *ss, socklen_t len, struct ns_dest *d)
-{
-	memset(d, 0, sizeof(*d));
-	if (ss->ss_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
-		const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
-
-		d->family = AF_INET;
-		memcpy(d->addr, &a->sin_addr, 4);
-		d->port = ntohs(a->sin_port);
-		return 0;
-	}
-	if (ss->ss_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
-		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
-
-		if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
-			d->family = AF_INET;
-			memcpy(d->addr, &a->sin6_addr.s6_addr[12], 4);
-		} else {
-			d->family = AF_INET6;
-			memcpy(d->addr, &a->sin6_addr, 16);
-		}
-		d->port = ntohs(a->sin6_port);
-		return 0;
-	}
-	return -1;
-}
-
 static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now);
 
 /* A held connect's turn: a place (when capped) and a token (when paced),
@@ -391,7 +363,8 @@ void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const stru
 	struct conn *c;
 	int slot;
 
-	if (dest_of(ss, len, &d) < 0 || !g->tbl_ok || !g->valid(g->ctx, id) || ns_dest_key(&d, key, sizeof(key)) < 0) {
+	if (ns_dest_from_sa((const struct sockaddr *)ss, len, &d) < 0 || !g->tbl_ok || !g->valid(g->ctx, id) ||
+	    ns_dest_key(&d, key, sizeof(key)) < 0) {
 		g->answer(g->ctx, id, 0, 1); /* not an inet connect, or nothing to count it in: the kernel's */
 		return;
 	}
