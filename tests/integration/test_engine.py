@@ -561,3 +561,38 @@ def test_a_reset_before_any_answer_seen_on_a_watched_connection_is_a_failure(shi
     assert json.loads(r.out.strip().splitlines()[-1]) == {"recv": 104}, (r.out, r.err)   # ECONNRESET
     e = shim.entry(srv.dest)
     assert (e["calls"], e["successes"], e["failures"], e["last_error"]) == (1, 0, 1, "ECONNRESET"), e
+
+
+CLOSER = """
+import json, socket, sys, time
+s = socket.socket()
+s.connect(("127.0.0.1", int(sys.argv[1])))
+s.close()
+print("closed", flush=True)
+time.sleep(8)   # alive, its place no longer needed
+"""
+
+
+@pytest.mark.shim
+def test_a_place_a_governed_program_gave_up_goes_to_a_preloaded_waiter_at_once(shim, server, tmp_path):
+    # max_connections = 1: python forced onto the seccomp engine connects
+    # and closes, and lives on; a preloaded client then waits for the
+    # place: shimrun sees it wait and gives the place back within a few
+    # looks, not at the connection's read deadline (30 s)
+    srv = server("http")
+    shim.policy("[defaults]\nmax_connections = 1\nqueue_timeout = 10s\n")
+    (tmp_path / "closer.py").write_text(CLOSER)
+    cmd = [str(BUILD / "shimrun"), "--policy", str(shim.policy_path), "--engine", "seccomp", "--",
+           "/usr/bin/python3", str(tmp_path / "closer.py"), str(srv.port)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=base_env(shim.table, shim.policy_path))
+    try:
+        assert p.stdout.readline().strip() == "closed"
+        time.sleep(0.3)
+        r = shim.run([BUILD / "fclient", srv.host, srv.port])
+        rep = r.last_json()
+        assert rep["connect"] == "OK" and rep["connect_ms"] < 1000, (rep, r.err)
+    finally:
+        p.kill()
+        p.wait()
+    assert shim.entry(srv.dest)["throttled"] == 0

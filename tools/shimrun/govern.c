@@ -51,10 +51,11 @@
 #include "../../policy/table.h"
 #include "sockwatch.h"
 
-#define CONNS         NS_GOV_POLLED /* connects and connections governed at once */
-#define PLACE_LOOK_MS 20            /* a connection whose place someone waits for is looked at this often */
-#define IDLE_LOOK_MS  1000          /* ...one with no read deadline, to see it end */
-#define RECENT        256u          /* retry_budget: the last failure per destination */
+#define CONNS           NS_GOV_POLLED /* connects and connections governed at once */
+#define PLACE_LOOK_MS   20            /* a connection whose place someone waits for is looked at this often */
+#define IDLE_LOOK_MS    1000          /* ...one with no read deadline, to see it end */
+#define WAITERS_LOOK_MS 100           /* whether anyone waits for a place shimrun holds is asked this often */
+#define RECENT          256u          /* retry_budget: the last failure per destination */
 
 enum { C_FREE, C_QUEUED, C_CONNECTING, C_OPEN };
 
@@ -680,6 +681,9 @@ int ns_gov_timeout(struct ns_gov *g)
 
 		if ((c->state == C_QUEUED || c->state == C_OPEN) && c->next_ms < first)
 			first = c->next_ms;
+		/* a place held: who waits for it is asked this often (run) */
+		if (c->state == C_OPEN && c->place >= 0 && now + WAITERS_LOOK_MS < first)
+			first = now + WAITERS_LOOK_MS;
 	}
 	return first == UINT64_MAX ? -1 : first > now ? (int)(first - now < INT32_MAX ? first - now : INT32_MAX) : 0;
 }
@@ -699,6 +703,16 @@ void ns_gov_run(struct ns_gov *g, const struct pollfd *p, int n)
 	for (int i = 0; i < g->hi && (g->nqueued || g->nopen); i++) {
 		struct conn *c = &g->c[i];
 
+		/* someone (a preloaded process, on the slot's futex) began to
+		 * wait for the place of a connection that may have ended since
+		 * it was last looked at */
+		if (c->state == C_OPEN && c->place >= 0 && c->next_ms > now + PLACE_LOOK_MS && place_wanted(g, c->slot))
+			c->next_ms = now + PLACE_LOOK_MS;
+		/* someone (a preloaded process, on the slot's futex) began to
+		 * wait for the place of a connection that may have ended since
+		 * it was last looked at */
+		if (c->state == C_OPEN && c->place >= 0 && c->next_ms > now + PLACE_LOOK_MS && place_wanted(g, c->slot))
+			c->next_ms = now + PLACE_LOOK_MS;
 		if (c->state == C_OPEN && c->next_ms <= now)
 			look(g, c, now);
 		else if (c->state == C_QUEUED && c->next_ms <= now)
