@@ -596,3 +596,35 @@ def test_a_place_a_governed_program_gave_up_goes_to_a_preloaded_waiter_at_once(s
         p.kill()
         p.wait()
     assert shim.entry(srv.dest)["throttled"] == 0
+
+
+MOVER = """
+import json, os, socket, sys, time
+s = socket.socket()
+s.connect(("127.0.0.1", int(sys.argv[1])))
+fd = os.dup2(s.fileno(), 77)   # the socket moves: the number connect() used is closed
+s.close()
+os.write(fd, b"GET / HTTP/1.0\\r\\n\\r\\n")
+t0 = time.monotonic()
+try:
+    got = os.read(fd, 100)
+    what = "bytes" if got else "end"
+except OSError as e:
+    what = e.errno
+print(json.dumps({"read": what, "ms": round((time.monotonic() - t0) * 1000)}), flush=True)
+"""
+
+
+@pytest.mark.shim
+def test_a_socket_the_program_moved_is_still_reset_at_its_read_deadline(shim, server, tmp_path):
+    # shimrun finds the socket by its inode under /proc/PID/fd when the
+    # descriptor its connect came on no longer holds it
+    srv = server("silent")
+    shim.policy("[defaults]\nread_timeout = 1s\n")
+    (tmp_path / "mover.py").write_text(MOVER)
+    r = shim.run(["--engine", "seccomp", "--", "/usr/bin/python3", tmp_path / "mover.py", srv.port],
+                 shimrun_args=True, timeout=20)
+    rep = json.loads(r.out.strip().splitlines()[-1])
+    assert rep["read"] in (104, 32), (rep, r.err)   # ECONNRESET, or EPIPE for a blocked read
+    near(rep["ms"], 1000)
+    assert shim.entry(srv.dest)["timeouts"] == 1

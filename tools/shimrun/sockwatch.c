@@ -211,6 +211,13 @@ int ns_sw_copy_fd(pid_t tid, pid_t tgid, int fd)
 	return (int)syscall(SYS_pidfd_getfd, pidfds[i].pfd, fd, 0);
 }
 
+static int same_socket(int fd, uint32_t inode)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && (uint32_t)st.st_ino == inode;
+}
+
 int ns_sw_held(pid_t tid, int fd, uint32_t inode)
 {
 	char path[64], link[64], want[32];
@@ -222,35 +229,21 @@ int ns_sw_held(pid_t tid, int fd, uint32_t inode)
 	return n > 0 && (link[n] = '\0', strcmp(link, want) == 0);
 }
 
-static int same_socket(int fd, uint32_t inode)
-{
-	struct stat st;
-
-	return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && (uint32_t)st.st_ino == inode;
-}
-
 /* The descriptor of process tgid that holds socket inode (the program
  * moved it: dup2), or -1. */
 static int find_fd(pid_t tgid, uint32_t inode)
 {
-	char path[64], want[32], link[64];
+	char path[64];
 	struct dirent *e;
 	DIR *d;
 	int fd = -1;
 
 	snprintf(path, sizeof(path), "/proc/%d/fd", (int)tgid);
-	snprintf(want, sizeof(want), "socket:[%u]", inode);
 	if (!(d = opendir(path)))
 		return -1;
-	while (fd < 0 && (e = readdir(d))) {
-		char p[320];
-		ssize_t n;
-
-		snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
-		n = readlink(p, link, sizeof(link) - 1);
-		if (n > 0 && (link[n] = '\0', strcmp(link, want) == 0))
+	while (fd < 0 && (e = readdir(d)))
+		if (e->d_name[0] != '.' && ns_sw_held(tgid, atoi(e->d_name), inode))
 			fd = atoi(e->d_name);
-	}
 	closedir(d);
 	return fd;
 }
