@@ -146,6 +146,34 @@ void ns_table_limit_event(struct ns_table *t, int idx, const struct ns_settings 
 	} while (nw != old && !CAS(&s->adapt, &old, nw));
 }
 
+int ns_table_place_take_under(struct ns_table *t, int idx, uint32_t cap, uint32_t span, uint32_t holder, uint32_t *held)
+{
+	struct ns_slot *s = slot_at(t, idx);
+
+	*held = 0;
+	if (!s || !holder)
+		return -1;
+	if (span > NS_PLACES)
+		span = NS_PLACES;
+	for (int tries = 0; tries < 4; tries++) {
+		uint32_t n = 0, free_ = 0;
+		int p = -1;
+
+		for (uint32_t i = 0; i < span; i++) {
+			if (LOAD(&s->place[i]))
+				n++;
+			else if (p < 0)
+				p = (int)i;
+		}
+		*held = n;
+		if (n >= cap || p < 0)
+			return -1;
+		if (CAS(&s->place[p], &free_, holder))
+			return p;
+	}
+	return -1;
+}
+
 uint32_t ns_table_cap_for(const struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms)
 {
 	uint32_t cap = set->adaptive ? ns_table_limit(t, idx, set) : set->max_connections;

@@ -539,7 +539,8 @@ static inline int64_t ns_table_token(struct ns_table *t, int idx, uint64_t step_
  * in force now, from max_connections_min until it has grown; ..._event: a
  * success or a failure of the destination (ns_table_outcome_at and a
  * Retry-After's cooldown count them), or a connect that took place p (the
- * interval had connections in flight at half the limit or more). A
+ * interval had connections in flight at half the limit or more: place is
+ * then the places held before it). A
  * failure shrinks it at once by adaptive_backoff (by one connection at
  * least); it grows by one at most
  * once per adaptive_interval, after an interval with a success and such a
@@ -549,6 +550,14 @@ uint32_t ns_table_limit(const struct ns_table *t, int idx, const struct ns_setti
 void ns_table_limit_event(struct ns_table *t, int idx, const struct ns_settings *set, int ev, int place,
 			  uint64_t now_ms);
 #define NS_ADAPT_LIMIT(w) ((uint32_t)((w) >> 44)) /* the adapt word's limit (thousandths) */
+/* A place under max_connections = auto: one of [0, span) (span: the
+ * places the limit may reach) while fewer than cap are held there, else
+ * -1; *held: how many were held before it. A limit that shrank leaves
+ * places above it held: a connect may not take a lower one that is free
+ * while they are (a place's number is no count). Two connects that count
+ * at once may both take one: the limit is a guide there, not a bound. */
+int ns_table_place_take_under(struct ns_table *t, int idx, uint32_t cap, uint32_t span, uint32_t holder,
+			      uint32_t *held);
 /* max_connections (auto: the limit now), under slow_start's ramp. */
 uint32_t ns_table_cap_for(const struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms);
 /* throttle = adaptive: should this connect be refused here (with

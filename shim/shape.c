@@ -244,19 +244,32 @@ static inline uint32_t cap_now(const struct ns_settings *set, int slot)
 	return ns_table_cap_for(&ns_breakers, slot, set, (uint64_t)(ns_now() / 1000000));
 }
 
+/* One of the places: below cap, or under max_connections = auto while
+ * fewer than cap of the span are held (*held: how many). */
+static int place_take(const struct ns_settings *set, int slot, uint32_t cap, uint32_t holder, uint32_t *held)
+{
+	*held = 0;
+	if (likely(!set->adaptive))
+		return ns_table_place_take(&ns_breakers, slot, cap, holder);
+	return ns_table_place_take_under(&ns_breakers, slot, cap, set->max_connections, holder, held);
+}
+
 static int take(struct ns_conn *c, int slot, const struct ns_settings *set, uint32_t holder, int published)
 {
-	uint32_t cap = cap_now(set, slot);
-	int p = ns_table_place_take(&ns_breakers, slot, cap, holder);
+	/* (under auto the places held may be any of max_connections': a
+	 * limit that shrank leaves them above it) */
+	uint32_t cap = cap_now(set, slot), span = set->adaptive ? set->max_connections : cap, held;
+	int p = place_take(set, slot, cap, holder, &held);
 
-	if (p < 0 && reclaim(slot, cap) > 0)
-		p = ns_table_place_take(&ns_breakers, slot, cap, holder);
+	if (p < 0 && reclaim(slot, span) > 0)
+		p = place_take(set, slot, cap, holder, &held);
 	if (p < 0)
-		p = give_up_idle(slot, cap, holder);   /* (the place stays this process's in the table) */
+		p = give_up_idle(slot, span, holder); /* (the place stays this process's in the table) */
 	if (p < 0)
 		return 0;
 	if (unlikely(set->adaptive)) /* in flight at half the limit or more grows it */
-		ns_table_limit_event(&ns_breakers, slot, set, NS_ADAPT_PLACE, p, (uint64_t)(ns_now() / 1000000));
+		ns_table_limit_event(&ns_breakers, slot, set, NS_ADAPT_PLACE, (int)held,
+				     (uint64_t)(ns_now() / 1000000));
 	if (unlikely(!__atomic_load_n(&ns_conn_end_hook, __ATOMIC_RELAXED)))
 		__atomic_store_n(&ns_conn_end_hook, ns_shape_release, __ATOMIC_RELEASE);
 	ST(c->place_slot, slot);

@@ -5,6 +5,7 @@ got, and when. The clients are python requests processes under shimrun (a
 new connection each request), several at once."""
 import json
 import random
+import statistics
 import socket
 import subprocess
 import threading
@@ -125,15 +126,22 @@ def test_max_connections_auto_finds_the_servers_capacity_and_follows_it(shim, se
     t0 = time.monotonic()
     procs = start_loops(shim, tmp_path, srv.url, 8, 0, stop)
     try:
-        time.sleep(25)
+        time.sleep(17)
+        # the limit saws (a 429 takes one off, a busy second adds one): it
+        # is read every half second over the last 8 s. It reaches the
+        # capacity, and most of the time it is near it
+        limits = []
+        for _ in range(16):
+            time.sleep(0.5)
+            limits.append(shim.entry(srv.dest)["limit"])
         t1 = time.monotonic()
         last = srv.between(t1 - 8, t1)
-        limit = shim.entry(srv.dest)["limit"]
+        limit = statistics.median(limits)
         served, refused = last.count(200), last.count(429)
-        print(f"last 8 s: {served / 8:.1f} served a second, {refused} of {len(last)} got 429, limit {limit}")
+        print(f"last 8 s: {served / 8:.1f} served a second, {refused} of {len(last)} got 429, limit {limits}")
         assert served / 8 >= 40, f"{served / 8:.0f} a second served in the last 8 s"
         assert refused <= 0.15 * len(last), f"{refused} of {len(last)} got 429 in the last 8 s"
-        assert 3 <= limit < 6, f"limit {limit}"
+        assert max(limits) >= 4 and 3 <= limit <= 5, f"limit {limits}"
         # the capacity doubles: the limit follows within 30 s
         with srv.lock:
             srv.capacity = 8

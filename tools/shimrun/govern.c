@@ -260,16 +260,29 @@ static int reclaim(struct ns_gov *g, int slot, uint32_t cap)
 	return freed;
 }
 
+/* One of the places for c: below cap, or under max_connections = auto
+ * while fewer than cap are held (*held: how many). */
+static int place_take(struct ns_gov *g, struct conn *c, uint32_t cap, uint32_t *held)
+{
+	*held = 0;
+	if (!c->set.adaptive)
+		return ns_table_place_take(&g->t, c->slot, cap, g->holder);
+	return ns_table_place_take_under(&g->t, c->slot, cap, c->set.max_connections, g->holder, held);
+}
+
 /* A place of c's destination: 1 taken, 0 none free. Shimrun's own
  * connections of the destination are looked at first (one the program
  * closed gives its place back). */
 static int take_place(struct ns_gov *g, struct conn *c, uint64_t now)
 {
-	uint32_t cap = ns_table_cap_for(&g->t, c->slot, &c->set, now);
+	uint32_t cap = ns_table_cap_for(&g->t, c->slot, &c->set, now), held = 0;
+	/* (under auto the places held may be any of max_connections': a
+	 * limit that shrank leaves them above it) */
+	uint32_t span = c->set.adaptive ? c->set.max_connections : cap;
 
-	c->place = ns_table_place_take(&g->t, c->slot, cap, g->holder);
-	if (c->place < 0 && reclaim(g, c->slot, cap) > 0)
-		c->place = ns_table_place_take(&g->t, c->slot, cap, g->holder);
+	c->place = place_take(g, c, cap, &held);
+	if (c->place < 0 && reclaim(g, c->slot, span) > 0)
+		c->place = place_take(g, c, cap, &held);
 	if (c->place < 0) {
 		int freed = 0;
 
@@ -279,10 +292,10 @@ static int take_place(struct ns_gov *g, struct conn *c, uint64_t now)
 				freed |= g->c[i].state == C_FREE;
 			}
 		if (freed)
-			c->place = ns_table_place_take(&g->t, c->slot, cap, g->holder);
+			c->place = place_take(g, c, cap, &held);
 	}
 	if (c->place >= 0 && c->set.adaptive) /* in flight at half the limit or more grows it */
-		ns_table_limit_event(&g->t, c->slot, &c->set, NS_ADAPT_PLACE, c->place, now);
+		ns_table_limit_event(&g->t, c->slot, &c->set, NS_ADAPT_PLACE, (int)held, now);
 	return c->place >= 0;
 }
 
