@@ -27,8 +27,9 @@ enum vtype {
 	T_FACTOR,
 	T_RATE,
 	T_RATEH,
-	T_MAXCONN, /* a count, or auto (NS_MAXCONN_AUTO) */
-	T_THROTTLE /* adaptive or off */
+	T_MAXCONN,   /* a count, or auto (NS_MAXCONN_AUTO) */
+	T_THROTTLE,  /* adaptive or off */
+	T_ADDRCHOICE /* as-resolved or healthy-first */
 };
 
 struct keydef {

@@ -173,6 +173,8 @@ static void parse_keyline(struct perr *e, int line, char *s, struct ns_policy *p
 		p->sec[cur].key_line[k] = line;
 		if (k == NS_K_FAULT && p->sec[cur].v.fault.n)
 			p->has_faults = 1;
+		if (k == NS_K_ADDRESS_CHOICE && p->sec[cur].v.address_choice)
+			p->has_addr_choice = 1;
 	}
 }
 

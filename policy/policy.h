@@ -15,6 +15,7 @@
 
 enum ns_mode { NS_MODE_ENFORCE = 0, NS_MODE_MONITOR = 1, NS_MODE_BYPASS = 2 };
 enum ns_recovery { NS_RECOVERY_AUTO = 0, NS_RECOVERY_MANUAL = 1 };
+enum ns_address_choice { NS_ADDR_AS_RESOLVED = 0, NS_ADDR_HEALTHY_FIRST = 1 };
 
 /* Every setting a destination can have. Durations in milliseconds, 0 = off. */
 struct ns_settings {
@@ -65,7 +66,10 @@ struct ns_settings {
 	uint64_t adaptive_interval_ms;   /* ...it grows by one at most once per this */
 	uint32_t throttle_k_milli;       /* throttle_k (thousandths) */
 	uint32_t pad_throttle;
-	uint64_t throttle_window_ms; /* the requests and accepts it counts, over this */
+	uint64_t throttle_window_ms;       /* the requests and accepts it counts, over this */
+	uint64_t connect_total_timeout_ms; /* a name's connects over its addresses, one attempt: 0 = off */
+	uint32_t address_choice;           /* NS_ADDR_* (getaddrinfo's order for a governed name) */
+	uint32_t pad_addr;
 	/* not keys (ns_policy_resolve): */
 	uint64_t rate_interval_us;  /* rate's interval between tokens, microseconds; 0 = no rate */
 	uint32_t shaping;           /* max_connections, rate or retry_budget is set */
@@ -118,6 +122,8 @@ enum ns_key_id {
 	NS_K_THROTTLE,
 	NS_K_THROTTLE_K,
 	NS_K_THROTTLE_WINDOW,
+	NS_K_CONNECT_TOTAL_TIMEOUT,
+	NS_K_ADDRESS_CHOICE,
 	NS_K_COUNT
 };
 
@@ -146,6 +152,7 @@ struct ns_policy {
 	char shadow[256];           /* [defaults] shadow_policy: the shadow's file, "" = none */
 	int nsections;              /* section 0 is [defaults], always present */
 	int has_faults;             /* some section sets `fault` */
+	int has_addr_choice;        /* some section sets address_choice = healthy-first */
 	struct ns_section *sec;
 };
 

@@ -13,6 +13,14 @@ static void uncount_call(struct ns_slot *s)
 	ADD(&s->calls, (uint64_t)-1);
 }
 
+void ns_table_uncall(struct ns_table *t, int idx)
+{
+	struct ns_slot *s = slot_at(t, idx);
+
+	if (s)
+		uncount_call(s);
+}
+
 /**** max_connections ****/
 
 int ns_table_throttled(struct ns_table *t, int idx, uint64_t now_ms)

@@ -14,14 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-
 /* tag: state 2 | hash 30 | claim time 32 (ms, low bits) */
-#define TAG_CLAIMING 1ULL
-#define TAG_READY 2ULL
-#define TAG_STATE(t) ((t) >> 62)
-#define TAG_HASH(t) (((t) >> 32) & 0x3fffffffULL)
-#define TAG_TIME(t) ((uint32_t)(t))
-#define TAG_MAKE(st, h, tm) (((uint64_t)(st) << 62) | ((uint64_t)(h) << 32) | (uint32_t)(tm))
 /* A claim not finished after this long belongs to a dead process. */
 #define CLAIM_STALE_MS 2000u
 #define CLAIM_SPINS 4096
@@ -580,6 +573,8 @@ int ns_table_state(const struct ns_table *t, int idx, char *key, size_t keylen, 
 		n = keylen - 1;
 	memcpy(key, s->key, n);
 	key[n] = '\0';
+	if (ns_key_is_addr(key))
+		return -1; /* an address's state (addrs.c), no destination */
 	ns_brk_unpack(LOAD(&s->word), b);
 	*fleet_until_ms = LOAD(&s->fleet_until_ms);
 	return 0;
@@ -627,6 +622,8 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 		return -1;
 	memcpy(e->key, s->key, sizeof(e->key));
 	e->key[sizeof(e->key) - 1] = '\0';
+	if (ns_key_is_addr(e->key))
+		return -1; /* an address's state (addrs.c, ns_table_addr_read), no destination */
 	ns_brk_unpack(LOAD(&s->word), &e->brk);
 	e->calls = LOAD(&s->calls);
 	e->successes = LOAD(&s->successes);

@@ -334,6 +334,9 @@ void ns_table_outcome_at(struct ns_table *t, int idx, int outcome, int err, uint
 			 uint64_t wall_ms, const struct ns_settings *s, struct ns_step *out);
 
 void ns_table_add_retry(struct ns_table *t, int idx);
+/* A connect admitted (its call counted) that never went out, for a reason
+ * of the shim's own (connect_total_timeout spent): the call taken back. */
+void ns_table_uncall(struct ns_table *t, int idx);
 
 /* The fleet (netshim-agent): hold slot idx open until until_ms
  * (CLOCK_MONOTONIC) for the nodes named, or release it (until_ms 0). */
@@ -412,6 +415,33 @@ void ns_table_add_injected(struct ns_table *t, int idx);
 /* An exchange got its outcome; one got an HTTP status (failed: by it). */
 void ns_table_exchange(struct ns_table *t, int idx);
 void ns_table_http(struct ns_table *t, int idx, unsigned code, int failed);
+
+/* The addresses of a name (addrs.c, address_choice = healthy-first): each
+ * in its own slot, keyed "name:port@addr", which ns_table_read and
+ * ns_table_state do not read (no destination). */
+enum { NS_ADDR_HEALTHY = 0, NS_ADDR_DOWN = 1, NS_ADDR_PROBING = 2 };
+struct ns_addr_entry {
+	char key[NS_KEY_MAX];
+	uint32_t name_len; /* key[0, name_len) is the name's key, then '@' and the address */
+	int state;         /* NS_ADDR_* */
+	uint32_t fails_in_a_row;
+	uint32_t last_error;
+	uint64_t next_probe_ms; /* NS_ADDR_DOWN: until a lookup may probe it */
+	uint64_t calls, successes, failures;
+};
+/* The address key of name_key's address addr: its length, or -1 (too long, a bad family). */
+int ns_addr_key(const char *name_key, int family, const void *addr, char *out, size_t len);
+int ns_key_is_addr(const char *key);
+/* A connect to the address: ok, or failed with err (listed last for open_ms). */
+void ns_table_addr_outcome(struct ns_table *t, int idx, int ok, int err, uint64_t now_ms, uint64_t open_ms);
+/* Its failures forgotten (shimctl reset --all): healthy. */
+void ns_table_addr_reset(struct ns_table *t, int idx);
+/* Where a lookup lists the address: 0 in its place (healthy, or this
+ * lookup takes its probe), 1 after the healthy ones. */
+int ns_table_addr_rank(struct ns_table *t, int idx, uint64_t now_ms, uint64_t open_ms);
+/* Copy an address slot for display: 0, or -1 (not ready, not an address). */
+int ns_table_addr_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_addr_entry *e);
+const char *ns_addr_state_name(int state);
 
 /* Places (max_connections) of slot idx. take: one of places [0, cap) for
  * holder (never 0): its number, or -1 when all are held. release: place p

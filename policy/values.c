@@ -95,6 +95,8 @@ const char *const ns_key_names[NS_K_COUNT] = {
 	"throttle",
 	"throttle_k",
 	"throttle_window",
+	"connect_total_timeout",
+	"address_choice",
 };
 
 #define OFF(f) offsetof(struct ns_settings, f)
@@ -149,7 +151,18 @@ const struct keydef ns_keydefs[NS_K_COUNT] = {
 	[NS_K_THROTTLE] = { T_THROTTLE, OFF(throttle), 0, 0 },
 	[NS_K_THROTTLE_K] = { T_FACTOR, OFF(throttle_k_milli), 1000, 100000 },
 	[NS_K_THROTTLE_WINDOW] = { T_DUR, OFF(throttle_window_ms), 1000, NS_MAX_DURATION_MS },
+	[NS_K_CONNECT_TOTAL_TIMEOUT] = { T_DUR, OFF(connect_total_timeout_ms), 1, NS_MAX_DURATION_MS },
+	[NS_K_ADDRESS_CHOICE] = { T_ADDRCHOICE, OFF(address_choice), 0, 0 },
 };
+/* The two words of a two-way key: its value 0 or 1 (off/on, off/adaptive,
+ * as-resolved/healthy-first). */
+static const char *choice_word(int type, uint32_t v)
+{
+	if (type == T_ADDRCHOICE)
+		return v ? "healthy-first" : "as-resolved";
+	return !v ? "off" : type == T_BOOL ? "on" : "adaptive";
+}
+
 static void fmt_duration(uint64_t ms, char *buf, size_t len)
 {
 	if (ms == 0)
@@ -232,10 +245,8 @@ void ns_setting_format(int key, const struct ns_settings *s, char *buf, size_t l
 		break;
 	case T_BOOL:
 	case T_THROTTLE:
-		snprintf(buf, len, "%s",
-			 !*(const uint32_t *)(base + k->off) ? "off"
-				 : k->type == T_BOOL         ? "on"
-							     : "adaptive");
+	case T_ADDRCHOICE:
+		snprintf(buf, len, "%s", choice_word(k->type, *(const uint32_t *)(base + k->off)));
 		break;
 	case T_FAULT:
 		if (s->fault.n)
@@ -453,19 +464,16 @@ int ns_set_value(struct perr *e, int line, int key, const char *val, struct ns_s
 		}
 		return 0;
 	case T_BOOL:
-	case T_THROTTLE: {
-		const char *on = k->type == T_BOOL ? "on" : "adaptive";
-
-		if (strcmp(val, on) == 0)
-			*(uint32_t *)(base + k->off) = 1;
-		else if (strcmp(val, "off") == 0)
-			*(uint32_t *)(base + k->off) = 0;
-		else {
-			ns_perr_add(e, line, "%s: bad value '%s': expected %s or off", ns_key_names[key], val, on);
-			return -1;
-		}
-		return 0;
-	}
+	case T_THROTTLE:
+	case T_ADDRCHOICE:
+		for (uint32_t w = 0; w < 2; w++)
+			if (strcmp(val, choice_word(k->type, w)) == 0) {
+				*(uint32_t *)(base + k->off) = w;
+				return 0;
+			}
+		ns_perr_add(e, line, "%s: bad value '%s': expected %s or %s", ns_key_names[key], val,
+			    choice_word(k->type, 1), choice_word(k->type, 0));
+		return -1;
 	case T_FAULT: {
 		char fwhy[200];
 

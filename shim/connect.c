@@ -58,15 +58,18 @@ static uintptr_t classify(int fd, int family)
 }
 
 /* A blocking connect bounded by the connect deadline, the total budget and
- * the program's own SO_SNDTIMEO, which the kernel applies to connect: the
+ * the program's own SO_SNDTIMEO, which the kernel applies to connect (and
+ * budget, connect_total_timeout's end for this attempt, or 0): the
  * shim's limit goes into SO_SNDTIMEO for the call (two setsockopt calls
  * around one connect, where a non-blocking connect and a poll loop took
  * five system calls), and the kernel's EINPROGRESS at its end becomes
  * ETIMEDOUT with the attempt dropped. ask: the program may have set its own
  * SO_SNDTIMEO before the shim saw the socket. now: the clock, read at most
  * the shim's own few microseconds ago. */
-static inline __attribute__((always_inline)) int connect_bounded(int fd, struct ns_conn *c, const struct ns_settings *set, const struct sockaddr *sa,
-			   socklen_t len, int ask, monotime now)
+static inline __attribute__((always_inline)) int connect_bounded(int fd, struct ns_conn *c,
+								 const struct ns_settings *set,
+								 const struct sockaddr *sa, socklen_t len, int ask,
+								 monotime now, monotime budget)
 {
 	int64_t prog = ask ? ns_prog_timeout(fd, SO_SNDTIMEO) : 0, lim = 0, before, left;
 	struct timeval tv;
@@ -78,6 +81,10 @@ static inline __attribute__((always_inline)) int connect_bounded(int fd, struct 
 	}
 	if (LD(c->total_deadline) && (lim == 0 || LD(c->total_deadline) - LD(c->start) < lim)) {
 		lim = LD(c->total_deadline) - LD(c->start);
+		whole = 0;
+	}
+	if (unlikely(budget) && (lim == 0 || budget - LD(c->start) < lim)) {
+		lim = budget > LD(c->start) ? budget - LD(c->start) : 1; /* connect_total_timeout's share */
 		whole = 0;
 	}
 	if (lim == 0)
@@ -329,6 +336,7 @@ struct attempt {
 	const char *kp;                 /* the key: key, or the record's */
 	int fr;                         /* what the injected faults made of it: NS_FC_* */
 	int shape;                      /* NS_SHAPE_* (with max_connections only), or -1 */
+	monotime budget;                /* connect_total_timeout: the end of the name's attempt, or 0 */
 	socklen_t tolen;
 	struct sockaddr_storage to;
 	struct ns_settings set;
@@ -609,6 +617,55 @@ static inline __attribute__((always_inline)) int faults_and_publish(struct attem
 	return STEP_ON;
 }
 
+/* connect_total_timeout: one attempt of the program at a name is its
+ * connects, one to each address in turn (the loop of curl, of python's
+ * create_connection, of a resolver's list), from one thread. It begins
+ * with a connect to the name when none is under way, and goes on while
+ * each next connect goes to an address not yet tried, within its length
+ * and a second past its end (curl waits a second before the next address
+ * after some failures); a connect back to an address tried, or a blocking
+ * connect that succeeds, begins the next. Its connects share its budget
+ * (each still bounded by connect_timeout); one that comes when the budget
+ * is spent fails at once, ETIMEDOUT, counted nowhere (no address was
+ * tried). Per thread: no lock, no system call. */
+#define BUDGET_ADDRS    16u
+#define BUDGET_GRACE_NS 1000000000LL
+struct conn_budget {
+	int slot;
+	uint32_t n;
+	monotime end; /* 0: no attempt under way */
+	uint64_t tried[BUDGET_ADDRS];
+};
+static __thread struct conn_budget budget_now __attribute__((tls_model("initial-exec")));
+
+static void budget_done(void)
+{
+	budget_now.end = 0;
+}
+
+/* The attempt's end for this connect (a->budget), or -1: it is spent. */
+static __attribute__((noinline)) int budget(struct attempt *a)
+{
+	struct conn_budget *b = &budget_now;
+	uint64_t h = 0, w[2];
+	int seen = 0;
+
+	memcpy(w, a->d.addr, sizeof(w));
+	h = (w[0] * 0x9e3779b97f4a7c15ULL ^ w[1]) * 0xff51afd7ed558ccdULL ^ ((uint64_t)a->d.family << 16 | a->d.port);
+	for (uint32_t i = 0; i < b->n && i < BUDGET_ADDRS; i++)
+		seen |= b->tried[i] == h;
+	if (!b->end || b->slot != a->slot || seen ||
+	    a->now >= b->end + (int64_t)a->sp->connect_total_timeout_ms * 1000000 + BUDGET_GRACE_NS) {
+		b->slot = a->slot;
+		b->end = a->now + (int64_t)a->sp->connect_total_timeout_ms * 1000000;
+		b->n = 0;
+	}
+	if (b->n < BUDGET_ADDRS)
+		b->tried[b->n++] = h;
+	a->budget = b->end;
+	return a->now >= b->end ? -1 : 0;
+}
+
 /* The connect itself: the kernel's timeouts armed, then the call (bounded
  * by the deadlines and retried by the policy when blocking), its outcome
  * counted. Returns connect()'s result, errno set. */
@@ -633,20 +690,22 @@ static inline __attribute__((always_inline)) int make(struct attempt *a, int sav
 		monotime t = a->fr == NS_FC_NONE ? a->now : ns_now();
 
 		for (unsigned attempt = 0;; attempt++) {
-			r = connect_bounded(a->fd, c, a->sp, a->sa, a->len, ask, t);
+			r = connect_bounded(a->fd, c, a->sp, a->sa, a->len, ask, t, a->budget);
 			e = errno;
 			if (r == 0 || !ns_is_failure_errno(e))
 				break;
 			ns_conn_fail_errno(c, e);   /* each attempt is its own connection */
-			if (!retry_wait(c, a->sp, a->kp, attempt, e))
+			if ((a->budget && ns_now() >= a->budget) || !retry_wait(c, a->sp, a->kp, attempt, e))
 				return -1;
 			t = ns_now();
 			conn_begin(c, a->sp, t);
 		}
 	}
-	if (r == 0)
+	if (r == 0) {
 		ns_conn_connected_now(c);
-	else if (ns_is_failure_errno(e))
+		if (unlikely(a->budget))
+			budget_done();
+	} else if (ns_is_failure_errno(e))
 		ns_conn_fail_errno(c, e);
 	else if (e != EINPROGRESS && e != EINTR && e != EALREADY)
 		__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
@@ -777,12 +836,25 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		return REAL(connect)(fd, sa, len);
 	if (k == STEP_DONE)
 		return r;
+	a.budget = 0;
+	if (unlikely(a.sp->connect_total_timeout_ms) && a.enforce && a.slot >= 0 && budget(&a) < 0) {
+		NS_LOG(NS_LOG_INFO,
+		       "%s: connect_total_timeout (%llu ms) spent on its other addresses: ETIMEDOUT, "
+		       "nothing tried",
+		       a.kp, (unsigned long long)a.sp->connect_total_timeout_ms);
+		ns_table_uncall(&ns_breakers, a.slot);
+		ns_conn_unref(a.c); /* (not published) */
+		errno = ETIMEDOUT;
+		return -1;
+	}
 	if (unlikely(a.sp->shaping)) {
 		a.shape = -1;
 		if (a.enforce && a.slot >= 0 && shaped(&a, &r) == STEP_DONE)
 			return r;
 	}
 	record(&a);
+	if (unlikely(a.budget) && (!LD(a.c->connect_deadline) || a.budget < LD(a.c->connect_deadline)))
+		ST(a.c->connect_deadline, a.budget); /* (the waits keep a non-blocking connect's) */
 	if (unlikely(a.sp->shaping) && a.shape >= 0 && shaped_record(&a, &r) == STEP_DONE)
 		return r;
 	if (faults_and_publish(&a, &r) == STEP_DONE)

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "../policy/namemap.h"
+#include "addrs.h"
 #include "config.h"
 #include "conn.h"
 #include "fault.h"
@@ -255,6 +256,7 @@ int ns_getaddrinfo(const char *node, const char *service, const struct addrinfo 
 			else if (ai->ai_family == AF_INET6 && ai->ai_addrlen >= sizeof(struct sockaddr_in6))
 				remember(node, AF_INET6, &((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr);
 		}
+		ns_addr_reorder(node, res); /* address_choice = healthy-first */
 	}
 	errno = e;
 	return r;

@@ -152,6 +152,8 @@ static inline __attribute__((always_inline)) void count(struct ns_conn *c, int s
 
 		if (kind != NS_OUT_SUCCESS && (set->retry_budget_bp | set->retry_budget_min_mps))
 			ns_shape_note_failure(slot, now);   /* a connect soon after is a retry */
+		if (unlikely(set->address_choice) && kind != NS_OUT_SUCCESS && (was & NS_C_CONNECTING))
+			ns_addr_connect_outcome(c, 0, kind == NS_OUT_TIMEOUT ? ETIMEDOUT : err);
 		uint64_t lat = kind == NS_OUT_SUCCESS ? (uint64_t)((first ? first : now) - from) / 1000 : 0;
 
 		now_ms = (uint64_t)(now / 1000000);

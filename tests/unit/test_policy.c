@@ -407,3 +407,35 @@ Test(dest, keys_round_trip)
 	ns_dest_key(&d, key, sizeof(key));
 	cr_assert_str_eq(key, "17.0.0.17:80");
 }
+
+Test(policy, address_choice_and_connect_total_timeout_resolve_and_write_back)
+{
+	struct ns_policy p;
+	struct ns_settings s;
+	struct ns_dest d = { "multi.test", AF_INET, { 127, 0, 0, 2 }, 80 };
+	char back[32];
+
+	cr_assert_eq(
+		parse("[defaults]\nconnect_total_timeout = 3s\n[host \"multi.test\"]\naddress_choice = healthy-first\n",
+		      &p),
+		0, "%s", err);
+	cr_assert(p.has_addr_choice, "one load tells getaddrinfo whether any name asks");
+	ns_policy_resolve(&p, &d, &s, NULL);
+	cr_assert_eq(s.address_choice, NS_ADDR_HEALTHY_FIRST);
+	cr_assert_eq(s.connect_total_timeout_ms, 3000);
+	ns_setting_format(NS_K_ADDRESS_CHOICE, &s, back, sizeof(back));
+	cr_assert_str_eq(back, "healthy-first");
+	ns_setting_format(NS_K_CONNECT_TOTAL_TIMEOUT, &s, back, sizeof(back));
+	cr_assert_str_eq(back, "3s");
+	strcpy(d.name, "other.test");
+	ns_policy_resolve(&p, &d, &s, NULL);
+	cr_assert_eq(s.address_choice, NS_ADDR_AS_RESOLVED, "the default");
+	ns_policy_free(&p);
+	cr_assert_eq(parse("[defaults]\naddress_choice = as-resolved\n", &p), 0, "%s", err);
+	cr_assert(!p.has_addr_choice);
+	ns_policy_free(&p);
+	expect_error("[defaults]\naddress_choice = best\n",
+		     "t.conf:2: address_choice: bad value 'best': expected healthy-first or as-resolved\n");
+	cr_assert_gt(parse("[defaults]\nconnect_total_timeout = soon\n", &p), 0);
+	cr_assert(strstr(err, "t.conf:2: connect_total_timeout:"), "%s", err);
+}

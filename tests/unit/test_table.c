@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -931,4 +932,51 @@ Test(faulttable, simultaneous_writers_all_land)
 		ns_table_fault_clear(&racers_t, NULL);
 	}
 	pthread_barrier_destroy(&racers_go);
+}
+
+/* address_choice = healthy-first: an address's state in its own slot */
+Test(table, an_address_that_failed_goes_last_until_one_lookup_takes_its_probe)
+{
+	struct ns_table t;
+	struct ns_addr_entry e;
+	struct ns_entry d;
+	uint8_t a4[4] = { 127, 0, 0, 2 };
+	char key[NS_KEY_MAX];
+	int a;
+
+	mem_table(&t, 8);
+	cr_assert_eq(ns_addr_key("multi.test:80", AF_INET, a4, key, sizeof(key)), 23);
+	cr_assert_str_eq(key, "multi.test:80@127.0.0.2");
+	a = ns_table_find(&t, key, 1, 1000);
+	cr_assert_geq(a, 0);
+	cr_assert_eq(ns_table_read(&t, a, 1000, &d), -1, "no destination: status and the agent skip it");
+	cr_assert_eq(ns_table_addr_rank(&t, a, 1000, 5000), 0, "nothing known: in its place");
+	ns_table_addr_outcome(&t, a, 0, ECONNREFUSED, 1000, 5000);
+	ns_table_addr_outcome(&t, a, 0, ECONNREFUSED, 1100, 5000);
+	cr_assert_eq(ns_table_addr_rank(&t, a, 2000, 5000), 1);
+	cr_assert_eq(ns_table_addr_read(&t, a, 2000, &e), 0);
+	cr_assert_eq(e.state, NS_ADDR_DOWN);
+	cr_assert_eq(e.fails_in_a_row, 2);
+	cr_assert_eq(e.next_probe_ms, 4100);
+	cr_assert_eq(e.name_len, 13);
+	cr_assert_eq(e.last_error, ECONNREFUSED);
+	/* due: the first lookup takes the probe, the next ones wait for it */
+	cr_assert_eq(ns_table_addr_rank(&t, a, 6100, 5000), 0);
+	cr_assert_eq(ns_table_addr_rank(&t, a, 6101, 5000), 1);
+	cr_assert_eq(ns_table_addr_read(&t, a, 6101, &e), 0);
+	cr_assert_eq(e.state, NS_ADDR_PROBING);
+	/* the probe fails: down again for open_duration; it succeeds: healthy */
+	ns_table_addr_outcome(&t, a, 0, ETIMEDOUT, 6200, 5000);
+	cr_assert_eq(ns_table_addr_rank(&t, a, 11100, 5000), 1);
+	ns_table_addr_outcome(&t, a, 1, 0, 11300, 5000);
+	cr_assert_eq(ns_table_addr_rank(&t, a, 11301, 5000), 0);
+	cr_assert_eq(ns_table_addr_read(&t, a, 11301, &e), 0);
+	cr_assert_eq(e.state, NS_ADDR_HEALTHY);
+	cr_assert_eq(e.calls, 4);
+	cr_assert_eq(e.failures, 3);
+	cr_assert_eq(e.successes, 1);
+	ns_table_addr_outcome(&t, a, 0, ECONNREFUSED, 12000, 5000);
+	ns_table_addr_reset(&t, a);
+	cr_assert_eq(ns_table_addr_rank(&t, a, 12001, 5000), 0, "reset: its failures forgotten");
+	cr_assert_eq(ns_addr_key("x", AF_UNIX, a4, key, sizeof(key)), -1);
 }

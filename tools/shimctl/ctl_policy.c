@@ -76,7 +76,7 @@ int ctl_cmd_explain(const char *policy, const char *dest)
 		int sec = o.sec[k];
 
 		ns_setting_format(k, &s, val, sizeof(val));
-		printf("%-21s= %-10s # ", ns_key_names[k], val);
+		printf("%-22s= %-10s # ", ns_key_names[k], val);
 		if (sec < 0)
 			printf("built-in default\n");
 		else if (sec == 0)

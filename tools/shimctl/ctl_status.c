@@ -134,7 +134,103 @@ static void agent_read(const struct ns_table *t, struct agent_view *a)
 	a->node[sizeof(a->node) - 1] = '\0';
 }
 
-static void print_json(const char *name, const struct ns_table *t, struct row *rows, int n)
+/* The addresses of the names (address_choice = healthy-first), by key:
+ * each name's together, in the table's own slots. */
+struct addrs {
+	struct ns_addr_entry *a;
+	int n;
+};
+
+static int cmp_addrs(const void *x, const void *y)
+{
+	return strcmp(((const struct ns_addr_entry *)x)->key, ((const struct ns_addr_entry *)y)->key);
+}
+
+static struct addrs load_addrs(const struct ns_table *t)
+{
+	struct addrs as = { NULL, 0 };
+	size_t cap = 0;
+	uint64_t now = ctl_mono_ms();
+	struct ns_scan sc;
+
+	for (uint32_t i = ns_scan_begin(t, &sc); i < t->nslots; i = ns_scan_next(t, &sc, i + 1)) {
+		if ((size_t)as.n == cap && !(as.a = realloc(as.a, (cap = cap ? cap * 2 : 16) * sizeof(*as.a))))
+			err(1, "out of memory");
+		if (ns_table_addr_read(t, (int)i, now, &as.a[as.n]) == 0)
+			as.n++;
+	}
+	ns_scan_end(&sc);
+	if (as.n)
+		qsort(as.a, (size_t)as.n, sizeof(*as.a), cmp_addrs);
+	return as;
+}
+
+/* Is address entry a one of the name key's? */
+static int addr_of(const struct ns_addr_entry *a, const char *key)
+{
+	return strlen(key) == a->name_len && strncmp(a->key, key, a->name_len) == 0;
+}
+
+static void print_addrs_json(const struct addrs *as, const char *key)
+{
+	int k = 0;
+
+	printf(", \"addresses\": [");
+	for (int i = 0; i < as->n; i++) {
+		const struct ns_addr_entry *a = &as->a[i];
+		const char *en = ctl_errname(a->last_error);
+
+		if (!addr_of(a, key))
+			continue;
+		printf("%s{\"address\": ", k++ ? ", " : "");
+		ctl_json_string(stdout, a->key + a->name_len + 1);
+		printf(", \"state\": \"%s\", \"failures_in_a_row\": %u, \"calls\": %llu, \"successes\": %llu, "
+		       "\"failures\": %llu, \"last_error\": ",
+		       ns_addr_state_name(a->state), a->fails_in_a_row, (unsigned long long)a->calls,
+		       (unsigned long long)a->successes, (unsigned long long)a->failures);
+		if (en && a->failures)
+			printf("\"%s\"", en);
+		else
+			printf("null");
+		if (a->state == NS_ADDR_DOWN)
+			printf(", \"probe_in_ms\": %llu}", (unsigned long long)a->next_probe_ms);
+		else
+			printf(", \"probe_in_ms\": null}");
+	}
+	printf("]");
+}
+
+/* The text report's addresses: one line each, under a heading. */
+static void print_addrs_text(const struct addrs *as, const struct row *rows, int n)
+{
+	int said = 0;
+
+	for (int i = 0; i < as->n; i++) {
+		const struct ns_addr_entry *a = &as->a[i];
+		const char *en = ctl_errname(a->last_error);
+		char raw[NS_KEY_MAX], name[NS_KEY_MAX * 4], addr[NS_KEY_MAX * 4];
+		int shown = 0;
+
+		for (int r = 0; r < n && !shown; r++)
+			shown = addr_of(a, rows[r].e.key);
+		if (!shown)
+			continue;
+		if (!said++)
+			printf("addresses (address_choice = healthy-first; open ones are listed last by getaddrinfo):\n");
+		memcpy(raw, a->key, a->name_len); /* (name_len < NS_KEY_MAX: the key's own '@') */
+		raw[a->name_len] = '\0';
+		ctl_escape_text(raw, name, sizeof(name));
+		ctl_escape_text(a->key + a->name_len + 1, addr, sizeof(addr));
+		printf("  %s  %s  %s", name, addr, ns_addr_state_name(a->state));
+		if (a->fails_in_a_row)
+			printf(", %u failed in a row (%s)", a->fails_in_a_row, en ? en : "?");
+		if (a->state == NS_ADDR_DOWN)
+			printf(", probe in %.1f s", (double)a->next_probe_ms / 1000);
+		printf("; %llu connects, %llu failed\n", (unsigned long long)a->calls, (unsigned long long)a->failures);
+	}
+}
+
+static void print_json(const char *name, const struct ns_table *t, struct row *rows, int n, const struct addrs *as)
 {
 	struct agent_view a;
 	char ts[40];
@@ -253,6 +349,7 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 			       (unsigned long long)rows[i].shadow_rejected);
 		else
 			printf(", \"shadow_state\": null, \"shadow_would_reject\": null");
+		print_addrs_json(as, e->key);
 		printf("}");
 	}
 	printf("%s]}\n", n ? "\n" : "");
@@ -469,6 +566,7 @@ int ctl_cmd_status(const char *name, int json, const char *dest)
 {
 	struct ns_table t;
 	struct row *rows;
+	struct addrs as;
 	int n, only = -1;
 
 	if (ctl_open_table(name, 0, &t) < 0)
@@ -482,16 +580,20 @@ int ctl_cmd_status(const char *name, int json, const char *dest)
 	}
 	ctl_shadow_load(name);
 	rows = load_rows(&t, only, &n);
-	if (json)
-		print_json(name, &t, rows, n);
-	else
+	as = load_addrs(&t);
+	if (json) {
+		print_json(name, &t, rows, n, &as);
+	} else {
 		print_text(&t, rows, n, 0, isatty(1) ? out_width() : 0);
+		print_addrs_text(&as, rows, n);
+	}
 	for (int i = 0; !json && i < n; i++)
 		if (rows[i].shadow_state)
 			printf("shadow policy: %s %s, would have turned away %llu\n", rows[i].e.key, rows[i].shadow_state,
 			       (unsigned long long)rows[i].shadow_rejected);
 	ctl_shadow_free();
 	free(rows);
+	free(as.a);
 	ctl_close_table(&t);
 	return 0;
 }
@@ -512,6 +614,12 @@ int ctl_cmd_reset(const char *name, int all, const char *dest)
 				ctl_note_action(&t, NS_E_RESET, e.key, NULL);
 				n++;
 			}
+		for (uint32_t i = 0; i < t.nslots; i++) {
+			struct ns_addr_entry a;
+
+			if (ns_table_addr_read(&t, (int)i, ctl_mono_ms(), &a) == 0)
+				ns_table_addr_reset(&t, (int)i); /* its failures forgotten: listed in its place */
+		}
 		printf("reset %d destination%s\n", n, n == 1 ? "" : "s");
 		ctl_close_table(&t);
 		return 0;
