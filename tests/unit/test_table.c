@@ -2,6 +2,7 @@
  * exact counts from many processes, and the file checks. */
 #include <criterion/criterion.h>
 #include <sched.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <errno.h>
@@ -979,4 +980,106 @@ Test(table, an_address_that_failed_goes_last_until_one_lookup_takes_its_probe)
 	ns_table_addr_reset(&t, a);
 	cr_assert_eq(ns_table_addr_rank(&t, a, 12001, 5000), 0, "reset: its failures forgotten");
 	cr_assert_eq(ns_addr_key("x", AF_UNIX, a4, key, sizeof(key)), -1);
+}
+
+/* Limits that adapt, machine-wide (issue 38 item 5): the limit and the
+ * throttle's counts are compare-and-swap words of the slot, exact under 16
+ * processes at once, and whole after processes killed anywhere. */
+#define ADAPT_PROCS 16
+#define ADAPT_PER   100000
+
+Test(table, the_adaptive_limit_and_throttle_counts_are_exact_under_16_processes)
+{
+	struct ns_table t;
+	struct ns_settings set = adaptive_set();
+	struct ns_entry e;
+	uint32_t *go = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	int a, status;
+
+	cr_assert_neq(go, MAP_FAILED);
+	set.max_connections = set.max_connections_max = 32;
+	set.max_connections_min = 1;
+	set.adaptive_backoff_milli = 990; /* 0.99: every failure takes one connection exactly below 100 */
+	set.throttle_window_ms = 600000;  /* one window for the whole run */
+	mem_table(&t, 4);
+	a = ns_table_find(&t, "k:1", 1, 1000);
+	for (uint64_t ms = 1000; ms < 40000; ms += 1000) {
+		ns_table_limit_event(&t, a, &set, NS_ADAPT_PLACE, 31, ms);
+		ns_table_limit_event(&t, a, &set, NS_ADAPT_SUCCESS, 0, ms + 1);
+	}
+	cr_assert_eq(ns_table_limit(&t, a, &set), 32);
+	for (int p = 0; p < ADAPT_PROCS; p++) {
+		pid_t pid = fork();
+
+		cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+		if (pid == 0) {
+			/* all at once: each waits for the last to be ready */
+			__atomic_fetch_add(go, 1, __ATOMIC_ACQ_REL);
+			while (__atomic_load_n(go, __ATOMIC_ACQUIRE) < ADAPT_PROCS)
+				sched_yield();
+			for (int k = 0; k < ADAPT_PER; k++) {
+				ns_table_throttle_count(&t, a, &set, k % 4 == 0, 50000);
+				if (k == ADAPT_PER / 2)
+					ns_table_limit_event(&t, a, &set, NS_ADAPT_FAILURE, 0, 50000);
+			}
+			_exit(0);
+		}
+	}
+	for (int p = 0; p < ADAPT_PROCS; p++) {
+		cr_assert_gt(wait(&status), 0);
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	cr_assert_eq(ns_table_read(&t, a, 50000, &e), 0);
+	cr_assert_eq(e.thr_requests, ADAPT_PROCS * ADAPT_PER, "%u", e.thr_requests);
+	cr_assert_eq(e.thr_accepts, ADAPT_PROCS * ADAPT_PER / 4, "%u", e.thr_accepts);
+	cr_assert_eq(ns_table_limit(&t, a, &set), 32 - ADAPT_PROCS, "one failure each, none lost");
+	munmap(go, 4096);
+}
+
+Test(table, the_adaptive_words_stay_whole_when_processes_are_killed_anywhere)
+{
+	struct ns_table t;
+	struct ns_settings set = adaptive_set();
+	struct ns_entry e;
+	uint64_t *done = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	pid_t pid[ADAPT_PROCS];
+	uint64_t sum = 0, rng = 7;
+	int a;
+
+	cr_assert_neq(done, MAP_FAILED);
+	set.throttle_window_ms = 600000;
+	mem_table(&t, 4);
+	a = ns_table_find(&t, "k:1", 1, 1000);
+	for (int p = 0; p < ADAPT_PROCS; p++) {
+		pid[p] = fork();
+		cr_assert_geq(pid[p], 0);
+		if (pid[p] == 0) {
+			for (uint64_t k = 0;; k++) {
+				ns_table_throttle_count(&t, a, &set, 1, 50000);
+				ns_table_limit_event(&t, a, &set, k % 3 ? NS_ADAPT_SUCCESS : NS_ADAPT_FAILURE, 0,
+						     50000 + k);
+				__atomic_store_n(&done[p], k + 1, __ATOMIC_RELEASE);
+			}
+		}
+	}
+	for (int p = 0; p < ADAPT_PROCS; p++) {
+		usleep(1000 + (useconds_t)(p * 397 % 3000));
+		kill(pid[p], SIGKILL);
+		waitpid(pid[p], NULL, 0);
+	}
+	for (int p = 0; p < ADAPT_PROCS; p++)
+		sum += __atomic_load_n(&done[p], __ATOMIC_ACQUIRE);
+	cr_assert_eq(ns_table_read(&t, a, 50000, &e), 0);
+	/* each killed between its count and its record of it, at most */
+	cr_assert(e.thr_requests >= sum && e.thr_requests <= sum + ADAPT_PROCS, "%u of %llu", e.thr_requests,
+		  (unsigned long long)sum);
+	cr_assert_eq(e.thr_requests, e.thr_accepts);
+	/* nothing wedged: the next process's count and question go through */
+	ns_table_throttle_count(&t, a, &set, 1, 50000);
+	cr_assert_eq(ns_table_read(&t, a, 50000, &e), 0);
+	cr_assert(e.thr_requests >= sum + 1);
+	cr_assert_eq(ns_table_throttle(&t, a, &set, 50000, &rng), 0, "all accepted: nothing refused");
+	cr_assert(ns_table_limit(&t, a, &set) >= set.max_connections_min &&
+		  ns_table_limit(&t, a, &set) <= set.max_connections_max);
+	munmap(done, 4096);
 }
