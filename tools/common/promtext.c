@@ -72,6 +72,14 @@ static void head(FILE *f, const char *metric, const char *help, const char *type
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", metric, help, metric, type);
 }
 
+/* The adaptive limit, a decimal (it is kept in thousandths). */
+static void limit_series(FILE *f, const struct ns_entry *e)
+{
+	fprintf(f, "netshim_limit{");
+	ctl_prom_dest_labels(f, e->key);
+	fprintf(f, "} %u.%03u\n", e->limit / 1000, e->limit % 1000);
+}
+
 static void counter(FILE *f, const char *metric, const char *help, const char *type, const struct ns_entry *e,
 		    int n, size_t off, int u32)
 {
@@ -172,6 +180,11 @@ void ctl_metrics_write(FILE *f, const struct ns_table *t)
 		OFFE(inflight), 1);
 	counter(f, "netshim_throttled_total", "Connects turned away by max_connections (never failures).", "counter",
 		e, n, OFFE(throttled), 0);
+	head(f, "netshim_limit", "max_connections = auto: the cap in force now, as the destination taught it "
+	     "(connections; only destinations that have one).", "gauge");
+	for (int i = 0; i < n; i++)
+		if (e[i].limit)
+			limit_series(f, &e[i]);
 	counter(f, "netshim_paced_total", "Connects and requests that waited for a token of rate.", "counter", e, n,
 		OFFE(paced), 0);
 	head(f, "netshim_breaker_state", "1 for the destination's breaker state, 0 for the others.", "gauge");
