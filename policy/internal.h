@@ -64,5 +64,7 @@ int ns_set_value(struct perr *e, int line, int key, const char *val, struct ns_s
 const char *ns_parse_pattern_at(const char *pat, struct ns_section *sec);
 /* Do a and b name the same destinations? */
 int ns_same_pattern(const struct ns_section *a, const struct ns_section *b);
+/* A hash of what ns_same_pattern compares: equal for the same pattern. */
+uint64_t ns_pattern_hash(const struct ns_section *a);
 
 #endif
