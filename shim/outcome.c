@@ -6,6 +6,8 @@
  * to the events ring. */
 #include "outcome.h"
 
+#include "multiaddr.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -152,8 +154,11 @@ static inline __attribute__((always_inline)) void count(struct ns_conn *c, int s
 
 		if (kind != NS_OUT_SUCCESS && (set->retry_budget_bp | set->retry_budget_min_mps))
 			ns_shape_note_failure(slot, now);   /* a connect soon after is a retry */
-		if (unlikely(set->address_choice) && kind != NS_OUT_SUCCESS && (was & NS_C_CONNECTING))
-			ns_addr_connect_outcome(c, 0, kind == NS_OUT_TIMEOUT ? ETIMEDOUT : err);
+		/* healthy-first: the address's connect failed, or its connection's
+		 * first outcome (an answer, a TLS handshake) came: it is healthy */
+		if (unlikely(set->address_choice) &&
+		    (kind != NS_OUT_SUCCESS ? (was & NS_C_CONNECTING) != 0 : !(was & NS_C_REUSED)))
+			ns_addr_connect_outcome(c, kind == NS_OUT_SUCCESS, kind == NS_OUT_TIMEOUT ? ETIMEDOUT : err);
 		uint64_t lat = kind == NS_OUT_SUCCESS ? (uint64_t)((first ? first : now) - from) / 1000 : 0;
 
 		now_ms = (uint64_t)(now / 1000000);
@@ -324,8 +329,17 @@ static __attribute__((noinline, cold)) void shadow_rejected(const char *key, mon
 
 /* Ask the breaker whether a connect to key may go out: 0, or -1 when it is
  * open. *slot: the key's slot (hint, a slot remembered for it, or the one found), or -1
- * when uncounted. */
+ * when uncounted (NS_SLOT_FULL: the table is full, which the destination
+ * cache remembers as its hint). */
 static int tbl_full_said;
+static uint64_t full_retry_ms; /* atomic: CLOCK_MONOTONIC ms when a destination the full table turned away asks again */
+
+/* A destination the full table turned away: 1 while it is not yet time to
+ * ask the table again (per process, once a second for all of them). */
+static int full_again(monotime now)
+{
+	return (uint64_t)(now / 1000000) < __atomic_load_n(&full_retry_ms, __ATOMIC_RELAXED);
+}
 
 int ns_breaker_admit(const char *key, int hint, int *slotp, const struct ns_settings *set,
 			 int enforce, monotime now)
@@ -336,6 +350,13 @@ int ns_breaker_admit(const char *key, int hint, int *slotp, const struct ns_sett
 	*slotp = -1;
 	if (!ns_tbl_on())
 		return 0;
+	if (hint == NS_SLOT_FULL && full_again(now)) {
+		/* turned away by a full table before: uncounted, asked again
+		 * once a second (a miss in a full table reads every slot) */
+		__atomic_fetch_add(&ns_breakers.hdr->full_count, 1, __ATOMIC_RELAXED);
+		*slotp = NS_SLOT_FULL;
+		return 0;
+	}
 	/* a slot keeps its key for the table's life: a remembered one is used as it is */
 	slot = hint >= 0 ? hint : ns_table_find(&ns_breakers, key, 1, (uint64_t)(now / 1000000));
 	if (unlikely(ns_table_broken(&ns_breakers))) {
@@ -347,8 +368,13 @@ int ns_breaker_admit(const char *key, int hint, int *slotp, const struct ns_sett
 		NS_LOG(NS_LOG_WARN, "breaker table full; %s and other new destinations pass through uncounted", key);
 		ns_emit(NS_E_TABLE_FULL, -1, key, NULL, 0, "new destinations pass through uncounted", 0);
 	}
-	if (slot < 0)
+	if (slot < 0) {
+		if (slot == NS_SLOT_FULL) {
+			*slotp = NS_SLOT_FULL; /* (remembered: the next connect asks full_again) */
+			__atomic_store_n(&full_retry_ms, (uint64_t)(now / 1000000) + 1000, __ATOMIC_RELAXED);
+		}
 		return 0;
+	}
 	*slotp = slot;
 	if (ns_table_attempt(&ns_breakers, slot, enforce, (uint64_t)(now / 1000000), set, &st) == NS_REJECT) {
 		NS_LOG(NS_LOG_DEBUG, "%s: breaker open, connect refused", key);

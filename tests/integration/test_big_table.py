@@ -59,3 +59,36 @@ def test_the_agents_pass_costs_what_the_used_slots_cost(tmp_path, redis):
     finally:
         node.stop_agent()
         node.shim.cleanup()
+
+
+FULL_CONNECTS = """
+import json, socket, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+ok = 0
+for _ in range(n):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    ok += 1
+    s.close()
+print(json.dumps({"ok": ok}))
+"""
+
+
+@pytest.mark.shim
+def test_a_full_table_passes_new_destinations_through_counted_and_says_so_once(shim, server, tmp_path):
+    """Issue 39 item 5: once every slot is used, a connect to a destination
+    without one passes through uncounted, every time (turned_away counts
+    each), and the process says so once; what it costs is make bench's
+    (a connect the table turned away before no longer reads every slot)."""
+    from conftest import py_script
+    srv = server("http")
+    # 4 slots, used by 4 other destinations (their connects refused: ports nobody listens on)
+    r = shim.run(["python3", "-c", "import socket\nfor p in (9, 11, 13, 17):\n s = socket.socket()\n"
+                  " try: s.connect(('127.0.0.1', p))\n except OSError: pass"], env={"NETSHIM_TABLE_SLOTS": "4"})
+    doc = json.loads(shim.ctl("status", "--json").stdout)
+    assert (doc["capacity"], doc["used"], doc["turned_away"]) == (4, 4, 0), (doc, r.err)
+    r = shim.run(py_script(tmp_path, FULL_CONNECTS) + [srv.port, 50], env={"NETSHIM_LOG": "warn"})
+    assert r.last_json() == {"ok": 50}, r.err
+    assert r.err.count("breaker table full") == 1, r.err
+    doc = json.loads(shim.ctl("status", "--json").stdout)
+    assert doc["turned_away"] == 50 and doc["used"] == 4, doc
+    assert srv.dest not in {e["destination"] for e in doc["entries"]}
