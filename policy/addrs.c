@@ -127,3 +127,13 @@ const char *ns_addr_state_name(int state)
 {
 	return state == NS_ADDR_HEALTHY ? "healthy" : state == NS_ADDR_PROBING ? "half-open" : "open";
 }
+
+uint64_t ns_table_connected(const struct ns_table *t, int idx)
+{
+	const struct ns_slot *s = slot_at(t, idx);
+	uint64_t n = 0;
+
+	for (uint32_t b = 0; s && b < NS_HIST_BUCKETS; b++)
+		n += LOAD(&s->connect_hist.count[b]);
+	return n;
+}

@@ -168,6 +168,31 @@ const char *ns_parse_pattern_at(const char *pat, struct ns_section *sec)
 	return NULL;
 }
 
+uint64_t ns_pattern_hash(const struct ns_section *a)
+{
+	uint64_t h = 1469598103934665603ULL ^ ((uint64_t)(uint32_t)a->kind << 32 | (uint32_t)a->port);
+	const unsigned char *b;
+	size_t n;
+
+	/* what ns_same_pattern compares, and nothing else */
+	if (a->kind == NS_MATCH_NAME || a->kind == NS_MATCH_WILDCARD) {
+		b = (const unsigned char *)a->name;
+		n = strlen(a->name);
+	} else if (a->kind == NS_MATCH_DEFAULTS) {
+		n = 0;
+		b = NULL;
+	} else {
+		h ^= (uint64_t)(uint32_t)a->family << 8 ^ (uint64_t)(uint32_t)a->prefix << 16;
+		b = a->addr;
+		n = sizeof(a->addr);
+	}
+	for (size_t i = 0; i < n; i++) {
+		h ^= b[i];
+		h *= 1099511628211ULL;
+	}
+	return h * 0x9e3779b97f4a7c15ULL;
+}
+
 int ns_same_pattern(const struct ns_section *a, const struct ns_section *b)
 {
 	if (a->kind != b->kind || a->port != b->port)
@@ -348,9 +373,12 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 	out->adaptive = out->max_connections == NS_MAXCONN_AUTO;
 	if (out->adaptive)
 		out->max_connections = out->max_connections_max;
-	/* one test on the connect path says whether any shaping applies */
+	/* one test on the connect path says whether any shaping applies (or
+	 * the keys of a name's addresses: their steps are taken there too) */
 	out->shaping = out->max_connections || out->rate_mph || out->retry_budget_bp || out->retry_budget_min_mps ||
-		out->throttle;
+		out->throttle || out->address_choice || out->connect_total_timeout_ms;
+	out->shaping_first = out->retry_budget_bp || out->retry_budget_min_mps || out->throttle ||
+		out->connect_total_timeout_ms;
 }
 
 

@@ -72,8 +72,9 @@ struct ns_settings {
 	uint32_t pad_addr;
 	/* not keys (ns_policy_resolve): */
 	uint64_t rate_interval_us;  /* rate's interval between tokens, microseconds; 0 = no rate */
-	uint32_t shaping;           /* max_connections, rate or retry_budget is set */
-	uint32_t pad_shaping;
+	uint32_t shaping;           /* max_connections, rate, retry_budget, throttle, address_choice or
+				     * connect_total_timeout is set: the connect's slow steps */
+	uint32_t shaping_first;     /* retry_budget, throttle or connect_total_timeout: steps before the place */
 	uint64_t fault_seed;        /* [defaults] only: repeatable fault choices; 0 = none */
 	struct ns_faults fault;     /* faults to inject; n = 0: none. Last: see ns_policy_resolve */
 };

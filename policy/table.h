@@ -358,6 +358,8 @@ void ns_table_force_open(struct ns_table *t, int idx, uint64_t now_ms, uint64_t 
 /* Copy slot idx for display; returns 0, or -1 if the slot is not ready. */
 int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_entry *e);
 
+/* Connects to slot idx that succeeded so far (its connect times counted). */
+uint64_t ns_table_connected(const struct ns_table *t, int idx);
 /* Latency: add one sample (microseconds) to a slot's histogram. */
 void ns_table_latency(struct ns_table *t, int idx, int first_byte, uint64_t us);
 extern const uint64_t ns_hist_bounds_us[NS_HIST_BUCKETS];   /* the last is UINT64_MAX */

@@ -4,7 +4,7 @@
  * A connect is governed when it goes to an AF_INET/AF_INET6 stream socket
  * and the policy does not bypass its destination. The destination's
  * settings and its slot in the breaker table are remembered per process
- * (destcache.c) and the last one per thread (the memo below), so the
+ * (destcache.c) and the last one per thread (its memo, destcache.h), so the
  * common connect, and the fail-fast one above all, resolves nothing. */
 #include "connect.h"
 
@@ -18,6 +18,7 @@
 #include "fault.h"
 #include "history.h"
 #include "shadow.h"
+#include "multiaddr.h"
 #include "names.h"
 #include "outcome.h"
 #include "refuse.h"
@@ -57,9 +58,9 @@ static uintptr_t classify(int fd, int family)
 	return NS_TAG | NS_TAG_STREAM | NS_TAG_TIMEO | ((fl >= 0 && (fl & O_NONBLOCK)) ? NS_TAG_NONBLOCK : 0);
 }
 
-/* A blocking connect bounded by the connect deadline, the total budget and
- * the program's own SO_SNDTIMEO, which the kernel applies to connect (and
- * budget, connect_total_timeout's end for this attempt, or 0): the
+/* A blocking connect bounded by the connect deadline, the total budget,
+ * connect_total_timeout's end for this attempt (budget_share) and the
+ * program's own SO_SNDTIMEO, which the kernel applies to connect: the
  * shim's limit goes into SO_SNDTIMEO for the call (two setsockopt calls
  * around one connect, where a non-blocking connect and a poll loop took
  * five system calls), and the kernel's EINPROGRESS at its end becomes
@@ -69,7 +70,7 @@ static uintptr_t classify(int fd, int family)
 static inline __attribute__((always_inline)) int connect_bounded(int fd, struct ns_conn *c,
 								 const struct ns_settings *set,
 								 const struct sockaddr *sa, socklen_t len, int ask,
-								 monotime now, monotime budget)
+								 monotime now)
 {
 	int64_t prog = ask ? ns_prog_timeout(fd, SO_SNDTIMEO) : 0, lim = 0, before, left;
 	struct timeval tv;
@@ -83,9 +84,11 @@ static inline __attribute__((always_inline)) int connect_bounded(int fd, struct 
 		lim = LD(c->total_deadline) - LD(c->start);
 		whole = 0;
 	}
-	if (unlikely(budget) && (lim == 0 || budget - LD(c->start) < lim)) {
-		lim = budget > LD(c->start) ? budget - LD(c->start) : 1; /* connect_total_timeout's share */
-		whole = 0;
+	if (unlikely(set->connect_total_timeout_ms)) {
+		int64_t share = ns_budget_share(c, lim);
+
+		whole &= share == lim;
+		lim = share;
 	}
 	if (lim == 0)
 		return REAL(connect)(fd, sa, len);
@@ -241,67 +244,6 @@ static int delay_blocking(struct ns_conn *c)
 	return 0;
 }
 
-/* This thread's last destination found in the destination cache. The
- * same address, port and policy, with no name remembered by the process
- * since and within a second (the name map's own answer may expire), is
- * the same destination and the same entry: a scraper's repeated connect,
- * and the fail-fast one above all, skips the name lookup and the cache's
- * hash. The entry itself is still checked unchanged when it is copied;
- * the slot and mode hold whatever became of it (a slot keeps its key; the
- * mode is the policy's). */
-struct conn_memo {
-	uint32_t seq;           /* odd while written: a signal handler's connect in the middle sees it */
-	const void *pol;
-	uint64_t gen;
-	monotime until;
-	uint64_t a[2];
-	uint32_t fp;            /* family << 16 | port */
-	struct ns_dcref ref;
-};
-static __thread struct conn_memo memo __attribute__((tls_model("initial-exec")));
-
-/* 1 with *ref when d is the memo's destination (d's name not looked up). */
-static inline int memo_find(const void *pol, const struct ns_dest *d, monotime now, struct ns_dcref *ref)
-{
-	uint32_t s = memo.seq;
-	uint64_t a[2];
-
-	/* connect is async-signal-safe: a handler's connect may run between
-	 * any two of these reads, so the memo is read as a seqlock against
-	 * the same thread (signal fences, no hardware ordering needed) */
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	memcpy(a, d->addr, 16);
-	if ((s & 1) || memo.pol != pol || now >= memo.until || memo.a[0] != a[0] || memo.a[1] != a[1] ||
-	    memo.fp != ((uint32_t)d->family << 16 | d->port) ||
-	    memo.gen != __atomic_load_n(&ns_names_gen, __ATOMIC_ACQUIRE))
-		return 0;
-	*ref = memo.ref;
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	return memo.seq == s;
-}
-
-/* gen: ns_names_gen read before d's name was looked up, so a name
- * remembered meanwhile makes the memo miss, never hold the older answer */
-static inline void memo_put(const void *pol, const struct ns_dest *d, uint64_t gen, monotime now,
-			    const struct ns_dcref *ref)
-{
-	uint32_t s = memo.seq;
-
-	if (s & 1)
-		return;   /* a handler's connect inside our own write: leave it to us */
-	memo.seq = s + 1;
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	memo.gen = gen;
-	memo.pol = pol;
-	memo.until = now + 1000000000;
-	memcpy(memo.a, d->addr, 16);
-	memo.fp = (uint32_t)d->family << 16 | d->port;
-	memo.ref = *ref;
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	memo.seq = s + 2;
-}
-
-
 /* d found by the per-thread memo (*unnamed set) has no name looked up yet:
  * look it up now, once, for the code that needs it in d */
 static inline void name_needed(struct ns_dest *d, int *unnamed, monotime now)
@@ -336,7 +278,6 @@ struct attempt {
 	const char *kp;                 /* the key: key, or the record's */
 	int fr;                         /* what the injected faults made of it: NS_FC_* */
 	int shape;                      /* NS_SHAPE_* (with max_connections only), or -1 */
-	monotime budget;                /* connect_total_timeout: the end of the name's attempt, or 0 */
 	socklen_t tolen;
 	struct sockaddr_storage to;
 	struct ns_settings set;
@@ -416,14 +357,14 @@ static inline __attribute__((always_inline)) int remembered(struct attempt *a, i
 {
 	int found = 0;
 
-	a->named = memo_find(a->pol, &a->d, a->now, &a->ref);
+	a->named = ns_memo_find(a->pol, &a->d, a->now, &a->ref);
 	if (!a->named) {
 		uint64_t gen = __atomic_load_n(&ns_names_gen, __ATOMIC_ACQUIRE);
 
 		ns_names_lookup(a->d.family, a->d.addr, a->d.name, sizeof(a->d.name), a->now);
 		found = ns_destcache_find(a->pol, &a->d, &a->ref) == 0;
 		if (found)
-			memo_put(a->pol, &a->d, gen, a->now, &a->ref);
+			ns_memo_put(a->pol, &a->d, gen, a->now, &a->ref);
 	}
 	a->klen = -1;
 	if (!a->named && !found) {
@@ -617,55 +558,6 @@ static inline __attribute__((always_inline)) int faults_and_publish(struct attem
 	return STEP_ON;
 }
 
-/* connect_total_timeout: one attempt of the program at a name is its
- * connects, one to each address in turn (the loop of curl, of python's
- * create_connection, of a resolver's list), from one thread. It begins
- * with a connect to the name when none is under way, and goes on while
- * each next connect goes to an address not yet tried, within its length
- * and a second past its end (curl waits a second before the next address
- * after some failures); a connect back to an address tried, or a blocking
- * connect that succeeds, begins the next. Its connects share its budget
- * (each still bounded by connect_timeout); one that comes when the budget
- * is spent fails at once, ETIMEDOUT, counted nowhere (no address was
- * tried). Per thread: no lock, no system call. */
-#define BUDGET_ADDRS    16u
-#define BUDGET_GRACE_NS 1000000000LL
-struct conn_budget {
-	int slot;
-	uint32_t n;
-	monotime end; /* 0: no attempt under way */
-	uint64_t tried[BUDGET_ADDRS];
-};
-static __thread struct conn_budget budget_now __attribute__((tls_model("initial-exec")));
-
-static void budget_done(void)
-{
-	budget_now.end = 0;
-}
-
-/* The attempt's end for this connect (a->budget), or -1: it is spent. */
-static __attribute__((noinline)) int budget(struct attempt *a)
-{
-	struct conn_budget *b = &budget_now;
-	uint64_t h = 0, w[2];
-	int seen = 0;
-
-	memcpy(w, a->d.addr, sizeof(w));
-	h = (w[0] * 0x9e3779b97f4a7c15ULL ^ w[1]) * 0xff51afd7ed558ccdULL ^ ((uint64_t)a->d.family << 16 | a->d.port);
-	for (uint32_t i = 0; i < b->n && i < BUDGET_ADDRS; i++)
-		seen |= b->tried[i] == h;
-	if (!b->end || b->slot != a->slot || seen ||
-	    a->now >= b->end + (int64_t)a->sp->connect_total_timeout_ms * 1000000 + BUDGET_GRACE_NS) {
-		b->slot = a->slot;
-		b->end = a->now + (int64_t)a->sp->connect_total_timeout_ms * 1000000;
-		b->n = 0;
-	}
-	if (b->n < BUDGET_ADDRS)
-		b->tried[b->n++] = h;
-	a->budget = b->end;
-	return a->now >= b->end ? -1 : 0;
-}
-
 /* The connect itself: the kernel's timeouts armed, then the call (bounded
  * by the deadlines and retried by the policy when blocking), its outcome
  * counted. Returns connect()'s result, errno set. */
@@ -690,27 +582,54 @@ static inline __attribute__((always_inline)) int make(struct attempt *a, int sav
 		monotime t = a->fr == NS_FC_NONE ? a->now : ns_now();
 
 		for (unsigned attempt = 0;; attempt++) {
-			r = connect_bounded(a->fd, c, a->sp, a->sa, a->len, ask, t, a->budget);
+			r = connect_bounded(a->fd, c, a->sp, a->sa, a->len, ask, t);
 			e = errno;
 			if (r == 0 || !ns_is_failure_errno(e))
 				break;
 			ns_conn_fail_errno(c, e);   /* each attempt is its own connection */
-			if ((a->budget && ns_now() >= a->budget) || !retry_wait(c, a->sp, a->kp, attempt, e))
+			if ((unlikely(a->sp->connect_total_timeout_ms) && ns_budget_spent()) ||
+			    !retry_wait(c, a->sp, a->kp, attempt, e))
 				return -1;
 			t = ns_now();
 			conn_begin(c, a->sp, t);
 		}
 	}
-	if (r == 0) {
+	if (r == 0)
 		ns_conn_connected_now(c);
-		if (unlikely(a->budget))
-			budget_done();
-	} else if (ns_is_failure_errno(e))
+	else if (ns_is_failure_errno(e))
 		ns_conn_fail_errno(c, e);
 	else if (e != EINPROGRESS && e != EINTR && e != EALREADY)
 		__atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
 	errno = r == 0 ? saved : e;
 	return r;
+}
+
+/* The steps that may refuse a connect before its place: connect_total_timeout
+ * spent on the name's other addresses (ETIMEDOUT), a retry beyond
+ * retry_budget, a connect the adaptive throttle turns away. */
+static __attribute__((noinline)) int refused_first(struct attempt *a, int *r)
+{
+	if (a->sp->connect_total_timeout_ms &&
+	    ns_budget_enter(a->slot, &a->d, a->sp->connect_total_timeout_ms, a->now) < 0) {
+		NS_LOG(NS_LOG_INFO,
+		       "%s: connect_total_timeout (%llu ms) spent on its other addresses: ETIMEDOUT, nothing tried",
+		       a->kp, (unsigned long long)a->sp->connect_total_timeout_ms);
+		ns_table_uncall(&ns_breakers, a->slot);
+		ns_conn_unref(a->c); /* (not published) */
+		errno = ETIMEDOUT;
+		*r = -1;
+		return STEP_DONE;
+	}
+	if (((a->sp->retry_budget_bp | a->sp->retry_budget_min_mps) && ns_shape_retry(a->slot, a->sp, a->now) < 0) ||
+	    (a->sp->throttle && ns_shape_throttle(a->slot, a->kp, a->sp, a->now))) {
+		NS_LOG(NS_LOG_DEBUG, "%s: %s, refused", a->kp,
+		       a->sp->throttle ? "throttled here (throttle = adaptive), or a retry beyond retry_budget"
+				       : "a retry beyond retry_budget");
+		ns_conn_unref(a->c); /* (not published) */
+		*r = ns_refuse_open(a->fd, a->v, a->sa->sa_family);
+		return STEP_DONE;
+	}
+	return STEP_ON;
 }
 
 /* Shaping (shape.c): a retry beyond retry_budget, or a connect the
@@ -722,15 +641,9 @@ static inline __attribute__((always_inline)) int make(struct attempt *a, int sav
  * open breaker refuses, counted apart, never a failure. */
 static __attribute__((noinline)) int shaped(struct attempt *a, int *r)
 {
-	if (((a->sp->retry_budget_bp | a->sp->retry_budget_min_mps) && ns_shape_retry(a->slot, a->sp, a->now) < 0) ||
-	    (a->sp->throttle && ns_shape_throttle(a->slot, a->kp, a->sp, a->now))) {
-		NS_LOG(NS_LOG_DEBUG, "%s: %s, refused", a->kp,
-		       a->sp->throttle ? "throttled here (throttle = adaptive), or a retry beyond retry_budget"
-				       : "a retry beyond retry_budget");
-		ns_conn_unref(a->c);   /* (not published) */
-		*r = ns_refuse_open(a->fd, a->v, a->sa->sa_family);
+	/* connect_total_timeout, retry_budget, throttle: one test for them all */
+	if (unlikely(a->sp->shaping_first) && refused_first(a, r) == STEP_DONE)
 		return STEP_DONE;
-	}
 	if (!a->sp->max_connections && !a->sp->rate_interval_us)
 		return STEP_ON;   /* (a->shape stays -1: no place, no token) */
 	a->shape = ns_shape_connect_fast(a->c, a->sp, a->slot, a->now);
@@ -776,6 +689,18 @@ static inline __attribute__((always_inline)) int shaped_record(struct attempt *a
 		return shaped_queued(a, r);
 	ST(a->c->flags, LD(a->c->flags) | NS_C_PLACE | (a->sp->rate_interval_us && LD(a->c->tok_tat) ? NS_C_TOKEN : 0));
 	return STEP_ON;
+}
+
+/* The record filled in, under the shaping keys or a name's: its place, and
+ * connect_total_timeout's end as its connect deadline when that comes
+ * first (the waits keep a non-blocking connect's; connect_bounded a
+ * blocking one's). */
+
+static inline __attribute__((always_inline)) int after_record(struct attempt *a, int *r)
+{
+	if (unlikely(a->sp->connect_total_timeout_ms))
+		ns_budget_deadline(a->c);
+	return a->shape >= 0 ? shaped_record(a, r) : STEP_ON;
 }
 
 /* What is not governed passes through: no address, a descriptor past the
@@ -836,26 +761,13 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		return REAL(connect)(fd, sa, len);
 	if (k == STEP_DONE)
 		return r;
-	a.budget = 0;
-	if (unlikely(a.sp->connect_total_timeout_ms) && a.enforce && a.slot >= 0 && budget(&a) < 0) {
-		NS_LOG(NS_LOG_INFO,
-		       "%s: connect_total_timeout (%llu ms) spent on its other addresses: ETIMEDOUT, "
-		       "nothing tried",
-		       a.kp, (unsigned long long)a.sp->connect_total_timeout_ms);
-		ns_table_uncall(&ns_breakers, a.slot);
-		ns_conn_unref(a.c); /* (not published) */
-		errno = ETIMEDOUT;
-		return -1;
-	}
-	if (unlikely(a.sp->shaping)) {
+	if (unlikely(a.sp->shaping)) { /* (or the keys of a name's addresses) */
 		a.shape = -1;
 		if (a.enforce && a.slot >= 0 && shaped(&a, &r) == STEP_DONE)
 			return r;
 	}
 	record(&a);
-	if (unlikely(a.budget) && (!LD(a.c->connect_deadline) || a.budget < LD(a.c->connect_deadline)))
-		ST(a.c->connect_deadline, a.budget); /* (the waits keep a non-blocking connect's) */
-	if (unlikely(a.sp->shaping) && a.shape >= 0 && shaped_record(&a, &r) == STEP_DONE)
+	if (unlikely(a.sp->shaping) && after_record(&a, &r) == STEP_DONE)
 		return r;
 	if (faults_and_publish(&a, &r) == STEP_DONE)
 		return r;

@@ -28,6 +28,8 @@
 
 #define DC_SIZE 128   /* entries, a power of two: ~40 KiB, touched as used */
 
+__thread struct ns_conn_memo ns_memo __attribute__((tls_model("initial-exec")));
+
 struct dc_entry {
 	uint32_t seq;           /* atomic: odd while written */
 	uint32_t klen;          /* key length; 0 = empty */

@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "../policy/namemap.h"
-#include "addrs.h"
+#include "multiaddr.h"
 #include "config.h"
 #include "conn.h"
 #include "fault.h"

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "config.h"
-#include "addrs.h"
 #include "conn.h"
 
 /* Is e an errno that fails a connection (refused, reset, timed out,
@@ -74,11 +73,8 @@ static inline __attribute__((always_inline)) void ns_conn_connected_now(struct n
 {
 	uint32_t old = __atomic_fetch_and(&c->flags, ~NS_C_CONNECTING, __ATOMIC_RELAXED);
 
-	if ((old & NS_C_CONNECTING) && LD(c->slot) >= 0 && ns_breakers_ok) {
+	if ((old & NS_C_CONNECTING) && LD(c->slot) >= 0 && ns_breakers_ok)
 		ns_table_latency(&ns_breakers, LD(c->slot), 0, (uint64_t)(ns_now() - LD(c->start)) / 1000);
-		if (unlikely(ns_conn_set(c)->address_choice))
-			ns_addr_connect_outcome(c, 1, 0);
-	}
 }
 
 /* ...out of line, for the paths that are not a connect's own */

@@ -363,7 +363,7 @@ static void sleep_until(monotime due)
  * (ns_table_rate_step) */
 static __attribute__((noinline)) uint64_t step_shaped(const struct ns_settings *set, int slot, monotime now)
 {
-	static __thread uint64_t rng;
+	static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
 
 	rng ^= (uint64_t)now; /* (a forked child draws its own) */
 	return ns_table_rate_step(&ns_breakers, slot, set, (uint64_t)(now / 1000000), ns_rng_next(&rng));
@@ -733,7 +733,7 @@ void ns_shape_note_failure(int slot, monotime now)
 
 int ns_shape_throttle(int slot, const char *key, const struct ns_settings *set, monotime now)
 {
-	static __thread uint64_t rng;
+	static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
 	uint64_t now_ms = (uint64_t)(now / 1000000);
 
 	if (!ns_tbl_on())

@@ -1054,7 +1054,10 @@ Test(table, the_adaptive_words_stay_whole_when_processes_are_killed_anywhere)
 		pid[p] = fork();
 		cr_assert_geq(pid[p], 0);
 		if (pid[p] == 0) {
+			/* (at most 600,000 each: the window's 24-bit counts hold all 16) */
 			for (uint64_t k = 0;; k++) {
+				if (k >= 600000)
+					pause();
 				ns_table_throttle_count(&t, a, &set, 1, 50000);
 				ns_table_limit_event(&t, a, &set, k % 3 ? NS_ADAPT_SUCCESS : NS_ADAPT_FAILURE, 0,
 						     50000 + k);
@@ -1063,7 +1066,7 @@ Test(table, the_adaptive_words_stay_whole_when_processes_are_killed_anywhere)
 		}
 	}
 	for (int p = 0; p < ADAPT_PROCS; p++) {
-		usleep(1000 + (useconds_t)(p * 397 % 3000));
+		usleep(200 + (useconds_t)(p * 397 % 800));
 		kill(pid[p], SIGKILL);
 		waitpid(pid[p], NULL, 0);
 	}
@@ -1082,4 +1085,38 @@ Test(table, the_adaptive_words_stay_whole_when_processes_are_killed_anywhere)
 	cr_assert(ns_table_limit(&t, a, &set) >= set.max_connections_min &&
 		  ns_table_limit(&t, a, &set) <= set.max_connections_max);
 	munmap(done, 4096);
+}
+
+/* max_connections = auto counts the places held over its span (four words
+ * a step): every span, every pattern of places held */
+Test(table, a_place_under_a_limit_counts_every_place_held_over_its_span)
+{
+	struct ns_table t;
+	uint32_t held;
+	int a;
+
+	mem_table(&t, 2);
+	a = ns_table_find(&t, "k:1", 1, 1000);
+	for (uint32_t span = 1; span <= NS_PLACES; span++)
+		for (uint32_t pattern = 0; pattern < 64; pattern++) {
+			struct ns_slot *s = &t.slots[a];
+			uint32_t want = 0;
+			int first = -1, p;
+
+			/* a pattern spread over the span: place i held when its bit (i mod 6) is */
+			for (uint32_t i = 0; i < NS_PLACES; i++) {
+				s->place[i] = (pattern >> (i % 6) & 1) ? 7u << NS_PLACE_TAG_BITS : 0;
+				if (i < span && s->place[i])
+					want++;
+				else if (i < span && first < 0)
+					first = (int)i;
+			}
+			p = ns_table_place_take_under(&t, a, NS_PLACES, span, 9u << NS_PLACE_TAG_BITS, &held);
+			cr_assert_eq(held, want, "span %u pattern %u", span, pattern);
+			cr_assert_eq(p, first, "span %u pattern %u: the first free place", span, pattern);
+			if (want)
+				cr_assert_eq(
+					ns_table_place_take_under(&t, a, want, span, 9u << NS_PLACE_TAG_BITS, &held),
+					-1, "a limit of what is held: none");
+		}
 }

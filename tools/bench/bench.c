@@ -6,7 +6,7 @@
  *   bench rttrw N        the same round trip with write/read
  *   bench calls KIND N   N calls of one kind on a connected loopback socket
  *                        (send recv write read connect connect-client
- *                        connect-client-name socket) or a pipe
+ *                        connect-client-name socket resolve) or a pipe
  *                        (pipe-read pipe-write), for callgrind
  *   bench http ADDR PORT N
  *                        N sequential HTTP/1.0 requests, a new connection
@@ -245,6 +245,18 @@ static int calls(const char *kind, long n)
 			for (long i = 0; i < n; i++)
 				if (write(p[1], &b, 1) != 1)
 					return 1;
+		}
+		return 0;
+	}
+	if (strcmp(kind, "resolve") == 0) {
+		/* getaddrinfo of a name with a service, as curl and python ask,
+		 * and its answer freed: what address_choice costs a lookup */
+		struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *res;
+
+		for (long i = 0; i < n; i++) {
+			if (getaddrinfo("localhost", "80", &hints, &res) != 0)
+				return 1;
+			freeaddrinfo(res);
 		}
 		return 0;
 	}

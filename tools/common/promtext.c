@@ -180,8 +180,10 @@ void ctl_metrics_write(FILE *f, const struct ns_table *t)
 		OFFE(inflight), 1);
 	counter(f, "netshim_throttled_total", "Connects turned away by max_connections (never failures).", "counter",
 		e, n, OFFE(throttled), 0);
-	head(f, "netshim_limit", "max_connections = auto: the cap in force now, as the destination taught it "
-	     "(connections; only destinations that have one).", "gauge");
+	head(f, "netshim_limit",
+	     "max_connections = auto: the cap in force now, as the destination taught it "
+	     "(connections; only destinations that have one).",
+	     "gauge");
 	for (int i = 0; i < n; i++)
 		if (e[i].limit)
 			limit_series(f, &e[i]);

@@ -1,13 +1,15 @@
-/* addrs.c -- address_choice = healthy-first: a connect's outcome noted
- * for its address (the table's side is policy/addrs.c), and getaddrinfo's
- * answer for a governed name reordered by it, healthy addresses first.
+/* multiaddr.c -- a name with several addresses. address_choice =
+ * healthy-first: a connect's outcome noted for its address (the table's
+ * side is policy/addrs.c), and getaddrinfo's answer for a governed name
+ * reordered by it, healthy addresses first. connect_total_timeout: one
+ * budget for a program's loop over the addresses (below).
  *
  * Nothing is ever dropped from an answer: a program that tries each
  * address in turn still reaches one whatever the table says. The reorder
  * moves whole list nodes (glibc frees them one by one), so freeaddrinfo is
  * unchanged; the canonical name stays on the first node, where programs
  * read it. */
-#include "addrs.h"
+#include "multiaddr.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -158,4 +160,80 @@ void ns_addr_reorder(const char *node, struct addrinfo **res)
 	*tail = rest;
 	(*res)->ai_canonname = canon;
 	NS_LOG(NS_LOG_DEBUG, "%s: %u of %u answers listed last (address_choice = healthy-first)", name_key, moved, n);
+}
+
+/**** connect_total_timeout ****/
+
+/* One attempt of the program at a name is its connects, one to each
+ * address in turn (the loop of curl, of python's create_connection, of a
+ * resolver's list), from one thread. It begins with a connect to the name
+ * when none is under way, and goes on while each next connect goes to an
+ * address not yet tried, within its length and a second past its end (curl
+ * waits a second before the next address after some failures); a connect
+ * back to an address tried, or one after a connect to the name succeeded
+ * (its slot counts them), begins the next. Its connects share its budget
+ * (each still bounded by connect_timeout); one that comes when the budget
+ * is spent fails at once, ETIMEDOUT, counted nowhere (no address was
+ * tried). Per thread: no lock, no system call. */
+#define BUDGET_ADDRS    16u
+#define BUDGET_GRACE_NS 1000000000LL
+struct conn_budget {
+	int slot;
+	uint32_t n;
+	monotime end; /* 0: no attempt under way */
+	uint64_t ok;  /* the name's connects that succeeded (its slot's count) at the last one */
+	uint64_t tried[BUDGET_ADDRS];
+};
+static __thread struct conn_budget budget_now __attribute__((tls_model("initial-exec")));
+
+int ns_budget_enter(int slot, const struct ns_dest *d, uint64_t total_ms, monotime now)
+{
+	struct conn_budget *b = &budget_now;
+	uint64_t h, w[2], ok = ns_table_connected(&ns_breakers, slot);
+	int seen = 0;
+
+	memcpy(w, d->addr, sizeof(w));
+	h = (w[0] * 0x9e3779b97f4a7c15ULL ^ w[1]) * 0xff51afd7ed558ccdULL ^ ((uint64_t)d->family << 16 | d->port);
+	for (uint32_t i = 0; i < b->n && i < BUDGET_ADDRS; i++)
+		seen |= b->tried[i] == h;
+	if (!b->end || b->slot != slot || seen || ok != b->ok ||
+	    now >= b->end + (int64_t)total_ms * 1000000 + BUDGET_GRACE_NS) {
+		b->slot = slot;
+		b->end = now + (int64_t)total_ms * 1000000;
+		b->n = 0;
+	}
+	if (b->n < BUDGET_ADDRS)
+		b->tried[b->n++] = h;
+	b->ok = ok;
+	return now >= b->end ? -1 : 0;
+}
+
+/* connect_bounded's limit lim within this thread's attempt at the name
+ * (connect_total_timeout): lim, or the attempt's share when that is less. */
+int64_t ns_budget_share(const struct ns_conn *c, int64_t lim)
+{
+	monotime end = budget_now.end;
+
+	if (!end || (lim && end - LD(c->start) >= lim))
+		return lim;
+	return end > LD(c->start) ? end - LD(c->start) : 1;
+}
+
+/* A connect retry (connect_retries) within the attempt: none once its
+ * budget is spent (connect_bounded bounds the others by its end). */
+int ns_budget_spent(void)
+{
+	monotime end = budget_now.end;
+
+	return end && ns_now() >= end;
+}
+
+/* The record of a connect in the attempt: its connect deadline no later
+ * than the attempt's end (the waits keep a non-blocking connect's). */
+void ns_budget_deadline(struct ns_conn *c)
+{
+	monotime end = budget_now.end;
+
+	if (end && (!LD(c->connect_deadline) || end < LD(c->connect_deadline)))
+		ST(c->connect_deadline, end);
 }
