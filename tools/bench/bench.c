@@ -129,6 +129,11 @@ static int rtt(long n, int rw)
 	long long t0, t1;
 	char b = 'x';
 
+	/* BENCH_PORT: one destination run after run (its slot's history kept) */
+	if (getenv("BENCH_PORT")) {
+		a.sin_port = htons((uint16_t)atoi(getenv("BENCH_PORT")));
+		setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	}
 	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 1) < 0 ||
 	    getsockname(lfd, (struct sockaddr *)&a, &l) < 0) {
 		perror("bench: listen");

@@ -105,6 +105,18 @@ if command -v valgrind >/dev/null; then
 		c=$(awk -v a="$(awk '{print $NF}' <<<"$line")" -v p="$plain" 'BEGIN { printf "%.1f", a - p }')
 		echo "    it adds $c per outcome (bar <= 100: $(bar "$c" 100 "<="))"
 	done
+	# the same loop twice on one destination: fresh, then with 30 s of steady
+	# traffic in its window (tablebench steady fills the 32 buckets)
+	port=$(( 20000 + $$ % 20000 )); st="$table.steady"
+	kir() { local o; o=$(mktemp); env "$@" valgrind --tool=callgrind --callgrind-out-file="$o" "$BUILD/bench" keepalive "$kn" >/dev/null 2>&1; awk '/^summary:/ {print $2}' "$o"; rm -f "$o"; }
+	kn=0; kb0=$(kir X=1 BENCH_PORT=$port); ks0=$(kir NETSHIM_TABLE=$st LD_PRELOAD="$LIB" BENCH_PORT=$port); rm -f "/dev/shm/$st"
+	kn=5000; kb1=$(kir X=1 BENCH_PORT=$port); ks1=$(kir NETSHIM_TABLE=$st LD_PRELOAD="$LIB" BENCH_PORT=$port)
+	"$BUILD/tablebench" steady "$st" "127.0.0.1:$port"
+	ks2=$(kir NETSHIM_TABLE=$st LD_PRELOAD="$LIB" BENCH_PORT=$port); rm -f "/dev/shm/$st"
+	read -r fr sd < <(awk -v b0="$kb0" -v b1="$kb1" -v s0="$ks0" -v s1="$ks1" -v s2="$ks2" \
+		'BEGIN { printf "%.1f %.1f", ((s1 - s0) - (b1 - b0)) / 5000, ((s2 - s0) - (b1 - b0)) / 5000 }')
+	c=$(awk -v a="$fr" -v b="$sd" 'BEGIN { d = (b - a) / a; printf "%.2f", (d < 0 ? -d : d) * 100 }')
+	echo "  keep-alive request+answer, one destination fresh / with steady traffic: $fr / $sd ($c %; bar <= 2 %: $(bar "$c" 2 "<="))"
 	line=$(added "getaddrinfo(\"localhost\", \"80\")+freeaddrinfo" 2000 - calls resolve); echo "$line"
 	plain=$(awk '{print $NF}' <<<"$line")
 	printf '[host "localhost"]\naddress_choice = healthy-first\n' >"$work/hf.conf"

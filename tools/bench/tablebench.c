@@ -8,7 +8,10 @@
  *                                table code so that a kill lands there)
  *   tablebench touch NAME       (one attempt and outcome on every slot in
  *                                use, to show that none is wedged; prints
- *                                how many) */
+ *                                how many)
+ *   tablebench steady NAME KEY  (KEY's slot as 30 s of steady traffic
+ *                                leaves it: successes in each of the
+ *                                window's 32 buckets, up to now) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,8 +97,36 @@ static int touch(const char *name)
 	return 0;
 }
 
+/* The built-in window (30 s) filled as a destination with steady traffic
+ * fills it: 100 successes at each bucket's time, the oldest first. */
+static int steady(const char *name, const char *key)
+{
+	struct ns_settings s = ns_builtin_settings;
+	uint64_t width = ns_bucket_width(s.window_ms), now = now_ms();
+	struct ns_table t;
+	char err[256];
+	int idx;
+
+	if (ns_table_open(name, 1, 0, 0, &t, err, sizeof(err)) != NS_TBL_OK) {
+		fprintf(stderr, "tablebench: %s\n", err);
+		return 1;
+	}
+	idx = ns_table_find(&t, key, 1, now);
+	if (idx < 0) {
+		fprintf(stderr, "tablebench: no slot for %s\n", key);
+		return 1;
+	}
+	for (int b = NS_BUCKETS - 1; b >= 0; b--)
+		for (int i = 0; i < 100; i++)
+			ns_table_outcome(&t, idx, NS_OUT_SUCCESS, 0, now - (uint64_t)b * width, 1, &s, NULL);
+	ns_table_close(&t);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 4 && strcmp(argv[1], "steady") == 0)
+		return steady(argv[2], argv[3]);
 	if (argc == 3 && strcmp(argv[1], "writer") == 0)
 		return writer(argv[2]);
 	if (argc == 3 && strcmp(argv[1], "touch") == 0)
