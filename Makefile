@@ -229,9 +229,14 @@ negative: all
 	PYTHON=$(PYTHON) tests/negative_control.sh $(BUILD)
 
 # installs the nginx and HAProxy it compares against where it can (as root)
+# the report goes to $(BUILD)/bench.txt, and (as the last run) to
+# docs/bench-last.txt, whose figures docs/benchmarks.md shows (figures.py;
+# a test checks the two agree)
 bench: all
 	-BENCH_PEERS=1 tools/install-deps.sh --all
 	tools/bench/bench.sh $(BUILD)
+	cp $(BUILD)/bench.txt docs/bench-last.txt
+	$(PYTHON) tools/bench/figures.py docs/bench-last.txt docs/benchmarks.md
 
 # the fleet's propagation delay and cost at 10, 100 and 1,000 nodes
 bench-fleet: all

@@ -5,11 +5,14 @@ and puts it back once a probe finds it healed; connect_total_timeout bounds
 a program's loop over all of a name's addresses.
 
 The name is multi.test, three addresses in an /etc/hosts of the test's own
-(a mount namespace each client runs in: nothing of the machine's changes):
-127.0.0.2, .3 and .4, one port for all."""
+(a mount namespace each client runs in: nothing of the machine's changes;
+where namespaces are not allowed, the lines are added to the machine's own
+/etc/hosts for the test and taken out after it): 127.0.0.2, .3 and .4, one
+port for all."""
 import json
 import os
 import socket
+import subprocess
 import time
 
 import pytest
@@ -30,14 +33,40 @@ def free_port():
     return port
 
 
+LINES = "".join(f"{a} {NAME}  # netshim test_addresses\n" for a in ADDRS)
+
+
+def namespaces_work(tmp_path):
+    probe = tmp_path / "probe"
+    probe.write_text("")
+    return subprocess.run(["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/hosts', str(probe)],
+                          capture_output=True).returncode == 0
+
+
+@pytest.fixture
 def hosts_file(tmp_path):
-    p = tmp_path / "hosts"
-    p.write_text("127.0.0.1 localhost\n" + "".join(f"{a} {NAME}\n" for a in ADDRS))
-    return p
+    """Our hosts file for in_ns; or, without mount namespaces, None: the
+    lines are in the machine's /etc/hosts until the test ends."""
+    if os.environ.get("NETSHIM_TEST_NO_NS") != "1" and namespaces_work(tmp_path):   # (the variable: try the other way)
+        p = tmp_path / "hosts"
+        p.write_text("127.0.0.1 localhost\n" + LINES)
+        yield p
+        return
+    with open("/etc/hosts", "a") as f:
+        f.write(LINES)
+    try:
+        yield None
+    finally:
+        with open("/etc/hosts") as f:
+            kept = [line for line in f if "# netshim test_addresses" not in line]
+        with open("/etc/hosts", "w") as f:
+            f.writelines(kept)
 
 
 def in_ns(hosts, cmd):
-    """cmd in a mount namespace whose /etc/hosts is ours."""
+    """cmd in a mount namespace whose /etc/hosts is ours (hosts None: the machine's has our lines)."""
+    if hosts is None:
+        return [str(c) for c in cmd]
     return ["unshare", "-m", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts), *map(str, cmd)]
 
 
@@ -78,9 +107,9 @@ def addresses(shim, port):
 @pytest.mark.shim
 @pytest.mark.parametrize("dead", ["refusing", "blackholed"])
 def test_healthy_first_lists_a_failing_address_last_everywhere_and_back_in_its_place_once_healed(
-        shim, server, tmp_path, dead):
+        shim, server, tmp_path, dead, hosts_file):
     port = free_port()
-    hosts = hosts_file(tmp_path)
+    hosts = hosts_file
     bad = server("blackhole", bind=ADDRS[0], port=port) if dead == "blackholed" else None
     healthy = [server("http", bind=a, port=port) for a in ADDRS[1:]]
     shim.policy(f'[host "{NAME}"]\naddress_choice = healthy-first\nconnect_timeout = 1s\n'
@@ -137,9 +166,10 @@ print(json.dumps(res))
 
 @pytest.mark.shim
 @pytest.mark.parametrize("total", [3000, None])
-def test_connect_total_timeout_bounds_the_loop_over_three_blackholed_addresses(shim, server, tmp_path, total):
+def test_connect_total_timeout_bounds_the_loop_over_three_blackholed_addresses(shim, server, tmp_path, total,
+                                                                              hosts_file):
     port = free_port()
-    hosts = hosts_file(tmp_path)
+    hosts = hosts_file
     for a in ADDRS:
         server("blackhole", bind=a, port=port)
     shim.policy(f'[host "{NAME}"]\nconnect_timeout = 2s\nfailure_threshold = 100\n' +

@@ -123,3 +123,17 @@ def test_docs_links_point_at_files_that_exist():
             if "://" in target:
                 continue
             assert (md.parent / target).exists(), (md.name, target)
+
+
+def test_the_benchmark_figures_are_those_of_the_last_make_bench():
+    """docs/benchmarks.md's figures are generated from the last make bench
+    report (docs/bench-last.txt) by tools/bench/figures.py: a figure typed
+    by hand, or a report committed without the document, fails here."""
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "figures.py"), "--check",
+                        str(ROOT / "docs" / "bench-last.txt"), str(ROOT / "docs" / "benchmarks.md")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    doc = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert "| 1 | send, governed socket" in doc and "### Section 12 as printed" in doc

@@ -1087,8 +1087,8 @@ Test(table, the_adaptive_words_stay_whole_when_processes_are_killed_anywhere)
 	munmap(done, 4096);
 }
 
-/* max_connections = auto counts the places held over its span (four words
- * a step): every span, every pattern of places held */
+/* max_connections = auto counts the places held over its span (as a mask
+ * of the free ones): every span, every pattern of places held */
 Test(table, a_place_under_a_limit_counts_every_place_held_over_its_span)
 {
 	struct ns_table t;
