@@ -763,8 +763,12 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 		return r;
 	if (unlikely(a.sp->shaping)) { /* (or the keys of a name's addresses) */
 		a.shape = -1;
-		if (a.enforce && a.slot >= 0 && shaped(&a, &r) == STEP_DONE)
-			return r;
+		if (a.enforce && a.slot >= 0) {
+			if (shaped(&a, &r) == STEP_DONE)
+				return r;
+		} else if (a.sp->connect_total_timeout_ms) {
+			ns_budget_forget(); /* (no slot, or not enforced: no attempt, no budget) */
+		}
 	}
 	record(&a);
 	if (unlikely(a.sp->shaping) && after_record(&a, &r) == STEP_DONE)

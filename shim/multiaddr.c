@@ -53,7 +53,7 @@ out:
 	errno = saved;
 }
 
-/* The address of one answer node, and its length (0: not inet). */
+/* The address of one answer node, its family and port; NULL when it is not inet. */
 static const void *node_addr(const struct addrinfo *ai, int *family, uint16_t *port)
 {
 	if (ai->ai_family == AF_INET && ai->ai_addr && ai->ai_addrlen >= sizeof(struct sockaddr_in)) {
@@ -206,6 +206,11 @@ int ns_budget_enter(int slot, const struct ns_dest *d, uint64_t total_ms, monoti
 		b->tried[b->n++] = h;
 	b->ok = ok;
 	return now >= b->end ? -1 : 0;
+}
+
+void ns_budget_forget(void)
+{
+	budget_now.end = 0;
 }
 
 /* connect_bounded's limit lim within this thread's attempt at the name

@@ -20,6 +20,9 @@ NS_HIDDEN void ns_addr_reorder(const char *node, struct addrinfo **res);
  * entered in its attempt (multiaddr.c says what one is): 0, or -1 when the
  * attempt's budget is spent (the connect is not to be made). */
 NS_HIDDEN int ns_budget_enter(int slot, const struct ns_dest *d, uint64_t total_ms, monotime now);
+/* ...a connect under the key that enters no attempt (no slot for it, or
+ * monitor mode): the thread's attempt ends, none of it applies. */
+NS_HIDDEN void ns_budget_forget(void);
 /* A blocking connect's limit lim (ns): lim, or the attempt's share when
  * that is less; a retry: 1 once the attempt's budget is spent; the record
  * of a connect: its connect deadline no later than the attempt's end. */

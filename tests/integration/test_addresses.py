@@ -201,3 +201,36 @@ def test_connect_total_timeout_bounds_the_loop_over_three_blackholed_addresses(s
         assert ms >= total - 5, ms
         e2 = shim.entry(f"{NAME}:{port}")
         assert e2["timeouts"] - e["timeouts"] in (1, 2), e2   # .2's 2 s, then .3's last second if curl came in time
+
+
+STALE = """
+import errno, json, socket, sys, time
+a_port, b_port = int(sys.argv[1]), int(sys.argv[2])
+try:
+    socket.create_connection(("127.0.0.2", a_port))   # the table's one slot; its connect timeout
+except OSError as e:
+    first = errno.errorcode.get(e.errno)
+time.sleep(2)   # past that attempt's budget
+t0 = time.monotonic()
+try:
+    socket.create_connection(("127.0.0.3", b_port), timeout=5)   # no slot left: uncounted (non-blocking)
+    second = "ok"
+except OSError as e:
+    second = errno.errorcode.get(e.errno) or str(e)
+print(json.dumps({"first": first, "second": second, "ms": (time.monotonic() - t0) * 1000}))
+"""
+
+
+@pytest.mark.shim
+def test_a_connect_with_no_slot_is_not_cut_by_an_earlier_attempts_budget(shim, server, tmp_path):
+    """A connect that enters no attempt (the table had no slot for it) must
+    not be bounded by the budget of the thread's attempt before: it gets
+    its whole connect timeout (it was given none: a deadline long past)."""
+    a = server("blackhole", bind=ADDRS[0])
+    b = server("blackhole", bind=ADDRS[1])
+    shim.policy("[defaults]\nconnect_timeout = 1s\nconnect_total_timeout = 1500ms\nfailure_threshold = 100\n")
+    r = shim.run(py_script(tmp_path, STALE) + [a.port, b.port], env={"NETSHIM_TABLE_SLOTS": "1"})
+    res = r.last_json()
+    assert (res["first"], res["second"]) == ("ETIMEDOUT", "ETIMEDOUT"), res
+    near(res["ms"], 1000)
+    assert json.loads(shim.ctl("status", "--json").stdout)["turned_away"] >= 1
