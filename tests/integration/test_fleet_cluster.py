@@ -82,7 +82,7 @@ def test_a_master_killed_its_replica_promoted_the_agents_follow_and_no_hold_is_l
     cluster.kill_node(owner)
     try:
         # the replica takes over (cluster-node-timeout 1 s), and the agents with it
-        assert wait_for(lambda: cluster.master_of("netshim:{default}:seq") == replica, 15) is not None
+        assert wait_for(lambda: cluster.master_now("netshim:{default}:seq") == replica, 15) is not None
         followed = wait_for(lambda: all("routed again" in n.log() for n in (n1, n2, n3)), 10)
         assert followed is not None, n3.log()
         took = time.monotonic() - t0
