@@ -331,8 +331,9 @@ void ns_table_outcome(struct ns_table *t, int idx, int outcome, int err, uint64_
 
 /* Limits that adapt (shaping.c): an outcome moves the limit, and is the
  * throttle's request (a success its accept). */
-static __attribute__((noinline)) void adapt_outcome(struct ns_table *t, int idx, const struct ns_settings *set,
-						    int failed, uint64_t now_ms)
+static inline __attribute__((always_inline)) void adapt_outcome(struct ns_table *t, int idx,
+								const struct ns_settings *set, int failed,
+								uint64_t now_ms)
 {
 	if (set->adaptive)
 		ns_table_limit_event(t, idx, set, failed ? NS_ADAPT_FAILURE : NS_ADAPT_SUCCESS, 0, now_ms);
