@@ -183,6 +183,7 @@ struct ns_conn {
 	uint32_t place_holder;    /* the process that took it */
 	monotime queue_start;     /* a queued non-blocking connect: since then, */
 	monotime queue_deadline;  /* ...until then (with NS_C_QUEUED) */
+	monotime queue_seen;      /* atomic: the last time a wait looked for its place */
 	monotime pace_until;      /* atomic: rate's next token is due then (a queued connect, NS_C_PACED) */
 	uint64_t tok_tat;         /* the connect's token (NS_C_TOKEN): the bucket's time it left, */
 	uint64_t tok_base;        /* ...and the time it was counted from (us) */

@@ -16,6 +16,7 @@ NS_HIDDEN int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set,
 /* The common case, inline: max_connections alone (no slow_start, no rate)
  * and a place free. NS_SHAPE_GO, or -1: ns_shape_connect decides. */
 extern uint32_t ns_shape_self NS_HIDDEN;   /* this process's holder word (shape.c), 0 until made */
+extern int ns_shape_queued NS_HIDDEN;      /* this process's queued connects served oldest first (shape.c) */
 static inline __attribute__((always_inline)) int ns_shape_connect_fast(struct ns_conn *c, const struct ns_settings *set,
 								       int slot, monotime now)
 {
@@ -23,6 +24,7 @@ static inline __attribute__((always_inline)) int ns_shape_connect_fast(struct ns
 	int p;
 
 	if (unlikely(!h || set->slow_start_ms || set->rate_interval_us ||
+		     __atomic_load_n(&ns_shape_queued, __ATOMIC_RELAXED) ||
 		     !__atomic_load_n(&ns_breakers_ok, __ATOMIC_ACQUIRE) ||
 		     !__atomic_load_n(&ns_conn_end_hook, __ATOMIC_RELAXED)))
 		return -1;

@@ -355,6 +355,60 @@ def test_event_loops_wait_their_turn_without_blocking(shim, counting, tmp_path, 
     assert r.elapsed >= 0.6
 
 
+# An event loop that keeps four connects queued under a cap of one: each
+# that connects is closed 100 ms later and a new one opened (the kernel
+# gives it the number just freed, the lowest). The loop lists its sockets
+# to poll in number order, as many do, so the newest is looked at first.
+FIFO = """
+import json, select, socket, sys, time
+port, total = int(sys.argv[1]), int(sys.argv[2])
+pending, done, refused, held, seq = {}, [], [], None, 0
+
+def start():
+    global seq
+    s = socket.socket()
+    s.setblocking(False)
+    s.connect_ex(("127.0.0.1", port))
+    pending[s.fileno()] = (seq, s)
+    seq += 1
+
+for _ in range(4):
+    start()
+while len(done) + len(refused) < total:
+    p = select.poll()
+    for fd in sorted(pending):
+        p.register(fd, select.POLLOUT)
+    for fd, ev in p.poll(20):
+        i, s = pending.pop(fd)
+        err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            refused.append(i)
+            s.close()
+            start()
+        else:
+            done.append(i)
+            held = (s, time.monotonic())
+    if held and time.monotonic() - held[1] >= 0.1:
+        held[0].close()
+        held = None
+        start()
+print(json.dumps({"done": done, "refused": refused}))
+"""
+
+
+@pytest.mark.shim
+def test_a_place_goes_to_the_connect_that_queued_first(shim, counting, tmp_path):
+    srv = counting()
+    shim.policy("[defaults]\nmax_connections = 1\nqueue_timeout = 3s\n")
+    r = shim.run(py_script(tmp_path, FIFO) + [srv.port, 16], timeout=90)
+    assert r.rc == 0, (r.out, r.err)
+    rep = r.last_json()
+    # served in the order queued: none passed over until its queue_timeout
+    assert rep == {"done": list(range(16)), "refused": []}, rep
+    e = shim.entry(srv.dest)
+    assert e["throttled"] == 0 and e["failures"] == 0, e
+
+
 ASYNCIO = """
 import asyncio, json, sys
 async def one(port):
