@@ -16,8 +16,8 @@
  * an injected delay is (fault.c): connected to the local target that never
  * answers, so the program sees EINPROGRESS and a socket that is not yet
  * writable, and the waits look again every few milliseconds until a place
- * frees or queue_timeout passes (a process's own, oldest first: see
- * queued). A connect turned away is throttled:
+ * frees or queue_timeout passes (a process's own, oldest first:
+ * queued.c). A connect turned away is throttled:
  * ECONNREFUSED, never a failure of the destination.
  *
  * rate's bucket is one word of the slot (GCRA: the time the bucket is next
@@ -46,72 +46,19 @@
 #include "../policy/breaker.h"
 
 #include "config.h"
+#include "queued.h"
 #include "real.h"
 
 #define BLOCKED_LOOK_NS (50 * 1000000LL)   /* a blocked waiter looks for dead holders this often */
 #define QUIET_MS 100u   /* a threaded process's idle connection gives its place up after this quiet (give_up_idle) */
-#define QUEUED_MAX      64     /* queued non-blocking connects served oldest first (more: the rest in no order) */
-#define QUEUED_SEEN_NS  (500 * 1000000LL) /* a queued connect no wait looked at for this long is passed over */
 
 uint32_t ns_shape_self;   /* atomic: this process's holder word, 0 until first needed */
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
-/* This process's queued non-blocking connects waiting for a place. The
- * waits look at them in the program's order, the same at every wake, so
- * the first looked at would take every place that frees while one queued
- * earlier times out (a crawler's connects, starved in turn): a place goes
- * to the one that has waited longest, of those a wait still looks at. An
- * entry is a record's address; the record is pooled, never unmapped, so
- * a stale one reads as what it now is (closed, or not queued: cleared). */
-static struct ns_conn *queued[QUEUED_MAX];
-int ns_shape_queued; /* atomic: entries in use (0: a connect looks at none) */
-
-static void queued_add(struct ns_conn *c)
-{
-	for (int i = 0; i < QUEUED_MAX; i++) {
-		struct ns_conn *e = NULL;
-
-		if (__atomic_compare_exchange_n(&queued[i], &e, c, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-			__atomic_fetch_add(&ns_shape_queued, 1, __ATOMIC_RELEASE);
-			return;
-		}
-	}
-}
-
-static void queued_clear(int i, struct ns_conn *e)
-{
-	if (__atomic_compare_exchange_n(&queued[i], &e, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-		__atomic_fetch_sub(&ns_shape_queued, 1, __ATOMIC_RELEASE);
-}
-
-/* 1 when another of this process's connects to slot, queued before
- * `since` and looked at lately, still waits for a place. c (queued or
- * about to be) is passed over, and its entry cleared once it is served
- * (gone); entries of connects served or closed are cleared on the way. */
-static int queued_before(struct ns_conn *c, int slot, monotime since, monotime now, int gone)
-{
-	for (int i = 0; i < QUEUED_MAX; i++) {
-		struct ns_conn *e = __atomic_load_n(&queued[i], __ATOMIC_ACQUIRE);
-
-		if (!e)
-			continue;
-		if (e == c ? gone : !(LD(e->flags) & NS_C_QUEUED) || !LD(e->refs)) {
-			queued_clear(i, e);
-			continue;
-		}
-		if (!gone && e != c && LD(e->slot) == slot && LD(e->place) < 0 && LD(e->queue_start) < since &&
-		    now - LD(e->queue_seen) < QUEUED_SEEN_NS)
-			return 1;
-	}
-	return 0;
-}
-
 static void forget_holder(void)
 {
 	__atomic_store_n(&ns_shape_self, 0, __ATOMIC_RELAXED);   /* a forked child is another holder */
-	for (int i = 0; i < QUEUED_MAX; i++) /* (the parent's queued connects are not this process's) */
-		__atomic_store_n(&queued[i], NULL, __ATOMIC_RELAXED);
-	__atomic_store_n(&ns_shape_queued, 0, __ATOMIC_RELAXED);
+	ns_queued_forget(); /* (the parent's queued connects are not this process's) */
 }
 
 static void set_atfork(void)
@@ -621,7 +568,7 @@ int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set, int slot,
 		if (unlikely(!holder)) {
 			/* no way to count places: the cap is not kept */
 		} else if ((nonblock && set->queue_timeout_ms && __atomic_load_n(&ns_shape_queued, __ATOMIC_ACQUIRE) &&
-			    queued_before(c, slot, now, now, 0)) ||
+			    ns_queued_before(c, slot, now, now, 0)) ||
 			   !take(c, slot, set, holder, 0)) {
 			/* (a place that frees goes to those queued first) */
 			if (!set->queue_timeout_ms)
@@ -630,7 +577,7 @@ int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set, int slot,
 				ST(c->queue_deadline, now + (int64_t)set->queue_timeout_ms * 1000000);
 				ST(c->queue_start, now);
 				ST(c->queue_seen, now);
-				queued_add(c);
+				ns_queued_add(c);
 				return NS_SHAPE_QUEUED;
 			}
 			if (!wait_blocking(c, slot, set, holder, now + (int64_t)set->queue_timeout_ms * 1000000))
@@ -664,13 +611,13 @@ int ns_shape_due(struct ns_conn *c, monotime now, monotime *next)
 	*next = now + NS_SHAPE_TICK_NS;
 	if (set->max_connections && LD(c->place) < 0 && place_self()) {
 		ST(c->queue_seen, now);
-		if (queued_before(c, slot, LD(c->queue_start), now, 0) || !take(c, slot, set, place_self(), 1)) {
+		if (ns_queued_before(c, slot, LD(c->queue_start), now, 0) || !take(c, slot, set, place_self(), 1)) {
 			if (now < LD(c->queue_deadline))
 				return 0;
-			queued_before(c, slot, 0, now, 1);
+			ns_queued_before(c, slot, 0, now, 1);
 			return -1;
 		}
-		queued_before(c, slot, 0, now, 1);
+		ns_queued_before(c, slot, 0, now, 1);
 	}
 	if (set->rate_interval_us) {
 		monotime due = token_for(c, slot, set, now);

@@ -16,7 +16,7 @@ NS_HIDDEN int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set,
 /* The common case, inline: max_connections alone (no slow_start, no rate)
  * and a place free. NS_SHAPE_GO, or -1: ns_shape_connect decides. */
 extern uint32_t ns_shape_self NS_HIDDEN;   /* this process's holder word (shape.c), 0 until made */
-extern int ns_shape_queued NS_HIDDEN;      /* this process's queued connects served oldest first (shape.c) */
+extern int ns_shape_queued NS_HIDDEN;      /* (queued.c) */
 static inline __attribute__((always_inline)) int ns_shape_connect_fast(struct ns_conn *c, const struct ns_settings *set,
 								       int slot, monotime now)
 {
