@@ -72,9 +72,14 @@ $(BUILD)/netshim.map: shim/netshim.map.in shim/exports.h
 	$(CC) -E -P -x c -Ishim shim/netshim.map.in | tr ' ' '\n' | grep -v '^$$' > $@.tmp
 	mv $@.tmp $@
 
+# -z now and relro: the library's own GOT is read-only once loaded, as the
+# hardened programs it lives in expect. -Bsymbolic-functions: the library's
+# own uses of its exported wrappers' addresses bind inside it at link time,
+# not by 55 symbol lookups of the loader in every process it is preloaded in.
 $(LIB): $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) $(BUILD)/netshim.map
 	$(CC) -shared -o $@ $(SHIM_OBJ) $(POLICY_SRC:policy/%.c=$(BUILD)/shimpolicy/%.o) $(SHIM_SAN) \
-		-Wl,--version-script=$(BUILD)/netshim.map -Wl,-z,now -Wl,-z,relro -ldl -lpthread $(LDFLAGS)
+		-Wl,--version-script=$(BUILD)/netshim.map -Wl,-z,now -Wl,-z,relro -Wl,-Bsymbolic-functions -ldl -lpthread \
+		$(LDFLAGS)
 
 # tools/common: what shimctl and the agent share (the table kit, the
 # Prometheus text); each program's folder holds that program alone

@@ -384,8 +384,11 @@ int ns_policy_parse(const char *text, size_t len, const char *fname,
 
 const char *ns_policy_path(void)
 {
-	const char *env = getenv("NETSHIM_POLICY");
+	return ns_policy_path_env(getenv("NETSHIM_POLICY"));
+}
 
+const char *ns_policy_path_env(const char *env)
+{
 	if (env && *env)
 		return env;
 	if (access("/etc/netshim/policy.conf", F_OK) == 0)

@@ -182,6 +182,8 @@ int ns_policy_parse(const char *text, size_t len, const char *fname,
 /* The policy file in force by the contract: $NETSHIM_POLICY if set, else
  * /etc/netshim/policy.conf if it exists, else NULL (the built-in defaults). */
 const char *ns_policy_path(void);
+/* ...with env as NETSHIM_POLICY's value (the shim's copy of its start) */
+const char *ns_policy_path_env(const char *env);
 
 /* Read and parse a file: as ns_policy_parse, plus "file: reason" when it
  * cannot be read. */

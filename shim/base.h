@@ -44,6 +44,8 @@ static inline uint64_t ns_wall_ms(void)
 enum { NS_LOG_OFF, NS_LOG_ERROR, NS_LOG_WARN, NS_LOG_INFO, NS_LOG_DEBUG };
 extern int ns_log_level NS_HIDDEN;
 NS_HIDDEN void ns_log_init(void);
+/* A NETSHIM_ variable as the process started with it (config.c). */
+NS_HIDDEN const char *ns_getenv(const char *name);
 NS_HIDDEN void ns_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define NS_LOG(level, ...) do { if (unlikely(ns_log_level >= (level))) ns_log((level), __VA_ARGS__); } while (0)
 

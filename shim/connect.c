@@ -711,6 +711,8 @@ static inline __attribute__((always_inline)) int governed_call(int fd, const str
 {
 	struct ns_conn *c;
 
+	if (unlikely(!__atomic_load_n(&ns_fdmax, __ATOMIC_ACQUIRE)))
+		ns_fd_init(); /* a socket the wrappers never saw made (inherited): the table now */
 	if (!sa || len < (socklen_t)sizeof(sa_family_t) || (unsigned)fd >= ns_fdmax)
 		return 0;
 	if (sa->sa_family == AF_UNSPEC) {

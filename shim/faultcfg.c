@@ -41,7 +41,7 @@ static void fault_reseed(void)
  * written by it, and is reported once and ignored. */
 static void scenario_load(void)
 {
-	const char *v = getenv("NETSHIM_SCENARIO"), *t0 = getenv("NETSHIM_SCENARIO_T0");
+	const char *v = ns_getenv("NETSHIM_SCENARIO"), *t0 = ns_getenv("NETSHIM_SCENARIO_T0");
 	char errs[600], *end = NULL;
 	unsigned long long t;
 
@@ -66,7 +66,7 @@ static void scenario_load(void)
 
 static void env_load(void)
 {
-	const char *v = getenv("NETSHIM_INJECT");
+	const char *v = ns_getenv("NETSHIM_INJECT");
 	char *copy, *line, *save = NULL;
 	int cap = 0;
 
@@ -101,7 +101,7 @@ static void env_load(void)
 
 void ns_fault_config(const struct ns_policy *pol)
 {
-	const char *seed = getenv("NETSHIM_FAULT_SEED");
+	const char *seed = ns_getenv("NETSHIM_FAULT_SEED");
 	uint64_t s = 0;
 
 	pthread_once(&env_once, env_load);

@@ -161,7 +161,7 @@ int ns_vfork_pid_differs(void)
 	return getpid() != ns_own_pid;
 }
 
-void ns_fd_init(void)
+static void fd_table_make(void)
 {
 	struct rlimit rl;
 	rlim_t n = 65536;
@@ -176,13 +176,24 @@ void ns_fd_init(void)
 	p = mmap(NULL, (size_t)n * sizeof(uintptr_t), PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (p == MAP_FAILED) {
-		ns_fdtab_failed = 1;   /* said when the configuration loads: logging is above this */
+		ns_fdtab_failed = 1;
+		ns_log(NS_LOG_ERROR, "cannot reserve the fd table; passing every call through");
 		return;
 	}
 	ns_fdtab = p;
 	ns_own_pid = getpid();
 	pthread_atfork(NULL, NULL, pool_child);
 	__atomic_store_n(&ns_fdmax, (unsigned)n, __ATOMIC_RELEASE);
+}
+
+/* Made by the first socket (or connect) of the process, not at start: a
+ * process that never touches the network never maps it. Until then every
+ * lookup finds no entry (ns_fdmax 0). */
+static pthread_once_t fd_once = PTHREAD_ONCE_INIT;
+
+void ns_fd_init(void)
+{
+	pthread_once(&fd_once, fd_table_make);
 }
 
 void ns_conn_ref(struct ns_conn *c)
@@ -312,6 +323,8 @@ static inline __attribute__((always_inline)) void fd_put(int fd, uintptr_t v)
 
 void ns_fd_set(int fd, uintptr_t v)
 {
+	if (unlikely(!__atomic_load_n(&ns_fdmax, __ATOMIC_ACQUIRE)) && v)
+		ns_fd_init();
 	if ((unsigned)fd >= ns_fdmax)
 		return;
 	if (v && !(v & NS_TAG)) {
@@ -323,6 +336,8 @@ void ns_fd_set(int fd, uintptr_t v)
 
 void ns_fd_publish(int fd, struct ns_conn *c)
 {
+	if (unlikely(!__atomic_load_n(&ns_fdmax, __ATOMIC_ACQUIRE)))
+		ns_fd_init();
 	if ((unsigned)fd >= ns_fdmax) {
 		ns_conn_unref(c);
 		return;

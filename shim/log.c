@@ -14,7 +14,7 @@ int ns_log_level = NS_LOG_WARN;
 
 void ns_log_init(void)
 {
-	const char *v = getenv("NETSHIM_LOG");
+	const char *v = ns_getenv("NETSHIM_LOG");
 
 	if (!v || !*v)
 		return;

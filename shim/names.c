@@ -187,8 +187,10 @@ static int injected(const char *name, const char *service, struct lookup *lk)
 {
 	if (!name || numeric(name))
 		return 0;
-	if (unlikely(!__atomic_load_n(&ns_fault_genp, __ATOMIC_ACQUIRE)))
-		ns_tbl();   /* a lookup before any connect: map the table, to see shimctl inject */
+	if (unlikely(!__atomic_load_n(&ns_fault_genp, __ATOMIC_ACQUIRE))) {
+		ns_cfg_init(); /* a lookup before any connect: the policy's and NETSHIM_INJECT's faults, */
+		ns_tbl();      /* ...and the table, to see shimctl inject */
+	}
 	if (likely(!ns_fault_possible()) || !lookup_faults(name, service, lk))
 		return 0;
 	if (lk->delay_ms) {

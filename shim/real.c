@@ -1,4 +1,4 @@
-/* real.c -- bind the real libc functions once, through pthread_once.
+/* real.c -- bind the real libc functions, by the first call that needs them.
  *
  * Every wrapper and the constructor reach this table, so a call made from
  * another library's constructor, before ours ran, still finds its target. */
@@ -20,7 +20,7 @@
 struct ns_real ns_real;
 long (*ns_real_syscall)(long, ...);
 
-static pthread_once_t bind_once = PTHREAD_ONCE_INIT;
+static int bound; /* atomic: every field of ns_real is set */
 
 static void *must(const char *name, void *self)
 {
@@ -48,13 +48,19 @@ static void bind_all(void)
 	ns_real_syscall = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall");
 	if (!ns_real.fcntl64)
 		ns_real.fcntl64 = ns_real.fcntl;
-	ns_vfork_bind();   /* the exported vfork's target (fdtab.c), bound before any call */
-	ns_fd_init();
+	ns_vfork_bind(); /* the exported vfork's target (fdtab.c), bound before any call */
 }
 
+/* By the first wrapper called, not at start. Every thread that finds the
+ * table not yet bound binds it itself: dlsym gives each the same
+ * addresses, so two at once store the same words, nobody waits (a fork
+ * in the middle leaves nothing half-taken), and no futex is woken. */
 void ns_real_bind(void)
 {
-	pthread_once(&bind_once, bind_all);
+	if (likely(__atomic_load_n(&bound, __ATOMIC_ACQUIRE)))
+		return;
+	bind_all();
+	__atomic_store_n(&bound, 1, __ATOMIC_RELEASE);
 }
 
 /* The shim's own file I/O (see nointercept.h). */

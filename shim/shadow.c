@@ -58,7 +58,7 @@ static const struct ns_policy *current(void)
 		pthread_atfork(NULL, NULL, loading_child);
 	if (!__atomic_compare_exchange_n(&loading, &zero, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
 		return NULL;
-	env = getenv("NETSHIM_SHADOW_POLICY");
+	env = ns_getenv("NETSHIM_SHADOW_POLICY");
 	path = env && *env ? env : live && live->shadow[0] ? live->shadow : NULL;
 	s = path ? calloc(1, sizeof(*s)) : NULL;
 	if (s && ns_policy_load(path, s, err, sizeof(err)) != 0) {

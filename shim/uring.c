@@ -35,15 +35,22 @@
 #include "fdops.h"
 #include "real.h"
 
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static int allow;
+static int allow; /* atomic: 0 unread, 1 refuse io_uring, 2 NETSHIM_IO_URING=allow */
 
-static void bind_syscall(void)
+/* Read by the first call to need it; two threads at once read the same
+ * (no once: its futex is a system call of its own in every process that
+ * calls syscall(), network or not). */
+static int io_uring_allowed(void)
 {
-	const char *v = getenv("NETSHIM_IO_URING");
+	int a = __atomic_load_n(&allow, __ATOMIC_ACQUIRE);
 
-	ns_real_bind();   /* ns_real_syscall */
-	allow = v && strcmp(v, "allow") == 0;
+	if (unlikely(!a)) {
+		const char *v = ns_getenv("NETSHIM_IO_URING");
+
+		a = v && strcmp(v, "allow") == 0 ? 2 : 1;
+		__atomic_store_n(&allow, a, __ATOMIC_RELEASE);
+	}
+	return a == 2;
 }
 
 /* Has the process an epoll instance (an event loop)? Read from
@@ -83,8 +90,8 @@ long ns_syscall(long n, long a, long b, long c, long d, long e, long f)
 		return ns_close((int)a);
 	if (n == SYS_close_range)
 		return ns_close_range((unsigned)a, (unsigned)b, (int)c);
-	pthread_once(&once, bind_syscall);
-	if (n == SYS_io_uring_setup && !allow && ns_shim_active() && has_epoll()) {
+	ns_real_bind(); /* ns_real_syscall */
+	if (n == SYS_io_uring_setup && !io_uring_allowed() && ns_shim_active() && has_epoll()) {
 		static int told;
 
 		if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))

@@ -418,6 +418,32 @@ startup() {   # startup LABEL CMD...: 40 alternating runs (tools/bench/startup.p
 	echo "  $label: $r (bar: ratio >= 0.97: $(bar "$(sed 's/.*"ratio": \([0-9.]*\).*/\1/' <<<"$r")" 0.97 ">="))"
 }
 startup "python3 -c pass" "$PY" -c pass
+# A process that never touches the network: its system calls (and, with
+# valgrind, instructions) bare, under an empty preloaded library of the
+# same link options (what the loader alone costs), and under the shim.
+if command -v strace >/dev/null; then
+	printf 'char d[64] = {1};\nint b[8192];\n' >"$work/empty.c"
+	cc -shared -fPIC -O2 -Wl,-z,now -Wl,-z,relro -o "$work/libempty.so" "$work/empty.c"
+	ncalls() {   # ncalls LIB PROG ARGS...: the system calls of PROG after its exec
+		strace -f -qq -o "$work/sc" /usr/bin/env ${1:+LD_PRELOAD=$1} "${@:2}" >/dev/null 2>&1
+		awk -v p="execve(\"$2\"" 'index($0, p) {n = 0} {n++} END {print n}' "$work/sc"
+	}
+	nins() {   # nins LIB PROG ARGS...: its instructions (callgrind), or "-"
+		command -v valgrind >/dev/null || { echo -; return; }
+		env ${1:+LD_PRELOAD=$1} valgrind --tool=callgrind --callgrind-out-file="$work/cgs" "${@:2}" >/dev/null 2>&1
+		awk '/^summary:/ {print $2}' "$work/cgs"
+	}
+	for prog in /usr/bin/true "$PY -c pass"; do
+		# shellcheck disable=SC2086  # (prog's words are its arguments)
+		b=$(ncalls "" $prog) e=$(ncalls "$work/libempty.so" $prog) s=$(ncalls "$LIB" $prog)
+		# shellcheck disable=SC2086
+		ib=$(nins "" $prog) ie=$(nins "$work/libempty.so" $prog) is=$(nins "$LIB" $prog)
+		echo "  $prog, never touching the network: system calls $b bare, $e under an empty preloaded library," \
+			"$s under the shim: +$((s - b)) (bar <= 5: $(bar $((s - b)) 5 "<="))"
+		echo "    the shim's own beyond the empty library's: $((s - e)) system calls (bar <= 1, a larger .bss's" \
+			"mapping: $(bar $((s - e)) 1 "<=")); instructions $ib bare, $ie empty, $is shim"
+	done
+fi
 startup "curl --version" curl --version
 command -v node >/dev/null && startup "node -e 0" node -e 0
 # w3m collects garbage with Boehm's conservative collector, which scans every
