@@ -46,6 +46,8 @@ extern int ns_log_level NS_HIDDEN;
 NS_HIDDEN void ns_log_init(void);
 /* A NETSHIM_ variable as the process started with it (config.c). */
 NS_HIDDEN const char *ns_getenv(const char *name);
+/* ...kept by the constructor, before anything reads one (env.c). */
+NS_HIDDEN void ns_env_keep(void);
 NS_HIDDEN void ns_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define NS_LOG(level, ...) do { if (unlikely(ns_log_level >= (level))) ns_log((level), __VA_ARGS__); } while (0)
 

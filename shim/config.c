@@ -142,6 +142,8 @@ static void cfg_load(void)
 
 	ns_real_bind();   /* reached from a connect before our constructor ran */
 	ns_log_init();
+	if (ns_fdtab_failed) /* (made by the first socket, which comes before a connect's policy) */
+		ns_log(NS_LOG_ERROR, "cannot reserve the fd table; passing every call through");
 	ns_trace_env = ns_getenv("NETSHIM_TRACE") && strcmp(ns_getenv("NETSHIM_TRACE"), "1") == 0;
 	if (disable && strcmp(disable, "1") == 0) {
 		ns_cfg_disabled = 1;
@@ -282,43 +284,6 @@ static void rng_seed(void)
 	ns_rng_state = (uint64_t)ns_now() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&ns_rng_state;
 }
 
-/* The NETSHIM_ variables as the process started: the constructor keeps
- * their addresses (the strings the kernel or the parent's exec put there),
- * since the policy and the table are loaded by the first call that needs
- * them, and by then a program may have cleared or rewritten its own
- * environment (clearenv, a sandbox's scrub). */
-#define ENV_KEPT 64
-static const char *env_kept[ENV_KEPT];
-static int env_state; /* atomic: 0 not yet taken (ask getenv), 1 taken, 2 more than ENV_KEPT (ask getenv) */
-
-static void env_keep(void)
-{
-	int n = 0, st = 1;
-
-	for (char **e = environ; e && *e; e++) {
-		if (strncmp(*e, "NETSHIM_", 8) != 0)
-			continue;
-		if (n == ENV_KEPT) {
-			st = 2;
-			break;
-		}
-		env_kept[n++] = *e;
-	}
-	__atomic_store_n(&env_state, st, __ATOMIC_RELEASE);
-}
-
-const char *ns_getenv(const char *name)
-{
-	size_t len = strlen(name);
-
-	if (__atomic_load_n(&env_state, __ATOMIC_ACQUIRE) != 1)
-		return getenv(name); /* before our constructor (another library's), or too many kept */
-	for (int i = 0; i < ENV_KEPT && env_kept[i]; i++)
-		if (strncmp(env_kept[i], name, len) == 0 && env_kept[i][len] == '=')
-			return env_kept[i] + len + 1;
-	return NULL;
-}
-
 /* Nothing else at start: a process that never touches the network pays
  * for the loader's mapping of the library and no more. The real functions
  * are bound by the first wrapper called (real.c), the fd table made by the
@@ -328,7 +293,7 @@ __attribute__((constructor)) static void ns_init(void)
 {
 	const uint64_t *r = (const uint64_t *)getauxval(AT_RANDOM); /* 16 bytes from the kernel, no call */
 
-	env_keep();
+	ns_env_keep();
 	ns_rng_state = (uint64_t)ns_now() ^ (r ? r[0] : 0) ^ (uint64_t)(uintptr_t)&ns_rng_state;
 	/* a forked child draws its own jitter, not its parent's */
 	pthread_atfork(NULL, NULL, rng_seed);

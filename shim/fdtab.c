@@ -176,8 +176,7 @@ static void fd_table_make(void)
 	p = mmap(NULL, (size_t)n * sizeof(uintptr_t), PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (p == MAP_FAILED) {
-		ns_fdtab_failed = 1;
-		ns_log(NS_LOG_ERROR, "cannot reserve the fd table; passing every call through");
+		ns_fdtab_failed = 1; /* said when the policy loads (config.c): logging is above this */
 		return;
 	}
 	ns_fdtab = p;
