@@ -75,8 +75,8 @@ __attribute__((noinline)) ssize_t ns_after_io(int fd, struct ns_conn *c, int d, 
 		return 0;
 	}
 	if (e == EAGAIN || e == EWOULDBLOCK) {
-		if (!(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_NONBLOCK) &&
-		    !(flags & MSG_DONTWAIT) && LD(c->dir[d].src) >= NS_SRC_SHIM_READ) {
+		if (!(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_NONBLOCK) && !(flags & MSG_DONTWAIT) &&
+		    ns_src_fires(LD(c->dir[d].src))) {
 			ns_conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
 			errno = ETIMEDOUT;
 			return -1;

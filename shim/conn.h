@@ -15,8 +15,15 @@
 /**** per-connection state ****/
 
 /* One direction's receive or send timeout: the program's own, and what the
- * shim put into the kernel (SO_RCVTIMEO/SO_SNDTIMEO) on its behalf. */
-enum { NS_SRC_NONE = 0, NS_SRC_PROGRAM, NS_SRC_SHIM_READ, NS_SRC_SHIM_TOTAL };
+ * shim put into the kernel (SO_RCVTIMEO/SO_SNDTIMEO) on its behalf. READ
+ * and TOTAL fire (the kernel's EAGAIN is the shim's ETIMEDOUT); CONNECT is
+ * a blocking connect's limit left in SO_SNDTIMEO after it (saves a system
+ * call a connection): a send it cuts short goes on (sendrest.c). */
+enum { NS_SRC_NONE = 0, NS_SRC_PROGRAM, NS_SRC_SHIM_READ, NS_SRC_SHIM_TOTAL, NS_SRC_SHIM_CONNECT };
+static inline int ns_src_fires(uint32_t src)
+{
+	return src == NS_SRC_SHIM_READ || src == NS_SRC_SHIM_TOTAL;
+}
 struct ns_dir {
 	int64_t prog_ns;      /* the program's timeout, 0 = none */
 	int64_t kernel_ns;    /* what the kernel holds now, 0 = none */
@@ -234,6 +241,9 @@ static inline uintptr_t ns_fd_get(int fd)
 /* The shim's own file I/O, straight to libc (see nointercept.h). */
 
 NS_HIDDEN void ns_fd_init(void);
+/* fd past the table: 1, unless there was none yet and v (nonzero: worth an
+ * entry) made it so fd fits now (the table is made by the first socket). */
+NS_HIDDEN int ns_fd_beyond(int fd, uintptr_t v);
 /* Put v at fd (taking a reference if it is a conn) and drop what was there. */
 NS_HIDDEN void ns_fd_set(int fd, uintptr_t v);
 /* ...for a record from ns_conn_alloc: its one reference passes to fd's entry. */

@@ -96,7 +96,7 @@ static inline __attribute__((always_inline)) int connect_bounded(int fd, struct 
 	if (prog && prog <= lim)
 		return REAL(connect)(fd, sa, len);   /* the program's own timeout ends it first */
 	/* what the kernel holds now: the shim's total budget (ns_conn_arm), or the program's */
-	before = LD(c->dir[NS_OUT].src) >= NS_SRC_SHIM_READ ? LD(c->dir[NS_OUT].kernel_ns) : prog;
+	before = ns_src_fires(LD(c->dir[NS_OUT].src)) ? LD(c->dir[NS_OUT].kernel_ns) : prog;
 	left = LD(c->start) + lim - now;
 	if (left <= 0) {
 		errno = ETIMEDOUT;
@@ -107,12 +107,15 @@ static inline __attribute__((always_inline)) int connect_bounded(int fd, struct 
 		return REAL(connect)(fd, sa, len);
 	r = REAL(connect)(fd, sa, len);
 	e = errno;
-	if (before) {
-		tv = ns_to_tv(before);
-	} else {
-		tv.tv_sec = 0;
-		tv.tv_usec = 0;
+	if (r == 0 && !before) {
+		/* connected, the program without a send timeout: the limit stays
+		 * (the sends it would cut go on: sendrest.c; exec puts 0 back) */
+		ST(c->dir[NS_OUT].prog_ns, 0);
+		ST(c->dir[NS_OUT].kernel_ns, left); /* (to the microsecond above: the same for what reads it) */
+		ST(c->dir[NS_OUT].src, NS_SRC_SHIM_CONNECT);
+		return 0;
 	}
+	tv = ns_to_tv(before); /* (0: none) */
 	REAL(setsockopt)(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	if (r < 0 && e == EINPROGRESS) {
 		ns_drop_attempt(fd);
@@ -711,9 +714,8 @@ static inline __attribute__((always_inline)) int governed_call(int fd, const str
 {
 	struct ns_conn *c;
 
-	if (unlikely(!__atomic_load_n(&ns_fdmax, __ATOMIC_ACQUIRE)))
-		ns_fd_init(); /* a socket the wrappers never saw made (inherited): the table now */
-	if (!sa || len < (socklen_t)sizeof(sa_family_t) || (unsigned)fd >= ns_fdmax)
+	/* (a socket the wrappers never saw made, inherited: the table made now) */
+	if (!sa || len < (socklen_t)sizeof(sa_family_t) || ((unsigned)fd >= ns_fdmax && ns_fd_beyond(fd, 1)))
 		return 0;
 	if (sa->sa_family == AF_UNSPEC) {
 		c = ns_conn_of(fd);

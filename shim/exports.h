@@ -21,6 +21,8 @@
 #ifndef NS_EXPORTS_H
 #define NS_EXPORTS_H
 
+/* (a table, aligned by hand) */
+/* clang-format off */
 #define NS_EXPORTS(DATA, CALL, BOUND, OWN) \
 	CALL(int, socket, socket, (int domain, int type, int protocol), (domain, type, protocol)) \
 	CALL(int, connect, connect, (int fd, const struct sockaddr *sa, socklen_t len), (fd, sa, len)) \
@@ -98,6 +100,12 @@
 	CALL(int, fexecve, fexecve, (int fd, char *const argv[], char *const envp[]), (fd, argv, envp)) \
 	CALL(int, execveat, execveat, (int dirfd, const char *path, char *const argv[], char *const envp[], \
 		int flags), (dirfd, path, argv, envp, flags)) \
+	CALL(int, posix_spawn, posix_spawn, (pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa, \
+		const posix_spawnattr_t *attr, char *const argv[], char *const envp[]), (pid, path, fa, attr, argv, envp)) \
+	CALL(int, posix_spawnp, posix_spawnp, (pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa, \
+		const posix_spawnattr_t *attr, char *const argv[], char *const envp[]), (pid, file, fa, attr, argv, envp)) \
+	CALL(int, system, system, (const char *cmd), (cmd)) \
+	CALL(FILE *, popen, popen, (const char *cmd, const char *type), (cmd, type)) \
 	OWN(execl) OWN(execlp) OWN(execle)   /* wrappers.c: variadic, over execv, execvp, execve */ \
 	OWN(sendfile64)          /* wrappers.c: sendfile's worker */ \
 	OWN(syscall)             /* wrappers.c, for uring.c */ \
@@ -111,5 +119,6 @@
 	OWN(fread) OWN(fread_unlocked) OWN(__fread_chk) OWN(__fread_unlocked_chk) \
 	OWN(fgetc) OWN(getc) OWN(_IO_getc) OWN(fgetc_unlocked) OWN(getc_unlocked) OWN(__uflow) \
 	OWN(getline) OWN(getdelim) OWN(__getdelim)
+/* clang-format on */
 
 #endif

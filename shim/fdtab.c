@@ -320,12 +320,29 @@ static inline __attribute__((always_inline)) void fd_put(int fd, uintptr_t v)
 	}
 }
 
+/* fd is past the table: 1, unless there was no table yet and v is worth
+ * making it for (the first socket), after which fd may fit. */
+int ns_fd_beyond(int fd, uintptr_t v)
+{
+	if (!v || __atomic_load_n(&ns_fdmax, __ATOMIC_ACQUIRE))
+		return 1;
+	ns_fd_init();
+	return (unsigned)fd >= __atomic_load_n(&ns_fdmax, __ATOMIC_ACQUIRE);
+}
+
+/* (out of line and called last, so the common case saves no register) */
+static __attribute__((noinline, cold)) void fd_set_first(int fd, uintptr_t v)
+{
+	if (!ns_fd_beyond(fd, v))
+		ns_fd_set(fd, v);
+}
+
 void ns_fd_set(int fd, uintptr_t v)
 {
-	if (unlikely(!__atomic_load_n(&ns_fdmax, __ATOMIC_ACQUIRE)) && v)
-		ns_fd_init();
-	if ((unsigned)fd >= ns_fdmax)
+	if (unlikely((unsigned)fd >= ns_fdmax)) {
+		fd_set_first(fd, v);
 		return;
+	}
 	if (v && !(v & NS_TAG)) {
 		ns_conn_ref((struct ns_conn *)v);
 		__atomic_fetch_add(&((struct ns_conn *)v)->fds, 1, __ATOMIC_RELAXED);
@@ -333,12 +350,18 @@ void ns_fd_set(int fd, uintptr_t v)
 	fd_put(fd, v);
 }
 
+static __attribute__((noinline, cold)) void publish_first(int fd, struct ns_conn *c)
+{
+	if (!ns_fd_beyond(fd, (uintptr_t)c))
+		ns_fd_publish(fd, c);
+	else
+		ns_conn_unref(c);
+}
+
 void ns_fd_publish(int fd, struct ns_conn *c)
 {
-	if (unlikely(!__atomic_load_n(&ns_fdmax, __ATOMIC_ACQUIRE)))
-		ns_fd_init();
-	if ((unsigned)fd >= ns_fdmax) {
-		ns_conn_unref(c);
+	if (unlikely((unsigned)fd >= ns_fdmax)) {
+		publish_first(fd, c);
 		return;
 	}
 	__atomic_store_n(&c->fds, 1, __ATOMIC_RELAXED);

@@ -120,7 +120,7 @@ void ns_note_interrupted(int fd, struct ns_conn *c, int e)
 	uint32_t src;
 
 	if (e == EINTR) {
-		if (!LD(c->intr_deadline) && LD(c->dir[NS_IN].src) >= NS_SRC_SHIM_READ &&
+		if (!LD(c->intr_deadline) && ns_src_fires(LD(c->dir[NS_IN].src)) &&
 		    !(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_NONBLOCK))
 			ns_set_intr(c, ns_now() + LD(c->dir[NS_IN].kernel_ns));
 		return;

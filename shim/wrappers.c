@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/select.h>

@@ -14,6 +14,9 @@
  *     --gethostbyname   resolve a name ADDR with gethostbyname (default getaddrinfo)
  *     --poll            event-loop style: non-blocking socket, every wait in
  *                       poll() (fortified: __poll_chk), 10 s program timeout
+ *     --send-bytes N    connect, then one blocking call that writes N bytes
+ *                       (--send-with send|write|writev|sendmsg), and report
+ *                       what it returned and the socket's SO_SNDTIMEO
  *
  * The reply goes to stdout; the last line on stderr is one JSON object with
  * errno names and milliseconds. */
@@ -29,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -96,9 +100,51 @@ static void *loop_body(void *arg)
 	return NULL;
 }
 
+/* One blocking call that writes n bytes, in two halves where it takes a
+ * vector; what it returned, and the socket's SO_SNDTIMEO after it. */
+static int send_once(int fd, size_t n, const char *with, double connect_ms)
+{
+	char *buf = malloc(n);
+	struct iovec iov[2];
+	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
+	struct timeval tv = { -1, -1 };
+	socklen_t l = sizeof(tv);
+	double t0 = now_ms();
+	ssize_t r;
+	int e = 0;
+
+	if (!buf)
+		return 2;
+	memset(buf, 'x', n);
+	iov[0].iov_base = buf;
+	iov[0].iov_len = n / 2;
+	iov[1].iov_base = buf + n / 2;
+	iov[1].iov_len = n - n / 2;
+	if (!strcmp(with, "write"))
+		r = write(fd, buf, n);
+	else if (!strcmp(with, "writev"))
+		r = writev(fd, iov, 2);
+	else if (!strcmp(with, "sendmsg"))
+		r = sendmsg(fd, &msg, 0);
+	else
+		r = send(fd, buf, n, 0);
+	if (r < 0)
+		e = errno;
+	getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l);
+	fprintf(stderr,
+		"{\"connect_ms\": %.1f, \"sent\": %zd, \"send_errno\": \"%s\", \"send_ms\": %.1f, "
+		"\"sndtimeo_us\": %lld}\n",
+		connect_ms, r, ename(e), now_ms() - t0, (long long)tv.tv_sec * 1000000 + tv.tv_usec);
+	close(fd);
+	free(buf);
+	return r == (ssize_t)n ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	int use_ghbn = 0, rcvtimeo = 0, use_read = 0, threads = 1, dofork = 0, request = 1, chunk = 512;
+	long send_bytes = 0;
+	const char *send_with = "send";
 	struct sockaddr_in *s4 = (struct sockaddr_in *)&dst;
 	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&dst;
 	const char *addr, *port;
@@ -127,6 +173,10 @@ int main(int argc, char **argv)
 			use_ghbn = 1;
 		else if (!strcmp(argv[i], "--no-request"))
 			request = 0;
+		else if (!strcmp(argv[i], "--send-bytes") && i + 1 < argc)
+			send_bytes = atol(argv[++i]);
+		else if (!strcmp(argv[i], "--send-with") && i + 1 < argc)
+			send_with = argv[++i];
 		else {
 			fprintf(stderr, "fclient: unknown option %s\n", argv[i]);
 			return 2;
@@ -210,6 +260,8 @@ int main(int argc, char **argv)
 
 			setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 		}
+		if (send_bytes > 0)
+			return send_once(fd, (size_t)send_bytes, send_with, t1 - t0);
 		if (nonblock && !use_poll) {
 			int fl = fcntl(fd, F_GETFL);
 

@@ -1,0 +1,21 @@
+/* sendrest.h -- a blocking connect's limit left in SO_SNDTIMEO after it,
+ * and the sends it cuts short carried on (sendrest.c). */
+#ifndef NS_SENDREST_H
+#define NS_SENDREST_H
+
+#include <sys/types.h>
+
+#include "conn.h"
+
+/* 1 when r, an output call's result for len asked (bytes, or messages),
+ * is short only because the kernel still held the connect's limit
+ * (NS_SRC_SHIM_CONNECT) on a blocking call: the program's own send timeout
+ * (none) is back in the kernel and the caller carries the call on with
+ * its rest. errno is kept. */
+NS_HIDDEN int ns_out_cut(int fd, struct ns_conn *c, ssize_t r, size_t len, int flags);
+/* Before an exec or a spawn: each governed socket a child inherits (not
+ * close-on-exec) gets the program's own SO_SNDTIMEO back (a system call
+ * each), so no other program meets the shim's limit there. */
+NS_HIDDEN void ns_sndtimeo_for_child(void);
+
+#endif
