@@ -284,16 +284,19 @@ static void rng_seed(void)
 	ns_rng_state = (uint64_t)ns_now() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&ns_rng_state;
 }
 
-/* Nothing else at start: a process that never touches the network pays
- * for the loader's mapping of the library and no more. The real functions
- * are bound by the first wrapper called (real.c), the fd table made by the
- * first socket (fdtab.c), the policy and the table loaded by the first
- * call that needs them (a connect, a lookup); a bad policy is said then. */
+/* At start only what makes no system call: the variables kept, libc's
+ * functions bound (dlsym's lookups, some 50,000 instructions a first
+ * connect would otherwise pay), the random source seeded. The fd table is
+ * made by the first socket (fdtab.c), the policy and the table loaded by
+ * the first call that needs them (a connect, a lookup): a process that
+ * never touches the network makes no system call of the shim's, and a bad
+ * policy is said at the first connect. */
 __attribute__((constructor)) static void ns_init(void)
 {
 	const uint64_t *r = (const uint64_t *)getauxval(AT_RANDOM); /* 16 bytes from the kernel, no call */
 
 	ns_env_keep();
+	ns_real_bind();
 	ns_rng_state = (uint64_t)ns_now() ^ (r ? r[0] : 0) ^ (uint64_t)(uintptr_t)&ns_rng_state;
 	/* a forked child draws its own jitter, not its parent's */
 	pthread_atfork(NULL, NULL, rng_seed);
