@@ -23,6 +23,7 @@ struct io_ctx {
 	uint32_t gen;
 	size_t len;
 	const void *buf;
+	monotime t0; /* output of NS_OUT_TIMED bytes or more: when it began (sendrest.h) */
 };
 
 /* Does anything need doing before a call in direction d? */

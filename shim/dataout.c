@@ -125,7 +125,7 @@ enum { BY_SEND, BY_WRITE };
 
 static __attribute__((noinline)) ssize_t after_out(struct ns_conn *c, ssize_t r, const struct io_ctx *x, int by)
 {
-	if (unlikely(ns_out_cut(x->fd, c, r, x->len, x->flags))) {
+	if (unlikely(ns_out_cut(x->fd, c, r, x->len, x->flags, 0))) {
 		if (r > 0)
 			ns_after_io(x->fd, c, NS_OUT, r, 0, x->flags, x->gen);
 		return send_rest(x->fd, x->buf, x->len, x->flags, r, by == BY_WRITE);
@@ -138,10 +138,18 @@ static __attribute__((noinline)) ssize_t after_out(struct ns_conn *c, ssize_t r,
 static inline __attribute__((always_inline)) ssize_t io_end_out(struct ns_conn *c, ssize_t r, const struct io_ctx *x,
 								int by)
 {
-	/* (len read back from the frame, where io_begin put it: kept in a
-	 * register across the call instead, it costs a push and a pop) */
-	if (likely((size_t)r == *(const volatile size_t *)&x->len && !(LD(c->flags) & NS_C_POST)))
+	/* len compared where io_begin put it, in the frame: kept in a
+	 * register across the call instead, it costs a push and a pop, and
+	 * read back into one, a load (x86-64: one cmp with memory) */
+#if defined(__x86_64__)
+	__asm__ goto("cmpq %1, %0\n\tjne %l[slow]" : : "r"(r), "m"(x->len) : "cc" : slow);
+#else
+	if ((size_t)r != *(const volatile size_t *)&x->len)
+		goto slow;
+#endif
+	if (likely(!(LD(c->flags) & NS_C_POST)))
 		return r;
+slow:
 	return after_out(c, r, x, by);
 }
 
@@ -162,7 +170,7 @@ static inline __attribute__((always_inline)) int vec_settled(const struct ns_con
 static __attribute__((noinline)) ssize_t after_vec(struct ns_conn *c, ssize_t r, const struct io_ctx *x,
 						   const struct msghdr *msg, int by)
 {
-	if (unlikely(ns_out_cut(x->fd, c, r, iov_len(msg->msg_iov, msg->msg_iovlen), x->flags))) {
+	if (unlikely(ns_out_cut(x->fd, c, r, iov_len(msg->msg_iov, msg->msg_iovlen), x->flags, x->t0))) {
 		if (r > 0)
 			ns_after_io(x->fd, c, NS_OUT, r, 0, x->flags, x->gen);
 		return sendmsg_rest(x->fd, msg, x->flags, r, by == BY_WRITE);
@@ -175,7 +183,7 @@ static __attribute__((noinline)) ssize_t after_vec(struct ns_conn *c, ssize_t r,
 /* The flagged path's end: the call counted (its moved part), then the rest
  * of one the kernel cut short. */
 #define OUT_POST(c, q, r, n, rest) \
-	(unlikely(ns_out_cut((q)->fd, c, r, n, (q)->flags)) ? (io_post(c, q, r), (rest)) : io_post(c, q, r))
+	(unlikely(ns_out_cut((q)->fd, c, r, n, (q)->flags, t0)) ? (io_post(c, q, r), (rest)) : io_post(c, q, r))
 
 /**** the calls ****/
 
@@ -183,6 +191,7 @@ static __attribute__((noinline, cold)) ssize_t send_flagged(int fd, const void *
 							    struct ns_conn *c)
 {
 	struct io_req q;
+	monotime t0;
 	ssize_t r;
 
 	io_req_init(&q, c, fd, NS_OUT, flags, buf, n, 0);
@@ -192,6 +201,7 @@ static __attribute__((noinline, cold)) ssize_t send_flagged(int fd, const void *
 	case IO_RAW:
 		return ns_real.send(fd, buf, n, flags);
 	}
+	t0 = ns_out_t0(c);
 	r = ns_real.send(fd, buf, q.len, flags);
 	return OUT_POST(c, &q, r, q.len, send_rest(fd, buf, q.len, flags, r, 0));
 }
@@ -200,7 +210,7 @@ ssize_t ns_send(int fd, const void *buf, size_t n, int flags, struct ns_conn *c)
 {
 	struct io_ctx x;
 
-	if (io_flagged(c, NS_OUT))
+	if (io_flagged(c, NS_OUT) || unlikely(n >= NS_OUT_TIMED))
 		return send_flagged(fd, buf, n, flags, c);
 	io_begin_out(&x, c, fd, flags, buf, n);
 	return io_end_out(c, ns_real.send(fd, buf, n, flags), &x, BY_SEND);
@@ -213,6 +223,7 @@ static __attribute__((noinline, cold)) ssize_t sendto_flagged(int fd, const void
 							      struct ns_conn *c)
 {
 	struct io_req q;
+	monotime t0;
 	ssize_t r;
 
 	io_req_init(&q, c, fd, NS_OUT, flags, buf, n, 0);
@@ -222,6 +233,7 @@ static __attribute__((noinline, cold)) ssize_t sendto_flagged(int fd, const void
 	case IO_RAW:
 		return ns_real.sendto(fd, buf, n, flags, sa, len);
 	}
+	t0 = ns_out_t0(c);
 	r = ns_real.sendto(fd, buf, q.len, flags, sa, len);
 	return OUT_POST(c, &q, r, q.len, send_rest(fd, buf, q.len, flags, r, 0));
 }
@@ -231,7 +243,7 @@ ssize_t ns_sendto(int fd, const void *buf, size_t n, int flags, const struct soc
 {
 	struct io_ctx x;
 
-	if (io_flagged(c, NS_OUT))
+	if (io_flagged(c, NS_OUT) || unlikely(n >= NS_OUT_TIMED))
 		return sendto_flagged(fd, buf, n, flags, sa, len, c);
 	io_begin_out(&x, c, fd, flags, buf, n);
 	return io_end_out(c, ns_real.sendto(fd, buf, n, flags, sa, len), &x, BY_SEND);
@@ -241,6 +253,7 @@ static __attribute__((noinline, cold)) ssize_t sendmsg_flagged(int fd, const str
 							       struct ns_conn *c)
 {
 	struct io_req q;
+	monotime t0;
 	struct iovec tmp[NS_H2C_IOV_CUT];
 	struct msghdr cut;
 	const struct msghdr *m = msg;
@@ -267,6 +280,7 @@ static __attribute__((noinline, cold)) ssize_t sendmsg_flagged(int fd, const str
 		q.iovcnt = (size_t)k;
 		m = &cut;
 	}
+	t0 = ns_out_t0(c);
 	r = ns_real.sendmsg(fd, m, flags);
 	return OUT_POST(c, &q, r, q.len, sendmsg_rest(fd, m, flags, r, 0));
 }
@@ -279,6 +293,7 @@ ssize_t ns_sendmsg(int fd, const struct msghdr *msg, int flags, struct ns_conn *
 	if (io_flagged(c, NS_OUT))
 		return sendmsg_flagged(fd, msg, flags, c);
 	io_begin_out(&x, c, fd, flags, msg, 0);
+	x.t0 = ns_out_t0(c);
 	r = ns_real.sendmsg(fd, msg, flags);
 	if (vec_settled(c, r))
 		return r;
@@ -288,6 +303,7 @@ ssize_t ns_sendmsg(int fd, const struct msghdr *msg, int flags, struct ns_conn *
 static __attribute__((noinline, cold)) ssize_t write_flagged(int fd, const void *buf, size_t n, struct ns_conn *c)
 {
 	struct io_req q;
+	monotime t0;
 	ssize_t r;
 
 	io_req_init(&q, c, fd, NS_OUT, 0, buf, n, 0);
@@ -297,6 +313,7 @@ static __attribute__((noinline, cold)) ssize_t write_flagged(int fd, const void 
 	case IO_RAW:
 		return ns_real.write(fd, buf, n);
 	}
+	t0 = ns_out_t0(c);
 	r = ns_real.write(fd, buf, q.len);
 	return OUT_POST(c, &q, r, q.len, send_rest(fd, buf, q.len, 0, r, 1));
 }
@@ -305,7 +322,7 @@ ssize_t ns_write(int fd, const void *buf, size_t n, struct ns_conn *c)
 {
 	struct io_ctx x;
 
-	if (io_flagged(c, NS_OUT))
+	if (io_flagged(c, NS_OUT) || unlikely(n >= NS_OUT_TIMED))
 		return write_flagged(fd, buf, n, c);
 	io_begin_out(&x, c, fd, 0, buf, n);
 	return io_end_out(c, ns_real.write(fd, buf, n), &x, BY_WRITE);
@@ -315,6 +332,7 @@ static __attribute__((noinline, cold)) ssize_t writev_flagged(int fd, const stru
 							      struct ns_conn *c)
 {
 	struct io_req q;
+	monotime t0;
 	size_t k = cnt > 0 ? (size_t)cnt : 0;
 	size_t total;
 	struct iovec tmp[NS_H2C_IOV_CUT];
@@ -340,6 +358,7 @@ static __attribute__((noinline, cold)) ssize_t writev_flagged(int fd, const stru
 		m.msg_iov = tmp;
 		m.msg_iovlen = (size_t)t;
 	}
+	t0 = ns_out_t0(c);
 	r = ns_real.writev(fd, m.msg_iov, (int)m.msg_iovlen);
 	return OUT_POST(c, &q, r, q.len, sendmsg_rest(fd, &m, 0, r, 1));
 }
@@ -353,6 +372,7 @@ ssize_t ns_writev(int fd, const struct iovec *iov, int cnt, struct ns_conn *c)
 	if (io_flagged(c, NS_OUT))
 		return writev_flagged(fd, iov, cnt, c);
 	io_begin_out(&x, c, fd, 0, iov, 0);
+	x.t0 = ns_out_t0(c);
 	r = ns_real.writev(fd, iov, cnt);
 	if (vec_settled(c, r))
 		return r;
@@ -365,6 +385,7 @@ static __attribute__((noinline, cold)) int sendmmsg_flagged(int fd, struct mmsgh
 							    struct ns_conn *c)
 {
 	struct io_req q;
+	monotime t0;
 	int r;
 
 	io_req_init(&q, c, fd, NS_OUT, flags, NULL, n, 0);
@@ -374,6 +395,7 @@ static __attribute__((noinline, cold)) int sendmmsg_flagged(int fd, struct mmsgh
 	case IO_RAW:
 		return ns_real.sendmmsg(fd, v, n, flags);
 	}
+	t0 = ns_out_t0(c);
 	r = ns_real.sendmmsg(fd, v, n, flags);
 	return (int)OUT_POST(c, &q, r, n, sendmmsg_rest(fd, v, n, flags, r));
 }
@@ -382,15 +404,17 @@ static __attribute__((noinline, cold)) int sendmmsg_flagged(int fd, struct mmsgh
 int ns_sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags, struct ns_conn *c)
 {
 	struct io_ctx x;
+	monotime t0;
 	int r;
 
 	if (io_flagged(c, NS_OUT))
 		return sendmmsg_flagged(fd, v, n, flags, c);
 	io_begin_out(&x, c, fd, flags, v, n);
+	t0 = ns_out_t0(c);
 	r = ns_real.sendmmsg(fd, v, n, flags);
 	if (likely((unsigned)r == n && !(LD(c->flags) & NS_C_POST)))
 		return r;
-	if (unlikely(ns_out_cut(fd, c, r, n, flags))) {
+	if (unlikely(ns_out_cut(fd, c, r, n, flags, t0))) {
 		if (r > 0)
 			ns_after_io(fd, c, NS_OUT, r, 0, flags, x.gen);
 		return sendmmsg_rest(fd, v, n, flags, r);
@@ -402,6 +426,7 @@ static __attribute__((noinline, cold)) ssize_t sendfile_flagged(int out, int in,
 								struct ns_conn *c)
 {
 	struct io_req q;
+	monotime t0;
 	ssize_t r;
 
 	io_req_init(&q, c, out, NS_OUT, 0, NULL, n, 0);
@@ -411,6 +436,7 @@ static __attribute__((noinline, cold)) ssize_t sendfile_flagged(int out, int in,
 	case IO_RAW:
 		return ns_real.sendfile(out, in, off, n);
 	}
+	t0 = ns_out_t0(c);
 	r = ns_real.sendfile(out, in, off, n);
 	return OUT_POST(c, &q, r, n, sendfile_rest(out, in, off, n, r));
 }
@@ -418,15 +444,17 @@ static __attribute__((noinline, cold)) ssize_t sendfile_flagged(int out, int in,
 ssize_t ns_sendfile(int out, int in, off_t *off, size_t n, struct ns_conn *c)
 {
 	struct io_ctx x;
+	monotime t0;
 	ssize_t r;
 
 	if (io_flagged(c, NS_OUT))
 		return sendfile_flagged(out, in, off, n, c);
 	io_begin_out(&x, c, out, 0, NULL, n);
+	t0 = ns_out_t0(c);
 	r = ns_real.sendfile(out, in, off, n);
 	if (likely((size_t)r == n && !(LD(c->flags) & NS_C_POST)))
 		return r;
-	if (unlikely(ns_out_cut(out, c, r, n, 0))) {
+	if (unlikely(ns_out_cut(out, c, r, n, 0, t0))) {
 		if (r > 0)
 			ns_after_io(out, c, NS_OUT, r, 0, 0, x.gen);
 		return sendfile_rest(out, in, off, n, r);
@@ -443,6 +471,7 @@ static ssize_t splice_on(struct ns_conn *c, int d, int in, loff_t *offin, int ou
 			 unsigned flags)
 {
 	struct io_req q;
+	monotime t0;
 	ssize_t r;
 
 	io_req_init(&q, c, d == NS_IN ? in : out, d, (flags & SPLICE_F_NONBLOCK) ? MSG_DONTWAIT : 0, NULL, n, 0);
@@ -454,6 +483,7 @@ static ssize_t splice_on(struct ns_conn *c, int d, int in, loff_t *offin, int ou
 			return REAL(splice)(in, offin, out, offout, n, flags);
 		}
 	}
+	t0 = ns_out_t0(c);
 	r = REAL(splice)(in, offin, out, offout, n, flags);
 	if (d == NS_OUT)
 		return OUT_POST(c, &q, r, n, splice_rest(in, offin, out, offout, n, flags, r));

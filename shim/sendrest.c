@@ -20,12 +20,18 @@
 #include "real.h"
 #include "timeo.h"
 
-int ns_out_cut(int fd, struct ns_conn *c, ssize_t r, size_t len, int flags)
+int ns_out_cut(int fd, struct ns_conn *c, ssize_t r, size_t len, int flags, monotime t0)
 {
 	int e = errno;
 
 	if (likely(LD(c->dir[NS_OUT].src) != NS_SRC_SHIM_CONNECT) || (LD(c->flags) & NS_C_NONBLOCK) ||
-	    (flags & MSG_DONTWAIT) || (r < 0 ? e != EAGAIN : (size_t)r >= len) || !ns_conn_still(fd, c))
+	    (flags & MSG_DONTWAIT) || (r < 0 ? e != EAGAIN : (size_t)r >= len))
+		return 0;
+	/* (the kernel counts the limit over the call's waits: a cut call
+	 * lasted at least that; a millisecond of slack for the clocks) */
+	if (r >= 0 && (!t0 || ns_now() - t0 < LD(c->dir[NS_OUT].kernel_ns) - 1000000))
+		return 0;
+	if (!ns_conn_still(fd, c))
 		return 0;
 	ns_dir_sync(fd, c, NS_OUT, 0, NS_SRC_NONE);
 	errno = e;

@@ -8,6 +8,7 @@
  * the calls are built into one library and (with -DDEEP_ADDRS) the
  * addresses into another. */
 
+/* clang-format off */
 #define DEEP_NAMES(X) \
 	X(socket) X(connect) X(send) X(sendto) X(sendmsg) X(recv) X(recvfrom) X(recvmsg) \
 	X(read) X(write) X(readv) X(writev) X(__recv_chk) X(__recvfrom_chk) X(__read_chk) \
@@ -27,6 +28,7 @@
 	X(getline) X(getdelim) X(__getdelim) \
 	X(SSL_read) X(SSL_write) X(SSL_read_ex) X(SSL_write_ex) X(gnutls_record_recv) X(gnutls_record_send) \
 	X(SSL_connect) X(SSL_do_handshake) X(gnutls_certificate_verify_peers2) X(gnutls_certificate_verify_peers3)
+/* clang-format on */
 
 #define DECL(n) extern void deep_ref_##n(void) __asm__(#n);
 DEEP_NAMES(DECL)

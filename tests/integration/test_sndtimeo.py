@@ -190,3 +190,34 @@ def test_a_blocking_connect_costs_two_system_calls_of_the_shims(shim, server, tm
     # the connect's limit before it (left there after), the read timeout:
     # two a connection, where the limit's restore made three
     assert len(snd) == 20 and len(rcv) == 20 and len(calls) == 40, calls[:6]
+
+
+# A signal that ends a blocking send part-way is the program's: the kernel
+# returns the bytes sent so far, the same short count the limit leaves, and
+# the shim must not carry that call on (a program that ends a stuck send
+# with alarm() would hang on a peer that never reads).
+SIGNALLED = r"""
+import json, signal, socket, sys, time
+signal.signal(signal.SIGALRM, lambda *a: None)
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+signal.setitimer(signal.ITIMER_REAL, 0.4)
+t0 = time.monotonic()
+try:
+    n = s.send(b"x" * int(sys.argv[2]))
+except OSError as e:
+    n = -e.errno
+print(json.dumps({"sent": n, "ms": (time.monotonic() - t0) * 1000}))
+"""
+
+
+@pytest.mark.shim
+def test_a_send_a_signal_ends_part_way_returns_what_it_sent(shim, drain, tmp_path):
+    srv = drain(wait=30)   # never reads while the test lasts
+    shim.policy(POLICY)
+    r = shim.run(py_script(tmp_path, SIGNALLED) + [srv.port, MIB8], timeout=60)
+    assert r.rc == 0, r.err
+    rep = r.last_json()
+    # what the kernel sent before the signal, at once: not carried on
+    assert 0 < rep["sent"] < MIB8, rep
+    e = shim.entry(f"127.0.0.1:{srv.port}")
+    assert e["calls"] == 1, e
