@@ -4,8 +4,6 @@ a blocking send that then moves nothing for connect_timeout comes back
 from the kernel short, and the shim carries it on. The program sees its
 own semantics: every byte sent by its one call, SO_SNDTIMEO 0 when it asks,
 and a program it execs with the socket never meets the limit."""
-import json
-import os
 import shutil
 import socket
 import subprocess
@@ -14,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, NEGATIVE, PY, base_env, client, py_script
+from conftest import BUILD, NEGATIVE, base_env, client, each_stopped, py_script
 
 MIB8 = 8 * 1024 * 1024
 POLICY = "[defaults]\nconnect_timeout = 1s\nread_timeout = 30s\n"
@@ -67,16 +65,7 @@ class SlowDrain:
 
 @pytest.fixture
 def drain():
-    made = []
-
-    def start(**kw):
-        s = SlowDrain(**kw)
-        made.append(s)
-        return s
-
-    yield start
-    for s in made:
-        s.stop()
+    yield from each_stopped(SlowDrain)
 
 
 @pytest.mark.shim
