@@ -222,20 +222,28 @@ extern uintptr_t *ns_fdtab NS_HIDDEN;
 extern unsigned ns_fdmax NS_HIDDEN;
 extern unsigned ns_fdhi NS_HIDDEN;   /* atomic: above the highest fd ever given an entry */
 
-/* The connection behind fd, or NULL: the one lookup every wrapper makes. */
+/* The connection behind fd, or NULL: the one lookup every wrapper makes.
+ * The table is made by a process's first socket, perhaps while another
+ * thread is in a wrapper: its pointer is read after the size that says it
+ * is there (a compiler fence, no instruction: x86-64 keeps loads in order;
+ * fdtab.c stores the pointer, then the size with release). */
 static inline struct ns_conn *ns_conn_of(int fd)
 {
 	uintptr_t v;
 
 	if ((unsigned)fd >= ns_fdmax)
 		return NULL;
+	__atomic_signal_fence(__ATOMIC_ACQUIRE);
 	v = __atomic_load_n(&ns_fdtab[fd], __ATOMIC_ACQUIRE);
 	return (v & NS_TAG) ? NULL : (struct ns_conn *)v;
 }
 
 static inline uintptr_t ns_fd_get(int fd)
 {
-	return (unsigned)fd < ns_fdmax ? __atomic_load_n(&ns_fdtab[fd], __ATOMIC_ACQUIRE) : 0;
+	if ((unsigned)fd >= ns_fdmax)
+		return 0;
+	__atomic_signal_fence(__ATOMIC_ACQUIRE); /* (as ns_conn_of) */
+	return __atomic_load_n(&ns_fdtab[fd], __ATOMIC_ACQUIRE);
 }
 
 /* The shim's own file I/O, straight to libc (see nointercept.h). */
@@ -254,7 +262,7 @@ NS_HIDDEN void ns_fd_publish(int fd, struct ns_conn *c);
 static inline void ns_fd_tag(int fd, uintptr_t tag)
 {
 	if ((unsigned)fd < __atomic_load_n(&ns_fdhi, __ATOMIC_RELAXED) &&
-	    !__atomic_load_n(&ns_fdtab[fd], __ATOMIC_RELAXED)) {
+	    (__atomic_signal_fence(__ATOMIC_ACQUIRE), !__atomic_load_n(&ns_fdtab[fd], __ATOMIC_RELAXED))) {
 		if (tag)
 			__atomic_store_n(&ns_fdtab[fd], tag, __ATOMIC_RELEASE);
 		return;
