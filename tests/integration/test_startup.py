@@ -56,10 +56,23 @@ def test_a_process_that_never_touches_the_network_makes_no_system_call_of_the_sh
     assert more in ({}, {"mmap": 1}), (more, sum(bare.values()), sum(empty.values()), sum(shim.values()))
 
 
+# The program loses its NETSHIM_ variables before its first connect:
+# "clear" unsets them (os.environ.clear: unsetenv each), "overwrite" writes
+# over the strings the process started with, as setproctitle does (python's
+# module, daemons) to make room for the process title.
 CLEARS = r"""
-import errno, json, os, socket, sys
-port = int(sys.argv[1])
-os.environ.clear()             # unsetenv of each: the C environment loses NETSHIM_*
+import ctypes, errno, json, os, socket, sys
+port, how = int(sys.argv[1]), sys.argv[2]
+if how == "clear":
+    os.environ.clear()
+else:
+    env = ctypes.POINTER(ctypes.c_void_p).in_dll(ctypes.CDLL(None), "environ")
+    i = 0
+    while env[i]:
+        s = ctypes.string_at(env[i])
+        if s.startswith(b"NETSHIM_"):
+            ctypes.memset(env[i], ord("x"), len(s))
+        i += 1
 got = []
 for _ in range(2):
     s = socket.socket()
@@ -74,14 +87,16 @@ print(json.dumps({"errnos": got}))
 
 
 @pytest.mark.shim
-def test_the_policy_and_table_are_those_the_process_started_with_after_it_clears_its_environment(shim, tmp_path):
+@pytest.mark.parametrize("how", ["clear", "overwrite"])
+def test_the_policy_and_table_are_those_the_process_started_with_after_it_loses_its_environment(shim, tmp_path,
+                                                                                                 how):
     import socket
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()   # nothing listens: each connect is refused
     shim.policy("[defaults]\nfailure_threshold = 1\nopen_duration = 60s\n")
-    r = shim.run(py_script(tmp_path, CLEARS) + [port])
+    r = shim.run(py_script(tmp_path, CLEARS) + [port, how])
     assert r.rc == 0, r.err
     assert r.last_json() == {"errnos": [111, 111]}, r.out
     e = shim.entry(f"127.0.0.1:{port}")
