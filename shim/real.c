@@ -1,4 +1,4 @@
-/* real.c -- bind the real libc functions, by the first call that needs them.
+/* real.c -- bind the real libc functions: at start, or before by a wrapper.
  *
  * Every wrapper and the constructor reach this table, so a call made from
  * another library's constructor, before ours ran, still finds its target. */
@@ -51,8 +51,9 @@ static void bind_all(void)
 	ns_vfork_bind(); /* the exported vfork's target (fdtab.c), bound before any call */
 }
 
-/* By the first wrapper called, not at start. Every thread that finds the
- * table not yet bound binds it itself: dlsym gives each the same
+/* By the constructor, or by a wrapper called before it (from another
+ * library's constructor). Every thread that finds the table not yet
+ * bound binds it itself: dlsym gives each the same
  * addresses, so two at once store the same words, nobody waits (a fork
  * in the middle leaves nothing half-taken), and no futex is woken. */
 void ns_real_bind(void)
