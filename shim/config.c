@@ -36,24 +36,13 @@ static struct { int64_t sec, nsec, size, ino; } cfg_stamp;
 static int64_t cfg_checked_s;          /* atomic: the second of the last look at the file */
 monotime ns_cfg_next_ns;           /* atomic: no look before then (the next second) */
 static int cfg_reloading;              /* atomic: one thread reloads, the others go on */
-pthread_once_t ns_cfg_once = PTHREAD_ONCE_INIT;
-int ns_cfg_ready;                  /* atomic: cfg_load has run (pthread_once's call skipped) */
+uint64_t ns_cfg_once;
 /* The fallback settings (ns_cfg_fallback) last kept. */
 static const struct ns_settings *cfg_fallback = &ns_builtin_settings;   /* atomic */
 
 struct ns_table ns_breakers;
 int ns_breakers_ok;
-pthread_once_t ns_tbl_once = PTHREAD_ONCE_INIT;
-int ns_tbl_ready;                  /* atomic: tbl_load has run */
-
-/* This thread is inside the one-time set-up of the policy or the table.
- * connect() is async-signal-safe: a signal handler's connect may run in
- * the middle of that set-up on the same thread, where pthread_once would
- * wait for ever on itself. It sees these and passes its call through (the
- * policy's built-in defaults are not even needed: it is simply not
- * governed, as a call before the set-up began would not be). */
-__thread int ns_cfg_loading __attribute__((tls_model("initial-exec")));
-__thread int ns_tbl_loading __attribute__((tls_model("initial-exec")));
+uint64_t ns_tbl_once;
 
 /* Load the policy file into a new heap policy. Returns it, or NULL with the
  * first error line in err. */
@@ -164,22 +153,9 @@ static void cfg_load(void)
 	shadow_wanted(p);
 }
 
-/* A one-time set-up as pthread_once runs it (its call is skipped once
- * *ready is seen set): this thread marked as inside it (*loading, this
- * thread's) so that a signal handler's call there passes through. */
-static void load_marked(int *loading, int *ready, void (*load)(void))
-{
-	*loading = 1;
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	load();
-	__atomic_store_n(ready, 1, __ATOMIC_RELEASE);
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-	*loading = 0;
-}
-
 void ns_cfg_load_once(void)
 {
-	load_marked(&ns_cfg_loading, &ns_cfg_ready, cfg_load);
+	cfg_load();
 }
 
 /* For the lookup faults (fault.c): the policy's faults for d, none when
@@ -276,12 +252,21 @@ __attribute__((noinline, cold)) void ns_tbl_broke(void)
 
 void ns_tbl_load_once(void)
 {
-	load_marked(&ns_tbl_loading, &ns_tbl_ready, tbl_load);
+	tbl_load();
 }
 
-static void rng_seed(void)
+/* In every fork child: its own jitter, not its parent's; a one-time
+ * set-up another thread had under way begun again (lock.h); the fd
+ * table's pid. Registered at start, not by the set-ups themselves: a
+ * handler's first socket must not take glibc's atfork lock, which the
+ * thread it interrupted may hold in fork(). */
+static void forked_child(void)
 {
-	ns_rng_state = (uint64_t)ns_now() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&ns_rng_state;
+	pid_t pid = getpid();
+
+	ns_once_forked();
+	ns_rng_state = (uint64_t)ns_now() ^ ((uint64_t)pid << 32) ^ (uint64_t)(uintptr_t)&ns_rng_state;
+	ns_own_pid = pid;
 }
 
 /* At start only what makes no system call: the variables kept, libc's
@@ -298,8 +283,7 @@ __attribute__((constructor)) static void ns_init(void)
 	ns_env_keep();
 	ns_real_bind();
 	ns_rng_state = (uint64_t)ns_now() ^ (r ? r[0] : 0) ^ (uint64_t)(uintptr_t)&ns_rng_state;
-	/* a forked child draws its own jitter, not its parent's */
-	pthread_atfork(NULL, NULL, rng_seed);
+	pthread_atfork(NULL, NULL, forked_child);
 }
 
 

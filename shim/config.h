@@ -10,17 +10,16 @@
 #include "../policy/policy.h"
 #include "../policy/table.h"
 #include "base.h"
+#include "lock.h"
 
 /* The policy in force: a reload swaps the pointer (NULL: a bad policy, pass
  * through). The rest is the state of its one-time loading and reloading. */
 extern struct ns_policy *ns_cfg_cur NS_HIDDEN;
 extern int ns_cfg_disabled NS_HIDDEN;             /* NETSHIM_DISABLE=1 */
 extern monotime ns_cfg_next_ns NS_HIDDEN;         /* atomic: no look at the file before then */
-extern pthread_once_t ns_cfg_once NS_HIDDEN;
-extern int ns_cfg_ready NS_HIDDEN;                /* atomic: loaded */
-/* this thread is inside the loading (a signal handler's connect there
- * passes through rather than wait for ever on its own thread) */
-extern __thread int ns_cfg_loading NS_HIDDEN __attribute__((tls_model("initial-exec")));
+/* its one-time loading (lock.h: a signal handler's connect inside its own
+ * thread's loading passes through rather than wait for ever on itself) */
+extern uint64_t ns_cfg_once NS_HIDDEN;
 NS_HIDDEN void ns_cfg_load_once(void);
 NS_HIDDEN void ns_cfg_maybe_reload(monotime now);
 
@@ -28,9 +27,7 @@ NS_HIDDEN void ns_cfg_maybe_reload(monotime now);
  * and whole (the breakers are off otherwise). */
 extern struct ns_table ns_breakers NS_HIDDEN;
 extern int ns_breakers_ok NS_HIDDEN;
-extern pthread_once_t ns_tbl_once NS_HIDDEN;
-extern int ns_tbl_ready NS_HIDDEN;
-extern __thread int ns_tbl_loading NS_HIDDEN __attribute__((tls_model("initial-exec")));
+extern uint64_t ns_tbl_once NS_HIDDEN;
 NS_HIDDEN void ns_tbl_load_once(void);
 /* The table shrank under us: said once, the breakers off from then on. */
 NS_HIDDEN void ns_tbl_broke(void);
@@ -38,12 +35,7 @@ NS_HIDDEN void ns_tbl_broke(void);
 /* 0 once the policy is loaded, -1 inside its loading on this thread */
 static inline int ns_cfg_init(void)
 {
-	if (unlikely(!__atomic_load_n(&ns_cfg_ready, __ATOMIC_ACQUIRE))) {
-		if (ns_cfg_loading)
-			return -1;
-		pthread_once(&ns_cfg_once, ns_cfg_load_once);
-	}
-	return 0;
+	return ns_once(&ns_cfg_once, ns_cfg_load_once) ? 0 : -1;
 }
 
 /* The policy in force, or NULL to pass the call through. */
@@ -59,11 +51,8 @@ static inline __attribute__((always_inline)) struct ns_policy *ns_cfg_get(monoti
 /* Is the table in use (mapped and whole)? Maps it on first use. */
 static inline __attribute__((always_inline)) int ns_tbl_on(void)
 {
-	if (unlikely(!__atomic_load_n(&ns_tbl_ready, __ATOMIC_ACQUIRE))) {
-		if (ns_tbl_loading)
-			return 0;   /* a handler inside our own set-up: uncounted */
-		pthread_once(&ns_tbl_once, ns_tbl_load_once);
-	}
+	if (unlikely(!ns_once(&ns_tbl_once, ns_tbl_load_once)))
+		return 0;   /* a handler inside our own set-up: uncounted */
 	if (unlikely(ns_breakers_ok && ns_table_broken(&ns_breakers)))
 		ns_tbl_broke();
 	return ns_breakers_ok;

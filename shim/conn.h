@@ -16,10 +16,8 @@
 
 /* One direction's receive or send timeout: the program's own, and what the
  * shim put into the kernel (SO_RCVTIMEO/SO_SNDTIMEO) on its behalf. READ
- * and TOTAL fire (the kernel's EAGAIN is the shim's ETIMEDOUT); CONNECT is
- * a blocking connect's limit left in SO_SNDTIMEO after it (saves a system
- * call a connection): a send it cuts short goes on (sendrest.c). */
-enum { NS_SRC_NONE = 0, NS_SRC_PROGRAM, NS_SRC_SHIM_READ, NS_SRC_SHIM_TOTAL, NS_SRC_SHIM_CONNECT };
+ * and TOTAL fire (the kernel's EAGAIN is the shim's ETIMEDOUT). */
+enum { NS_SRC_NONE = 0, NS_SRC_PROGRAM, NS_SRC_SHIM_READ, NS_SRC_SHIM_TOTAL };
 static inline int ns_src_fires(uint32_t src)
 {
 	return src == NS_SRC_SHIM_READ || src == NS_SRC_SHIM_TOTAL;

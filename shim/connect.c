@@ -63,7 +63,7 @@ static uintptr_t classify(int fd, int family)
  * program's own SO_SNDTIMEO, which the kernel applies to connect: the
  * shim's limit goes into SO_SNDTIMEO for the call (two setsockopt calls
  * around one connect, where a non-blocking connect and a poll loop took
- * five system calls), and the kernel's EINPROGRESS at its end becomes
+ * four more system calls), and the kernel's EINPROGRESS at its end becomes
  * ETIMEDOUT with the attempt dropped. ask: the program may have set its own
  * SO_SNDTIMEO before the shim saw the socket. now: the clock, read at most
  * the shim's own few microseconds ago. */
@@ -107,14 +107,10 @@ static inline __attribute__((always_inline)) int connect_bounded(int fd, struct 
 		return REAL(connect)(fd, sa, len);
 	r = REAL(connect)(fd, sa, len);
 	e = errno;
-	if (r == 0 && !before) {
-		/* connected, the program without a send timeout: the limit stays
-		 * (the sends it would cut go on: sendrest.c; exec puts 0 back) */
-		ST(c->dir[NS_OUT].prog_ns, 0);
-		ST(c->dir[NS_OUT].kernel_ns, left); /* (to the microsecond above: the same for what reads it) */
-		ST(c->dir[NS_OUT].src, NS_SRC_SHIM_CONNECT);
-		return 0;
-	}
+	/* the program's own value back at once, whatever the outcome: a
+	 * limit left in the socket would cut its blocking sends short, turn a
+	 * restarted write into EINTR, and go with the socket to any program
+	 * it is handed to (SCM_RIGHTS, an exec the shim does not see) */
 	tv = ns_to_tv(before); /* (0: none) */
 	REAL(setsockopt)(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	if (r < 0 && e == EINPROGRESS) {

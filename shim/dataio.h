@@ -15,15 +15,12 @@
 /**** the healthy path ****/
 
 /* What ns_after_io needs after the call, kept in the frame rather than in
- * saved registers. len: the bytes asked for (input) or given (output, and
- * buf them: a call the kernel cut short goes on from there, sendrest.c). */
+ * saved registers. len: the bytes asked for (input). */
 struct io_ctx {
 	int fd;
 	int flags;
 	uint32_t gen;
 	size_t len;
-	const void *buf;
-	monotime t0; /* output of NS_OUT_TIMED bytes or more: when it began (sendrest.h) */
 };
 
 /* Does anything need doing before a call in direction d? */

@@ -1,9 +1,7 @@
 /* exec.c -- the exec family. The kernel closes every close-on-exec
  * descriptor at exec without a close the shim could see; what those
  * connections held machine-wide (their places under max_connections) is
- * given back first, and taken again if the exec fails (shape.c); a
- * socket the new program keeps gets its own SO_SNDTIMEO back (sendrest.c).
- * Each
+ * given back first, and taken again if the exec fails (shape.c). Each
  * variant is wrapped: libc's execv, execvp and the rest reach the kernel
  * through its own execve, not through the exported one. */
 #include "exec.h"
@@ -12,7 +10,6 @@
 #include <unistd.h>
 
 #include "real.h"
-#include "sendrest.h"
 #include "shape.h"
 
 #define HELD_MAX 64
@@ -24,7 +21,6 @@ struct held {
 
 static void before(struct held *h)
 {
-	ns_sndtimeo_for_child(); /* (a connect's limit left in SO_SNDTIMEO: sendrest.c) */
 	h->n = __atomic_load_n(&ns_conn_end_hook, __ATOMIC_RELAXED) ? ns_shape_exec_release(h->c, HELD_MAX) : 0;
 }
 
@@ -89,33 +85,4 @@ int ns_execveat(int dirfd, const char *path, char *const argv[], char *const env
 	}
 	before(&h);
 	return failed(&h, REAL(execveat)(dirfd, path, argv, envp, flags));
-}
-
-/* A spawn is an exec in a child the shim never sees (glibc's system and
- * popen spawn too, by calls of its own): the sockets it would inherit are
- * made ready for it here, in the parent. */
-int ns_posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *attr,
-		   char *const argv[], char *const envp[])
-{
-	ns_sndtimeo_for_child();
-	return REAL(posix_spawn)(pid, path, fa, attr, argv, envp);
-}
-
-int ns_posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *attr,
-		    char *const argv[], char *const envp[])
-{
-	ns_sndtimeo_for_child();
-	return REAL(posix_spawnp)(pid, file, fa, attr, argv, envp);
-}
-
-int ns_system(const char *cmd)
-{
-	ns_sndtimeo_for_child();
-	return REAL(system)(cmd);
-}
-
-FILE *ns_popen(const char *cmd, const char *type)
-{
-	ns_sndtimeo_for_child();
-	return REAL(popen)(cmd, type);
 }

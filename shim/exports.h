@@ -100,12 +100,6 @@
 	CALL(int, fexecve, fexecve, (int fd, char *const argv[], char *const envp[]), (fd, argv, envp)) \
 	CALL(int, execveat, execveat, (int dirfd, const char *path, char *const argv[], char *const envp[], \
 		int flags), (dirfd, path, argv, envp, flags)) \
-	CALL(int, posix_spawn, posix_spawn, (pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa, \
-		const posix_spawnattr_t *attr, char *const argv[], char *const envp[]), (pid, path, fa, attr, argv, envp)) \
-	CALL(int, posix_spawnp, posix_spawnp, (pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa, \
-		const posix_spawnattr_t *attr, char *const argv[], char *const envp[]), (pid, file, fa, attr, argv, envp)) \
-	CALL(int, system, system, (const char *cmd), (cmd)) \
-	CALL(FILE *, popen, popen, (const char *cmd, const char *type), (cmd, type)) \
 	OWN(execl) OWN(execlp) OWN(execle)   /* wrappers.c: variadic, over execv, execvp, execve */ \
 	OWN(sendfile64)          /* wrappers.c: sendfile's worker */ \
 	OWN(syscall)             /* wrappers.c, for uring.c */ \

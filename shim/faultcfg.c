@@ -3,6 +3,7 @@
  * --inject), NETSHIM_FAULT_SEED or the policy's fault_seed, read when the
  * policy is loaded (config.c). What they then do is fault.c's. */
 #include "faultcfg.h"
+#include "lock.h"
 
 #include "../policy/breaker.h"
 #include "settings.h"
@@ -28,7 +29,7 @@ int ns_fault_local;               /* atomic: the policy or NETSHIM_INJECT names 
 const uint64_t *ns_fault_genp;    /* atomic: the table's flt_gen, once it is mapped */
 static uint64_t frng;             /* atomic: the fault random source */
 static int seeded;                /* a seed was given: a forked child goes on from it */
-static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static uint64_t env_once;   /* lock.h: a handler inside its own thread's set-up does without */
 
 static void fault_reseed(void)
 {
@@ -104,7 +105,7 @@ void ns_fault_config(const struct ns_policy *pol)
 	const char *seed = ns_getenv("NETSHIM_FAULT_SEED");
 	uint64_t s = 0;
 
-	pthread_once(&env_once, env_load);
+	ns_once(&env_once, env_load);
 	if (seed && *seed) {
 		s = strtoull(seed, NULL, 10);
 		if (!s)

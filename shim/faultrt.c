@@ -39,7 +39,7 @@ static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rt *rt_copy;   /* NS_FAULT_RECS of them, mapped when the table first has one */
 static int rt_n;
 static uint64_t rt_gen;      /* atomic: the generation the copy is of */
-static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
+static uint64_t rt_once;   /* lock.h: a handler inside its own thread's set-up does without */
 /* --existing: the record (by index) this process saw, and since when, kept
  * across rebuilds of the copy */
 static uint32_t seen_order[NS_FAULT_RECS];
@@ -153,7 +153,7 @@ static int rt_lookup(const struct ns_dest *d, monotime now, struct ns_faults *ou
 
 	if (!ns_tbl() || !ns_table_fault_gen(ns_tbl()))
 		return -1;
-	pthread_once(&rt_once, rt_init);
+	ns_once(&rt_once, rt_init);
 	if (!ns_mutex_take(&rt_lock, NS_LOCK_RT))
 		return -1;   /* a handler's connect inside its own thread's lookup: no runtime fault */
 	best = rt_best(d, now, &expired, &fresh);
@@ -208,7 +208,7 @@ void ns_fault_rt_poll(void)
 
 	if (!g || !t || (gen = __atomic_load_n(g, __ATOMIC_ACQUIRE)) == __atomic_load_n(&rt_gen, __ATOMIC_ACQUIRE))
 		return;
-	pthread_once(&rt_once, rt_init);
+	ns_once(&rt_once, rt_init);
 	if (!ns_mutex_take(&rt_lock, NS_LOCK_RT))
 		return;   /* (its own thread is refreshing the copy) */
 	if (gen != rt_gen)

@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "lock.h"
 #include "real.h"
 
 #define FD_CAP (1u << 20)
@@ -102,11 +103,6 @@ static __attribute__((noinline, cold)) struct ns_conn *fresh_take(void)
 	}
 }
 
-static void pool_child(void)
-{
-	ns_own_pid = getpid();
-}
-
 /* A child that shares our memory comes from vfork(): glibc's own
  * posix_spawn, system and popen children run libc's internal calls, never
  * the wrappers. So the exported vfork below notes that one was made, and
@@ -180,19 +176,20 @@ static void fd_table_make(void)
 		return;
 	}
 	ns_fdtab = p;
-	ns_own_pid = getpid();
-	pthread_atfork(NULL, NULL, pool_child);
+	ns_own_pid = getpid();   /* (and in every fork child: config.c) */
 	__atomic_store_n(&ns_fdmax, (unsigned)n, __ATOMIC_RELEASE);
 }
 
 /* Made by the first socket (or connect) of the process, not at start: a
  * process that never touches the network never maps it. Until then every
- * lookup finds no entry (ns_fdmax 0). */
-static pthread_once_t fd_once = PTHREAD_ONCE_INIT;
+ * lookup finds no entry (ns_fdmax 0), and so does a signal handler's
+ * socket inside its own thread's making of it (lock.h's once: it passes
+ * through untracked rather than wait on itself). */
+static uint64_t fd_once;
 
 void ns_fd_init(void)
 {
-	pthread_once(&fd_once, fd_table_make);
+	ns_once(&fd_once, fd_table_make);
 }
 
 void ns_conn_ref(struct ns_conn *c)

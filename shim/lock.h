@@ -14,6 +14,7 @@
 #define NS_LOCK_H
 
 #include <pthread.h>
+#include <stdint.h>
 
 #include "base.h"
 
@@ -52,5 +53,30 @@ static inline void ns_mutex_give(pthread_mutex_t *m, unsigned bit)
 	pthread_mutex_unlock(m);
 	ns_lock_done(bit);
 }
+
+/* A one-time set-up a signal handler can reach (a first socket, connect,
+ * lookup or fault), in place of pthread_once, which waits for ever when
+ * the handler interrupted its own thread inside it. The word is 0 (not
+ * begun), NS_ONCE_DONE, or the thread under way in it with the process's
+ * fork generation above: its own thread's handler finds itself there and
+ * does without (0: the caller passes its call through untracked, the
+ * shim's fail-safe answer); another thread's set-up is waited for, at most
+ * NS_ONCE_WAIT_MS (past it the call goes on without, said once: that thread
+ * may itself wait on a lock the interrupted caller holds, malloc's for
+ * one); a set-up a fork left behind in a thread the child lacks is begun
+ * again. 1: done, the caller may use what it made. */
+#define NS_ONCE_DONE 1u
+#define NS_ONCE_WAIT_MS 5000
+NS_HIDDEN int ns_once_slow(uint64_t *w, void (*fn)(void));
+
+static inline __attribute__((always_inline)) int ns_once(uint64_t *w, void (*fn)(void))
+{
+	if (likely(__atomic_load_n(w, __ATOMIC_ACQUIRE) == NS_ONCE_DONE))
+		return 1;
+	return ns_once_slow(w, fn);
+}
+
+/* the fork generation (bumped in every fork child: lock.c) */
+NS_HIDDEN void ns_once_forked(void);
 
 #endif

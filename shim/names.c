@@ -27,7 +27,7 @@
 #define NAMES_TTL_MS (10u * 60u * 1000u)
 
 static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+static uint64_t names_once;   /* lock.h: a handler inside its own thread's set-up does without */
 static struct ns_namemap *names;
 unsigned ns_names_used;       /* atomic: 0 until a name is remembered (see ns_names_lookup) */
 #define names_used ns_names_used
@@ -71,7 +71,7 @@ static void remember(const char *name, int family, const void *addr)
 {
 	uint64_t now = (uint64_t)(ns_now() / 1000000);
 
-	pthread_once(&names_once, names_init);
+	ns_once(&names_once, names_init);
 	if (!names)
 		return;
 	if (!ns_mutex_take(&names_lock, NS_LOCK_NAMES))

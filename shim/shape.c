@@ -30,6 +30,7 @@
  * waits until then (NS_C_PACED). Waits for a token never fail, except
  * where the program's own send timeout or the total deadline ends them. */
 #include "shape.h"
+#include "lock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -53,7 +54,7 @@
 #define QUIET_MS 100u   /* a threaded process's idle connection gives its place up after this quiet (give_up_idle) */
 
 uint32_t ns_shape_self;   /* atomic: this process's holder word, 0 until first needed */
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static uint64_t atfork_once;   /* lock.h: a handler inside its own thread's set-up does without */
 
 static void forget_holder(void)
 {
@@ -71,7 +72,7 @@ static __attribute__((noinline)) uint32_t place_self_slow(void)
 	unsigned pid;
 	uint32_t h;
 
-	pthread_once(&atfork_once, set_atfork);
+	ns_once(&atfork_once, set_atfork);
 	pid = (unsigned)getpid();
 	if (pid > NS_PLACE_PID_MAX)
 		return 0;   /* a pid past 22 bits: no places (never with Linux's pid_max) */

@@ -26,7 +26,7 @@ static struct {
 	int (*get_reg)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
 	int (*get_proc_name)(unw_cursor_t *, char *, size_t, unw_word_t *);
 } unw;
-static pthread_once_t unw_once = PTHREAD_ONCE_INIT;
+static uint64_t unw_once;   /* lock.h: a handler inside its own thread's set-up does without */
 static void *self_base;
 
 /* Naming a frame reads symbol tables and is the slow part (tens of
@@ -84,7 +84,7 @@ unsigned ns_trace_frames(char frames[][150], unsigned max)
 	unsigned n = 0;
 	int saved = errno, depth = 0;
 
-	pthread_once(&unw_once, unw_load);
+	ns_once(&unw_once, unw_load);
 	if (!unw.step || unw.getcontext(&ctx) != 0 || unw.init_local(&cur, &ctx) != 0)
 		goto out;
 	while (n < max && depth++ < 64 && unw.step(&cur) > 0) {

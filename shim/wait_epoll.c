@@ -79,7 +79,7 @@ struct ep_set {
  * A fork while another thread held it would leave it held in the child,
  * hence the atfork handlers. */
 static int ep_lk;
-static pthread_once_t ep_once = PTHREAD_ONCE_INIT;
+static uint64_t ep_once;   /* lock.h: a handler inside its own thread's set-up does without */
 static struct ep_set *ep_sets;  /* every set, listed */
 /* and by its epoll fd: reserved once at the fd table's size and never
  * moved, and a set once made is kept (emptied when its fd closes) so that
@@ -321,7 +321,7 @@ static void ep_remember(int epfd, int fd, const struct epoll_event *ev)
 
 	if (epfd < 0 || fd < 0)
 		return;
-	pthread_once(&ep_once, ep_init);
+	ns_once(&ep_once, ep_init);
 	if (!ep_lock())
 		return;   /* (not remembered: its deadlines are the kernel's) */
 	if (!ep_byfd) {

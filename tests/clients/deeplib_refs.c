@@ -15,7 +15,6 @@
 	X(close) X(dup) X(dup2) X(dup3) X(fcntl) X(fcntl64) X(ioctl) X(setsockopt) X(getsockopt) \
 	X(getpeername) X(shutdown) \
 	X(execve) X(execv) X(execvp) X(execvpe) X(fexecve) X(execveat) X(execl) X(execlp) X(execle) \
-	X(posix_spawn) X(posix_spawnp) X(system) X(popen) \
 	X(getaddrinfo) X(gethostbyname) X(gethostbyname2) X(gethostbyname_r) X(gethostbyname2_r) \
 	X(poll) X(ppoll) X(__poll_chk) X(__ppoll_chk) X(select) X(pselect) \
 	X(epoll_ctl) X(epoll_wait) X(epoll_pwait) X(epoll_pwait2) \

@@ -15,7 +15,8 @@
  *     --poll            event-loop style: non-blocking socket, every wait in
  *                       poll() (fortified: __poll_chk), 10 s program timeout
  *     --send-bytes N    connect, then one blocking call that writes N bytes
- *                       (--send-with send|write|writev|sendmsg), and report
+ *                       (--send-with send|write|writev|sendmsg|sendmmsg; --sa-restart: a
+ *                       SA_RESTART SIGALRM every 20 ms meanwhile), and report
  *                       what it returned and the socket's SO_SNDTIMEO
  *
  * The reply goes to stdout; the last line on stderr is one JSON object with
@@ -28,10 +29,12 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -100,10 +103,21 @@ static void *loop_body(void *arg)
 	return NULL;
 }
 
-/* One blocking call that writes n bytes, in two halves where it takes a
- * vector; what it returned, and the socket's SO_SNDTIMEO after it. */
-static int send_once(int fd, size_t n, const char *with, double connect_ms)
+static volatile long alarms;
+static void on_alarm(int s)
 {
+	(void)s;
+	alarms++;
+}
+
+/* One blocking call that writes n bytes, in two halves where it takes a
+ * vector (sendmmsg: two messages, its count the bytes of those sent);
+ * what it returned, and the socket's SO_SNDTIMEO after it. restart: a
+ * SIGALRM handler installed with SA_RESTART fires every 20 ms meanwhile,
+ * and send or write loops on short counts until n went or one fails. */
+static int send_once(int fd, size_t n, const char *with, double connect_ms, int restart)
+{
+	struct mmsghdr mm[2];
 	char *buf = malloc(n);
 	struct iovec iov[2];
 	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 2 };
@@ -120,7 +134,42 @@ static int send_once(int fd, size_t n, const char *with, double connect_ms)
 	iov[0].iov_len = n / 2;
 	iov[1].iov_base = buf + n / 2;
 	iov[1].iov_len = n - n / 2;
-	if (!strcmp(with, "write"))
+	if (restart) {
+		struct sigaction sa = { .sa_handler = on_alarm, .sa_flags = SA_RESTART };
+		struct itimerval it = { { 0, 20000 }, { 0, 20000 } };
+
+		sigaction(SIGALRM, &sa, NULL);
+		setitimer(ITIMER_REAL, &it, NULL);
+	}
+	memset(mm, 0, sizeof(mm));
+	mm[0].msg_hdr.msg_iov = &iov[0];
+	mm[0].msg_hdr.msg_iovlen = 1;
+	mm[1].msg_hdr.msg_iov = &iov[1];
+	mm[1].msg_hdr.msg_iovlen = 1;
+	if (restart) {
+		/* as a careful program writes: on after a short count (a signal
+		 * that lands after some bytes moved ends the call there, bare as
+		 * well); EINTR, which SA_RESTART rules out, ends the loop */
+		size_t off = 0;
+
+		r = 0;
+		while (off < n) {
+			ssize_t k = !strcmp(with, "write") ? write(fd, buf + off, n - off) : send(fd, buf + off, n - off, 0);
+
+			if (k < 0) {
+				r = -1;
+				break;
+			}
+			off += (size_t)k;
+			r = (ssize_t)off;
+		}
+	} else if (!strcmp(with, "sendmmsg")) {
+		int k = sendmmsg(fd, mm, 2, 0);
+
+		r = k < 0 ? -1 : 0;
+		for (int i = 0; i < k; i++)
+			r += mm[i].msg_len;
+	} else if (!strcmp(with, "write"))
 		r = write(fd, buf, n);
 	else if (!strcmp(with, "writev"))
 		r = writev(fd, iov, 2);
@@ -130,11 +179,16 @@ static int send_once(int fd, size_t n, const char *with, double connect_ms)
 		r = send(fd, buf, n, 0);
 	if (r < 0)
 		e = errno;
+	if (restart) {
+		struct itimerval z = { { 0, 0 }, { 0, 0 } };
+
+		setitimer(ITIMER_REAL, &z, NULL);
+	}
 	getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &l);
 	fprintf(stderr,
 		"{\"connect_ms\": %.1f, \"sent\": %zd, \"send_errno\": \"%s\", \"send_ms\": %.1f, "
-		"\"sndtimeo_us\": %lld}\n",
-		connect_ms, r, ename(e), now_ms() - t0, (long long)tv.tv_sec * 1000000 + tv.tv_usec);
+		"\"sndtimeo_us\": %lld, \"alarms\": %ld}\n",
+		connect_ms, r, ename(e), now_ms() - t0, (long long)tv.tv_sec * 1000000 + tv.tv_usec, alarms);
 	close(fd);
 	free(buf);
 	return r == (ssize_t)n ? 0 : 1;
@@ -145,6 +199,7 @@ int main(int argc, char **argv)
 	int use_ghbn = 0, rcvtimeo = 0, use_read = 0, threads = 1, dofork = 0, request = 1, chunk = 512;
 	long send_bytes = 0;
 	const char *send_with = "send";
+	int restart = 0;
 	struct sockaddr_in *s4 = (struct sockaddr_in *)&dst;
 	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&dst;
 	const char *addr, *port;
@@ -175,6 +230,8 @@ int main(int argc, char **argv)
 			request = 0;
 		else if (!strcmp(argv[i], "--send-bytes") && i + 1 < argc)
 			send_bytes = atol(argv[++i]);
+		else if (!strcmp(argv[i], "--sa-restart"))
+			restart = 1;
 		else if (!strcmp(argv[i], "--send-with") && i + 1 < argc)
 			send_with = argv[++i];
 		else {
@@ -261,7 +318,7 @@ int main(int argc, char **argv)
 			setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 		}
 		if (send_bytes > 0)
-			return send_once(fd, (size_t)send_bytes, send_with, t1 - t0);
+			return send_once(fd, (size_t)send_bytes, send_with, t1 - t0, restart);
 		if (nonblock && !use_poll) {
 			int fl = fcntl(fd, F_GETFL);
 

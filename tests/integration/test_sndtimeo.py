@@ -1,9 +1,12 @@
-"""A blocking connect is bounded through SO_SNDTIMEO, and the shim leaves
-that limit there after the connect (one system call fewer a connection):
-a blocking send that then moves nothing for connect_timeout comes back
-from the kernel short, and the shim carries it on. The program sees its
-own semantics: every byte sent by its one call, SO_SNDTIMEO 0 when it asks,
-and a program it execs with the socket never meets the limit."""
+"""A blocking connect is bounded through SO_SNDTIMEO, and the shim puts
+the program's own value back right after the connect (three system calls
+a blocking connection). Left there, the limit cut blocking sends short
+(a sendmmsg lost the rest of a cut message), turned a write restarted by
+SA_RESTART into EINTR, and went with the socket to programs without the
+shim (SCM_RIGHTS, an exec the shim does not see). The program sees its own
+semantics: every byte sent by its one call, SO_SNDTIMEO 0 when it asks, a
+restarted call restarted, and any program it hands the socket to never
+meets the limit."""
 import shutil
 import socket
 import subprocess
@@ -69,16 +72,24 @@ def drain():
 
 
 @pytest.mark.shim
-@pytest.mark.parametrize("call", ["send", "write", "writev", "sendmsg"])
-def test_one_blocking_call_of_8_mib_to_a_slow_peer_sends_it_all(shim, drain, call):
+@pytest.mark.parametrize("call,restart", [("send", False), ("write", False), ("writev", False), ("sendmsg", False),
+                                          ("sendmmsg", False), ("send", True), ("write", True)])
+def test_one_blocking_call_of_8_mib_to_a_slow_peer_sends_it_all(shim, drain, call, restart):
+    # sendmmsg: two messages of 4 MiB, the first cut inside by a limit left
+    # in the kernel lost its rest; restart: a SIGALRM every 20 ms with
+    # SA_RESTART while the program writes on after short counts, where a
+    # finite SO_SNDTIMEO makes the kernel answer EINTR (bare restarts)
     srv = drain()
     shim.policy(POLICY)
-    r = shim.run([client("fclient"), "--send-bytes", MIB8, "--send-with", call, "127.0.0.1", srv.port], timeout=120)
+    r = shim.run([client("fclient"), "--send-bytes", MIB8, "--send-with", call] + (["--sa-restart"] if restart else []) +
+                 ["127.0.0.1", srv.port], timeout=120)
     rep = r.last_json()
     # one call, every byte: not EAGAIN or a short count at the 1 s limit
     assert rep["sent"] == MIB8 and rep["send_errno"] == "OK", rep
     assert rep["send_ms"] >= 1000, rep          # it did stall past the connect timeout
     assert rep["sndtimeo_us"] == 0, rep         # the program set none, and is told so
+    if restart:
+        assert rep["alarms"] >= 20, rep         # the signals did come during the call
     assert srv.total() == MIB8
     assert r.rc == 0, r.err
     e = shim.entry(f"127.0.0.1:{srv.port}")
@@ -120,13 +131,37 @@ def test_python_sendall_to_a_slow_peer_is_not_cut_by_the_connect_timeout(shim, d
 # sees). cat is another program: it never set a send timeout and must not
 # meet one.
 CHILD = r"""
-import os, socket, sys
+import ctypes, os, socket, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
 os.dup2(s.fileno(), 9)            # fd 9: inheritable (the socket itself is close-on-exec)
 sh = "head -c %s /dev/zero | cat >&9; echo cat=$? >&2" % sys.argv[2]
 how = sys.argv[3]
 if how == "exec":
     os.execv("/bin/sh", ["sh", "-c", sh])
+elif how == "raw_execve":         # the kernel's execve, not libc's: no wrapper sees it
+    env = [k.encode() + b"=" + v.encode() for k, v in os.environ.items() if k != "LD_PRELOAD"]
+    argv = [b"/bin/sh", b"-c", sh.encode()]
+    cargv = (ctypes.c_char_p * (len(argv) + 1))(*argv, None)
+    cenv = (ctypes.c_char_p * (len(env) + 1))(*env, None)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall(59, b"/bin/sh", cargv, cenv)
+    sys.exit("execve: %d" % ctypes.get_errno())
+elif how == "scm_rights":         # handed to a program without the shim
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    kid = (
+        "import socket, sys, os\n"
+        "b = socket.socket(fileno=%d)\n"
+        "_, fds, _, _ = socket.recv_fds(b, 1, 1)\n"
+        "c = socket.socket(fileno=fds[0])\n"
+        "try:\n"
+        "    c.sendall(b'x' * %s); print('cat=0', file=sys.stderr)\n"
+        "except OSError as e:\n"
+        "    print('cat=%%d' %% e.errno, file=sys.stderr)\n" % (b.fileno(), sys.argv[2]))
+    p = __import__("subprocess").Popen([sys.executable, "-c", kid], pass_fds=(b.fileno(),), env=env)
+    socket.send_fds(a, [b"!"], [s.fileno()])
+    s.close(); os.close(9)
+    p.wait()
 elif how == "system":
     os.system(sh)
 else:
@@ -135,7 +170,7 @@ else:
 
 
 @pytest.mark.shim
-@pytest.mark.parametrize("how", ["exec", "system", "posix_spawn"])
+@pytest.mark.parametrize("how", ["exec", "system", "posix_spawn", "raw_execve", "scm_rights"])
 def test_a_program_started_with_the_socket_never_meets_the_shims_limit(shim, drain, tmp_path, how):
     srv = drain(wait=2.6)   # (cat goes on after a short write; a write stalled for 1 s would be EAGAIN)
     shim.policy(POLICY)
@@ -160,7 +195,7 @@ for _ in range(20):
 
 
 @pytest.mark.shim
-def test_a_blocking_connect_costs_two_system_calls_of_the_shims(shim, server, tmp_path):
+def test_a_blocking_connect_costs_three_system_calls_of_the_shims(shim, server, tmp_path):
     if not shutil.which("strace"):
         pytest.skip("strace is not installed (.ci/run installs it)")
     if NEGATIVE:
@@ -176,9 +211,9 @@ def test_a_blocking_connect_costs_two_system_calls_of_the_shims(shim, server, tm
     calls = [l for l in out.read_text().splitlines() if "SOL_SOCKET" in l]
     snd = [l for l in calls if "SO_SNDTIMEO" in l]
     rcv = [l for l in calls if "SO_RCVTIMEO" in l]
-    # the connect's limit before it (left there after), the read timeout:
-    # two a connection, where the limit's restore made three
-    assert len(snd) == 20 and len(rcv) == 20 and len(calls) == 40, calls[:6]
+    # the connect's limit before it and the program's value put back after
+    # it, the read timeout: three a connection
+    assert len(snd) == 40 and len(rcv) == 20 and len(calls) == 60, calls[:6]
 
 
 # A signal that ends a blocking send part-way is the program's: the kernel
