@@ -10,6 +10,7 @@
 
 #include "../policy/policy.h"
 #include "../policy/destaddr.h"
+#include "../policy/h1end.h"
 #include "base.h"
 
 /**** per-connection state ****/
@@ -88,7 +89,9 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
  * waits for one (held as an injected delay is: fault.c) */
 #define NS_C_PLACE 0x800000u
 #define NS_C_QUEUED 0x1000000u
-/* The headers of a 429 or 503 answer are read for Retry-After (exchange.c) */
+/* The answer is followed past its status line (exchange.c): the headers of
+ * a 429 or 503 for Retry-After, its end for a connection holding a place
+ * (c->follow says which) */
 #define NS_C_HDRS 0x2000000u
 /* shape.c: a send that starts a request waits for rate's token until
  * pace_until (a non-blocking one: EAGAIN, and not writable in the waits) */
@@ -109,6 +112,9 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
 /* ...a send that starts an exchange on a connection holding a place is on
  * its way to the kernel: its place is not given up under it */
 #define NS_C_OUTGOING 0x80000000u
+#define NS_FOLLOW_RA 1u
+#define NS_FOLLOW_END 2u
+#define NS_FOLLOW_NEVER 4u   /* pipelined (a request sent before the last answer's end): never framed again */
 /* A send or read that is a turn of the exchange (exchange.c) */
 #define NS_C_TURN        (NS_C_XNEXT | NS_C_PARSE | NS_C_SNIFF | NS_C_HDRS | NS_C_H2READ)
 #define NS_C_PRE (NS_C_TOTAL | NS_C_INTR | NS_C_EXPIRED | NS_C_FAULT | NS_C_RTCHECK | NS_C_GIVENUP)
@@ -181,6 +187,12 @@ struct ns_conn {
 	uint32_t fb_us;           /* the last first-byte time counted (us): an h2c server's preface read
 				   * before the client's takes it back (exchange.c) */
 	uintptr_t xthread;        /* the thread that started the last exchange (pthread_self) */
+	/* what the answer is followed for past its status line while NS_C_HDRS
+	 * is set (exchange.c): NS_FOLLOW_RA its headers for Retry-After,
+	 * NS_FOLLOW_END its end (h1end: a connection holding a place may be
+	 * given up only once its answer was read to its framed end) */
+	uint32_t follow;
+	struct ns_h1end h1end;
 	/* shaping (shape.c): the place held under max_connections (valid with
 	 * NS_C_PLACE; -1 once given back) */
 	int32_t place;            /* atomic */

@@ -137,6 +137,7 @@ static void decide(struct ns_conn *c, const char *hb)
 		ST(c->hstate, (uint32_t)HS_HDR_LINE);
 		ST(c->hlen, 0u);   /* inside the status line */
 		ST(c->hvlen, 0u);
+		__atomic_fetch_or(&c->follow, NS_FOLLOW_RA, __ATOMIC_RELAXED);
 		__atomic_fetch_or(&c->flags, NS_C_HDRS, __ATOMIC_RELAXED);
 	}
 }
@@ -152,6 +153,14 @@ static void settle(struct ns_conn *c, int honoured)
 		ns_conn_http(c, code, !honoured);
 }
 
+/* Part of what the answer was followed for is done: NS_C_HDRS goes with
+ * the last part (reads take the fast path again). */
+static void follow_done(struct ns_conn *c, uint32_t what)
+{
+	if (!(__atomic_and_fetch(&c->follow, ~what, __ATOMIC_RELAXED) & (NS_FOLLOW_RA | NS_FOLLOW_END)))
+		__atomic_fetch_and(&c->flags, ~NS_C_HDRS, __ATOMIC_RELAXED);
+}
+
 /* The header block of a 429 or 503 answer, read as it passes, for its
  * Retry-After (seconds, or an HTTP date), up to the blank line. hlen: 0
  * inside a line, 1 at a line's start, 2 after a "\r" there, 3 + k with k
@@ -161,7 +170,7 @@ static void headers(struct ns_conn *c, const char *b, size_t n)
 {
 	static const char name[] = "retry-after:";
 
-	for (size_t i = 0; i < n && (LD(c->flags) & NS_C_HDRS); i++) {
+	for (size_t i = 0; i < n && (LD(c->follow) & NS_FOLLOW_RA); i++) {
 		char ch = b[i];
 		uint32_t m = LD(c->hlen);
 
@@ -176,7 +185,7 @@ static void headers(struct ns_conn *c, const char *b, size_t n)
 				for (uint32_t j = 0; j < v; j++)
 					val[j] = LD(c->hval[j]);
 				val[v] = '\0';
-				__atomic_fetch_and(&c->flags, ~NS_C_HDRS, __ATOMIC_RELAXED);
+				follow_done(c, NS_FOLLOW_RA);
 				settle(c, ns_conn_retry_after(c, val));
 				return;
 			}
@@ -188,7 +197,7 @@ static void headers(struct ns_conn *c, const char *b, size_t n)
 		}
 		if (ch == '\n') {
 			if (m == 1 || m == 2) {   /* the blank line: no Retry-After */
-				__atomic_fetch_and(&c->flags, ~NS_C_HDRS, __ATOMIC_RELAXED);
+				follow_done(c, NS_FOLLOW_RA);
 				settle(c, 0);
 				return;
 			}
@@ -215,6 +224,79 @@ static void headers(struct ns_conn *c, const char *b, size_t n)
 	}
 }
 
+/**** the answer's end (a connection holding a place) ****/
+
+/* The record's copy, field by field (another thread of the program may
+ * read the same connection: its race, never a torn word). */
+static void end_load(const struct ns_conn *c, struct ns_h1end *e)
+{
+	e->left = LD(c->h1end.left);
+	e->num = LD(c->h1end.num);
+	e->te = LD(c->h1end.te);
+	e->result = LD(c->h1end.result);
+	e->st = LD(c->h1end.st);
+	e->pos = LD(c->h1end.pos);
+	e->code = LD(c->h1end.code);
+	e->flags = LD(c->h1end.flags);
+	e->hdr = LD(c->h1end.hdr);
+}
+
+static void end_store(struct ns_conn *c, const struct ns_h1end *e)
+{
+	ST(c->h1end.left, e->left);
+	ST(c->h1end.num, e->num);
+	ST(c->h1end.te, e->te);
+	ST(c->h1end.st, e->st);
+	ST(c->h1end.pos, e->pos);
+	ST(c->h1end.code, e->code);
+	ST(c->h1end.flags, e->flags);
+	ST(c->h1end.hdr, e->hdr);
+	__atomic_store_n(&c->h1end.result, e->result, __ATOMIC_RELEASE);
+}
+
+/* A new exchange on an HTTP/1 connection: its answer's end is followed
+ * when the connection holds a place, so that shape.c may give the place up
+ * once that end is read. A request sent before the last answer's end was
+ * read (pipelining) stops it for good: ends can no longer be told apart.
+ * buf: the request's first n bytes (HEAD has no body in its answer; one
+ * whose method came in pieces is taken for another, whose answer then
+ * never ends for the reader: the safe side). */
+static void end_begin(struct ns_conn *c, const char *buf, size_t n)
+{
+	uint32_t fw = __atomic_fetch_and(&c->follow, ~(NS_FOLLOW_RA | NS_FOLLOW_END), __ATOMIC_RELAXED);
+	struct ns_h1end e;
+
+	if (fw & NS_FOLLOW_END) {
+		fw |= NS_FOLLOW_NEVER;
+		__atomic_fetch_or(&c->follow, NS_FOLLOW_NEVER, __ATOMIC_RELAXED);
+	}
+	if ((fw & NS_FOLLOW_NEVER) || !(LD(c->flags) & NS_C_PLACE) || (LD(c->flags) & NS_C_H2) != NS_C_HTTP) {
+		__atomic_store_n(&c->h1end.result, (fw & NS_FOLLOW_NEVER) ? NS_H1E_UNKNOWN : NS_H1E_NONE,
+				 __ATOMIC_RELEASE);
+		return;
+	}
+	ns_h1end_start(&e, buf && n >= 5 && memcmp(buf, "HEAD ", 5) == 0);
+	end_store(c, &e);
+	__atomic_fetch_or(&c->follow, NS_FOLLOW_END, __ATOMIC_RELAXED);
+	__atomic_fetch_or(&c->flags, NS_C_HDRS, __ATOMIC_RELAXED);
+}
+
+/* Bytes the program read of the answer (buf NULL: bytes it was not shown,
+ * a vector's or a splice's: its end can no longer be known). */
+static void end_feed(struct ns_conn *c, const char *buf, size_t n)
+{
+	struct ns_h1end e;
+
+	end_load(c, &e);
+	if (!buf)
+		e.result = NS_H1E_UNKNOWN;
+	else if (e.result == NS_H1E_MORE)
+		ns_h1end_feed(&e, buf, n);
+	end_store(c, &e);
+	if (e.result != NS_H1E_MORE)
+		follow_done(c, NS_FOLLOW_END);
+}
+
 int ns_exchange_stale(const struct ns_conn *c)
 {
 	uint32_t f = LD(c->flags);
@@ -234,7 +316,7 @@ static void feed(struct ns_conn *c, const char *b, size_t n)
 	/* the usual case: the whole status line in this read */
 	if (n >= 12 && LD(c->hlen) == 0 && LD(c->hstate) == HS_STATUS && !interim(status_of(b))) {
 		decide(c, b);
-		if (unlikely(LD(c->flags) & NS_C_HDRS))
+		if (unlikely(LD(c->follow) & NS_FOLLOW_RA))
 			headers(c, b + 12, n - 12);
 		return;
 	}
@@ -275,7 +357,7 @@ static void feed(struct ns_conn *c, const char *b, size_t n)
 			continue;
 		}
 		decide(c, hb);
-		if (unlikely(LD(c->flags) & NS_C_HDRS)) {
+		if (unlikely(LD(c->follow) & NS_FOLLOW_RA)) {
 			headers(c, b + i + 1, n - i - 1);
 			return;
 		}
@@ -357,17 +439,27 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 			__atomic_fetch_or(&c->flags,
 					  again | NS_C_SENT | ((LD(c->flags) & NS_C_H2) == NS_C_HTTP ? NS_C_PARSE : 0),
 					  __ATOMIC_RELAXED);
+			end_begin(c, buf, n);
 		}
 		return;
 	}
 	if (unlikely(LD(c->flags) & NS_C_HDRS)) {
-		if (buf) {
-			headers(c, buf, n);
-		} else {
-			__atomic_fetch_and(&c->flags, ~NS_C_HDRS, __ATOMIC_RELAXED);
-			settle(c, 0);
+		/* followed past its status line: its end (every byte, the status
+		 * line's too), then its headers for Retry-After once the status
+		 * is read */
+		if (LD(c->follow) & NS_FOLLOW_END)
+			end_feed(c, buf, n);
+		if (!(LD(c->flags) & NS_C_PARSE)) {
+			if (LD(c->follow) & NS_FOLLOW_RA) {
+				if (buf) {
+					headers(c, buf, n);
+				} else {
+					follow_done(c, NS_FOLLOW_RA);
+					settle(c, 0);
+				}
+			}
+			return;
 		}
-		return;
 	}
 	if (LD(c->outcome)) {
 		if (unlikely((LD(c->flags) & NS_C_H2) == NS_C_H2))

@@ -259,6 +259,8 @@ struct ns_conn *ns_conn_alloc(void)
 	ST(c->rd_wait_start, 0);
 	ST(c->expired, 0);
 	ST(c->read_timeout_ns, 0);
+	ST(c->follow, 0u);
+	ST(c->h1end.result, (uint32_t)NS_H1E_NONE);
 	for (int d = 0; d < 2; d++) {
 		ST(c->dir[d].prog_ns, 0);
 		ST(c->dir[d].kernel_ns, 0);

@@ -121,10 +121,13 @@ static int reclaim(int slot, uint32_t cap)
  * looks like (end of stream; a send on it fails EPIPE, counted a stale
  * reuse), which every pool already handles by connecting anew.
  *
- * Idle: an HTTP or TLS connection whose last exchange had its answer,
- * nothing sent since, no request held for a token, nothing unread in the
- * kernel and nothing unsent. Another protocol is never cut (its client may
- * keep a session's state on it). The oldest (by its last request) goes. */
+ * Idle: an HTTP/1 connection (in clear text, or TLS whose plaintext the
+ * shim reads) whose last answer was read to the end HTTP frames it
+ * (h1end.h: Content-Length, the last chunk; never a body ended by the
+ * close, nor one the shim did not see every byte of), nothing sent since,
+ * no request held for a token, nothing unread in the kernel and nothing
+ * unsent. Any doubt keeps the connection: another protocol, HTTP/2, TLS
+ * read only as records, pipelining. The oldest (by its last request) goes. */
 #define BUSY (NS_C_CONNECTING | NS_C_SENT | NS_C_PARSE | NS_C_HDRS | NS_C_SNIFF | NS_C_PACED | NS_C_QUEUED | \
 	      NS_C_TOKEN | NS_C_FAULT | NS_C_EXPIRED | NS_C_GIVENUP)
 
@@ -137,7 +140,7 @@ static int idle_holder(int fd, struct ns_conn *c, int slot, uint32_t cap, uint32
 	    LD(c->place_holder) != self || !LD(c->outcome))
 		return 0;
 	if ((f & (NS_C_ANSWERED | NS_C_XNEXT)) != (NS_C_ANSWERED | NS_C_XNEXT) || (f & BUSY) ||
-	    !(f & (NS_C_HTTP | NS_C_TLSWIRE)) || (f & NS_C_H2) == NS_C_H2)
+	    (f & NS_C_H2) != NS_C_HTTP || __atomic_load_n(&c->h1end.result, __ATOMIC_ACQUIRE) != NS_H1E_DONE)
 		return 0;
 	return ns_real_syscall(SYS_ioctl, fd, SIOCINQ, &n) == 0 && n == 0 &&
 	       ns_real_syscall(SYS_ioctl, fd, SIOCOUTQ, &n) == 0 && n == 0;

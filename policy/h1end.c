@@ -1,0 +1,295 @@
+/* h1end.c -- where an HTTP/1.x answer ends (h1end.h): a byte-at-a-time
+ * reader of the status line, the headers that frame the body, and the body
+ * itself (counted, or its chunks read), so that any split of the answer
+ * into reads gives the same result. */
+#include "h1end.h"
+
+#include <string.h>
+
+enum {
+	S_STATUS,   /* "HTTP/1.x NNN": pos bytes of it seen */
+	S_STATUS_REST,
+	S_LINE,     /* a header line's start (pos 1: after its "\r") */
+	S_NAME,     /* a header's name: pos bytes of it, hdr the names it may still be */
+	S_VALUE,    /* a header's value, to its line's end */
+	S_SKIP,     /* a header nobody reads, to its line's end */
+	S_BODY,     /* left bytes of body due */
+	S_CSIZE,    /* a chunk's size line */
+	S_CEXT,     /* ...its extensions, to the line's end */
+	S_CDATA,    /* left bytes of the chunk due */
+	S_CCRLF,    /* the chunk's closing "\r\n" (pos 1: after the "\r") */
+	S_TRAILER,  /* trailer lines (pos 0 a line's start, 1 inside, 2 after a "\r" at its start) */
+	S_END,
+};
+
+enum { H_CL = 1, H_TE = 2 };
+enum { F_HEAD = 1, F_CL = 2, F_TE = 4, F_CHUNKED = 8, F_DIGIT = 16, F_VEND = 32 };
+
+static const char cl_name[] = "content-length", te_name[] = "transfer-encoding";
+/* "chunked" as the last 7 bytes of te */
+#define TE_CHUNKED 0x6368756e6b6564ULL
+
+void ns_h1end_start(struct ns_h1end *e, int head)
+{
+	memset(e, 0, sizeof(*e));
+	e->result = NS_H1E_MORE;
+	e->st = S_STATUS;
+	e->flags = head ? F_HEAD : 0;
+}
+
+static uint32_t unknown(struct ns_h1end *e)
+{
+	e->result = NS_H1E_UNKNOWN;
+	return e->result;
+}
+
+static uint32_t done(struct ns_h1end *e)
+{
+	e->st = S_END;
+	e->result = NS_H1E_DONE;
+	return e->result;
+}
+
+/* The blank line after the headers: what frames the body. */
+static uint32_t headers_end(struct ns_h1end *e)
+{
+	uint32_t code = e->code;
+
+	if (code >= 100 && code <= 199 && code != 101) {
+		/* interim: the final answer follows, with headers of its own */
+		uint32_t head = e->flags & F_HEAD;
+
+		ns_h1end_start(e, head);
+		return e->result;
+	}
+	if (code == 101)
+		return unknown(e);   /* another protocol from here */
+	if ((e->flags & F_HEAD) || code == 204 || code == 304)
+		return done(e);
+	if (e->flags & F_TE) {
+		if (!(e->flags & F_CHUNKED))
+			return unknown(e);   /* ended by the close */
+		e->st = S_CSIZE;
+		e->left = 0;
+		e->flags &= ~(uint32_t)F_DIGIT;
+		return e->result;
+	}
+	if (!(e->flags & F_CL))
+		return unknown(e);   /* ended by the close */
+	if (e->left == 0)
+		return done(e);
+	e->st = S_BODY;
+	return e->result;
+}
+
+/* A header value's line ended. */
+static uint32_t value_end(struct ns_h1end *e)
+{
+	if (e->hdr == H_CL) {
+		if (!(e->flags & F_DIGIT) || ((e->flags & F_CL) && e->left != e->num))
+			return unknown(e);
+		e->left = e->num;
+		e->flags |= F_CL;
+	} else if (e->hdr == H_TE) {
+		uint64_t before = e->te >> 56;
+
+		e->flags |= F_TE;
+		if ((e->te & 0xffffffffffffffULL) == TE_CHUNKED && (before == 0 || before == ','))
+			e->flags |= F_CHUNKED;
+		else
+			e->flags &= ~(uint32_t)F_CHUNKED;   /* the last coding is what frames it */
+	}
+	e->st = S_LINE;
+	e->pos = 0;
+	return e->result;
+}
+
+static uint32_t value_byte(struct ns_h1end *e, char ch)
+{
+	if (ch == '\n')
+		return value_end(e);
+	if (ch == '\r')
+		return e->result;
+	if (e->hdr == H_CL) {
+		if (ch == ' ' || ch == '\t') {
+			if (e->flags & F_DIGIT)
+				e->flags |= F_VEND;
+			return e->result;
+		}
+		if (ch < '0' || ch > '9' || (e->flags & F_VEND) || e->num > (UINT64_MAX - 9) / 10)
+			return unknown(e);   /* a list, a sign, junk, or past 64 bits */
+		e->num = e->num * 10 + (uint64_t)(ch - '0');
+		e->flags |= F_DIGIT;
+	} else if (ch != ' ' && ch != '\t') {
+		e->te = e->te << 8 | (uint8_t)(ch >= 'A' && ch <= 'Z' ? ch + 32 : ch);
+	}
+	return e->result;
+}
+
+static uint32_t name_byte(struct ns_h1end *e, char ch)
+{
+	char lc = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
+
+	if (ch == ':') {
+		if ((e->hdr & H_CL) && e->pos == sizeof(cl_name) - 1) {
+			e->hdr = H_CL;
+			e->num = 0;
+			e->flags &= ~(uint32_t)(F_DIGIT | F_VEND);
+		} else if ((e->hdr & H_TE) && e->pos == sizeof(te_name) - 1) {
+			e->hdr = H_TE;
+			e->te = 0;
+		} else {
+			e->st = S_SKIP;
+			return e->result;
+		}
+		e->st = S_VALUE;
+		return e->result;
+	}
+	if (ch == '\n' || ch == '\r' || ch == ' ' || ch == '\t')
+		return unknown(e);   /* no colon, or blanks before it: not a header we can trust */
+	if ((e->hdr & H_CL) && (e->pos >= sizeof(cl_name) - 1 || cl_name[e->pos] != lc))
+		e->hdr &= ~(uint32_t)H_CL;
+	if ((e->hdr & H_TE) && (e->pos >= sizeof(te_name) - 1 || te_name[e->pos] != lc))
+		e->hdr &= ~(uint32_t)H_TE;
+	e->pos++;
+	if (!e->hdr)
+		e->st = S_SKIP;
+	return e->result;
+}
+
+static uint32_t status_byte(struct ns_h1end *e, char ch)
+{
+	static const char lead[] = "HTTP/1.";
+	uint32_t p = e->pos++;
+
+	if (p < sizeof(lead) - 1)
+		return ch == lead[p] ? e->result : unknown(e);
+	if (p == 7)
+		return ch >= '0' && ch <= '9' ? e->result : unknown(e);
+	if (p == 8)
+		return ch == ' ' ? e->result : unknown(e);
+	if (ch < '0' || ch > '9')
+		return unknown(e);
+	e->code = e->code * 10 + (uint32_t)(ch - '0');
+	if (p == 11)
+		e->st = S_STATUS_REST;
+	return e->result;
+}
+
+static uint32_t chunk_size_byte(struct ns_h1end *e, char ch)
+{
+	int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+					      : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+
+	if (v >= 0 && e->st == S_CSIZE) {
+		if (e->left > (UINT64_MAX >> 4))
+			return unknown(e);
+		e->left = e->left << 4 | (uint64_t)v;
+		e->flags |= F_DIGIT;
+		return e->result;
+	}
+	if (ch == '\n') {
+		if (!(e->flags & F_DIGIT))
+			return unknown(e);
+		e->st = e->left ? S_CDATA : S_TRAILER;
+		e->pos = 0;
+		return e->result;
+	}
+	if (ch == '\r' || e->st == S_CEXT)
+		return e->result;
+	if ((ch == ';' || ch == ' ' || ch == '\t') && (e->flags & F_DIGIT)) {
+		e->st = S_CEXT;
+		return e->result;
+	}
+	return unknown(e);
+}
+
+uint32_t ns_h1end_feed(struct ns_h1end *e, const char *b, size_t n)
+{
+	size_t i = 0;
+
+	while (i < n && e->result == NS_H1E_MORE) {
+		char ch = b[i];
+
+		switch (e->st) {
+		case S_BODY:
+		case S_CDATA: {
+			size_t k = n - i < e->left ? n - i : (size_t)e->left;
+
+			e->left -= k;
+			i += k;
+			if (e->left == 0) {
+				if (e->st == S_BODY)
+					done(e);
+				else {
+					e->st = S_CCRLF;
+					e->pos = 0;
+				}
+			}
+			continue;
+		}
+		case S_STATUS:
+			status_byte(e, ch);
+			break;
+		case S_STATUS_REST:
+		case S_SKIP:
+			if (ch == '\n') {
+				e->st = S_LINE;
+				e->pos = 0;
+			}
+			break;
+		case S_LINE:
+			if (ch == '\n') {
+				headers_end(e);
+			} else if (ch == '\r' && e->pos == 0) {
+				e->pos = 1;
+			} else if (e->pos == 1 || ch == ' ' || ch == '\t') {
+				unknown(e);   /* a bare "\r", or a folded line */
+			} else {
+				e->st = S_NAME;
+				e->pos = 0;
+				e->hdr = H_CL | H_TE;
+				name_byte(e, ch);
+			}
+			break;
+		case S_NAME:
+			name_byte(e, ch);
+			break;
+		case S_VALUE:
+			value_byte(e, ch);
+			break;
+		case S_CSIZE:
+		case S_CEXT:
+			chunk_size_byte(e, ch);
+			break;
+		case S_CCRLF:
+			if (ch == '\r' && e->pos == 0) {
+				e->pos = 1;
+			} else if (ch == '\n') {
+				e->st = S_CSIZE;
+				e->left = 0;
+				e->flags &= ~(uint32_t)F_DIGIT;
+			} else {
+				unknown(e);
+			}
+			break;
+		case S_TRAILER:
+			if (ch == '\n') {
+				if (e->pos != 1)
+					done(e);   /* the blank line */
+				else
+					e->pos = 0;
+			} else {
+				e->pos = ch == '\r' && e->pos == 0 ? 2 : 1;
+			}
+			break;
+		default:
+			unknown(e);
+			break;
+		}
+		i++;
+	}
+	if (i < n && e->result == NS_H1E_DONE)
+		unknown(e);   /* bytes after the end: a pipelined answer, or junk */
+	return e->result;
+}
