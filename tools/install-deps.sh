@@ -15,7 +15,7 @@ case "${1:-}" in
 esac
 # the library, shimctl, shimrun and the demo's server, and the demo's two
 # clients (a Python scraper using requests, and curl)
-PKGS="gcc make libc6-dev uthash-dev libsqlite3-dev python3 python3-requests curl"
+PKGS="gcc make libc6-dev uthash-dev libunwind-dev libsqlite3-dev python3 python3-requests curl"
 if [ "$ALL" = 1 ]; then
 	PKGS="$PKGS build-essential libunwind-dev libcriterion-dev pkg-config groff-base man-db
 python3-pytest wget strace valgrind procps openssl

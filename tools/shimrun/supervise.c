@@ -69,8 +69,11 @@ static int install_filter(unsigned flags)
 
 /* In the child: the filter, its listener to the parent over sock, then
  * the program. A kernel that refuses the filter is said to the parent (an
- * errno in place of the descriptor) and the child ends. */
-static void child(int sock, char **argv)
+ * errno in place of the descriptor) and the child ends. The program dies
+ * with its supervisor (SIGKILL when shimrun goes: its connects would have
+ * nobody to answer them, and fail ENOSYS), also when shimrun was gone
+ * before the request was made (parent: shimrun's pid). */
+static void child(int sock, char **argv, pid_t parent)
 {
 	int lfd, e;
 	char tag = 'K'; /* K: killable waits; N: not (Go is told to keep its preemption signals) */
@@ -81,6 +84,8 @@ static void child(int sock, char **argv)
 		char b[CMSG_SPACE(sizeof(int))];
 	} cm;
 
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent)
+		_exit(127);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
 		e = errno;
 		(void)!write(sock, &e, sizeof(e));
@@ -122,6 +127,44 @@ static void child(int sock, char **argv)
 }
 
 /**** the supervisor ****/
+
+/* Signals sent to shimrun (kill, a service manager stopping it, a
+ * supervisor's HUP) are the program's: passed on as they came. One the
+ * terminal sent reached the program's process group already (the program
+ * keeps shimrun's), so it is not sent twice. shimrun itself goes on until
+ * the program ends, and exits with its status (128 + the signal that
+ * killed it). */
+static volatile pid_t fwd_pid;
+static const int fwd_sigs[] = { SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM, SIGWINCH, SIGCONT };
+
+static void forward(int sig, siginfo_t *si, void *uc)
+{
+	int e = errno;
+
+	(void)uc;
+	if (fwd_pid > 0 && (!si || si->si_code <= 0)) /* SI_USER, SI_QUEUE, SI_TKILL: sent, not the terminal's */
+		kill(fwd_pid, sig);
+	errno = e;
+}
+
+static void forward_signals(pid_t pid)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = forward;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	fwd_pid = pid;
+	/* (one shimrun was started with ignored stays ignored: the program
+	 * inherited that too, as a background job's SIGINT) */
+	for (size_t i = 0; i < sizeof(fwd_sigs) / sizeof(fwd_sigs[0]); i++) {
+		struct sigaction old;
+
+		if (sigaction(fwd_sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			sigaction(fwd_sigs[i], &sa, NULL);
+	}
+}
 
 struct sup {
 	int lfd;
@@ -239,7 +282,7 @@ int ns_sup_run(char **argv, const char *policy, const char *table, char *why, si
 {
 	static struct sup s;
 	int sp[2], e = 0;
-	pid_t pid;
+	pid_t pid, parent;
 	struct msghdr m = { 0 };
 	char b[8];
 	struct iovec iov = { b, sizeof(b) };
@@ -256,6 +299,7 @@ int ns_sup_run(char **argv, const char *policy, const char *table, char *why, si
 		snprintf(why, whylen, "socketpair: %s", strerror(errno));
 		return -1;
 	}
+	parent = getpid();
 	pid = fork();
 	if (pid < 0) {
 		snprintf(why, whylen, "fork: %s", strerror(errno));
@@ -263,9 +307,10 @@ int ns_sup_run(char **argv, const char *policy, const char *table, char *why, si
 	}
 	if (pid == 0) {
 		close(sp[0]);
-		child(sp[1], argv);
+		child(sp[1], argv, parent);
 	}
 	close(sp[1]);
+	forward_signals(pid);
 	m.msg_iov = &iov;
 	m.msg_iovlen = 1;
 	m.msg_control = cm.b;
