@@ -46,7 +46,7 @@ LIB := $(BUILD)/libnetshim.so
 TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench $(BUILD)/tablebench \
 	$(BUILD)/netshim-agent $(BUILD)/fleetbench $(BUILD)/fleetscale $(BUILD)/h2bench
 CLIENTS := $(BUILD)/fclient $(BUILD)/tracee $(BUILD)/vforkclose $(BUILD)/mmsg $(BUILD)/hammer \
-	$(BUILD)/fclient-static $(BUILD)/sigconnect $(BUILD)/siglocks $(BUILD)/sigstorm $(BUILD)/sslhost $(BUILD)/deepbind $(BUILD)/libdeeplib.so $(BUILD)/libdeeplib-now.so $(BUILD)/libdeeplib-addr.so
+	$(BUILD)/fclient-static $(BUILD)/sigconnect $(BUILD)/siglocks $(BUILD)/sigstorm $(BUILD)/escapes $(BUILD)/escapes-static $(BUILD)/sslhost $(BUILD)/deepbind $(BUILD)/libdeeplib.so $(BUILD)/libdeeplib-now.so $(BUILD)/libdeeplib-addr.so
 
 .PHONY: compile_commands.json all test unit integration negative install uninstall bench bench-fleet bench-fleet-scale demo deps clean tsan fuzz compat deb
 
@@ -142,6 +142,16 @@ $(BUILD)/fclient: tests/clients/fclient.c
 $(BUILD)/vforkclose $(BUILD)/mmsg $(BUILD)/hammer $(BUILD)/sigconnect $(BUILD)/siglocks $(BUILD)/sigstorm $(BUILD)/sslhost: $(BUILD)/%: tests/clients/%.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -D_FORTIFY_SOURCE=2 -Wall -o $@ $< $(if $(filter %sslhost,$@),-ldl)
+
+# the ways to a connection that are not connect(), dynamic (the preload
+# engine) and static (the seccomp engine)
+$(BUILD)/escapes: tests/clients/escapes.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -D_FORTIFY_SOURCE=2 -Wall -o $@ $< -lpthread
+
+$(BUILD)/escapes-static: tests/clients/escapes.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -D_FORTIFY_SOURCE=2 -Wall -static -o $@ $< -lpthread
 
 # a statically linked client: what LD_PRELOAD cannot reach (shimrun warns;
 # the compatibility matrix lists it as escaping)

@@ -27,9 +27,9 @@
 	CALL(int, socket, socket, (int domain, int type, int protocol), (domain, type, protocol)) \
 	CALL(int, connect, connect, (int fd, const struct sockaddr *sa, socklen_t len), (fd, sa, len)) \
 	DATA(ssize_t, send, send, (int fd, const void *buf, size_t n, int flags), (fd, buf, n, flags)) \
-	DATA(ssize_t, sendto, sendto, (int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, \
-		socklen_t len), (fd, buf, n, flags, sa, len)) \
-	DATA(ssize_t, sendmsg, sendmsg, (int fd, const struct msghdr *msg, int flags), (fd, msg, flags)) \
+	BOUND(ssize_t, sendto, sendto, (int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, \
+		socklen_t len))          /* wrappers.c: a send that may be a Fast Open connect */ \
+	BOUND(ssize_t, sendmsg, sendmsg, (int fd, const struct msghdr *msg, int flags)) \
 	DATA(ssize_t, recv, recv, (int fd, void *buf, size_t n, int flags), (fd, buf, n, flags)) \
 	DATA(ssize_t, recvfrom, recvfrom, (int fd, void *buf, size_t n, int flags, struct sockaddr *sa, \
 		socklen_t *len), (fd, buf, n, flags, sa, len)) \

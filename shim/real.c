@@ -90,3 +90,6 @@ ssize_t ns_sys_read(int fd, void *buf, size_t n)
 #define UNBOUND_NONE(...)
 NS_EXPORTS(UNBOUND_DATA, UNBOUND_NONE, UNBOUND_NONE, UNBOUND_NONE)
 UNBOUND(int, select, (int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv), (n, r, w, e, tv))
+UNBOUND(ssize_t, sendto, (int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len),
+	(fd, buf, n, flags, sa, len))
+UNBOUND(ssize_t, sendmsg, (int fd, const struct msghdr *msg, int flags), (fd, msg, flags))

@@ -44,6 +44,56 @@
 
 NS_EXPORTS(WRAP_DATA, WRAP_CALL, WRAP_NONE, WRAP_NONE)
 
+/* TCP Fast Open: sendto or sendmsg with MSG_FASTOPEN and an address, on a
+ * socket not connected yet, is a connect and a send in one call, which no
+ * connect wrapper would see. It is made the two: the connect governed as
+ * any (breaker, deadlines, caps, pacing), then the send on the connection.
+ * The program sees what a kernel without a Fast Open cookie answers: no
+ * data in the SYN; blocking, the bytes sent once connected; non-blocking,
+ * EINPROGRESS and nothing sent (the program sends again when writable). */
+static __attribute__((noinline, cold)) ssize_t fastopen(int fd, const void *buf, size_t n, const struct msghdr *msg,
+							  int flags, const struct sockaddr *sa, socklen_t len)
+{
+	struct ns_conn *c;
+
+	if (ns_connect(fd, sa, len) < 0)
+		return -1;
+	flags &= ~MSG_FASTOPEN;
+	c = ns_conn_of(fd);
+	if (msg) {
+		struct msghdr m = *msg;
+
+		m.msg_name = NULL;
+		m.msg_namelen = 0;
+		return c ? ns_sendmsg(fd, &m, flags, c) : REAL_CALL(sendmsg, (fd, &m, flags));
+	}
+	return c ? ns_send(fd, buf, n, flags, c) : REAL_CALL(send, (fd, buf, n, flags));
+}
+
+EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len)
+{
+	struct ns_conn *c_ = ns_conn_of(fd);
+
+	if (likely(!c_)) {
+		if (unlikely(flags & MSG_FASTOPEN) && sa)
+			return fastopen(fd, buf, n, NULL, flags, sa, len);
+		return REAL_CALL(sendto, (fd, buf, n, flags, sa, len));
+	}
+	return ns_sendto(fd, buf, n, flags, sa, len, c_);
+}
+
+EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	struct ns_conn *c_ = ns_conn_of(fd);
+
+	if (likely(!c_)) {
+		if (unlikely(flags & MSG_FASTOPEN) && msg && msg->msg_name)
+			return fastopen(fd, NULL, 0, msg, flags, msg->msg_name, msg->msg_namelen);
+		return REAL_CALL(sendmsg, (fd, msg, flags));
+	}
+	return ns_sendmsg(fd, msg, flags, c_);
+}
+
 /* sendfile64 is sendfile on 64-bit: the same worker. */
 EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t n) { NS_PASS(out, sendfile, (out, in, off, n), ns_sendfile(out, in, off, n, c_)); }
 EXPORT void closefrom(int lowfd) { ns_closefrom(lowfd); }

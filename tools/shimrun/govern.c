@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -91,7 +92,7 @@ struct ns_gov {
 	uint32_t holder; /* shimrun's place holder word */
 	int hi;          /* conns[0, hi) may be in use */
 	int nconnecting, nqueued, nopen;
-	int said_full, said_diag;
+	int said_full, said_diag, said_fds;
 	int polled[NS_GOV_POLLED]; /* the connect each of ns_gov_pollfds' descriptors is */
 	uint64_t rng;
 	uint64_t recent[RECENT];
@@ -367,6 +368,20 @@ static void try_turn(struct ns_gov *g, struct conn *c)
 	start_connect(g, c, now);
 }
 
+void ns_gov_out_of_fds(struct ns_gov *g)
+{
+	struct rlimit rl;
+
+	if (g->said_fds++)
+		return;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		rl.rlim_cur = 0;
+	fprintf(stderr,
+		"shimrun: out of descriptors (limit %llu): connects shimrun cannot take a copy of are refused "
+		"with ENOBUFS until others end (raise the hard limit: ulimit -Hn)\n",
+		(unsigned long long)rl.rlim_cur);
+}
+
 void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const struct sockaddr_storage *ss, socklen_t len)
 {
 	struct ns_dest d;
@@ -506,7 +521,14 @@ static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now)
 	c->start_ms = now;
 	c->fd = ns_sw_copy_fd(c->tid, 0, c->pfd);
 	if (c->fd < 0) {
-		g->answer(g->ctx, c->id, 0, 1); /* (no copy: the kernel's, uncounted) */
+		if (errno == EMFILE || errno == ENFILE) {
+			/* shimrun's own descriptors ran out: refused, not let through
+			 * without its deadline and count (said once) */
+			ns_gov_out_of_fds(g);
+			g->answer(g->ctx, c->id, ENOBUFS, 0);
+		} else {
+			g->answer(g->ctx, c->id, 0, 1); /* (no copy: the kernel's, uncounted) */
+		}
 		conn_free(g, c);
 		return;
 	}

@@ -33,6 +33,9 @@ struct ns_gov *ns_gov_new(const char *policy, const char *table, ns_gov_answer_f
  * notification is checked valid after that, and again before a connect
  * held for its turn goes on). */
 void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const struct sockaddr_storage *ss, socklen_t len);
+/* shimrun could not take a copy of a socket for want of descriptors: said
+ * once (the connect is refused with ENOBUFS by the caller) */
+void ns_gov_out_of_fds(struct ns_gov *g);
 
 /* The descriptors shimrun waits on for the connects in progress (at most
  * max, into p: NS_GOV_POLLED holds every one), and how long until it must

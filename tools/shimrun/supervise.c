@@ -30,9 +30,11 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "govern.h"
+#include "sockwatch.h"
 
 #ifndef SECCOMP_IOCTL_NOTIF_SET_FLAGS
 #define SECCOMP_IOCTL_NOTIF_SET_FLAGS SECCOMP_IOW(4, __u64)
@@ -46,9 +48,15 @@
 
 /**** the child's side ****/
 
-/* connect() to the supervisor, everything else allowed; another
+/* connect() to the supervisor, everything else allowed, but the ways to a
+ * connection that are not connect(): io_uring (its IORING_OP_CONNECT is
+ * never a system call) answers ENOSYS, as under Docker's default profile,
+ * and a program falls back to plain calls; a send with MSG_FASTOPEN
+ * (sendto, sendmsg: a connect inside a send) answers EOPNOTSUPP, as a
+ * kernel without Fast Open does, and a program connects instead. Another
  * architecture's calls (x32, i386 through int 0x80) are killed, since
  * their numbers mean other calls. */
+#define ARG_LO(i) (offsetof(struct seccomp_data, args) + 8 * (i)) /* (little-endian: the low word) */
 static int install_filter(unsigned flags)
 {
 	struct sock_filter f[] = {
@@ -60,6 +68,16 @@ static int install_filter(unsigned flags)
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_connect, 0, 1),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_sendto, 0, 3),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LO(3)),
+		BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 0, 5),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EOPNOTSUPP),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_sendmsg, 0, 3),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LO(2)),
+		BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EOPNOTSUPP),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 	};
 	struct sock_fprog prog = { .len = sizeof(f) / sizeof(f[0]), .filter = f };
@@ -210,17 +228,61 @@ static int read_addr(pid_t pid, uint64_t ptr, uint64_t len, struct sockaddr_stor
 	return 0;
 }
 
+/* A connect whose address is not an inet one, or could not be read. On a
+ * socket of another family the kernel's own answer is safe (CONTINUE). On
+ * an inet socket it is not: the kernel reads the address again, and a
+ * second thread of the program may have put an inet one there meanwhile;
+ * so the connect is made here, on a copy of the socket, with the address
+ * read (AF_UNSPEC dissolves an association; another family fails
+ * EAFNOSUPPORT, as the kernel says), and its result is the answer. */
+static void not_inet(struct sup *s, const struct seccomp_notif *n, const struct sockaddr_storage *ss, socklen_t len)
+{
+	int fd = ns_sw_copy_fd((pid_t)n->pid, 0, (int)n->data.args[0]), dom = 0, r;
+	socklen_t dl = sizeof(dom);
+
+	if (fd < 0) {
+		int e = errno;
+
+		if (e == EMFILE || e == ENFILE) {
+			ns_gov_out_of_fds(s->gov);
+			answer(s, n->id, ENOBUFS, 0);
+		} else {
+			answer(s, n->id, e == EBADF ? EBADF : 0, e != EBADF); /* (the process is gone, or no copy is allowed) */
+		}
+		return;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl) < 0 || (dom != AF_INET && dom != AF_INET6)) {
+		close(fd);
+		answer(s, n->id, 0, 1);
+		return;
+	}
+	if (!ss) {
+		close(fd);
+		answer(s, n->id, n->data.args[2] > sizeof(*ss) ? EINVAL : EFAULT, 0);
+		return;
+	}
+	r = connect(fd, (const struct sockaddr *)ss, len);
+	answer(s, n->id, r < 0 ? errno : 0, 0);
+	close(fd);
+}
+
 /* One notified call of the child. */
 static void on_call(struct sup *s, const struct seccomp_notif *n)
 {
 	struct sockaddr_storage ss;
-	socklen_t len;
+	socklen_t len = 0;
+	int got;
 
-	if (n->data.nr != __NR_connect || read_addr((pid_t)n->pid, n->data.args[1], n->data.args[2], &ss, &len) < 0) {
+	if (n->data.nr != __NR_connect) {
 		answer(s, n->id, 0, 1);
 		return;
 	}
-	ns_gov_connect(s->gov, n->id, (pid_t)n->pid, (int)n->data.args[0], &ss, len);
+	got = read_addr((pid_t)n->pid, n->data.args[1], n->data.args[2], &ss, &len) == 0;
+	if (got && (ss.ss_family == AF_INET || ss.ss_family == AF_INET6)) {
+		ns_gov_connect(s->gov, n->id, (pid_t)n->pid, (int)n->data.args[0], &ss, len);
+		return;
+	}
+	not_inet(s, n, got ? &ss : NULL, len);
 }
 
 static int serve(struct sup *s, pid_t pid)
@@ -311,6 +373,16 @@ int ns_sup_run(char **argv, const char *policy, const char *table, char *why, si
 	}
 	close(sp[1]);
 	forward_signals(pid);
+	/* shimrun holds a copy of each socket whose connect is in progress:
+	 * its own soft limit up to the hard one (the program keeps its own) */
+	{
+		struct rlimit rl;
+
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+			rl.rlim_cur = rl.rlim_max;
+			(void)setrlimit(RLIMIT_NOFILE, &rl);
+		}
+	}
 	m.msg_iov = &iov;
 	m.msg_iovlen = 1;
 	m.msg_control = cm.b;
