@@ -7,18 +7,18 @@
 #include <string.h>
 
 enum {
-	S_STATUS,   /* "HTTP/1.x NNN": pos bytes of it seen */
+	S_STATUS, /* "HTTP/1.x NNN": pos bytes of it seen */
 	S_STATUS_REST,
-	S_LINE,     /* a header line's start (pos 1: after its "\r") */
-	S_NAME,     /* a header's name: pos bytes of it, hdr the names it may still be */
-	S_VALUE,    /* a header's value, to its line's end */
-	S_SKIP,     /* a header nobody reads, to its line's end */
-	S_BODY,     /* left bytes of body due */
-	S_CSIZE,    /* a chunk's size line */
-	S_CEXT,     /* ...its extensions, to the line's end */
-	S_CDATA,    /* left bytes of the chunk due */
-	S_CCRLF,    /* the chunk's closing "\r\n" (pos 1: after the "\r") */
-	S_TRAILER,  /* trailer lines (pos 0 a line's start, 1 inside, 2 after a "\r" at its start) */
+	S_LINE,    /* a header line's start (pos 1: after its "\r") */
+	S_NAME,    /* a header's name: pos bytes of it, hdr the names it may still be */
+	S_VALUE,   /* a header's value, to its line's end */
+	S_SKIP,    /* a header nobody reads, to its line's end */
+	S_BODY,    /* left bytes of body due */
+	S_CSIZE,   /* a chunk's size line */
+	S_CEXT,    /* ...its extensions, to the line's end */
+	S_CDATA,   /* left bytes of the chunk due */
+	S_CCRLF,   /* the chunk's closing "\r\n" (pos 1: after the "\r") */
+	S_TRAILER, /* trailer lines (pos 0 a line's start, 1 inside, 2 after a "\r" at its start) */
 	S_END,
 };
 
@@ -63,19 +63,19 @@ static uint32_t headers_end(struct ns_h1end *e)
 		return e->result;
 	}
 	if (code == 101)
-		return unknown(e);   /* another protocol from here */
+		return unknown(e); /* another protocol from here */
 	if ((e->flags & F_HEAD) || code == 204 || code == 304)
 		return done(e);
 	if (e->flags & F_TE) {
 		if (!(e->flags & F_CHUNKED))
-			return unknown(e);   /* ended by the close */
+			return unknown(e); /* ended by the close */
 		e->st = S_CSIZE;
 		e->left = 0;
 		e->flags &= ~(uint32_t)F_DIGIT;
 		return e->result;
 	}
 	if (!(e->flags & F_CL))
-		return unknown(e);   /* ended by the close */
+		return unknown(e); /* ended by the close */
 	if (e->left == 0)
 		return done(e);
 	e->st = S_BODY;
@@ -97,7 +97,7 @@ static uint32_t value_end(struct ns_h1end *e)
 		if ((e->te & 0xffffffffffffffULL) == TE_CHUNKED && (before == 0 || before == ','))
 			e->flags |= F_CHUNKED;
 		else
-			e->flags &= ~(uint32_t)F_CHUNKED;   /* the last coding is what frames it */
+			e->flags &= ~(uint32_t)F_CHUNKED; /* the last coding is what frames it */
 	}
 	e->st = S_LINE;
 	e->pos = 0;
@@ -117,7 +117,7 @@ static uint32_t value_byte(struct ns_h1end *e, char ch)
 			return e->result;
 		}
 		if (ch < '0' || ch > '9' || (e->flags & F_VEND) || e->num > (UINT64_MAX - 9) / 10)
-			return unknown(e);   /* a list, a sign, junk, or past 64 bits */
+			return unknown(e); /* a list, a sign, junk, or past 64 bits */
 		e->num = e->num * 10 + (uint64_t)(ch - '0');
 		e->flags |= F_DIGIT;
 	} else if (ch != ' ' && ch != '\t') {
@@ -146,7 +146,7 @@ static uint32_t name_byte(struct ns_h1end *e, char ch)
 		return e->result;
 	}
 	if (ch == '\n' || ch == '\r' || ch == ' ' || ch == '\t')
-		return unknown(e);   /* no colon, or blanks before it: not a header we can trust */
+		return unknown(e); /* no colon, or blanks before it: not a header we can trust */
 	if ((e->hdr & H_CL) && (e->pos >= sizeof(cl_name) - 1 || cl_name[e->pos] != lc))
 		e->hdr &= ~(uint32_t)H_CL;
 	if ((e->hdr & H_TE) && (e->pos >= sizeof(te_name) - 1 || te_name[e->pos] != lc))
@@ -178,8 +178,10 @@ static uint32_t status_byte(struct ns_h1end *e, char ch)
 
 static uint32_t chunk_size_byte(struct ns_h1end *e, char ch)
 {
-	int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
-					      : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+	int v = ch >= '0' && ch <= '9'   ? ch - '0'
+		: ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+		: ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+					 : -1;
 
 	if (v >= 0 && e->st == S_CSIZE) {
 		if (e->left > (UINT64_MAX >> 4))
@@ -244,7 +246,7 @@ uint32_t ns_h1end_feed(struct ns_h1end *e, const char *b, size_t n)
 			} else if (ch == '\r' && e->pos == 0) {
 				e->pos = 1;
 			} else if (e->pos == 1 || ch == ' ' || ch == '\t') {
-				unknown(e);   /* a bare "\r", or a folded line */
+				unknown(e); /* a bare "\r", or a folded line */
 			} else {
 				e->st = S_NAME;
 				e->pos = 0;
@@ -276,7 +278,7 @@ uint32_t ns_h1end_feed(struct ns_h1end *e, const char *b, size_t n)
 		case S_TRAILER:
 			if (ch == '\n') {
 				if (e->pos != 1)
-					done(e);   /* the blank line */
+					done(e); /* the blank line */
 				else
 					e->pos = 0;
 			} else {
@@ -290,6 +292,6 @@ uint32_t ns_h1end_feed(struct ns_h1end *e, const char *b, size_t n)
 		i++;
 	}
 	if (i < n && e->result == NS_H1E_DONE)
-		unknown(e);   /* bytes after the end: a pipelined answer, or junk */
+		unknown(e); /* bytes after the end: a pipelined answer, or junk */
 	return e->result;
 }

@@ -52,7 +52,7 @@ static inline __attribute__((always_inline)) struct ns_policy *ns_cfg_get(monoti
 static inline __attribute__((always_inline)) int ns_tbl_on(void)
 {
 	if (unlikely(!ns_once(&ns_tbl_once, ns_tbl_load_once)))
-		return 0;   /* a handler inside our own set-up: uncounted */
+		return 0; /* a handler inside our own set-up: uncounted */
 	if (unlikely(ns_breakers_ok && ns_table_broken(&ns_breakers)))
 		ns_tbl_broke();
 	return ns_breakers_ok;

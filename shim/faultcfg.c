@@ -29,7 +29,7 @@ int ns_fault_local;               /* atomic: the policy or NETSHIM_INJECT names 
 const uint64_t *ns_fault_genp;    /* atomic: the table's flt_gen, once it is mapped */
 static uint64_t frng;             /* atomic: the fault random source */
 static int seeded;                /* a seed was given: a forked child goes on from it */
-static uint64_t env_once;   /* lock.h: a handler inside its own thread's set-up does without */
+static uint64_t env_once;         /* lock.h: a handler inside its own thread's set-up does without */
 
 static void fault_reseed(void)
 {

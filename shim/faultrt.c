@@ -39,7 +39,7 @@ static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rt *rt_copy;   /* NS_FAULT_RECS of them, mapped when the table first has one */
 static int rt_n;
 static uint64_t rt_gen;      /* atomic: the generation the copy is of */
-static uint64_t rt_once;   /* lock.h: a handler inside its own thread's set-up does without */
+static uint64_t rt_once;     /* lock.h: a handler inside its own thread's set-up does without */
 /* --existing: the record (by index) this process saw, and since when, kept
  * across rebuilds of the copy */
 static uint32_t seen_order[NS_FAULT_RECS];

@@ -176,7 +176,7 @@ static void fd_table_make(void)
 		return;
 	}
 	ns_fdtab = p;
-	ns_own_pid = getpid();   /* (and in every fork child: config.c) */
+	ns_own_pid = getpid(); /* (and in every fork child: config.c) */
 	__atomic_store_n(&ns_fdmax, (unsigned)n, __ATOMIC_RELEASE);
 }
 

@@ -7,7 +7,7 @@
 
 __thread unsigned ns_locks_held __attribute__((tls_model("initial-exec")));
 
-static unsigned once_gen;   /* atomic: fork generation, 16 bits of it in an owner word */
+static unsigned once_gen; /* atomic: fork generation, 16 bits of it in an owner word */
 static int once_said;
 
 void ns_once_forked(void)
@@ -20,7 +20,7 @@ static uint64_t once_me(void)
 	/* pthread_self reads the thread pointer: no call, safe in a handler;
 	 * a user-space address fits in 48 bits on x86-64 and arm64 */
 	return ((uint64_t)(uintptr_t)pthread_self() & 0xffffffffffffULL) |
-	       (uint64_t)(__atomic_load_n(&once_gen, __ATOMIC_RELAXED) & 0xffffu) << 48;
+		(uint64_t)(__atomic_load_n(&once_gen, __ATOMIC_RELAXED) & 0xffffu) << 48;
 }
 
 int ns_once_slow(uint64_t *w, void (*fn)(void))
@@ -33,7 +33,7 @@ int ns_once_slow(uint64_t *w, void (*fn)(void))
 		if (v == NS_ONCE_DONE)
 			return 1;
 		if (v == me)
-			return 0;   /* a handler inside its own thread's set-up */
+			return 0; /* a handler inside its own thread's set-up */
 		if (v == 0 || (v >> 48) != (me >> 48)) {
 			/* not begun, or begun before a fork by a thread this child lacks */
 			if (__atomic_compare_exchange_n(w, &v, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE)) {
@@ -51,8 +51,10 @@ int ns_once_slow(uint64_t *w, void (*fn)(void))
 				t0 = t;
 			else if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > NS_ONCE_WAIT_MS) {
 				if (!__atomic_exchange_n(&once_said, 1, __ATOMIC_RELAXED))
-					ns_log(NS_LOG_ERROR, "a one-time set-up in another thread has not finished in %d ms; "
-						       "this call passes through untracked", NS_ONCE_WAIT_MS);
+					ns_log(NS_LOG_ERROR,
+					       "a one-time set-up in another thread has not finished in %d ms; "
+					       "this call passes through untracked",
+					       NS_ONCE_WAIT_MS);
 				return 0;
 			}
 			sched_yield();

@@ -27,7 +27,7 @@
 #define NAMES_TTL_MS (10u * 60u * 1000u)
 
 static pthread_mutex_t names_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t names_once;   /* lock.h: a handler inside its own thread's set-up does without */
+static uint64_t names_once; /* lock.h: a handler inside its own thread's set-up does without */
 static struct ns_namemap *names;
 unsigned ns_names_used;       /* atomic: 0 until a name is remembered (see ns_names_lookup) */
 #define names_used ns_names_used

@@ -54,7 +54,7 @@
 #define QUIET_MS 100u   /* a threaded process's idle connection gives its place up after this quiet (give_up_idle) */
 
 uint32_t ns_shape_self;   /* atomic: this process's holder word, 0 until first needed */
-static uint64_t atfork_once;   /* lock.h: a handler inside its own thread's set-up does without */
+static uint64_t atfork_once; /* lock.h: a handler inside its own thread's set-up does without */
 
 static void forget_holder(void)
 {

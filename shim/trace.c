@@ -26,7 +26,7 @@ static struct {
 	int (*get_reg)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
 	int (*get_proc_name)(unw_cursor_t *, char *, size_t, unw_word_t *);
 } unw;
-static uint64_t unw_once;   /* lock.h: a handler inside its own thread's set-up does without */
+static uint64_t unw_once; /* lock.h: a handler inside its own thread's set-up does without */
 static void *self_base;
 
 /* Naming a frame reads symbol tables and is the slow part (tens of

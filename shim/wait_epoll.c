@@ -79,7 +79,7 @@ struct ep_set {
  * A fork while another thread held it would leave it held in the child,
  * hence the atfork handlers. */
 static int ep_lk;
-static uint64_t ep_once;   /* lock.h: a handler inside its own thread's set-up does without */
+static uint64_t ep_once;        /* lock.h: a handler inside its own thread's set-up does without */
 static struct ep_set *ep_sets;  /* every set, listed */
 /* and by its epoll fd: reserved once at the fd table's size and never
  * moved, and a set once made is kept (emptied when its fd closes) so that

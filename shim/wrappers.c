@@ -52,7 +52,7 @@ NS_EXPORTS(WRAP_DATA, WRAP_CALL, WRAP_NONE, WRAP_NONE)
  * data in the SYN; blocking, the bytes sent once connected; non-blocking,
  * EINPROGRESS and nothing sent (the program sends again when writable). */
 static __attribute__((noinline, cold)) ssize_t fastopen(int fd, const void *buf, size_t n, const struct msghdr *msg,
-							  int flags, const struct sockaddr *sa, socklen_t len)
+							int flags, const struct sockaddr *sa, socklen_t len)
 {
 	struct ns_conn *c;
 

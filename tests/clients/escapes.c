@@ -37,15 +37,24 @@ static volatile int stop;
 static const char *ename(int e)
 {
 	switch (e) {
-	case ECONNREFUSED: return "ECONNREFUSED";
-	case EOPNOTSUPP: return "EOPNOTSUPP";
-	case ENOSYS: return "ENOSYS";
-	case EAFNOSUPPORT: return "EAFNOSUPPORT";
-	case ETIMEDOUT: return "ETIMEDOUT";
-	case EINVAL: return "EINVAL";
-	case ENOENT: return "ENOENT";
-	case EISCONN: return "EISCONN";
-	default: return "other";
+	case ECONNREFUSED:
+		return "ECONNREFUSED";
+	case EOPNOTSUPP:
+		return "EOPNOTSUPP";
+	case ENOSYS:
+		return "ENOSYS";
+	case EAFNOSUPPORT:
+		return "EAFNOSUPPORT";
+	case ETIMEDOUT:
+		return "ETIMEDOUT";
+	case EINVAL:
+		return "EINVAL";
+	case ENOENT:
+		return "ENOENT";
+	case EISCONN:
+		return "EISCONN";
+	default:
+		return "other";
 	}
 }
 
@@ -96,7 +105,7 @@ int main(int argc, char **argv)
 	} else if (!strcmp(mode, "toctou")) {
 		pthread_t t;
 
-		flip.un.sun_family = AF_UNIX;   /* (all zeros is AF_UNSPEC, whose connect succeeds at once) */
+		flip.un.sun_family = AF_UNIX; /* (all zeros is AF_UNSPEC, whose connect succeeds at once) */
 		pthread_create(&t, NULL, flipper, NULL);
 		for (int i = 0; i < 500 && r < 0; i++)
 			r = connect(fd, (struct sockaddr *)&flip, sizeof(struct sockaddr_in));

@@ -154,7 +154,8 @@ static int send_once(int fd, size_t n, const char *with, double connect_ms, int 
 
 		r = 0;
 		while (off < n) {
-			ssize_t k = !strcmp(with, "write") ? write(fd, buf + off, n - off) : send(fd, buf + off, n - off, 0);
+			ssize_t k = !strcmp(with, "write") ? write(fd, buf + off, n - off)
+							   : send(fd, buf + off, n - off, 0);
 
 			if (k < 0) {
 				r = -1;

@@ -46,7 +46,7 @@ static void on_alarm(int sig)
 
 	(void)sig;
 	if (budget <= 0)
-		return;   /* a starved machine: let the program finish */
+		return; /* a starved machine: let the program finish */
 	budget--;
 	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
 	if (fd < 0) {
@@ -65,8 +65,8 @@ static void on_alarm(int sig)
 	if (send(fd, "x", 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno != EAGAIN && errno != ENOTCONN &&
 	    errno != EPIPE && errno != ECONNREFUSED && errno != ECONNRESET)
 		handler_errors++;
-	if (recv(fd, b, sizeof(b), MSG_DONTWAIT) < 0 && errno != EAGAIN && errno != ENOTCONN &&
-	    errno != ECONNREFUSED && errno != ECONNRESET)
+	if (recv(fd, b, sizeof(b), MSG_DONTWAIT) < 0 && errno != EAGAIN && errno != ENOTCONN && errno != ECONNREFUSED &&
+	    errno != ECONNRESET)
 		handler_errors++;
 	if (close(fd) < 0)
 		handler_errors++;
@@ -101,11 +101,21 @@ static int exchange(int fd, int how)
 	ssize_t r;
 
 	switch (how % 5) {
-	case 0: r = send(fd, req, sizeof(req) - 1, 0); break;
-	case 1: r = write(fd, req, sizeof(req) - 1); break;
-	case 2: r = writev(fd, &v, 1); break;
-	case 3: r = sendmsg(fd, &m, 0); break;
-	default: r = sendmmsg(fd, &mm, 1, 0) == 1 ? (ssize_t)mm.msg_len : -1; break;
+	case 0:
+		r = send(fd, req, sizeof(req) - 1, 0);
+		break;
+	case 1:
+		r = write(fd, req, sizeof(req) - 1);
+		break;
+	case 2:
+		r = writev(fd, &v, 1);
+		break;
+	case 3:
+		r = sendmsg(fd, &m, 0);
+		break;
+	default:
+		r = sendmmsg(fd, &mm, 1, 0) == 1 ? (ssize_t)mm.msg_len : -1;
+		break;
 	}
 	if (r != (ssize_t)sizeof(req) - 1)
 		return -1;
@@ -115,9 +125,13 @@ static int exchange(int fd, int how)
 		struct timeval tv = { 5, 0 };
 		struct timespec ts = { 5, 0 };
 
-		switch (how % 3) {   /* each wait family */
-		case 0: r = poll(&p, 1, 5000); break;
-		case 1: r = ppoll(&p, 1, &ts, NULL); break;
+		switch (how % 3) { /* each wait family */
+		case 0:
+			r = poll(&p, 1, 5000);
+			break;
+		case 1:
+			r = ppoll(&p, 1, &ts, NULL);
+			break;
 		default:
 			FD_ZERO(&rs);
 			FD_SET(fd, &rs);
@@ -132,10 +146,18 @@ static int exchange(int fd, int how)
 		return -1;
 	do {
 		switch (how % 4) {
-		case 0: r = recv(fd, buf, sizeof(buf), 0); break;
-		case 1: r = read(fd, buf, sizeof(buf)); break;
-		case 2: r = readv(fd, &in, 1); break;
-		default: r = recvmsg(fd, &mi, 0); break;
+		case 0:
+			r = recv(fd, buf, sizeof(buf), 0);
+			break;
+		case 1:
+			r = read(fd, buf, sizeof(buf));
+			break;
+		case 2:
+			r = readv(fd, &in, 1);
+			break;
+		default:
+			r = recvmsg(fd, &mi, 0);
+			break;
 		}
 	} while (r < 0 && errno == EINTR);
 	return r > 0 ? 0 : -1;
@@ -165,14 +187,14 @@ int main(int argc, char **argv)
 	setitimer(ITIMER_REAL, &it, NULL);
 
 	/* the first-use paths, each once per process, under the storm */
-	fd = dial();                                   /* first socket, first connect (policy, table) */
+	fd = dial(); /* first socket, first connect (policy, table) */
 	if (fd < 0 || exchange(fd, 0) < 0)
 		failed++;
 	if (fd >= 0)
 		close(fd);
-	if (getaddrinfo("localhost", argv[1], &hints, &ai) == 0)   /* first lookup (names) */
+	if (getaddrinfo("localhost", argv[1], &hints, &ai) == 0) /* first lookup (names) */
 		freeaddrinfo(ai);
-	ep = epoll_create1(EPOLL_CLOEXEC);            /* first epoll set */
+	ep = epoll_create1(EPOLL_CLOEXEC); /* first epoll set */
 
 	for (; loops < want; loops++) {
 		fd = dial();
@@ -192,7 +214,7 @@ int main(int argc, char **argv)
 			epoll_wait(ep, &out, 1, 0);
 		}
 		{
-			int d = dup(fd);   /* a copy, then both closed */
+			int d = dup(fd); /* a copy, then both closed */
 
 			close(fd);
 			if (d >= 0)

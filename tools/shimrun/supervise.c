@@ -247,7 +247,8 @@ static void not_inet(struct sup *s, const struct seccomp_notif *n, const struct 
 			ns_gov_out_of_fds(s->gov);
 			answer(s, n->id, ENOBUFS, 0);
 		} else {
-			answer(s, n->id, e == EBADF ? EBADF : 0, e != EBADF); /* (the process is gone, or no copy is allowed) */
+			answer(s, n->id, e == EBADF ? EBADF : 0,
+			       e != EBADF); /* (the process is gone, or no copy is allowed) */
 		}
 		return;
 	}
