@@ -251,7 +251,7 @@ bench: all
 	-BENCH_PEERS=1 tools/install-deps.sh --all
 	tools/bench/bench.sh $(BUILD)
 	cp $(BUILD)/bench.txt docs/bench-last.txt
-	$(PYTHON) tools/bench/figures.py docs/bench-last.txt docs/benchmarks.md
+	$(PYTHON) tools/bench/figures.py docs/bench-last.txt docs/benchmarks.md README.md
 
 # the fleet's propagation delay and cost at 10, 100 and 1,000 nodes
 bench-fleet: all
