@@ -15,6 +15,7 @@
 
 #include "../../policy/policy.h"
 #include "../../policy/scenario.h"
+#include "../../policy/table.h"
 #include "supervise.h"
 
 static void usage(FILE *f)
@@ -268,6 +269,18 @@ int main(int argc, char **argv)
 		if (!*table || strchr(table, '/'))
 			errx(2, "--table %s: use a plain file name", table);
 		setenv("NETSHIM_TABLE", table, 1);
+	}
+	if (getenv("NETSHIM_TABLE") && *getenv("NETSHIM_TABLE") &&
+	    !(getenv("NETSHIM_DISABLE") && strcmp(getenv("NETSHIM_DISABLE"), "1") == 0)) {
+		/* a table the program could not use is said now, as a bad
+		 * policy is, not left to run the program ungoverned */
+		struct ns_table t;
+
+		if (ns_table_open(getenv("NETSHIM_TABLE"), 1, 0, 0, &t, errs, sizeof(errs)) != NS_TBL_OK) {
+			fprintf(stderr, "shimrun: %s; not starting %s\n", errs, argv[optind]);
+			return 2;
+		}
+		ns_table_close(&t);
 	}
 	if (inject) {
 		const char *prev = getenv("NETSHIM_INJECT");

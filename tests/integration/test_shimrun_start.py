@@ -1,0 +1,16 @@
+"""shimrun with a table the program could not use (a bad NETSHIM_TABLE)
+stops with exit 2 and says why, as it does for a bad policy; before, it
+started the program, whose library then passed every call through
+ungoverned."""
+import pytest
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("name", ["a/b", ".."])
+def test_a_bad_table_stops_shimrun_as_a_bad_policy_does(shim, tmp_path, name):
+    mark = tmp_path / "started"
+    shim.policy("[defaults]\n")
+    r = shim.run(["/bin/sh", "-c", f"touch {mark}"], env={"NETSHIM_TABLE": name})
+    assert r.rc == 2, (r.rc, r.err)
+    assert f"bad table name '{name}'" in r.err and "not starting /bin/sh" in r.err, r.err
+    assert not mark.exists()
