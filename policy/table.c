@@ -136,6 +136,22 @@ static inline int slot_attempt_quick(const struct ns_slot *s, uint64_t w, uint64
 	return v;
 }
 
+int ns_table_request_admit(struct ns_table *t, int idx, int enforce, uint64_t now_ms)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	int v;
+
+	if (!s)
+		return NS_ALLOW;
+	v = ns_brk_attempt_quick(LOAD(&s->word), now_ms);
+	if (v == NS_ALLOW && LOAD(&s->fleet_until_ms) > now_ms)
+		v = NS_REJECT;
+	if (v != NS_REJECT || !enforce)
+		return NS_ALLOW;   /* (due a probe: the request may be it) */
+	ADD(&s->rejected, 1);
+	return NS_REJECT;
+}
+
 int ns_table_attempt_quick(struct ns_table *t, int idx, int enforce, uint64_t now_ms)
 {
 	struct ns_slot *s = slot_at(t, idx);

@@ -317,6 +317,13 @@ int ns_table_validate(const void *map, size_t size, char *err, size_t errlen);
  * (ns_table_attempt), nothing done. */
 int ns_table_attempt_quick(struct ns_table *t, int idx, int enforce, uint64_t now_ms);
 int ns_table_find(struct ns_table *t, const char *key, int create, uint64_t now_ms);
+/* A request about to start on a connection already open to slot idx (an
+ * HTTP/1 connection's next exchange): NS_REJECT while its breaker is open
+ * and not due a probe (or forced, or held open by the fleet), counted
+ * rejected, when enforcing; else NS_ALLOW with nothing counted (the
+ * connection's call was counted at its connect). A cooldown is not this
+ * check's: it holds requests (shape.c), it does not refuse them. */
+int ns_table_request_admit(struct ns_table *t, int idx, int enforce, uint64_t now_ms);
 
 /* A connect attempt. Returns the verdict; counts calls or rejected. In
  * monitor mode (enforce == 0) the state still moves but nothing is rejected. */

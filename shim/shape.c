@@ -773,6 +773,32 @@ int ns_shape_throttle(int slot, const char *key, const struct ns_settings *set, 
 	return 1;
 }
 
+int ns_shape_request_admit(struct ns_conn *c)
+{
+	const struct ns_settings *set = ns_conn_set(c);
+	int slot = LD(c->slot), enforce = set->mode == NS_MODE_ENFORCE;
+	monotime now;
+
+	if (slot < 0 || !ns_tbl_on())
+		return 0;
+	now = ns_now();
+	if (ns_table_request_admit(&ns_breakers, slot, enforce, (uint64_t)(now / 1000000)) == NS_REJECT) {
+		NS_LOG(NS_LOG_INFO, "a request on an open connection refused: its destination's breaker is open");
+		errno = ECONNREFUSED;
+		return -1;
+	}
+	if (enforce && set->throttle) {
+		char key[NS_KEY_MAX];
+
+		ns_conn_key(c, key);
+		if (ns_shape_throttle(slot, key, set, now)) {
+			errno = ECONNREFUSED;
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int ns_shape_retry(int slot, const struct ns_settings *set, monotime now)
 {
 	uint64_t e = __atomic_load_n(&recent[(uint32_t)slot % RECENT], __ATOMIC_RELAXED);

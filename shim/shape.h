@@ -103,6 +103,11 @@ NS_HIDDEN int ns_shape_retry(int slot, const struct ns_settings *set, monotime n
 /* throttle = adaptive: 1 when this connect is to be refused here (counted
  * throttled; the first of a minute said), else 0. */
 NS_HIDDEN int ns_shape_throttle(int slot, const char *key, const struct ns_settings *set, monotime now);
+/* A request about to start on an open connection (an HTTP/1 connection's
+ * next exchange): 0 go, or -1 with ECONNREFUSED before a byte of it
+ * leaves, while the destination's breaker is open (counted rejected) or
+ * the adaptive throttle refuses (counted throttled), as a connect would be. */
+NS_HIDDEN int ns_shape_request_admit(struct ns_conn *c);
 /* How often a queued non-blocking connect looks for a place. */
 #define NS_SHAPE_TICK_NS (2 * 1000000LL)
 
