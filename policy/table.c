@@ -147,7 +147,7 @@ int ns_table_request_admit(struct ns_table *t, int idx, int enforce, uint64_t no
 	if (v == NS_ALLOW && LOAD(&s->fleet_until_ms) > now_ms)
 		v = NS_REJECT;
 	if (v != NS_REJECT || !enforce)
-		return NS_ALLOW;   /* (due a probe: the request may be it) */
+		return NS_ALLOW; /* (due a probe: the request may be it) */
 	ADD(&s->rejected, 1);
 	return NS_REJECT;
 }

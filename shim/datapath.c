@@ -181,7 +181,8 @@ int ns_io_pre(struct ns_conn *c, struct io_req *q)
 	 * refuses, as a connect is (its first request rides on the connect's
 	 * admission). HTTP/1 in clear text here; TLS plaintext in tls.c. */
 	if (q->d == NS_OUT &&
-	    (LD(c->flags) & (NS_C_XNEXT | NS_C_H2 | NS_C_TLS | NS_C_ANSWERED)) == (NS_C_XNEXT | NS_C_HTTP | NS_C_ANSWERED) &&
+	    (LD(c->flags) & (NS_C_XNEXT | NS_C_H2 | NS_C_TLS | NS_C_ANSWERED)) ==
+		    (NS_C_XNEXT | NS_C_HTTP | NS_C_ANSWERED) &&
 	    ns_shape_request_admit(c) < 0) {
 		q->r = -1;
 		return IO_DONE;
