@@ -33,6 +33,7 @@
 
 #include "config.h"
 #include "fdops.h"
+#include "exec.h"
 #include "real.h"
 
 static int allow; /* atomic: 0 unread, 1 refuse io_uring, 2 NETSHIM_IO_URING=allow */
@@ -90,6 +91,12 @@ long ns_syscall(long n, long a, long b, long c, long d, long e, long f)
 		return ns_close((int)a);
 	if (n == SYS_close_range)
 		return ns_close_range((unsigned)a, (unsigned)b, (int)c);
+	/* an exec the kernel is asked for directly: what it closes unseen
+	 * (close-on-exec sockets' places) is settled first, as for libc's */
+	if (n == SYS_execve)
+		return ns_execve((const char *)a, (char *const *)b, (char *const *)c);
+	if (n == SYS_execveat)
+		return ns_execveat((int)a, (const char *)b, (char *const *)c, (char *const *)d, (int)e);
 	ns_real_bind(); /* ns_real_syscall */
 	if (n == SYS_io_uring_setup && !io_uring_allowed() && ns_shim_active() && has_epoll()) {
 		static int told;
