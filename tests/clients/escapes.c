@@ -9,6 +9,7 @@
  *   uringsetup   io_uring_setup, whose IORING_OP_CONNECT no engine sees
  *   toctou       connect() with an address a second thread flips between
  *                AF_UNIX and 127.0.0.1:PORT (500 tries)
+ *   nodump       prctl(PR_SET_DUMPABLE, 0), then a plain connect()
  *
  * answer: bytes of the server's answer read after a connection. */
 #define _GNU_SOURCE
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -85,7 +87,9 @@ int main(int argc, char **argv)
 	dst.sin_port = htons((unsigned short)atoi(argv[2]));
 	dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	fd = socket(AF_INET, SOCK_STREAM, 0);
-	if (!strcmp(mode, "connect")) {
+	if (!strcmp(mode, "nodump"))
+		prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	if (!strcmp(mode, "connect") || !strcmp(mode, "nodump")) {
 		r = connect(fd, (struct sockaddr *)&dst, sizeof(dst));
 	} else if (!strcmp(mode, "tfo")) {
 		r = sendto(fd, req, sizeof(req) - 1, MSG_FASTOPEN, (struct sockaddr *)&dst, sizeof(dst)) > 0 ? 0 : -1;

@@ -65,3 +65,45 @@ def test_a_fast_open_send_is_a_governed_connect_and_its_request(shim, server, mo
     assert rep["result"] == "connected" and rep["answer"] > 0, rep   # the request went, the answer came
     e = shim.entry(srv.dest)
     assert e is not None and e["calls"] == 1 and e["successes"] == 1, e
+
+
+# ---- what the seccomp engine cannot act on is said plainly (issue 47 item 6)
+
+def as_nobody(cmd, table):
+    import subprocess
+    from conftest import base_env
+    env = base_env(table)
+    return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + [str(c) for c in cmd],
+                          capture_output=True, text=True, timeout=30, env=env)
+
+
+@pytest.mark.shim
+def test_an_unprivileged_shimrun_says_when_it_cannot_act_on_its_program(shim, server, tmp_path):
+    import os
+    import shutil
+    import uuid
+    if not shutil.which("setpriv"):
+        pytest.skip("setpriv (util-linux) is not installed")
+    srv = server("http")
+    table = f"netshim.nobody.{uuid.uuid4().hex[:8]}"
+    # a program that made itself non-dumpable: shimrun (uid 65534, no
+    # CAP_SYS_PTRACE) can neither read its connect's address nor copy its
+    # socket, and says so instead of claiming to govern it
+    try:
+        r = as_nobody([BUILD / "shimrun", "--engine", "seccomp", "--", BUILD / "escapes-static", "nodump",
+                       srv.port], table)
+        assert "governed by the seccomp engine" in r.stderr, r.stderr
+        assert r.stderr.count("shimrun: cannot act on pid") == 1, r.stderr
+        # an execute-only program: shimrun cannot even tell what it is
+        xonly = tmp_path / "xonly"
+        shutil.copy(BUILD / "escapes-static", xonly)
+        os.chmod(xonly, 0o711)
+        os.chmod(tmp_path, 0o755)
+        for d in list(tmp_path.parents)[:3]:
+            os.chmod(d, os.stat(d).st_mode | 0o011)
+        r = as_nobody([BUILD / "shimrun", "--", xonly, "connect", srv.port], table)
+        assert "cannot be read by shimrun (execute-only?)" in r.stderr, r.stderr
+    finally:
+        for f in (f"/dev/shm/{table}",):
+            if os.path.exists(f):
+                os.unlink(f)

@@ -92,7 +92,7 @@ struct ns_gov {
 	uint32_t holder; /* shimrun's place holder word */
 	int hi;          /* conns[0, hi) may be in use */
 	int nconnecting, nqueued, nopen;
-	int said_full, said_diag, said_fds;
+	int said_full, said_diag, said_fds, said_nocopy;
 	int polled[NS_GOV_POLLED]; /* the connect each of ns_gov_pollfds' descriptors is */
 	uint64_t rng;
 	uint64_t recent[RECENT];
@@ -382,6 +382,19 @@ void ns_gov_out_of_fds(struct ns_gov *g)
 		(unsigned long long)rl.rlim_cur);
 }
 
+void ns_gov_no_copy(struct ns_gov *g, pid_t tid, int err)
+{
+	if (err != EPERM && err != EACCES)
+		return; /* (ESRCH, EBADF: the thread or the descriptor is gone; nothing to govern) */
+	if (g->said_nocopy++)
+		return;
+	fprintf(stderr,
+		"shimrun: cannot act on pid %d (%s: a program that made itself non-dumpable, or runs as "
+		"another user, under a shimrun without CAP_SYS_PTRACE): its connects go ungoverned, "
+		"uncounted and without deadlines (said once)\n",
+		(int)tid, strerror(err));
+}
+
 void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const struct sockaddr_storage *ss, socklen_t len)
 {
 	struct ns_dest d;
@@ -527,6 +540,7 @@ static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now)
 			ns_gov_out_of_fds(g);
 			g->answer(g->ctx, c->id, ENOBUFS, 0);
 		} else {
+			ns_gov_no_copy(g, c->tid, errno);
 			g->answer(g->ctx, c->id, 0, 1); /* (no copy: the kernel's, uncounted) */
 		}
 		conn_free(g, c);

@@ -36,6 +36,9 @@ void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const stru
 /* shimrun could not take a copy of a socket for want of descriptors: said
  * once (the connect is refused with ENOBUFS by the caller) */
 void ns_gov_out_of_fds(struct ns_gov *g);
+/* ...could not take one for want of the right (EPERM: a non-dumpable
+ * program under an unprivileged shimrun): said once, plainly */
+void ns_gov_no_copy(struct ns_gov *g, pid_t tid, int err);
 
 /* The descriptors shimrun waits on for the connects in progress (at most
  * max, into p: NS_GOV_POLLED holds every one), and how long until it must

@@ -75,7 +75,9 @@ static char *scenario_read(const char *path)
 }
 
 /* What LD_PRELOAD cannot reach, as shimrun tells it. */
-enum { REACH_OK, REACH_STATIC, REACH_GO, REACH_SETID };
+/* REACH_UNREAD: executable, but not readable by shimrun (execute-only):
+ * what it is cannot be told, and the kernel makes it non-dumpable at exec */
+enum { REACH_OK, REACH_STATIC, REACH_GO, REACH_SETID, REACH_UNREAD };
 enum { ENGINE_AUTO, ENGINE_PRELOAD, ENGINE_SECCOMP };
 
 /* Does the ELF file fd (header eh) have a section named .note.go.buildid
@@ -130,7 +132,7 @@ static int reach(const char *prog)
 		}
 	}
 	if (fd < 0)
-		return REACH_OK;
+		return errno == EACCES ? REACH_UNREAD : REACH_OK;
 	if (pread(fd, &eh, sizeof(eh), 0) == (ssize_t)sizeof(eh) && memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
 	    eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_phentsize == sizeof(Elf64_Phdr) && eh.e_phnum > 0) {
 		r = REACH_STATIC;
@@ -338,6 +340,12 @@ int main(int argc, char **argv)
 		if (rc >= 0)
 			return rc;
 		fprintf(stderr, "shimrun: %s; %s runs ungoverned\n", why, argv[optind]);
+	} else if (r == REACH_UNREAD) {
+		fprintf(stderr,
+			"shimrun: %s cannot be read by shimrun (execute-only?): whether LD_PRELOAD reaches it "
+			"cannot be told, and the kernel makes such a program non-dumpable, so the seccomp engine "
+			"could not act on it either: it may run ungoverned (run shimrun as its owner or root)\n",
+			argv[optind]);
 	} else if (r == REACH_SETID) {
 		fprintf(stderr,
 			"shimrun: %s is set-user or set-group ID: LD_PRELOAD is ignored, and the seccomp "

@@ -247,6 +247,7 @@ static void not_inet(struct sup *s, const struct seccomp_notif *n, const struct 
 			ns_gov_out_of_fds(s->gov);
 			answer(s, n->id, ENOBUFS, 0);
 		} else {
+			ns_gov_no_copy(s->gov, (pid_t)n->pid, e);
 			answer(s, n->id, e == EBADF ? EBADF : 0,
 			       e != EBADF); /* (the process is gone, or no copy is allowed) */
 		}
