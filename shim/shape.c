@@ -779,7 +779,11 @@ int ns_shape_request_admit(struct ns_conn *c)
 	int slot = LD(c->slot), enforce = set->mode == NS_MODE_ENFORCE;
 	monotime now;
 
-	if (slot < 0 || !ns_tbl_on())
+	if (slot < 0 || !ns_tbl_on() || (uint32_t)slot >= ns_breakers.nslots)
+		return 0;
+	/* the common case, no clock: closed, the fleet holding nothing, no throttle */
+	if (((__atomic_load_n(&ns_breakers.slots[slot].word, __ATOMIC_RELAXED) >> NS_BRK_SH_STATE) & 3) == NS_CLOSED &&
+	    !__atomic_load_n(&ns_breakers.slots[slot].fleet_until_ms, __ATOMIC_RELAXED) && !(enforce && set->throttle))
 		return 0;
 	now = ns_now();
 	if (ns_table_request_admit(&ns_breakers, slot, enforce, (uint64_t)(now / 1000000)) == NS_REJECT) {
