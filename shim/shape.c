@@ -50,8 +50,7 @@
 #include "queued.h"
 #include "real.h"
 
-#define BLOCKED_LOOK_NS (50 * 1000000LL)   /* a blocked waiter looks for dead holders this often */
-#define QUIET_MS 100u   /* a threaded process's idle connection gives its place up after this quiet (give_up_idle) */
+#define BLOCKED_LOOK_NS (50 * 1000000LL) /* a blocked waiter looks for dead holders this often */
 
 uint32_t ns_shape_self;   /* atomic: this process's holder word, 0 until first needed */
 static uint64_t atfork_once; /* lock.h: a handler inside its own thread's set-up does without */
@@ -114,131 +113,6 @@ static int reclaim(int slot, uint32_t cap)
 	return freed;
 }
 
-/* Hold and wait: a connect over the cap while this very process holds
- * places of the destination with idle keep-alive connections (a pool's)
- * would wait on itself. Such a connection, answered and quiet, gives its
- * place up: shut down, so that the program sees what a server's idle close
- * looks like (end of stream; a send on it fails EPIPE, counted a stale
- * reuse), which every pool already handles by connecting anew.
- *
- * Idle: an HTTP/1 connection (in clear text, or TLS whose plaintext the
- * shim reads) whose last answer was read to the end HTTP frames it
- * (h1end.h: Content-Length, the last chunk; never a body ended by the
- * close, nor one the shim did not see every byte of), nothing sent since,
- * no request held for a token, nothing unread in the kernel and nothing
- * unsent. Any doubt keeps the connection: another protocol, HTTP/2, TLS
- * read only as records, pipelining. The oldest (by its last request) goes. */
-#define BUSY (NS_C_CONNECTING | NS_C_SENT | NS_C_PARSE | NS_C_HDRS | NS_C_SNIFF | NS_C_PACED | NS_C_QUEUED | \
-	      NS_C_TOKEN | NS_C_FAULT | NS_C_EXPIRED | NS_C_GIVENUP)
-
-static int idle_holder(int fd, struct ns_conn *c, int slot, uint32_t cap, uint32_t self)
-{
-	uint32_t f = LD(c->flags);
-	int p = LD(c->place), n = 0;
-
-	if (!(f & NS_C_PLACE) || p < 0 || (uint32_t)p >= cap || LD(c->place_slot) != slot ||
-	    LD(c->place_holder) != self || !LD(c->outcome))
-		return 0;
-	if ((f & (NS_C_ANSWERED | NS_C_XNEXT)) != (NS_C_ANSWERED | NS_C_XNEXT) || (f & BUSY) ||
-	    (f & NS_C_H2) != NS_C_HTTP || __atomic_load_n(&c->h1end.result, __ATOMIC_ACQUIRE) != NS_H1E_DONE)
-		return 0;
-	return ns_real_syscall(SYS_ioctl, fd, SIOCINQ, &n) == 0 && n == 0 &&
-	       ns_real_syscall(SYS_ioctl, fd, SIOCOUTQ, &n) == 0 && n == 0;
-}
-
-/* ...and when its last exchange was another thread's, in a process that
- * has other threads (one may have just taken it back from its pool to send
- * on it): only after QUIET_MS of silence. The thread that used it last,
- * now waiting in connect or in its own event loop's wait, is not between
- * a pool and a send. */
-static int quiet_enough(int fd, const struct ns_conn *c)
-{
-	struct tcp_info ti;
-	socklen_t tl = sizeof(ti);
-
-	if (LD(c->xthread) == (uintptr_t)pthread_self() || ns_proc_stat_field((unsigned)ns_own_pid, 20, NULL) <= 1)
-		return 1;
-	return ns_real_syscall(SYS_getsockopt, fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
-	       ti.tcpi_last_data_recv >= QUIET_MS && ti.tcpi_last_data_sent >= QUIET_MS;
-}
-
-/* The place of this process's oldest idle connection to slot, given up:
- * its index, or -1 when there is none. */
-static int give_up_idle(int slot, uint32_t cap, uint32_t self)
-{
-	unsigned hi = __atomic_load_n(&ns_fdhi, __ATOMIC_ACQUIRE);
-	struct ns_conn *best = NULL;
-	int best_fd = -1, saved = errno, p;
-	monotime best_t = 0;
-	uint32_t was;
-
-	if (!self)
-		return -1;
-	/* the fd table is walked only when this process holds one of the
-	 * places (a queued connect looks every few milliseconds) */
-	for (p = 0; p < (int)cap && p < (int)NS_PLACES; p++)
-		if (ns_table_place_holder(&ns_breakers, slot, p) == self)
-			break;
-	if (p >= (int)cap || p >= (int)NS_PLACES)
-		return -1;
-	for (unsigned fd = 0; fd < hi && fd < ns_fdmax; fd++) {
-		struct ns_conn *c = ns_conn_of((int)fd);
-		monotime t;
-
-		if (!c || !idle_holder((int)fd, c, slot, cap, self))
-			continue;
-		t = LD(c->xstart) ? LD(c->xstart) : LD(c->start);
-		if (!best || t < best_t) {
-			best = c;
-			best_fd = (int)fd;
-			best_t = t;
-		}
-	}
-	if (!best || !quiet_enough(best_fd, best) || !ns_conn_still(best_fd, best)) {
-		errno = saved;
-		return -1;
-	}
-	/* a request that started on it since it was looked at keeps it
-	 * (NS_C_OUTGOING, and the exchange's flags after it): one word, so
-	 * either the send sees NS_C_GIVENUP or this sees the send */
-	was = __atomic_fetch_or(&best->flags, NS_C_GIVENUP, __ATOMIC_ACQ_REL);
-	if (was & ((NS_C_OUTGOING | BUSY) & ~NS_C_GIVENUP)) {
-		__atomic_fetch_and(&best->flags, ~NS_C_GIVENUP, __ATOMIC_RELEASE);
-		errno = saved;
-		return -1;
-	}
-	if (was & NS_C_GIVENUP) {
-		errno = saved;
-		return -1;   /* another thread's */
-	}
-	/* the thread that takes the place from the record gives it up */
-	p = __atomic_exchange_n(&best->place, -1, __ATOMIC_ACQ_REL);
-	if (p < 0) {
-		errno = saved;
-		return -1;   /* (it stays shut to sends: its place went elsewhere) */
-	}
-	ns_real_syscall(SYS_shutdown, best_fd, SHUT_RDWR);
-	NS_LOG(NS_LOG_INFO, "fd %d: an idle keep-alive connection gave its place (max_connections) to a new connect "
-	       "of the same process, and was shut down", best_fd);
-	errno = saved;
-	return p;
-}
-
-int ns_shape_outgoing(struct ns_conn *c)
-{
-	int slot = LD(c->slot);
-	uint32_t was = __atomic_fetch_or(&c->flags, NS_C_OUTGOING, __ATOMIC_ACQ_REL);
-
-	if (likely(!(was & NS_C_GIVENUP)))
-		return 0;
-	__atomic_fetch_and(&c->flags, ~NS_C_OUTGOING, __ATOMIC_RELEASE);
-	if ((__atomic_fetch_and(&c->flags, ~NS_C_ANSWERED, __ATOMIC_RELAXED) & NS_C_ANSWERED) && slot >= 0 &&
-	    ns_breakers_ok)
-		ns_table_stale_reuse(&ns_breakers, slot);
-	errno = EPIPE;
-	return -1;
-}
-
 /* A place for c: 1, or 0 when every one of [0, cap) is held by the living.
  * published: c is in the fd table (its flags change bit by bit); else the
  * caller writes NS_C_PLACE into them itself. */
@@ -261,7 +135,7 @@ static int place_take(const struct ns_settings *set, int slot, uint32_t cap, uin
 	return ns_table_place_take_under(&ns_breakers, slot, cap, set->max_connections, holder, held);
 }
 
-static int take(struct ns_conn *c, int slot, const struct ns_settings *set, uint32_t holder, int published)
+static int take(struct ns_conn *c, int slot, const struct ns_settings *set, uint32_t holder, int published, int loop)
 {
 	/* (under auto the places held may be any of max_connections': a
 	 * limit that shrank leaves them above it) */
@@ -271,7 +145,7 @@ static int take(struct ns_conn *c, int slot, const struct ns_settings *set, uint
 	if (p < 0 && reclaim(slot, span) > 0)
 		p = place_take(set, slot, cap, holder, &held);
 	if (p < 0)
-		p = give_up_idle(slot, span, holder); /* (the place stays this process's in the table) */
+		p = ns_shape_give_up_idle(slot, span, holder, loop); /* (the place stays this process's in the table) */
 	if (p < 0)
 		return 0;
 	if (unlikely(set->adaptive)) /* in flight at half the limit or more grows it */
@@ -320,7 +194,7 @@ static int wait_blocking(struct ns_conn *c, int slot, const struct ns_settings *
 		uint32_t seen = __atomic_load_n(wake, __ATOMIC_ACQUIRE);
 		monotime now;
 
-		if (take(c, slot, set, holder, 0)) {
+		if (take(c, slot, set, holder, 0, 0)) {
 			got = 1;
 			break;
 		}
@@ -573,7 +447,7 @@ int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set, int slot,
 			/* no way to count places: the cap is not kept */
 		} else if ((nonblock && set->queue_timeout_ms && __atomic_load_n(&ns_shape_queued, __ATOMIC_ACQUIRE) &&
 			    ns_queued_before(c, slot, now, now, 0)) ||
-			   !take(c, slot, set, holder, 0)) {
+			   !take(c, slot, set, holder, 0, nonblock)) {
 			/* (a place that frees goes to those queued first) */
 			if (!set->queue_timeout_ms)
 				return NS_SHAPE_REFUSE;
@@ -615,7 +489,7 @@ int ns_shape_due(struct ns_conn *c, monotime now, monotime *next)
 	*next = now + NS_SHAPE_TICK_NS;
 	if (set->max_connections && LD(c->place) < 0 && place_self()) {
 		ST(c->queue_seen, now);
-		if (ns_queued_before(c, slot, LD(c->queue_start), now, 0) || !take(c, slot, set, place_self(), 1)) {
+		if (ns_queued_before(c, slot, LD(c->queue_start), now, 0) || !take(c, slot, set, place_self(), 1, 1)) {
 			if (now < LD(c->queue_deadline))
 				return 0;
 			ns_queued_before(c, slot, 0, now, 1);

@@ -87,6 +87,11 @@ NS_HIDDEN void ns_shape_throttled(int slot, const char *key, const struct ns_set
  * place was given up first (the connection shut down): as after a server's
  * idle close, but with no SIGPIPE; the first is counted a stale reuse. */
 NS_HIDDEN int ns_shape_outgoing(struct ns_conn *c);
+/* giveup.c: the place of this process's oldest provably idle connection
+ * to slot (places [0, cap)), given up for a connect that would otherwise
+ * wait on itself (self: this process's holder word; loop: that connect is
+ * non-blocking, an event loop's): its index, or -1. */
+NS_HIDDEN int ns_shape_give_up_idle(int slot, uint32_t cap, uint32_t self, int loop);
 /* c's place back (its record ends). */
 NS_HIDDEN void ns_shape_release(struct ns_conn *c);
 /* Before an exec: the places of connections whose every descriptor is
