@@ -221,7 +221,7 @@ $(FUZZ_DIR)/seed_table: tests/fuzz/seed_table.c $(POLICY_SRC) $(wildcard policy/
 	$(FUZZ_CC) -std=gnu11 -g -O1 -D_GNU_SOURCE -o $@ $< $(POLICY_SRC)
 
 fuzz: $(FUZZ_DIR)/fuzz_policy $(FUZZ_DIR)/fuzz_dest $(FUZZ_DIR)/fuzz_table $(FUZZ_DIR)/fuzz_http $(FUZZ_DIR)/fuzz_scenario \
-		$(FUZZ_DIR)/fuzz_hpack $(FUZZ_DIR)/fuzz_h2 $(FUZZ_DIR)/seed_table
+		$(FUZZ_DIR)/fuzz_hpack $(FUZZ_DIR)/fuzz_h2 $(FUZZ_DIR)/fuzz_h1end $(FUZZ_DIR)/seed_table
 	FUZZ_TIME=$(FUZZ_TIME) tests/fuzz/run.sh $(FUZZ_DIR)
 
 unit: $(BUILD)/unit_tests

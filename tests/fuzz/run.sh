@@ -10,7 +10,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 status=0
 mkdir -p "$BUILD/corpus/table"
 "$BUILD/seed_table" >"$BUILD/corpus/table/seed.tbl"
-for h in policy dest table http scenario hpack h2; do
+for h in policy dest table http scenario hpack h2 h1end; do
 	mkdir -p "$BUILD/corpus/$h"
 	seeds=""
 	[ -d "$ROOT/tests/fuzz/corpus/$h" ] && seeds="$ROOT/tests/fuzz/corpus/$h"
