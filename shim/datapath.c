@@ -176,17 +176,6 @@ int ns_io_pre(struct ns_conn *c, struct io_req *q)
 		if (q->cap && allow < q->len)
 			q->len = allow;
 	}
-	/* a request about to start on a connection that answered before:
-	 * refused at its start while the breaker is open or the throttle
-	 * refuses, as a connect is (its first request rides on the connect's
-	 * admission). HTTP/1 in clear text here; TLS plaintext in tls.c. */
-	if (q->d == NS_OUT &&
-	    (LD(c->flags) & (NS_C_XNEXT | NS_C_H2 | NS_C_TLS | NS_C_ANSWERED)) ==
-		    (NS_C_XNEXT | NS_C_HTTP | NS_C_ANSWERED) &&
-	    ns_shape_request_admit(c) < 0) {
-		q->r = -1;
-		return IO_DONE;
-	}
 	if (LD(c->flags) & NS_C_TURN) {
 		q->turn = 1;
 		if (q->d == NS_OUT && (LD(c->flags) & (NS_C_XNEXT | NS_C_NOTHTTP | NS_C_TLS)) == NS_C_XNEXT &&
@@ -194,6 +183,19 @@ int ns_io_pre(struct ns_conn *c, struct io_req *q)
 			q->r = -1;   /* a proxied target whose breaker is open */
 			return IO_DONE;
 		}
+	}
+	/* a request about to start on a connection that answered before:
+	 * refused at its start while the breaker is open or the throttle
+	 * refuses, as a connect is (its first request rides on the connect's
+	 * admission). HTTP/1 in clear text here (TLS plaintext: not yet). After
+	 * a proxied request's retarget above, which admits its target itself:
+	 * c->slot is then that target's. */
+	if (q->d == NS_OUT &&
+	    (LD(c->flags) & (NS_C_XNEXT | NS_C_H2 | NS_C_TLS | NS_C_ANSWERED)) ==
+		    (NS_C_XNEXT | NS_C_HTTP | NS_C_ANSWERED) &&
+	    ns_shape_request_admit(c) < 0) {
+		q->r = -1;
+		return IO_DONE;
 	}
 	if (q->d == NS_OUT && unlikely((LD(c->flags) & NS_C_GIVENUP) ||
 				       (LD(c->flags) & (NS_C_PLACE | NS_C_XNEXT)) == (NS_C_PLACE | NS_C_XNEXT))) {

@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		r = ns_h1end_feed(&one, b + i, 1);
 		if (prev == NS_H1E_UNKNOWN && r != NS_H1E_UNKNOWN)
-			abort();   /* UNKNOWN is for good */
+			abort(); /* UNKNOWN is for good */
 		if (r == NS_H1E_DONE && i + 1 < n && ns_h1end_feed(&one, b + i + 1, 0) == NS_H1E_DONE) {
 			/* an end before the last byte: the next byte must make it UNKNOWN */
 			struct ns_h1end copy = one;
