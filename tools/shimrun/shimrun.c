@@ -277,16 +277,16 @@ int main(int argc, char **argv)
 		/* a table the program could not use is said now, as a bad
 		 * policy is, not left to run the program ungoverned */
 		struct ns_table t;
-		uint32_t nslots = 0, nevents = 0;
+		int tr = ns_table_open(getenv("NETSHIM_TABLE"), 0, 0, 0, &t, errs, sizeof(errs));
 
-		/* made, when new, at the size the library would make it */
-		(void)ns_table_size_env(getenv("NETSHIM_TABLE_SLOTS"), NS_TABLE_MAX_SLOTS, &nslots);
-		(void)ns_table_size_env(getenv("NETSHIM_TABLE_EVENTS"), NS_EVENTS_MAX, &nevents);
-		if (ns_table_open(getenv("NETSHIM_TABLE"), 1, nslots, nevents, &t, errs, sizeof(errs)) != NS_TBL_OK) {
+		/* (one that does not exist yet is the program's to make, at the
+		 * size it asks, inside its first connect, as without shimrun) */
+		if (tr == NS_TBL_BAD) {
 			fprintf(stderr, "shimrun: %s; not starting %s\n", errs, argv[optind]);
 			return 2;
 		}
-		ns_table_close(&t);
+		if (tr == NS_TBL_OK)
+			ns_table_close(&t);
 	}
 	if (inject) {
 		const char *prev = getenv("NETSHIM_INJECT");
