@@ -297,6 +297,9 @@ void ns_scan_end(struct ns_scan *sc);
  * "" gives 0 (the default); else decimal digits only, 1..max. Returns 0, or
  * -1 for anything else. */
 int ns_table_size_env(const char *val, uint32_t max, uint32_t *out);
+/* 1 when name can name a table (a plain file name, not "." or "..", under
+ * 200 bytes), else 0: no process could ever open another. */
+int ns_table_name_ok(const char *name);
 
 /* The default table name for this user, "netshim.<uid>". */
 void ns_table_default_name(char *buf, size_t len);

@@ -267,6 +267,11 @@ static int valid_name(const char *name)
 	return n > 0 && n < 200 && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
 }
 
+int ns_table_name_ok(const char *name)
+{
+	return name && valid_name(name);
+}
+
 static int create_table(const char *dir, const char *path, const char *name, uint32_t nslots, uint32_t nevents,
 			char *err, size_t errlen)
 {
