@@ -22,7 +22,7 @@ python3-pytest wget strace valgrind procps openssl
 php-cli php-curl busybox libhiredis-dev redis-server redis-tools
 libssl-dev patchelf debhelper lintian fakeroot python3-aiohttp python3-httpx python3-twisted python3-openssl python3-scrapy
 prometheus sqlite3 chromium clang clang-format libclang-rt-14-dev libnghttp2-dev nghttp2-server nghttp2-client
-python3-grpcio python3-h2 golang-go"
+python3-grpcio python3-h2 golang-go debootstrap"
 fi
 # make compat: the clients of the compatibility matrix and their servers,
 # only when asked (COMPAT=1)
