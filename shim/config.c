@@ -121,7 +121,7 @@ static void shadow_wanted(const struct ns_policy *p)
 		__atomic_fetch_and(&ns_fault_local, ~NS_FL_SHADOW, __ATOMIC_RELEASE);
 }
 
-static void cfg_load(void)
+void ns_cfg_load_once(void)
 {
 	const char *disable = ns_getenv("NETSHIM_DISABLE");
 	const char *path = ns_policy_path_env(ns_getenv("NETSHIM_POLICY"));
@@ -151,11 +151,6 @@ static void cfg_load(void)
 	__atomic_store_n(&ns_cfg_cur, p, __ATOMIC_RELEASE);
 	ns_fault_config(p);
 	shadow_wanted(p);
-}
-
-void ns_cfg_load_once(void)
-{
-	cfg_load();
 }
 
 /* For the lookup faults (fault.c): the policy's faults for d, none when
@@ -210,8 +205,7 @@ void ns_cfg_maybe_reload(monotime now)
 	__atomic_store_n(&cfg_reloading, 0, __ATOMIC_RELEASE);
 }
 
-
-static void tbl_load(void)
+void ns_tbl_load_once(void)
 {
 	const char *name = ns_getenv("NETSHIM_TABLE");
 	const char *slots = ns_getenv("NETSHIM_TABLE_SLOTS");
@@ -248,11 +242,6 @@ __attribute__((noinline, cold)) void ns_tbl_broke(void)
 	if (__atomic_exchange_n(&ns_breakers_ok, 0, __ATOMIC_ACQ_REL))
 		ns_log(NS_LOG_ERROR, "%s was truncated under this process; breakers off, passing calls through",
 		       ns_breakers.path);
-}
-
-void ns_tbl_load_once(void)
-{
-	tbl_load();
 }
 
 /* In every fork child: its own jitter, not its parent's; a one-time

@@ -3,9 +3,9 @@
  * --inject), NETSHIM_FAULT_SEED or the policy's fault_seed, read when the
  * policy is loaded (config.c). What they then do is fault.c's. */
 #include "faultcfg.h"
-#include "lock.h"
 
 #include "../policy/breaker.h"
+#include "lock.h"
 #include "settings.h"
 
 #include <pthread.h>

@@ -62,8 +62,9 @@ static inline void ns_mutex_give(pthread_mutex_t *m, unsigned bit)
  * does without (0: the caller passes its call through untracked, the
  * shim's fail-safe answer); another thread's set-up is waited for, at most
  * NS_ONCE_WAIT_MS (past it the call goes on without: that thread may itself
- * wait on a lock the interrupted caller holds, malloc's for one); a set-up a fork left behind in a thread the child lacks is begun
- * again. 1: done, the caller may use what it made. */
+ * wait on a lock the interrupted caller holds, malloc's for one); a set-up
+ * a fork left behind in a thread the child lacks is begun again. 1: done,
+ * the caller may use what it made. */
 #define NS_ONCE_DONE    1u
 #define NS_ONCE_WAIT_MS 5000
 NS_HIDDEN int ns_once_slow(uint64_t *w, void (*fn)(void));

@@ -30,7 +30,6 @@
  * waits until then (NS_C_PACED). Waits for a token never fail, except
  * where the program's own send timeout or the total deadline ends them. */
 #include "shape.h"
-#include "lock.h"
 
 #include <errno.h>
 #include <fcntl.h>

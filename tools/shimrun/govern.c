@@ -368,31 +368,30 @@ static void try_turn(struct ns_gov *g, struct conn *c)
 	start_connect(g, c, now);
 }
 
-void ns_gov_out_of_fds(struct ns_gov *g)
+int ns_gov_no_copy(struct ns_gov *g, pid_t tid, int err)
 {
 	struct rlimit rl;
 
-	if (g->said_fds++)
-		return;
-	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
-		rl.rlim_cur = 0;
-	fprintf(stderr,
-		"shimrun: out of descriptors (limit %llu): connects shimrun cannot take a copy of are refused "
-		"with ENOBUFS until others end (raise the hard limit: ulimit -Hn)\n",
-		(unsigned long long)rl.rlim_cur);
-}
-
-void ns_gov_no_copy(struct ns_gov *g, pid_t tid, int err)
-{
-	if (err != EPERM && err != EACCES)
-		return; /* (ESRCH, EBADF: the thread or the descriptor is gone; nothing to govern) */
-	if (g->said_nocopy++)
-		return;
-	fprintf(stderr,
-		"shimrun: cannot act on pid %d (%s: a program that made itself non-dumpable, or runs as "
-		"another user, under a shimrun without CAP_SYS_PTRACE): its connects go ungoverned, "
-		"uncounted and without deadlines (said once)\n",
-		(int)tid, strerror(err));
+	if (err == EMFILE || err == ENFILE) {
+		/* shimrun's own descriptors ran out: refused, not let through
+		 * without its deadline and count */
+		if (!g->said_fds++) {
+			if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+				rl.rlim_cur = 0;
+			fprintf(stderr,
+				"shimrun: out of descriptors (limit %llu): connects shimrun cannot take a copy of are "
+				"refused with ENOBUFS until others end (raise the hard limit: ulimit -Hn)\n",
+				(unsigned long long)rl.rlim_cur);
+		}
+		return ENOBUFS;
+	}
+	if ((err == EPERM || err == EACCES) && !g->said_nocopy++)
+		fprintf(stderr,
+			"shimrun: cannot act on pid %d (%s: a program that made itself non-dumpable, or runs as "
+			"another user, under a shimrun without CAP_SYS_PTRACE): its connects go ungoverned, "
+			"uncounted and without deadlines (said once)\n",
+			(int)tid, strerror(err));
+	return 0; /* (ESRCH, EBADF: the thread or the descriptor is gone; nothing to govern) */
 }
 
 void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const struct sockaddr_storage *ss, socklen_t len)
@@ -534,15 +533,9 @@ static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now)
 	c->start_ms = now;
 	c->fd = ns_sw_copy_fd(c->tid, 0, c->pfd);
 	if (c->fd < 0) {
-		if (errno == EMFILE || errno == ENFILE) {
-			/* shimrun's own descriptors ran out: refused, not let through
-			 * without its deadline and count (said once) */
-			ns_gov_out_of_fds(g);
-			g->answer(g->ctx, c->id, ENOBUFS, 0);
-		} else {
-			ns_gov_no_copy(g, c->tid, errno);
-			g->answer(g->ctx, c->id, 0, 1); /* (no copy: the kernel's, uncounted) */
-		}
+		int err = ns_gov_no_copy(g, c->tid, errno);
+
+		g->answer(g->ctx, c->id, err, !err); /* (0: the kernel's, uncounted) */
 		conn_free(g, c);
 		return;
 	}

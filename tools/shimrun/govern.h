@@ -33,12 +33,12 @@ struct ns_gov *ns_gov_new(const char *policy, const char *table, ns_gov_answer_f
  * notification is checked valid after that, and again before a connect
  * held for its turn goes on). */
 void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const struct sockaddr_storage *ss, socklen_t len);
-/* shimrun could not take a copy of a socket for want of descriptors: said
- * once (the connect is refused with ENOBUFS by the caller) */
-void ns_gov_out_of_fds(struct ns_gov *g);
-/* ...could not take one for want of the right (EPERM: a non-dumpable
- * program under an unprivileged shimrun): said once, plainly */
-void ns_gov_no_copy(struct ns_gov *g, pid_t tid, int err);
+/* shimrun could not take a copy of thread tid's socket (err: why): the
+ * errno to refuse its connect with, ENOBUFS when shimrun's descriptors ran
+ * out, else 0 (the kernel's to answer, uncounted). Out of descriptors, and
+ * no right to the program (EPERM: non-dumpable under an unprivileged
+ * shimrun), are each said once. */
+int ns_gov_no_copy(struct ns_gov *g, pid_t tid, int err);
 
 /* The descriptors shimrun waits on for the connects in progress (at most
  * max, into p: NS_GOV_POLLED holds every one), and how long until it must

@@ -268,23 +268,20 @@ int main(int argc, char **argv)
 		setenv("NETSHIM_POLICY", abspol, 1);
 	}
 	if (table) {
-		if (!*table || strchr(table, '/'))
+		if (!ns_table_name_ok(table))
 			errx(2, "--table %s: use a plain file name", table);
 		setenv("NETSHIM_TABLE", table, 1);
 	}
-	if (getenv("NETSHIM_TABLE") && *getenv("NETSHIM_TABLE") &&
-	    !(getenv("NETSHIM_DISABLE") && strcmp(getenv("NETSHIM_DISABLE"), "1") == 0)) {
-		/* a table the program could not use is said now, as a bad
-		 * policy is, not left to run the program ungoverned */
-		/* a name no process could open stops it, as a bad policy does; a
-		 * table that exists but is damaged or another user's keeps the
-		 * library's fail-safe answer (one line, calls passed through) */
-		if (!ns_table_name_ok(getenv("NETSHIM_TABLE"))) {
-			fprintf(stderr,
-				"shimrun: NETSHIM_TABLE=%s: bad table name: use a plain file name; not starting %s\n",
-				getenv("NETSHIM_TABLE"), argv[optind]);
-			return 2;
-		}
+	disabled = getenv("NETSHIM_DISABLE") && strcmp(getenv("NETSHIM_DISABLE"), "1") == 0;
+	/* a table name no process could open stops it, as a bad policy does,
+	 * rather than run the program ungoverned; a table that exists but is
+	 * damaged or another user's keeps the library's fail-safe answer (one
+	 * line, calls passed through) */
+	if (!disabled && getenv("NETSHIM_TABLE") && *getenv("NETSHIM_TABLE") &&
+	    !ns_table_name_ok(getenv("NETSHIM_TABLE"))) {
+		fprintf(stderr, "shimrun: NETSHIM_TABLE=%s: bad table name: use a plain file name; not starting %s\n",
+			getenv("NETSHIM_TABLE"), argv[optind]);
+		return 2;
 	}
 	if (inject) {
 		const char *prev = getenv("NETSHIM_INJECT");
@@ -314,7 +311,6 @@ int main(int argc, char **argv)
 		setenv("NETSHIM_SCENARIO_T0", t0, 1);
 	}
 	r = reach(argv[optind]);
-	disabled = getenv("NETSHIM_DISABLE") && strcmp(getenv("NETSHIM_DISABLE"), "1") == 0;
 	/* (the seccomp engine needs no library: only the preload one does) */
 	if (!have_lib &&
 	    (disabled || r == REACH_SETID || engine == ENGINE_PRELOAD ||

@@ -241,16 +241,11 @@ static void not_inet(struct sup *s, const struct seccomp_notif *n, const struct 
 	socklen_t dl = sizeof(dom);
 
 	if (fd < 0) {
-		int e = errno;
+		int e = errno, err = ns_gov_no_copy(s->gov, (pid_t)n->pid, e);
 
-		if (e == EMFILE || e == ENFILE) {
-			ns_gov_out_of_fds(s->gov);
-			answer(s, n->id, ENOBUFS, 0);
-		} else {
-			ns_gov_no_copy(s->gov, (pid_t)n->pid, e);
-			answer(s, n->id, e == EBADF ? EBADF : 0,
-			       e != EBADF); /* (the process is gone, or no copy is allowed) */
-		}
+		if (!err && e == EBADF)
+			err = EBADF; /* (no such descriptor: as the kernel says) */
+		answer(s, n->id, err, !err);
 		return;
 	}
 	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &dl) < 0 || (dom != AF_INET && dom != AF_INET6)) {
