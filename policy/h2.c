@@ -29,31 +29,52 @@ enum {
 #define SETTINGS_HEADER_TABLE_SIZE 0x1
 #define REFUSED_STREAM             0x7
 
+/* the sweeps a GOAWAY starts (h->sweeping) */
+enum { SWEEP_NONE, SWEEP_ABOVE, SWEEP_ALL };
+
 void ns_h2_init(struct ns_h2 *h)
 {
 	memset(h, 0, sizeof(*h));
+	h->room = UINT32_MAX;
 	ns_hpack_init(&h->hp);
 }
 
 static void emit(struct ns_h2 *h, ns_h2_cb cb, void *arg, struct ns_h2_event *ev)
 {
-	if (!h->blind)
-		cb(arg, ev);
+	if (h->blind)
+		return;
+	if (h->room)
+		h->room--;
+	cb(arg, ev);
 }
 
-static void go_blind(struct ns_h2 *h, ns_h2_cb cb, void *arg)
+static void go_blind(struct ns_h2 *h, int why, ns_h2_cb cb, void *arg)
 {
-	struct ns_h2_event ev = { .type = NS_H2_BLIND, .place = NS_H2_STREAMS, .grpc_status = -1, .retry_after = "" };
+	struct ns_h2_event ev = {
+		.type = NS_H2_BLIND, .why = (uint8_t)why, .place = NS_H2_STREAMS, .grpc_status = -1, .retry_after = ""
+	};
 
+	if (!h->blind)
+		h->why = (uint8_t)why;
 	emit(h, cb, arg, &ev);
 	h->blind = 1;
+}
+
+/* The error codes with which a client says the server's answer was wrong
+ * (RFC 9113 7): PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR,
+ * SETTINGS_TIMEOUT, FRAME_SIZE_ERROR, COMPRESSION_ERROR, ENHANCE_YOUR_CALM.
+ * NO_ERROR, CANCEL and STREAM_CLOSED (curl's when it drops a transfer) are
+ * the program's own giving up. */
+static int blames_answer(uint32_t code)
+{
+	return code == 0x1 || code == 0x2 || code == 0x3 || code == 0x4 || code == 0x6 || code == 0x9 || code == 0xb;
 }
 
 /**** streams ****/
 
 static struct ns_h2_stream *find(struct ns_h2 *h, uint32_t id)
 {
-	for (int i = 0; id && i < NS_H2_STREAMS; i++)
+	for (unsigned i = 0; id && i < h->hi && i < NS_H2_STREAMS; i++)
 		if (h->st[i].id == id)
 			return &h->st[i];
 	return NULL;
@@ -63,8 +84,9 @@ static struct ns_h2_stream *find(struct ns_h2 *h, uint32_t id)
 static void settle(struct ns_h2 *h, struct ns_h2_stream *s, int type, uint32_t code, ns_h2_cb cb, void *arg)
 {
 	struct ns_h2_event ev = { .type = (uint8_t)type,
-				  .grpc = s->grpc,
-				  .place = (uint8_t)(s - h->st),
+				  .grpc = (s->flags & NS_H2_S_GRPC) != 0,
+				  .goaway = type == NS_H2_REJECTED && h->sweeping == SWEEP_ALL,
+				  .place = (uint16_t)(s - h->st),
 				  .status = s->status,
 				  .grpc_status = s->grpc_status,
 				  .stream = s->id,
@@ -72,7 +94,31 @@ static void settle(struct ns_h2 *h, struct ns_h2_stream *s, int type, uint32_t c
 				  .retry_after = "" };
 
 	memset(s, 0, sizeof(*s));
+	while (h->hi && !h->st[h->hi - 1].id)
+		h->hi--;
 	emit(h, cb, arg, &ev);
+}
+
+/* A GOAWAY's streams, one room at a time: 1 when all are settled, 0 when
+ * the room ran out first (the feed stops; the next one goes on). The
+ * server's settles those above its last stream as not processed; the
+ * client's, with a code that blames the answer, fails them all. */
+static int sweep(struct ns_h2 *h, ns_h2_cb cb, void *arg)
+{
+	for (; h->sweep_at < h->hi && h->sweep_at < NS_H2_STREAMS; h->sweep_at++) {
+		struct ns_h2_stream *s = &h->st[h->sweep_at];
+
+		if (!s->id || (h->sweeping == SWEEP_ABOVE && s->id <= h->goaway_last))
+			continue;
+		if (h->room < 1 && !h->blind)
+			return 0;
+		if (h->sweeping == SWEEP_ABOVE)
+			settle(h, s, NS_H2_UNPROCESSED, 0, cb, arg);
+		else
+			settle(h, s, NS_H2_REJECTED, h->sweep_code, cb, arg);
+	}
+	h->sweeping = SWEEP_NONE;
+	return 1;
 }
 
 static void open_stream(struct ns_h2 *h, uint32_t id, ns_h2_cb cb, void *arg)
@@ -81,17 +127,19 @@ static void open_stream(struct ns_h2 *h, uint32_t id, ns_h2_cb cb, void *arg)
 	struct ns_h2_stream *s = NULL;
 
 	h->last_opened = id;
-	for (int i = 0; !s && i < NS_H2_STREAMS; i++)
+	for (unsigned i = 0; !s && i < h->hi && i < NS_H2_STREAMS; i++)
 		if (!h->st[i].id)
 			s = &h->st[i];
+	if (!s && h->hi < NS_H2_STREAMS)
+		s = &h->st[h->hi++];
 	if (!s) {
-		go_blind(h, cb, arg); /* more streams open at once than are followed */
+		go_blind(h, NS_H2_WHY_STREAMS, cb, arg); /* more streams open at once than are followed */
 		return;
 	}
 	memset(s, 0, sizeof(*s));
 	s->id = id;
 	s->grpc_status = -1;
-	ev.place = (uint8_t)(s - h->st);
+	ev.place = (uint16_t)(s - h->st);
 	emit(h, cb, arg, &ev);
 	if (h->goaway && id > h->goaway_last)
 		settle(h, s, NS_H2_UNPROCESSED, 0, cb, arg); /* opened after the server said it would not */
@@ -100,14 +148,14 @@ static void open_stream(struct ns_h2 *h, uint32_t id, ns_h2_cb cb, void *arg)
 static void answered(struct ns_h2 *h, struct ns_h2_stream *s, ns_h2_cb cb, void *arg)
 {
 	struct ns_h2_event ev = { .type = NS_H2_FIRST,
-				  .place = (uint8_t)(s - h->st),
+				  .place = (uint16_t)(s - h->st),
 				  .grpc_status = -1,
 				  .stream = s->id,
 				  .retry_after = "" };
 
-	if (s->answered)
+	if (s->flags & NS_H2_S_ANSWERED)
 		return;
-	s->answered = 1;
+	s->flags |= NS_H2_S_ANSWERED;
 	emit(h, cb, arg, &ev);
 }
 
@@ -121,28 +169,27 @@ static void block_done(struct ns_h2 *h, ns_h2_cb cb, void *arg)
 
 	h->block_stream = 0;
 	if (ns_hpack_end(&h->hp) < 0) {
-		go_blind(h, cb, arg);
+		go_blind(h, NS_H2_WHY_HPACK, cb, arg);
 		return;
 	}
 	if (!s)
 		return; /* a pushed request, or a stream not followed: the table is what mattered */
-	if (!s->final) {
+	if (!(s->flags & NS_H2_S_FINAL)) {
 		struct ns_h2_event ev = {
-			.type = NS_H2_HEADERS, .place = (uint8_t)(s - h->st), .grpc_status = -1, .stream = s->id
+			.type = NS_H2_HEADERS, .place = (uint16_t)(s - h->st), .grpc_status = -1, .stream = s->id
 		};
 
 		if (f->status >= 100 && f->status < 200 && !h->block_end_stream)
 			return; /* an interim answer: the final one is still to come */
-		s->final = 1;
+		s->flags |= NS_H2_S_FINAL | (f->grpc ? NS_H2_S_GRPC : 0);
 		s->status = f->status;
-		s->grpc = f->grpc;
 		ev.status = f->status;
 		ev.grpc = f->grpc;
 		ev.retry_after = f->retry_after;
 		emit(h, cb, arg, &ev);
 	}
 	if (f->grpc_status >= 0)
-		s->grpc_status = f->grpc_status; /* trailers, or a trailers-only answer */
+		s->grpc_status = (int8_t)(f->grpc_status < 127 ? f->grpc_status : 127); /* trailers, or trailers-only */
 	if (h->block_end_stream)
 		settle(h, s, NS_H2_DONE, 0, cb, arg);
 }
@@ -247,18 +294,28 @@ static int frame_end(struct ns_h2 *h, struct ns_h2_dir *d, int server, ns_h2_cb 
 		if (d->fixed_len < 4 || !s)
 			break;
 		if (!server)
-			settle(h, s, NS_H2_CANCELLED, v, cb, arg);
+			settle(h, s, blames_answer(v) ? NS_H2_REJECTED : NS_H2_CANCELLED, v, cb, arg);
 		else
 			settle(h, s, v == REFUSED_STREAM ? NS_H2_UNPROCESSED : NS_H2_FAILED, v, cb, arg);
 		break;
 	case F_GOAWAY:
-		if (!server || d->fixed_len < 4)
+		if (d->fixed_len < 4 || (!server && d->fixed_len < 8))
 			break;
-		h->goaway = 1;
-		h->goaway_last = v & 0x7fffffffu;
-		for (int i = 0; i < NS_H2_STREAMS; i++)
-			if (h->st[i].id && h->st[i].id > h->goaway_last)
-				settle(h, &h->st[i], NS_H2_UNPROCESSED, 0, cb, arg);
+		if (server) {
+			h->goaway = 1;
+			h->goaway_last = v & 0x7fffffffu;
+			h->sweeping = SWEEP_ABOVE;
+		} else {
+			uint32_t code = (uint32_t)d->fixed[4] << 24 | (uint32_t)d->fixed[5] << 16 |
+				(uint32_t)d->fixed[6] << 8 | d->fixed[7];
+
+			if (!blames_answer(code))
+				break;
+			h->sweeping = SWEEP_ALL;
+			h->sweep_code = code;
+		}
+		h->sweep_at = 0;
+		sweep(h, cb, arg);
 		break;
 	default:
 		break;
@@ -328,24 +385,34 @@ static int payload(struct ns_h2 *h, struct ns_h2_dir *d, int server, const uint8
 	return 0;
 }
 
-static void feed(struct ns_h2 *h, struct ns_h2_dir *d, int server, const uint8_t *p, size_t n, ns_h2_cb cb, void *arg)
+/* Octets read: n, or fewer where the caller's room ran low (a blind
+ * reader reads everything: there is nothing more to say). */
+static size_t feed(struct ns_h2 *h, struct ns_h2_dir *d, int server, const uint8_t *p, size_t n, ns_h2_cb cb, void *arg)
 {
+	size_t n0 = n;
+
 	while (n && !h->blind) {
+		if (h->sweeping && !sweep(h, cb, arg))
+			break;
+		if (h->room < NS_H2_ROOM)
+			break;
 		if (d->hlen < 9) {
 			d->hdr[d->hlen++] = *p++;
 			n--;
 			if (d->hlen < 9)
 				continue;
 			if (frame_begin(h, d, server, cb, arg) < 0) {
-				go_blind(h, cb, arg);
-				return;
+				go_blind(h, NS_H2_WHY_FRAMING, cb, arg);
+				break;
 			}
 		} else {
 			size_t k = n < d->left ? n : d->left;
+			int hpack = server &&
+				(d->type == F_HEADERS || d->type == F_PUSH_PROMISE || d->type == F_CONTINUATION);
 
 			if (payload(h, d, server, p, k) < 0) {
-				go_blind(h, cb, arg);
-				return;
+				go_blind(h, hpack ? NS_H2_WHY_HPACK : NS_H2_WHY_FRAMING, cb, arg);
+				break;
 			}
 			p += k;
 			n -= k;
@@ -353,37 +420,62 @@ static void feed(struct ns_h2 *h, struct ns_h2_dir *d, int server, const uint8_t
 		if (d->hlen == 9 && d->left == 0) {
 			d->hlen = 0;
 			if (frame_end(h, d, server, cb, arg) < 0) {
-				go_blind(h, cb, arg);
-				return;
+				go_blind(h, NS_H2_WHY_FRAMING, cb, arg);
+				break;
 			}
 		}
 	}
+	return h->blind ? n0 : n0 - n;
 }
 
-void ns_h2_out(struct ns_h2 *h, const uint8_t *p, size_t n, ns_h2_cb cb, void *arg)
+size_t ns_h2_out(struct ns_h2 *h, const uint8_t *p, size_t n, ns_h2_cb cb, void *arg)
 {
+	size_t pre = 0;
+
 	while (n && h->preface < NS_H2_PREFACE_LEN && !h->blind) {
 		if (*p != (uint8_t)NS_H2_PREFACE[h->preface]) {
-			go_blind(h, cb, arg);
-			return;
+			go_blind(h, NS_H2_WHY_PREFACE, cb, arg);
+			break;
 		}
 		h->preface++;
 		p++;
 		n--;
+		pre++;
 	}
-	feed(h, &h->out, 0, p, n, cb, arg);
+	return pre + feed(h, &h->out, 0, p, n, cb, arg);
 }
 
-void ns_h2_in(struct ns_h2 *h, const uint8_t *p, size_t n, ns_h2_cb cb, void *arg)
+size_t ns_h2_in(struct ns_h2 *h, const uint8_t *p, size_t n, ns_h2_cb cb, void *arg)
 {
-	feed(h, &h->in, 1, p, n, cb, arg);
+	return feed(h, &h->in, 1, p, n, cb, arg);
 }
 
-void ns_h2_end(struct ns_h2 *h, ns_h2_cb cb, void *arg)
+int ns_h2_end(struct ns_h2 *h, int how, ns_h2_cb cb, void *arg)
 {
-	for (int i = 0; i < NS_H2_STREAMS; i++)
-		if (h->st[i].id)
-			settle(h, &h->st[i], NS_H2_FAILED, NS_H2_CONN_ENDED, cb, arg);
+	if (h->sweeping && !sweep(h, cb, arg))
+		return 1;
+	if (how == NS_H2_END_CLOSED) {
+		/* only an answer whose header block the program was reading:
+		 * it could not have had it (a client that rejects a block
+		 * stops reading and closes) */
+		struct ns_h2_stream *s = h->block_push ? NULL : find(h, h->block_stream);
+
+		if (s && !h->blind) {
+			if (!(s->flags & NS_H2_S_FINAL) && h->block.status >= 200)
+				s->status = h->block.status;
+			settle(h, s, NS_H2_FAILED, NS_H2_BLOCK_CUT, cb, arg);
+		}
+		h->block_stream = 0;
+		return 0;
+	}
+	for (unsigned i = 0; i < h->hi && i < NS_H2_STREAMS; i++) {
+		if (!h->st[i].id)
+			continue;
+		if (h->room < 1 && !h->blind)
+			return 1;
+		settle(h, &h->st[i], NS_H2_FAILED, NS_H2_CONN_ENDED, cb, arg);
+	}
+	return 0;
 }
 
 /**** looking ahead ****/

@@ -18,7 +18,14 @@
 
 #include "hpack.h"
 
-#define NS_H2_STREAMS 32 /* streams open at once that are followed; one more: blind */
+/* streams open at once that are followed; one more: blind. Servers ask
+ * 100-250 (SETTINGS_MAX_CONCURRENT_STREAMS: nginx 128, Go 250, h2o 100) */
+#define NS_H2_STREAMS 256
+
+/* the most events one octet of a frame can give (a HEADERS of no payload:
+ * FIRST, HEADERS, DONE; or OPEN, UNPROCESSED), blind included; a sweep of
+ * many streams (GOAWAY, the end) goes one room at a time */
+#define NS_H2_ROOM 6
 
 /* the client's connection preface (RFC 9113 3.4) */
 #define NS_H2_PREFACE     "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -32,20 +39,47 @@ enum ns_h2_evtype {
 	NS_H2_FAILED,      /* the server reset `stream` (code), or the connection ended with it open */
 	NS_H2_UNPROCESSED, /* REFUSED_STREAM, or above a GOAWAY's last stream: the server did nothing */
 	NS_H2_CANCELLED,   /* the client reset `stream`: the program gave up on it */
-	NS_H2_BLIND,       /* the reader lost its way: no more events from this connection */
+	NS_H2_REJECTED,    /* the client ended `stream` with a code that blames the answer (code;
+			    * goaway: by GOAWAY, for all its streams): PROTOCOL_ERROR, INTERNAL_ERROR,
+			    * FLOW_CONTROL_ERROR, SETTINGS_TIMEOUT, FRAME_SIZE_ERROR, COMPRESSION_ERROR,
+			    * ENHANCE_YOUR_CALM; NO_ERROR, CANCEL, STREAM_CLOSED are CANCELLED */
+	NS_H2_BLIND,       /* the reader lost its way: no more events from this connection (why) */
+};
+
+/* why a reader went blind */
+enum ns_h2_why {
+	NS_H2_WHY_NONE,
+	NS_H2_WHY_STREAMS, /* more streams open at once than NS_H2_STREAMS */
+	NS_H2_WHY_FRAMING, /* a frame the reader cannot follow (a length, padding, a frame between a block's) */
+	NS_H2_WHY_HPACK,   /* a header block the decoder cannot read */
+	NS_H2_WHY_PREFACE, /* the client's first octets were not the preface */
+	NS_H2_WHY_GAP,     /* (the caller's) bytes went by that the reader was not shown */
+	NS_H2_WHY_LATE,    /* (the caller's) the connection began before the reader */
+	NS_H2_WHY_MEMORY,  /* (the caller's) no reader could be had */
+};
+
+/* how the connection ended (ns_h2_end) */
+enum ns_h2_end_how {
+	NS_H2_END_BROKEN, /* reset, timed out, closed by the server: every open stream fails */
+	NS_H2_END_CLOSED, /* closed by the program: a stream whose answer's header block was being
+			   * read fails (BLOCK_CUT, its :status if read); the others were its to drop */
 };
 
 #define NS_H2_CONN_ENDED 0xffffffffu /* FAILED's code when the connection ended under the stream */
+#define NS_H2_BLOCK_CUT  0xfffffffeu /* ...when the program closed it inside the answer's header block */
 
 struct ns_h2_event {
 	uint8_t type;        /* NS_H2_* */
 	uint8_t grpc;        /* the answer's content-type is gRPC's */
-	uint8_t place;       /* the stream's place, 0 to NS_H2_STREAMS - 1, for the caller's own
+	uint8_t why;         /* BLIND: NS_H2_WHY_* */
+	uint8_t goaway;      /* REJECTED: by the client's GOAWAY (else its RST_STREAM) */
+	uint16_t place;      /* the stream's place, 0 to NS_H2_STREAMS - 1, for the caller's own
 			      * figures of it (kept from OPEN to its end); BLIND: NS_H2_STREAMS */
-	uint16_t status;     /* HEADERS, DONE: the final :status, 0 = none */
+	uint16_t status;     /* HEADERS, DONE, FAILED: the final :status, 0 = none (not yet) */
 	int16_t grpc_status; /* DONE: grpc-status (trailers, or a trailers-only answer); -1 = none */
 	uint32_t stream;
-	uint32_t code;           /* FAILED: RST_STREAM's error code, or NS_H2_CONN_ENDED */
+	uint32_t code;           /* FAILED: RST_STREAM's error code, NS_H2_CONN_ENDED, NS_H2_BLOCK_CUT;
+				  * REJECTED: the client's error code */
 	const char *retry_after; /* HEADERS: retry-after's text, "" = none */
 };
 
@@ -68,14 +102,15 @@ struct ns_h2_dir {
 };
 
 struct ns_h2_stream {
-	uint32_t id;      /* 0 = a free place */
-	uint8_t answered; /* the server's first frame came */
-	uint8_t final;    /* a final (non-1xx) header block came */
-	uint8_t grpc;
-	uint8_t pad;
+	uint32_t id; /* 0 = a free place */
 	uint16_t status;
-	int16_t grpc_status;
+	uint8_t flags;      /* NS_H2_S_* */
+	int8_t grpc_status; /* -1 = none (gRPC's codes are 0-16) */
 };
+
+#define NS_H2_S_ANSWERED 0x1 /* the server's first frame came */
+#define NS_H2_S_FINAL    0x2 /* a final (non-1xx) header block came */
+#define NS_H2_S_GRPC     0x4
 
 struct ns_h2 {
 	uint8_t preface; /* octets of the client preface seen (NS_H2_PREFACE_LEN: all) */
@@ -84,6 +119,13 @@ struct ns_h2 {
 	uint8_t block_push;       /* ...it is a PUSH_PROMISE's (decoded, nothing read from it) */
 	uint8_t table_pending;    /* the client asked a header table size the server has not acked */
 	uint8_t goaway;           /* the server sent GOAWAY */
+	uint8_t why;              /* blind: NS_H2_WHY_* */
+	uint8_t sweeping;         /* a GOAWAY's streams are being settled, room by room (h2.c) */
+	uint16_t hi;              /* one past the highest place in use */
+	uint16_t sweep_at;        /* ...the next place it looks at */
+	uint32_t sweep_code;      /* ...the client's error code */
+	uint32_t room;            /* events the caller can take before it must be given control
+				   * back: a feed stops (returns what it read) below NS_H2_ROOM */
 	uint32_t block_stream;    /* a header block is open on this stream (0 = none) */
 	uint32_t table_size;      /* ...that size */
 	uint32_t settings_sent;   /* the client's SETTINGS frames (not ACKs) */
@@ -99,15 +141,17 @@ struct ns_h2 {
 
 void ns_h2_init(struct ns_h2 *h);
 
-/* What the program sent, beginning with the preface. */
-void ns_h2_out(struct ns_h2 *h, const uint8_t *p, size_t n, ns_h2_cb cb, void *arg);
+/* What the program sent, beginning with the preface. Returns the octets
+ * read: n, or fewer when h->room ran low (the caller takes its events and
+ * feeds the rest). ns_h2_init sets room unbounded. */
+size_t ns_h2_out(struct ns_h2 *h, const uint8_t *p, size_t n, ns_h2_cb cb, void *arg);
 
-/* What the program read. */
-void ns_h2_in(struct ns_h2 *h, const uint8_t *p, size_t n, ns_h2_cb cb, void *arg);
+/* What the program read (returns as ns_h2_out). */
+size_t ns_h2_in(struct ns_h2 *h, const uint8_t *p, size_t n, ns_h2_cb cb, void *arg);
 
-/* The connection ended (closed, reset, timed out): every stream still
- * open fails. */
-void ns_h2_end(struct ns_h2 *h, ns_h2_cb cb, void *arg);
+/* The connection ended (how: NS_H2_END_*). Returns 1 when h->room ran
+ * low before every stream was settled (call again), else 0. */
+int ns_h2_end(struct ns_h2 *h, int how, ns_h2_cb cb, void *arg);
 
 /* A look ahead at bytes the program is about to send, changing nothing:
  * which client streams they open (for rate's tokens, one a new stream). */

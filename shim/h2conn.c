@@ -37,13 +37,12 @@
 #include "shape.h"
 
 struct ns_h2c {
-	uint32_t lock;    /* atomic: 0, or the pid of the process a thread of which feeds it */
-	uint32_t gap;     /* atomic: bytes went by unseen (a handler's, sendfile's): go blind */
-	uint32_t decided; /* a bit per place: the stream's outcome was counted at its headers */
-	uint32_t pad;
+	uint32_t lock; /* atomic: 0, or the pid of the process a thread of which feeds it */
+	uint32_t gap;  /* atomic: bytes went by unseen (a handler's, sendfile's): go blind */
 	struct ns_h2c *next_free;
-	monotime start[NS_H2_STREAMS]; /* when each place's stream opened */
-	monotime first[NS_H2_STREAMS]; /* ...and when its first byte came, 0 = not yet */
+	uint32_t decided[NS_H2_STREAMS / 32]; /* a bit per place: the stream's outcome was counted at its headers */
+	monotime start[NS_H2_STREAMS];        /* when each place's stream opened */
+	uint32_t first_us[NS_H2_STREAMS];     /* ...and 1 + the µs to its first byte, 0 = not yet */
 	struct ns_h2 h;
 };
 
@@ -163,7 +162,8 @@ struct qev {
 	uint8_t type;
 	uint8_t grpc;
 	uint8_t decided; /* the stream's outcome was counted at its headers already */
-	uint8_t pad;
+	uint8_t why;     /* BLIND: NS_H2_WHY_* */
+	uint8_t goaway;  /* REJECTED: by the client's GOAWAY */
 	uint16_t status;
 	int16_t grpc_status;
 	uint32_t code;
@@ -184,6 +184,43 @@ struct feedctx {
 
 static void count(struct feedctx *fc, const struct qev *e);
 
+static int blind_said; /* atomic: this process said a blind connection at warn */
+
+static const char *const why_text[] = {
+	[NS_H2_WHY_NONE] = "?",
+	[NS_H2_WHY_STREAMS] = "more than 256 streams open at once",
+	[NS_H2_WHY_FRAMING] = "a frame it cannot follow",
+	[NS_H2_WHY_HPACK] = "a header block it cannot decode",
+	[NS_H2_WHY_PREFACE] = "no client preface",
+	[NS_H2_WHY_GAP] = "bytes moved that it was not shown",
+	[NS_H2_WHY_LATE] = "the connection began before its reader",
+	[NS_H2_WHY_MEMORY] = "no memory for its reader",
+};
+
+/* An HTTP/2 error code by name (RFC 9113 7), or its number. */
+static const char *code_name(uint32_t code, char *buf, size_t n)
+{
+	static const char *const names[] = { "NO_ERROR",
+					     "PROTOCOL_ERROR",
+					     "INTERNAL_ERROR",
+					     "FLOW_CONTROL_ERROR",
+					     "SETTINGS_TIMEOUT",
+					     "STREAM_CLOSED",
+					     "FRAME_SIZE_ERROR",
+					     "REFUSED_STREAM",
+					     "CANCEL",
+					     "COMPRESSION_ERROR",
+					     "CONNECT_ERROR",
+					     "ENHANCE_YOUR_CALM",
+					     "INADEQUATE_SECURITY",
+					     "HTTP_1_1_REQUIRED" };
+
+	if (code < sizeof(names) / sizeof(names[0]))
+		return names[code];
+	snprintf(buf, n, "%u", code);
+	return buf;
+}
+
 /* The reader's events, under the lock: what only marks is done here, what
  * counts is queued (or, with the queue full, counted at once). */
 static void on_event(void *arg, const struct ns_h2_event *ev)
@@ -191,21 +228,23 @@ static void on_event(void *arg, const struct ns_h2_event *ev)
 	struct feedctx *fc = arg;
 	struct ns_h2c *x = fc->x;
 	unsigned p = ev->place < NS_H2_STREAMS ? ev->place : 0;
-	uint32_t bit = 1u << p;
+	uint32_t bit = 1u << (p % 32), *word = &x->decided[p / 32];
 	struct qev e;
 
 	switch (ev->type) {
 	case NS_H2_OPEN:
 		x->start[p] = ns_now();
-		x->first[p] = 0;
-		x->decided &= ~bit;
+		x->first_us[p] = 0;
+		*word &= ~bit;
 		return;
-	case NS_H2_FIRST:
-		x->first[p] = ns_now();
+	case NS_H2_FIRST: {
+		uint64_t us = (uint64_t)(ns_now() - x->start[p]) / 1000;
+
+		x->first_us[p] = us < UINT32_MAX - 1 ? (uint32_t)us + 1 : UINT32_MAX;
 		if (LD(fc->c->slot) >= 0 && ns_breakers_ok)
-			ns_table_latency(&ns_breakers, LD(fc->c->slot), 1,
-					 (uint64_t)(x->first[p] - x->start[p]) / 1000);
+			ns_table_latency(&ns_breakers, LD(fc->c->slot), 1, us);
 		return;
+	}
 	case NS_H2_CANCELLED:
 		return; /* the program gave up on it: its business */
 	}
@@ -215,19 +254,21 @@ static void on_event(void *arg, const struct ns_h2_event *ev)
 	e.status = ev->status;
 	e.grpc_status = ev->grpc_status;
 	e.code = ev->code;
+	e.why = ev->why;
+	e.goaway = ev->goaway;
 	if (ev->type != NS_H2_BLIND) {
 		e.start = x->start[p];
-		e.first = x->first[p];
-		e.decided = (x->decided & bit) != 0;
+		e.first = x->first_us[p] ? x->start[p] + (monotime)(x->first_us[p] - 1) * 1000 : 0;
+		e.decided = (*word & bit) != 0;
 	}
 	if (ev->type == NS_H2_HEADERS) {
 		/* a gRPC answer is decided by its trailers; any other by this */
 		if (!(ev->grpc && (ev->status == 200 || ev->status == 0)))
-			x->decided |= bit;
+			*word |= bit;
 		if (ev->retry_after)
 			snprintf(e.retry_after, sizeof(e.retry_after), "%s", ev->retry_after);
 	}
-	if (ev->type == NS_H2_FAILED && !e.decided)
+	if ((ev->type == NS_H2_FAILED || ev->type == NS_H2_REJECTED) && !e.decided)
 		fc->failed++;
 	if (fc->n < QMAX)
 		fc->q[fc->n++] = e;
@@ -284,27 +325,54 @@ static void count(struct feedctx *fc, const struct qev *e)
 			return;
 		if (e->code == NS_H2_CONN_ENDED) {
 			ns_stream_outcome(c, fc->kind, fc->err, 0, NULL, e->start, e->first);
+		} else if (e->code == NS_H2_BLOCK_CUT) {
+			/* the program closed inside the answer's header block: what
+			 * its :status said, if it came, counts as the status it is */
+			if (ok && e->status)
+				ns_table_http(&ns_breakers, slot, e->status, ns_status_fails(set, e->status));
+			snprintf(said, sizeof(said), "header block cut%s%.0u", e->status ? ", :status " : "",
+				 e->status);
+			ns_stream_outcome(c, NS_OUT_FAILURE, 0, e->status, said, e->start, e->first);
 		} else {
-			snprintf(said, sizeof(said), "RST_STREAM %u", e->code);
+			char num[12];
+
+			snprintf(said, sizeof(said), "RST_STREAM %s", code_name(e->code, num, sizeof(num)));
 			ns_stream_outcome(c, NS_OUT_FAILURE, ECONNRESET, 0, said, e->start, e->first);
 		}
 		return;
+	case NS_H2_REJECTED: {
+		char num[12];
+
+		if (e->decided)
+			return;
+		/* the client ended it with a code that says the answer was
+		 * wrong (a header block it would not take, a flood) */
+		snprintf(said, sizeof(said), "client %s %s", e->goaway ? "GOAWAY" : "RST_STREAM",
+			 code_name(e->code, num, sizeof(num)));
+		ns_stream_outcome(c, NS_OUT_FAILURE, EPROTO, e->status, said, e->start, e->first);
+		return;
+	}
 	case NS_H2_UNPROCESSED:
 		if (!e->decided && ok)
 			ns_table_h2_count(&ns_breakers, slot, NS_H2_COUNT_UNPROCESSED);
 		return;
-	case NS_H2_BLIND:
+	case NS_H2_BLIND: {
+		/* said once a process at the default level, then at info */
+		int level = __atomic_exchange_n(&blind_said, 1, __ATOMIC_RELAXED) ? NS_LOG_INFO : NS_LOG_WARN;
+
 		__atomic_fetch_and(&c->flags, ~NS_C_H2READ, __ATOMIC_RELAXED);
 		if (ok)
 			ns_table_h2_count(&ns_breakers, slot, NS_H2_COUNT_BLIND);
-		if (unlikely(ns_log_level >= NS_LOG_INFO)) {
+		if (unlikely(ns_log_level >= level)) {
 			char key[NS_KEY_MAX];
 
 			ns_conn_key(c, key);
-			ns_log(NS_LOG_INFO, "%s: HTTP/2 connection not followed (h2_blind): its connect outcome only",
-			       key);
+			ns_log(level, "%s: HTTP/2 connection not followed (h2_blind: %s): its connect outcome only%s",
+			       key, e->why < sizeof(why_text) / sizeof(why_text[0]) ? why_text[e->why] : "?",
+			       level == NS_LOG_WARN ? " (said once; the others at info)" : "");
 		}
 		return;
+	}
 	}
 }
 
@@ -324,9 +392,11 @@ static void check_gap(struct feedctx *fc)
 	struct ns_h2c *x = fc->x;
 
 	if (__atomic_exchange_n(&x->gap, 0u, __ATOMIC_RELAXED) && !x->h.blind) {
-		struct ns_h2_event ev = {
-			.type = NS_H2_BLIND, .place = NS_H2_STREAMS, .grpc_status = -1, .retry_after = ""
-		};
+		struct ns_h2_event ev = { .type = NS_H2_BLIND,
+					  .why = NS_H2_WHY_GAP,
+					  .place = NS_H2_STREAMS,
+					  .grpc_status = -1,
+					  .retry_after = "" };
 
 		on_event(fc, &ev);
 		x->h.blind = 1;
@@ -343,12 +413,34 @@ static void ctx_init(struct feedctx *fc, struct ns_conn *c, struct ns_h2c *x)
 	fc->n = 0;
 }
 
-static void feed_locked(struct feedctx *fc, int d, const void *buf, size_t n)
+/* The lock is given back to count the queue, and taken again: 1, or 0
+ * when it could not be (the lock is then not held). */
+static int requeue(struct feedctx *fc)
 {
-	if (d == NS_OUT)
-		ns_h2_out(&fc->x->h, buf, n, on_event, fc);
-	else
-		ns_h2_in(&fc->x->h, buf, n, on_event, fc);
+	unlock_x(fc->x);
+	flush(fc);
+	return lock_for(fc->c, fc->x);
+}
+
+/* Bytes fed with the lock held; where the queue fills, what it holds is
+ * counted with the lock given back (no system call under it) and the rest
+ * fed after. 1 with the lock held, or 0 without it (as requeue). */
+static int feed_locked(struct feedctx *fc, int d, const void *buf, size_t n)
+{
+	const uint8_t *p = buf;
+
+	for (;;) {
+		size_t used;
+
+		fc->x->h.room = QMAX - fc->n;
+		used = d == NS_OUT ? ns_h2_out(&fc->x->h, p, n, on_event, fc) : ns_h2_in(&fc->x->h, p, n, on_event, fc);
+		p += used;
+		n -= used;
+		if (!n)
+			return 1;
+		if (!requeue(fc))
+			return 0;
+	}
 }
 
 /**** the entry points ****/
@@ -369,7 +461,7 @@ static struct ns_h2c *new_reader(void)
 		return NULL; /* (a handler inside this thread's feed: take() said no first) */
 	if (x) {
 		x->gap = 0;
-		x->decided = 0;
+		memset(x->decided, 0, sizeof(x->decided));
 		ns_h2_init(&x->h);
 		unlock_x(x);
 	}
@@ -400,17 +492,14 @@ void ns_h2c_start(struct ns_conn *c, const char *held, size_t nheld, const void 
 	ctx_init(&fc, c, x);
 	if (!x || seen_before) {
 		/* nothing to read it with, or its beginning was not h2: blind */
-		struct qev e = { .type = NS_H2_BLIND };
+		struct qev e = { .type = NS_H2_BLIND, .why = x ? NS_H2_WHY_LATE : NS_H2_WHY_MEMORY };
 
 		count(&fc, &e);
 		goto out;
 	}
 	if (!tls)
 		__atomic_fetch_or(&c->flags, NS_C_H2READ, __ATOMIC_RELAXED);
-	if (lock_for(c, x)) {
-		feed_locked(&fc, NS_OUT, held, nheld);
-		if (buf)
-			feed_locked(&fc, NS_OUT, buf, n);
+	if (lock_for(c, x) && feed_locked(&fc, NS_OUT, held, nheld) && (!buf || feed_locked(&fc, NS_OUT, buf, n))) {
 		check_gap(&fc);
 		unlock_x(x);
 	}
@@ -429,18 +518,36 @@ void ns_h2c_feed(struct ns_conn *c, int d, const void *buf, size_t n)
 	ctx_init(&fc, c, x);
 	if (!lock_for(c, x))
 		return;
-	if (buf)
-		feed_locked(&fc, d, buf, n);
-	else
+	if (!buf)
 		__atomic_store_n(&x->gap, 1u, __ATOMIC_RELAXED); /* moved, but not shown to us */
-	check_gap(&fc);
-	unlock_x(x);
+	if (!buf || feed_locked(&fc, d, buf, n)) {
+		check_gap(&fc);
+		unlock_x(x);
+	}
 	flush(&fc);
 }
 
 void ns_h2c_gap(struct ns_conn *c)
 {
 	ns_h2c_feed(c, NS_OUT, NULL, 0);
+}
+
+/* The connection ended under x (how: NS_H2_END_*), its streams settled
+ * a queue at a time. */
+static void end_streams(struct feedctx *fc, int how)
+{
+	int more;
+
+	if (!lock_for(fc->c, fc->x))
+		return;
+	check_gap(fc);
+	do {
+		fc->x->h.room = QMAX - fc->n;
+		more = ns_h2_end(&fc->x->h, how, on_event, fc);
+	} while (more && requeue(fc));
+	if (!more)
+		unlock_x(fc->x);
+	flush(fc);
 }
 
 int ns_h2c_end(struct ns_conn *c, int kind, int err)
@@ -453,22 +560,24 @@ int ns_h2c_end(struct ns_conn *c, int kind, int err)
 	ctx_init(&fc, c, x);
 	fc.kind = kind == NS_OUT_SUCCESS ? NS_OUT_FAILURE : kind;
 	fc.err = err;
-	if (!lock_for(c, x))
-		return 0;
-	check_gap(&fc);
-	ns_h2_end(&x->h, on_event, &fc);
-	unlock_x(x);
+	end_streams(&fc, NS_H2_END_BROKEN);
 	if (fc.failed)
 		__atomic_store_n(&c->outcome, 1u, __ATOMIC_RELEASE); /* its streams carry it */
-	flush(&fc);
 	return fc.failed;
 }
 
 void ns_h2c_release(struct ns_conn *c)
 {
-	struct ns_h2c *x = __atomic_exchange_n(&c->h2, NULL, __ATOMIC_ACQ_REL);
+	struct ns_h2c *x = __atomic_load_n(&c->h2, __ATOMIC_ACQUIRE);
+	struct feedctx fc;
 
 	if (!x)
+		return;
+	/* the program closed it: an answer whose header block it was reading
+	 * fails (what a client that rejects a block does: it stops reading) */
+	ctx_init(&fc, c, x);
+	end_streams(&fc, NS_H2_END_CLOSED);
+	if (!(x = __atomic_exchange_n(&c->h2, NULL, __ATOMIC_ACQ_REL)))
 		return;
 	__atomic_fetch_and(&c->flags, ~NS_C_H2READ, __ATOMIC_RELAXED);
 	/* a thread still feeding it (the program's race with its close)
@@ -565,16 +674,24 @@ int ns_h2c_before_write(int fd, struct ns_conn *c, const void *buf, const struct
 	/* the streams it opens are open before it goes: an answer another
 	 * thread reads before this write's bytes are fed finds them */
 	if (opens && lock_for(c, x)) {
+		uint32_t i = 0;
+
 		ctx_init(&fc, c, x);
-		for (uint32_t i = 0; i < opens; i++)
+		for (; i < opens; i++) {
+			if (fc.n + NS_H2_ROOM > QMAX && !requeue(&fc))
+				break;
 			ns_h2_open(&x->h, k.ids[i], on_event, &fc);
-		check_gap(&fc);
-		unlock_x(x);
+		}
+		if (i == opens) {
+			check_gap(&fc);
+			unlock_x(x);
+		}
 		flush(&fc);
 	}
 	errno = e;
 	return 0;
 }
 
-/* DESIGN part 4: at most ~5 KiB an h2 connection */
-_Static_assert(sizeof(struct ns_h2c) <= 5120, "an HTTP/2 connection's reader fits in 5 KiB");
+/* DESIGN part 4 said ~5 KiB an h2 connection for 32 streams; part 5's 256
+ * streams (a start time and a first byte's µs for each) make it ~7.3 KiB */
+_Static_assert(sizeof(struct ns_h2c) <= 7680, "an HTTP/2 connection's reader fits in 7.5 KiB");

@@ -91,7 +91,13 @@ static void rec(void *arg, const struct ns_h2_event *e)
 			snprintf(w, sizeof(w), "D%u:%u", e->stream, e->status);
 		break;
 	case NS_H2_FAILED:
-		snprintf(w, sizeof(w), e->code == NS_H2_CONN_ENDED ? "X%u:end" : "X%u:%u", e->stream, e->code);
+		if (e->code == NS_H2_BLOCK_CUT)
+			snprintf(w, sizeof(w), "X%u:cut/%u", e->stream, e->status);
+		else
+			snprintf(w, sizeof(w), e->code == NS_H2_CONN_ENDED ? "X%u:end" : "X%u:%u", e->stream, e->code);
+		break;
+	case NS_H2_REJECTED:
+		snprintf(w, sizeof(w), "R%u:%u%s", e->stream, e->code, e->goaway ? "g" : "");
 		break;
 	case NS_H2_UNPROCESSED:
 		snprintf(w, sizeof(w), "U%u", e->stream);
@@ -135,7 +141,7 @@ static const char *run(const struct conn *c, const size_t *turns, int nturns, si
 		}
 	}
 	if (end)
-		ns_h2_end(&h, rec, NULL);
+		ns_h2_end(&h, end == 2 ? NS_H2_END_CLOSED : NS_H2_END_BROKEN, rec, NULL);
 	return log_;
 }
 
@@ -315,7 +321,7 @@ Test(h2, blind_and_silent_after)
 Test(h2, more_streams_at_once_than_it_follows_is_blind)
 {
 	struct conn c;
-	char want[1024] = "";
+	char want[2048] = "";
 
 	start(&c);
 	for (uint32_t i = 0; i <= NS_H2_STREAMS; i++) {
@@ -331,10 +337,124 @@ Test(h2, more_streams_at_once_than_it_follows_is_blind)
 	cr_assert_str_eq(run(&c, ALL, 2, 0, 1), want);
 }
 
+Test(h2, follows_as_many_streams_at_once_as_servers_allow)
+{
+	/* DESIGN part 5: at least 256 (servers allow 100-250); the places of
+	 * streams that ended are taken again */
+	struct conn c;
+	char want[4096] = "";
+
+	cr_assert_geq(NS_H2_STREAMS, 256);
+	start(&c);
+	for (uint32_t i = 0; i < NS_H2_STREAMS; i++)
+		cframe(&c, 0x1, 0x5, 2 * i + 1, "8286 84");
+	for (uint32_t i = 0; i < NS_H2_STREAMS; i += 85)
+		sframe(&c, 0x1, 0x5, 2 * i + 1, "88"); /* four of them answered */
+	cr_assert_str_neq(run(&c, ALL, 2, 0, 0), "");
+	cr_assert_null(strchr(log_, 'B'));
+	/* one more than that, after the four ended: followed, as its place
+	 * was given back; then the whole lot fails with the connection */
+	cframe(&c, 0x1, 0x5, 2 * NS_H2_STREAMS + 1, "8286 84");
+	for (uint32_t i = 0; i < NS_H2_STREAMS; i++) {
+		char w[16];
+
+		snprintf(w, sizeof(w), "%sO%u", i ? " " : "", 2 * i + 1);
+		strcat(want, w);
+	}
+	strcat(want, " F1 H1:200 D1:200 F171 H171:200 D171:200 F341 H341:200 D341:200 F511 H511:200 D511:200 O513");
+	{
+		static const size_t turns[] = { NS_H2_PREFACE_LEN + 9 + 12 * NS_H2_STREAMS, 0, 0, 0 };
+
+		cr_assert_str_eq(run(&c, turns, 3, 0, 0), want);
+	}
+}
+
 Test(h2, a_connection_fits_the_budget)
 {
-	/* DESIGN part 4: at most ~5 KiB an h2 connection, HPACK's table included */
-	cr_assert_leq(sizeof(struct ns_h2), 5120);
+	/* DESIGN part 4 said ~5 KiB an h2 connection for 32 streams; 256 take
+	 * 8 octets each more (HPACK's table included) */
+	cr_assert_leq(sizeof(struct ns_h2), 2200 + 8 * NS_H2_STREAMS);
+}
+
+/* The client's own error codes: those that say the answer was wrong fail
+ * the stream (a header block it would not take, a flood of CONTINUATION:
+ * nghttp2's GOAWAY COMPRESSION_ERROR, its RST_STREAM PROTOCOL_ERROR); the
+ * program's own giving up (CANCEL, STREAM_CLOSED, NO_ERROR) is nothing. */
+Test(h2, the_clients_error_codes_blame_the_answer_or_not)
+{
+	struct conn c;
+
+	start(&c);
+	for (uint32_t id = 1; id <= 7; id += 2)
+		cframe(&c, 0x1, 0x5, id, "8286 84");
+	cframe(&c, 0x3, 0, 1, "0000 0001");           /* PROTOCOL_ERROR */
+	cframe(&c, 0x3, 0, 3, "0000 0005");           /* STREAM_CLOSED (curl's when it drops a transfer) */
+	cframe(&c, 0x7, 0, 0, "0000 0000 0000 0009"); /* GOAWAY COMPRESSION_ERROR: 5 and 7 */
+	expect(&c, ALL, 1, 1, "O1 O3 O5 O7 R1:1 C3 R5:9g R7:9g");
+	/* a GOAWAY with NO_ERROR: the streams stay the server's to answer */
+	start(&c);
+	cframe(&c, 0x1, 0x5, 1, "8286 84");
+	cframe(&c, 0x7, 0, 0, "0000 0001 0000 0000");
+	sframe(&c, 0x1, 0x5, 1, "88");
+	expect(&c, ALL, 2, 1, "O1 F1 H1:200 D1:200");
+}
+
+/* The program closes the connection inside an answer's header block (it
+ * would not take the block): that stream fails, with the :status it read
+ * when it read one; a stream answered, or not yet, is the program's own. */
+Test(h2, a_close_inside_a_header_block_fails_that_stream)
+{
+	struct conn c;
+
+	start(&c);
+	cframe(&c, 0x1, 0x5, 1, "8286 84");
+	cframe(&c, 0x1, 0x5, 3, "8286 84");
+	cframe(&c, 0x1, 0x5, 5, "8286 84");
+	sframe(&c, 0x1, 0x4, 1, "88");                /* 1: 200, its body still to come */
+	sframe(&c, 0x1, 0x0, 3, "0803 3530 33 0000"); /* 3: :status 503, then a block that goes on */
+	expect(&c, ALL, 2, 2, "O1 O3 O5 F1 H1:200 F3 X3:cut/503");
+	/* cut before its :status was read: no status */
+	start(&c);
+	cframe(&c, 0x1, 0x5, 1, "8286 84");
+	sframe(&c, 0x1, 0x0, 1, "00");
+	expect(&c, ALL, 2, 2, "O1 F1 X1:cut/0");
+}
+
+/* A caller whose queue holds few events gives the reader a room: a feed
+ * stops short of it, and fed again from where it stopped, reads the same
+ * events as fed at once; a GOAWAY's sweep and the end go room by room. */
+Test(h2, a_feed_stops_where_the_callers_room_ends)
+{
+	struct conn c;
+	static struct ns_h2 h;
+	static char whole[4096];
+	int calls = 0;
+
+	start(&c);
+	for (uint32_t id = 1; id <= 79; id += 2)
+		cframe(&c, 0x1, 0x5, id, "8286 84");
+	for (uint32_t id = 1; id <= 39; id += 2)
+		sframe(&c, 0x1, 0x5, id, "88");
+	sframe(&c, 0x7, 0, 0, "0000 0035 0000 0000"); /* GOAWAY, last 53: 55 to 79 not processed */
+	strcpy(whole, run(&c, ALL, 2, 0, 1));
+	ns_h2_init(&h);
+	log_[0] = '\0';
+	for (size_t o = 0; o < c.nout;) {
+		h.room = NS_H2_ROOM + 1;
+		o += ns_h2_out(&h, c.out + o, c.nout - o, rec, NULL);
+		calls++;
+	}
+	for (size_t i = 0; i < c.nin;) {
+		h.room = NS_H2_ROOM + 1;
+		i += ns_h2_in(&h, c.in + i, c.nin - i, rec, NULL);
+		calls++;
+	}
+	do {
+		h.room = NS_H2_ROOM + 1;
+		calls++;
+	} while (ns_h2_end(&h, NS_H2_END_BROKEN, rec, NULL));
+	cr_assert_str_eq(log_, whole);
+	cr_assert_gt(calls, 20, "the room made it stop (%d calls)", calls);
 }
 
 /* The look ahead (rate, and the streams a write opens before it goes):
