@@ -187,7 +187,7 @@ int ns_io_pre(struct ns_conn *c, struct io_req *q)
 	/* a request about to start on a connection that answered before:
 	 * refused at its start while the breaker is open or the throttle
 	 * refuses, as a connect is (its first request rides on the connect's
-	 * admission). HTTP/1 in clear text here (TLS plaintext: not yet). After
+	 * admission). HTTP/1 in clear text here (TLS plaintext: tls.c pace; HTTP/2: h2conn.c). After
 	 * a proxied request's retarget above, which admits its target itself:
 	 * c->slot is then that target's. */
 	if (q->d == NS_OUT &&

@@ -647,6 +647,15 @@ int ns_h2c_before_write(int fd, struct ns_conn *c, const void *buf, const struct
 			ns_h2_peek(&k, iov[i].iov_base, iov[i].iov_len);
 	}
 	opens = k.opened < NS_H2_STREAMS ? k.opened : NS_H2_STREAMS;
+	/* a new stream on an open connection while the breaker is open or
+	 * the throttle refuses: the whole write fails ECONNREFUSED before a
+	 * byte leaves, counted rejected. Not one stream alone: its HEADERS
+	 * cannot be held back without breaking the server's HPACK table, nor
+	 * a reset be made up for it, so the client's HTTP/2 layer fails the
+	 * connection (and the streams still open on it) and its next connect
+	 * is refused as any is (docs/policy.md) */
+	if (opens > k.firsts && ns_shape_request_admit(c) < 0)
+		return -1;
 	/* a cooldown (Retry-After) holds new streams on an open connection,
 	 * as it holds HTTP/1 requests: until it ends */
 	if (opens > k.firsts && unlikely(ns_shape_cooling(c)) && ns_shape_cooldown(fd, c, tls ? 0 : nonblock) < 0)

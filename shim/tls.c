@@ -315,10 +315,14 @@ static void seen(struct ns_conn *c, int d, const void *buf, ssize_t n)
 /* Before a write of plaintext: a request under rate waits for its token.
  * A blocking socket sleeps here; a non-blocking one is marked held, and
  * its socket's write answers EAGAIN (datapath.c), which the library hands
- * the program as "want write" until the token is due. */
-static void pace(struct ns_conn *c, const void *buf, size_t n)
+ * the program as "want write" until the token is due. A request about to
+ * start on a connection that answered before, while the breaker is open or
+ * the throttle refuses (HTTP/1; HTTP/2: a write that opens a new stream),
+ * is refused here, before the library has a byte of it: -1 with errno
+ * ECONNREFUSED, counted rejected. Else 0. */
+static int pace(struct ns_conn *c, const void *buf, size_t n)
 {
-	int e = errno;
+	int e = errno, r = 0;
 	uint32_t f = c ? LD(c->flags) : 0;
 
 	/* HTTP/2 (h2conn.c: its streams open before the write, paced): a
@@ -327,13 +331,25 @@ static void pace(struct ns_conn *c, const void *buf, size_t n)
 	 * socket instead, as an HTTP/1 request is, the record would sit in the
 	 * library while curl's HTTP/2 layer wrote its other frames, and curl
 	 * failed the stream (error 92) */
-	if (c && buf && ((f & NS_C_H2) == NS_C_H2 || !(f & (NS_C_HTTP | NS_C_NOTHTTP))) &&
-	    ns_h2c_before_write(-1, c, buf, NULL, 0, &n, 0, 1) != NS_H2C_NOT)
+	if (c && buf && ((f & NS_C_H2) == NS_C_H2 || !(f & (NS_C_HTTP | NS_C_NOTHTTP)))) {
+		int h = ns_h2c_before_write(-1, c, buf, NULL, 0, &n, 0, 1);
+
+		if (h < 0)
+			e = errno, r = -1;
+		if (h != NS_H2C_NOT)
+			goto out;
+	}
+	if (c && (f & (NS_C_XNEXT | NS_C_H2 | NS_C_ANSWERED)) == (NS_C_XNEXT | NS_C_HTTP | NS_C_ANSWERED) &&
+	    ns_shape_request_admit(c) < 0) {
+		e = errno;
+		r = -1;
 		goto out;
+	}
 	if (c && unlikely(ns_shape_wants_token(c, f, NS_C_TLS)))
 		ns_shape_request(-1, c, (f & NS_C_NONBLOCK) != 0);
 out:
 	errno = e;
+	return r;
 }
 
 /* OpenSSL reports a socket error under SSL_read as SSL_ERROR_SYSCALL with
@@ -364,7 +380,7 @@ static void *library_of(void *real)
 	return dladdr(real, &info) && info.dli_fname ? dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD) : NULL;
 }
 
-static void tls_raise_errno(void *real, int e)
+static void tls_raise_errno(void *real, int e, const char *op)
 {
 	void *h;
 	int saved = errno;
@@ -381,7 +397,7 @@ static void tls_raise_errno(void *real, int e)
 		if (peek && peek() == 0) {
 			if (enew && debug && set) {          /* OpenSSL 3 */
 				enew();
-				debug("netshim", 0, "SSL_read");
+				debug("netshim", 0, op);
 				set(NS_ERR_LIB_SYS, e, NULL);
 			} else if (put) {                    /* OpenSSL 1.1 */
 				put(NS_ERR_LIB_SYS, 0, e, "netshim", 0);
@@ -392,6 +408,17 @@ static void tls_raise_errno(void *real, int e)
 out:
 	errno = saved;
 }
+
+/* A write refused before the library had it (pace): what the call returns
+ * (ret), with errno put on OpenSSL's queue as a system error, so that
+ * SSL_get_error says SSL_ERROR_SYSCALL and Python raises the OSError. */
+static int refused(void *real, int ret, const char *op)
+{
+	tls_raise_errno(real, errno, op);
+	return ret;
+}
+
+#define NS_GNUTLS_E_PUSH_ERROR (-53)
 
 /* One record call of each shape: find the real one, learn the socket,
  * call, and look at what moved (d: NS_IN for reads, NS_OUT for writes). */
@@ -406,11 +433,11 @@ static int ssl_io(int fi, const void *ra, int d, void *ssl, void *buf, int num)
 		return -1;
 	}
 	c = ssl_conn(ssl, ra);
-	if (d == NS_OUT)
-		pace(c, buf, num > 0 ? (size_t)num : 0);
+	if (d == NS_OUT && pace(c, buf, num > 0 ? (size_t)num : 0) < 0)
+		return refused((void *)f, -1, "SSL_write");
 	r = f(ssl, buf, num);
 	if (r <= 0 && d == NS_IN && errno == ETIMEDOUT)
-		tls_raise_errno((void *)f, ETIMEDOUT);
+		tls_raise_errno((void *)f, ETIMEDOUT, "SSL_read");
 	seen(c, d, buf, r);
 	return r;
 }
@@ -426,11 +453,11 @@ static int ssl_io_ex(int fi, const void *ra, int d, void *ssl, void *buf, size_t
 		return 0;
 	}
 	c = ssl_conn(ssl, ra);
-	if (d == NS_OUT)
-		pace(c, buf, num);
+	if (d == NS_OUT && pace(c, buf, num) < 0)
+		return refused((void *)f, 0, "SSL_write_ex");
 	r = f(ssl, buf, num, moved);
 	if (r != 1 && d == NS_IN && errno == ETIMEDOUT)
-		tls_raise_errno((void *)f, ETIMEDOUT);
+		tls_raise_errno((void *)f, ETIMEDOUT, "SSL_read_ex");
 	seen(c, d, buf, r == 1 && moved ? (ssize_t)*moved : 0);
 	return r;
 }
@@ -446,8 +473,8 @@ static ssize_t gnutls_io(int fi, const void *ra, int d, void *session, void *dat
 		return -1;
 	}
 	c = gnutls_conn(session, ra);
-	if (d == NS_OUT)
-		pace(c, data, size);
+	if (d == NS_OUT && pace(c, data, size) < 0)
+		return NS_GNUTLS_E_PUSH_ERROR; /* (errno says why, as after its push function's failure) */
 	r = f(session, data, size);
 	seen(c, d, data, r);
 	return r;
