@@ -4,6 +4,7 @@
  * tokens, and the waits. The places themselves are inline in table.h (a
  * connect takes one on its fast path). Like table.c: no system call, the
  * clock from the caller. */
+#include <stdio.h>
 #include "table.h"
 #include "slot.h"
 
@@ -38,6 +39,29 @@ int ns_table_throttled(struct ns_table *t, int idx, uint64_t now_ms)
 	uncount_call(s);
 	last = LOAD(&s->throttle_event_ms);
 	return (last == 0 || now_ms >= last + 60000) && CAS(&s->throttle_event_ms, &last, now_ms ? now_ms : 1);
+}
+
+int ns_said_here(uint64_t said[NS_SAID_WAYS], int idx, uint64_t now_ms)
+{
+	uint64_t *w = &said[(uint32_t)idx % NS_SAID_WAYS], v = __atomic_load_n(w, __ATOMIC_RELAXED);
+	uint32_t at = (uint32_t)now_ms ? (uint32_t)now_ms : 1;
+
+	if (v && (uint32_t)(v >> 32) == (uint32_t)idx + 1 && (uint32_t)(at - (uint32_t)v) < 60000)
+		return 0;
+	return __atomic_compare_exchange_n(w, &v, (uint64_t)((uint32_t)idx + 1) << 32 | at, 0, __ATOMIC_RELAXED,
+					   __ATOMIC_RELAXED);
+}
+
+void ns_cap_text(const struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms, char *buf, size_t n)
+{
+	uint32_t cap = ns_table_cap_for(t, idx, set, now_ms);
+
+	if (set->adaptive)
+		snprintf(buf, n, "auto: %u now", cap);
+	else if (cap != set->max_connections)
+		snprintf(buf, n, "%u; %u now, in slow_start", set->max_connections, cap);
+	else
+		snprintf(buf, n, "%u", cap);
 }
 
 void ns_table_cooldown(struct ns_table *t, int idx, uint64_t until_ms)

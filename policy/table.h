@@ -540,6 +540,16 @@ static inline void ns_table_place_waiting(struct ns_table *t, int idx, int delta
 }
 
 int ns_table_throttled(struct ns_table *t, int idx, uint64_t now_ms);
+/* A process's own once a minute, for the line it says where its operator
+ * looks (the table's once a minute, above, is the machine's: its event):
+ * 1 when this process said nothing for slot idx in the last minute (it has
+ * now), else 0. said: the process's own words, zeroed at first. */
+#define NS_SAID_WAYS 64
+int ns_said_here(uint64_t said[NS_SAID_WAYS], int idx, uint64_t now_ms);
+/* max_connections as a refusal line names it: the limit in force ("4",
+ * "auto: 3 now", "4; 2 now, in slow_start"). */
+void ns_cap_text(const struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms, char *buf,
+		 size_t n);
 /* A Retry-After: connects to slot idx refused (counted as rejected) until
  * until_ms (CLOCK_MONOTONIC ms), or later if a longer one is in force. */
 void ns_table_cooldown(struct ns_table *t, int idx, uint64_t until_ms);

@@ -211,19 +211,41 @@ static void note_waited(int slot, monotime from, monotime now)
 	ns_table_waited(&ns_breakers, slot, (uint64_t)(now - from) / 1000000);
 }
 
+/* this process's own once a minute for each destination (ns_said_here);
+ * a forked child starts its own (the pid it was kept for differs) */
+static uint64_t said[NS_SAID_WAYS];
+static int said_pid;
+
+static int say_here(int slot, uint64_t now_ms)
+{
+	int me = ns_own_pid, was = __atomic_load_n(&said_pid, __ATOMIC_RELAXED);
+
+	if (was != me && __atomic_compare_exchange_n(&said_pid, &was, me, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		for (int i = 0; i < NS_SAID_WAYS; i++)
+			__atomic_store_n(&said[i], 0, __ATOMIC_RELAXED);
+	return ns_said_here(said, slot, now_ms);
+}
+
 void ns_shape_throttled(int slot, const char *key, const struct ns_settings *set)
 {
 	uint64_t now_ms = (uint64_t)(ns_now() / 1000000);
+	int machine = ns_table_throttled(&ns_breakers, slot, now_ms);
 
 	NS_LOG(NS_LOG_DEBUG, "%s: every place held (max_connections), connect turned away", key);
-	if (ns_table_throttled(&ns_breakers, slot, now_ms)) {
-		/* the first of a minute is said where the program's operator
-		 * looks: a connect refused for a cap is no network failure */
-		NS_LOG(NS_LOG_WARN, "%s: max_connections (%u) reached: connects turned away after queue_timeout (%llu ms), "
-		       "counted throttled (said at most once a minute)", key, set->max_connections,
-		       (unsigned long long)set->queue_timeout_ms);
-		ns_note_event(NS_E_THROTTLING, slot, key, "max_connections reached: connects turned away");
+	if (say_here(slot, now_ms)) {
+		/* each process's first of a minute is said where its operator
+		 * looks: a connect refused for a cap is no network failure. The
+		 * limit named is the one in force (auto's now, slow_start's) */
+		char limit[48];
+
+		ns_cap_text(&ns_breakers, slot, set, now_ms, limit, sizeof(limit));
+		NS_LOG(NS_LOG_WARN,
+		       "%s: max_connections (%s) reached: connects turned away after queue_timeout (%llu ms), "
+		       "counted throttled (said at most once a minute)",
+		       key, limit, (unsigned long long)set->queue_timeout_ms);
 	}
+	if (machine)
+		ns_note_event(NS_E_THROTTLING, slot, key, "max_connections reached: connects turned away");
 }
 
 /**** rate ****/
@@ -636,13 +658,13 @@ int ns_shape_throttle(int slot, const char *key, const struct ns_settings *set, 
 			(uint64_t)getpid(); /* (seeded per thread; a forked child's draws go on from its parent's) */
 	if (!ns_table_throttle(&ns_breakers, slot, set, now_ms, &rng))
 		return 0;
-	if (ns_table_throttled(&ns_breakers, slot, now_ms)) {
+	if (ns_table_throttled(&ns_breakers, slot, now_ms))
+		ns_note_event(NS_E_THROTTLING, slot, key, "throttle = adaptive: connects refused here");
+	if (say_here(slot, now_ms))
 		NS_LOG(NS_LOG_WARN,
 		       "%s: the server accepts too few of the requests sent: connects refused here "
 		       "(throttle = adaptive), counted throttled (said at most once a minute)",
 		       key);
-		ns_note_event(NS_E_THROTTLING, slot, key, "throttle = adaptive: connects refused here");
-	}
 	return 1;
 }
 

@@ -207,6 +207,33 @@ def test_the_excess_connect_waits_queue_timeout_then_is_refused_and_throttled(sh
 
 
 @pytest.mark.shim
+@pytest.mark.parametrize("cap", ["2", "auto"])
+def test_each_process_says_its_own_first_refusal_naming_the_limit_in_force(shim, counting, tmp_path, cap):
+    """Before, the first refusal of a minute was said by the machine's first
+    process only (a second program refused a second later said nothing),
+    and under auto the line named max_connections_max, not the limit in
+    force."""
+    srv = counting()
+    policy = "[defaults]\nqueue_timeout = 0\nconnect_timeout = 3s\n"
+    policy += ("max_connections = 2\n" if cap == "2" else
+               "max_connections = auto\nmax_connections_min = 2\nmax_connections_max = 8\n")
+    shim.policy(policy)
+    holders = hold_places(shim, tmp_path, srv, 2, 30)
+    try:
+        want = "max_connections (%s) reached" % ("2" if cap == "2" else "auto: 2 now")
+        for _ in range(2):   # two processes, one after the other: each says it once
+            r = shim.run(py_script(tmp_path, CONNECT) + [srv.port, "blocking"])
+            assert r.last_json()["errno"] == 111
+            said = [line for line in r.err.splitlines() if "reached" in line]
+            assert len(said) == 1 and want in said[0], r.err
+        assert shim.entry(srv.dest)["throttled"] == 2
+    finally:
+        for p in holders:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.shim
 def test_a_place_held_by_a_killed_process_is_given_back_at_the_next_connect(shim, counting, tmp_path):
     srv = counting()
     shim.policy("[defaults]\nmax_connections = 4\nqueue_timeout = 30s\n")

@@ -95,6 +95,7 @@ struct ns_gov {
 	int said_full, said_diag, said_fds, said_nocopy;
 	int polled[NS_GOV_POLLED]; /* the connect each of ns_gov_pollfds' descriptors is */
 	uint64_t rng;
+	uint64_t said[NS_SAID_WAYS]; /* its own once a minute (ns_said_here) */
 	uint64_t recent[RECENT];
 	struct conn c[CONNS];
 };
@@ -173,7 +174,8 @@ static int throttled(struct ns_gov *g, int slot, const struct ns_settings *set, 
 {
 	if (!ns_table_throttle(&g->t, slot, set, now, &g->rng))
 		return 0;
-	if (ns_table_throttled(&g->t, slot, now))
+	ns_table_throttled(&g->t, slot, now);
+	if (ns_said_here(g->said, slot, now))
 		fprintf(stderr,
 			"shimrun: %s: the server accepts too few of the requests sent: connects refused here "
 			"(throttle = adaptive), counted throttled (said at most once a minute)\n",
@@ -335,11 +337,16 @@ static void try_turn(struct ns_gov *g, struct conn *c)
 			char key[NS_KEY_MAX];
 
 			key_of(g, c->slot, key, sizeof(key));
-			if (ns_table_throttled(&g->t, c->slot, now))
+			ns_table_throttled(&g->t, c->slot, now);
+			if (ns_said_here(g->said, c->slot, now)) {
+				char limit[48];
+
+				ns_cap_text(&g->t, c->slot, &c->set, now, limit, sizeof(limit));
 				fprintf(stderr,
-					"shimrun: %s: max_connections (%u) reached: connects turned away after "
+					"shimrun: %s: max_connections (%s) reached: connects turned away after "
 					"queue_timeout (%llu ms), counted throttled (said at most once a minute)\n",
-					key, c->set.max_connections, (unsigned long long)c->set.queue_timeout_ms);
+					key, limit, (unsigned long long)c->set.queue_timeout_ms);
+			}
 			g->answer(g->ctx, c->id, ECONNREFUSED, 0);
 			conn_free(g, c);
 			return;
