@@ -222,6 +222,10 @@ static inline int ns_grpc_fails(const struct ns_settings *s, unsigned code)
 	return code < 64 && (s->grpc_failure_status >> code & 1);
 }
 
+/* A gRPC status code's name ("UNAVAILABLE"), or NULL for a code gRPC does
+ * not name (17 and up). */
+const char *ns_grpc_name(unsigned code);
+
 /* A duration with its unit ("250ms", "3s", "2m", "1h", or "0") into ms.
  * Returns 0, or -1 with the reason in *why. */
 int ns_duration_parse(const char *s, uint64_t *ms, const char **why);

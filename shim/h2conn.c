@@ -316,7 +316,11 @@ static void count(struct feedctx *fc, const struct qev *e)
 			ns_table_http(&ns_breakers, slot, e->status ? e->status : 200, 0);
 			ns_table_grpc(&ns_breakers, slot, (unsigned)g, fails);
 		}
-		snprintf(said, sizeof(said), "gRPC %d", g);
+		/* by name, as gRPC's own tools say it: "gRPC UNAVAILABLE (14)" */
+		if (ns_grpc_name((unsigned)g))
+			snprintf(said, sizeof(said), "gRPC %s (%d)", ns_grpc_name((unsigned)g), g);
+		else
+			snprintf(said, sizeof(said), "gRPC %d", g);
 		ns_stream_outcome(c, fails ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 0, 0, said, e->start, e->first);
 		return;
 	}

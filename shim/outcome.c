@@ -101,7 +101,7 @@ int (*ns_h2_end_hook)(struct ns_conn *c, int kind, int err);
 
 /* Count one outcome of c's destination: kind NS_OUT_*, err its errno;
  * status: the HTTP status that decided it (for the history), else 0; said:
- * what decided it in the answer's own words ("gRPC 14"), or NULL; was: the
+ * what decided it in the answer's own words ("gRPC UNAVAILABLE (14)"), or NULL; was: the
  * connection's flags before (whether it was connecting, whether a request
  * was out); from: when the exchange began; first: when its answer's first
  * byte came (0: now). */

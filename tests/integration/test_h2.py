@@ -298,6 +298,10 @@ def test_grpc_status_from_trailers_and_from_a_trailers_only_answer_opens_the_bre
         ("open", 3, 14, 0, 3), e
     assert curl(shim, srv, "/grpc/14", *grpc)[0] == 7
     assert srv.got("grpc") + srv.got("grpc-only") == 3
+    # what opened it, by name as gRPC's tools say it (before: "gRPC 14")
+    evs = [json.loads(line) for line in shim.ctl("events", "--json").stdout.splitlines()]
+    opened = [e for e in evs if e["event"] == "opened"]
+    assert len(opened) == 1 and "gRPC UNAVAILABLE (14)" in json.dumps(opened[0]), evs
 
 
 @pytest.mark.shim
