@@ -4,7 +4,6 @@
  * tokens, and the waits. The places themselves are inline in table.h (a
  * connect takes one on its fast path). Like table.c: no system call, the
  * clock from the caller. */
-#include <stdio.h>
 #include "table.h"
 #include "slot.h"
 
@@ -50,18 +49,6 @@ int ns_said_here(uint64_t said[NS_SAID_WAYS], int idx, uint64_t now_ms)
 		return 0;
 	return __atomic_compare_exchange_n(w, &v, (uint64_t)((uint32_t)idx + 1) << 32 | at, 0, __ATOMIC_RELAXED,
 					   __ATOMIC_RELAXED);
-}
-
-void ns_cap_text(const struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms, char *buf, size_t n)
-{
-	uint32_t cap = ns_table_cap_for(t, idx, set, now_ms);
-
-	if (set->adaptive)
-		snprintf(buf, n, "auto: %u now", cap);
-	else if (cap != set->max_connections)
-		snprintf(buf, n, "%u; %u now, in slow_start", set->max_connections, cap);
-	else
-		snprintf(buf, n, "%u", cap);
 }
 
 void ns_table_cooldown(struct ns_table *t, int idx, uint64_t until_ms)

@@ -546,10 +546,14 @@ int ns_table_throttled(struct ns_table *t, int idx, uint64_t now_ms);
  * now), else 0. said: the process's own words, zeroed at first. */
 #define NS_SAID_WAYS 64
 int ns_said_here(uint64_t said[NS_SAID_WAYS], int idx, uint64_t now_ms);
-/* max_connections as a refusal line names it: the limit in force ("4",
- * "auto: 3 now", "4; 2 now, in slow_start"). */
+/* words.c: max_connections as a refusal line names it: the limit in force
+ * ("4", "auto: 3 now", "4; 2 now, in slow_start"); the figures of the rule
+ * that moved a breaker (st), as its line gives them ("5 failures in the
+ * 10000 ms window, threshold 5"). */
 void ns_cap_text(const struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms, char *buf,
 		 size_t n);
+void ns_rule_figures(const struct ns_table *t, int slot, const struct ns_step *st, const struct ns_settings *s,
+		     uint64_t now_ms, char *b, size_t n);
 /* A Retry-After: connects to slot idx refused (counted as rejected) until
  * until_ms (CLOCK_MONOTONIC ms), or later if a longer one is in force. */
 void ns_table_cooldown(struct ns_table *t, int idx, uint64_t until_ms);

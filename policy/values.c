@@ -598,9 +598,12 @@ int ns_set_value(struct perr *e, int line, int key, const char *val, struct ns_s
 
 const char *ns_grpc_name(unsigned code)
 {
-	static const char *const names[] = { "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+	static const char *const names[] = {
+		"OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
 		"NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-		"ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED" };
+		"ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+		"DATA_LOSS", "UNAUTHENTICATED"
+	};
 
 	return code < sizeof(names) / sizeof(names[0]) ? names[code] : NULL;
 }

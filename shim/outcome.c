@@ -19,46 +19,8 @@
 #include "shadow.h"
 #include "shape.h"
 
-
 /* The figures of the rule that opened the breaker, as the table has them
  * now (the window, the threshold the policy set), for the log line. */
-static void rule_figures(int slot, const struct ns_step *st, const struct ns_settings *s, char *b, size_t n)
-{
-	struct ns_entry e;
-	unsigned long long win = (unsigned long long)s->window_ms;
-
-	memset(&e, 0, sizeof(e));
-	ns_table_read(&ns_breakers, slot, (uint64_t)(ns_now() / 1000000), &e);
-	switch (st->rule) {
-	case NS_RULE_THRESHOLD:
-		snprintf(b, n, "%u failures in the %llu ms window, threshold %u", e.failures_in_window, win,
-			 s->failure_threshold);
-		break;
-	case NS_RULE_CONSECUTIVE:
-		snprintf(b, n, "%u failures in a row, threshold %u", st->next.consec, s->consecutive_failures);
-		break;
-	case NS_RULE_RATE:
-		snprintf(b, n, "%u of %u outcomes in the %llu ms window failed, failure_rate %u.%02u%%",
-			 e.failures_in_window, e.outcomes_in_window, win, s->failure_rate_bp / 100, s->failure_rate_bp % 100);
-		break;
-	case NS_RULE_TIMEOUT_RATE:
-		snprintf(b, n, "%u of %u outcomes in the %llu ms window timed out, timeout_rate %u.%02u%%",
-			 e.timeouts_in_window, e.outcomes_in_window, win, s->timeout_rate_bp / 100, s->timeout_rate_bp % 100);
-		break;
-	case NS_RULE_SLOW_RATE:
-		snprintf(b, n, "%u of %u outcomes in the %llu ms window slower than %llu ms, slow_call_rate %u.%02u%%",
-			 e.slow_in_window, e.outcomes_in_window, win, (unsigned long long)s->slow_call_ms,
-			 s->slow_call_rate_bp / 100, s->slow_call_rate_bp % 100);
-		break;
-	case NS_RULE_LATENCY_P99:
-		snprintf(b, n, "first-byte p99 %llu ms in the %llu ms window, latency_p99 %llu ms",
-			 (unsigned long long)(e.p99_in_window_us / 1000), win, (unsigned long long)s->latency_p99_ms);
-		break;
-	default:
-		snprintf(b, n, "%u failures in a row", st->next.consec);
-	}
-}
-
 /* A transition of the breaker: said once at warn, and written to the
  * events. what: the event's detail; last: the outcome that moved it, as
  * the log says it ("HTTP 429", "ETIMEDOUT after the request was sent"). */
@@ -70,7 +32,7 @@ static void log_step(int slot, const char *key, const struct ns_step *st, int er
 	switch (st->transition) {
 	case NS_TR_OPENED:
 		if (ns_log_level >= NS_LOG_WARN) {
-			rule_figures(slot, st, set, fig, sizeof(fig));
+			ns_rule_figures(&ns_breakers, slot, st, set, (uint64_t)(ns_now() / 1000000), fig, sizeof(fig));
 			ns_log(NS_LOG_WARN, "breaker for %s opened by rule %s (%s)%s%s", key, ns_rule_name(st->rule), fig,
 			       last[0] ? "; the last: " : "", last);
 		}

@@ -119,6 +119,10 @@ def test_go_failures_open_the_breaker_a_preloaded_curl_then_sees_open(shim, serv
         r = shim.run([gobins[name], srv.url])
         assert go_result(r)[0][0] == "error", r.out
     assert shim.entry(srv.dest)["state"] == "open"
+    # the seccomp engine's line gives the rule's figures as the library's
+    # does (before: the rule's name only)
+    assert f"shimrun: breaker for {srv.dest} opened by rule failure_threshold (2 failures in the 30000 ms " \
+        "window, threshold 2); the last: ETIMEDOUT at connect (nothing sent)" in r.err, r.err
     t0 = time.monotonic()
     r = shim.run(["curl", "-s", "-o", "/dev/null", srv.url])
     assert r.rc == 7 and time.monotonic() - t0 < 5, r

@@ -144,7 +144,7 @@ static void key_of(struct ns_gov *g, int slot, char *key, size_t len)
 static void count(struct ns_gov *g, struct conn *c, int kind, int err, int sent, uint64_t now)
 {
 	struct ns_step st;
-	char key[NS_KEY_MAX];
+	char key[NS_KEY_MAX], fig[160];
 
 	ns_table_outcome_at(&g->t, c->slot, kind, err, 0, now, wall_ms(), &c->set, &st);
 	if (kind != NS_OUT_SUCCESS)
@@ -152,8 +152,10 @@ static void count(struct ns_gov *g, struct conn *c, int kind, int err, int sent,
 	if (st.transition != NS_TR_OPENED && st.transition != NS_TR_REOPENED)
 		return;
 	key_of(g, c->slot, key, sizeof(key));
-	fprintf(stderr, "shimrun: breaker for %s %s by rule %s; the last: %s%s\n", key,
-		st.transition == NS_TR_OPENED ? "opened" : "reopened", ns_rule_name(st.rule),
+	/* the rule's figures as the library's line gives them (policy/words.c) */
+	ns_rule_figures(&g->t, c->slot, &st, &c->set, now, fig, sizeof(fig));
+	fprintf(stderr, "shimrun: breaker for %s %s by rule %s (%s); the last: %s%s\n", key,
+		st.transition == NS_TR_OPENED ? "opened" : "reopened", ns_rule_name(st.rule), fig,
 		err ? strerrorname_np(err) : "closed",
 		sent ? " after the request was sent (outcome unknown)" : " at connect (nothing sent)");
 }
