@@ -243,3 +243,26 @@ def test_check_names_the_file_and_line_of_a_bad_adaptive_key(tmp_path, text, lin
     p.write_text("[defaults]\n" + text)
     r = subprocess.run([str(BUILD / "shimctl"), "check", str(p)], capture_output=True, text=True)
     assert r.returncode == 2 and f"{p}:{line}: {msg}" in r.stderr, r.stderr
+
+
+@pytest.mark.shim
+def test_status_says_the_limit_in_force_the_throttles_share_and_when_a_cooldown_ends(shim, http_server):
+    # two 503s then a 429 with Retry-After: 30: auto's limit falls to its
+    # floor, the throttle has 3 requests and 1 accept (the honoured 429:
+    # a cooldown, no failure), so it refuses (3 - 2 x 1) / (3 + 1) = 25 %,
+    # and a 30 s cooldown starts. Before, the text status showed none of
+    # them (only --json had the counts)
+    port = http_server("503;503;429,ra=30")
+    shim.policy("[defaults]\nmax_connections = auto\nmax_connections_min = 1\nmax_connections_max = 8\n"
+                "throttle = adaptive\nfailure_threshold = 0\nmode = monitor\n")   # (counts, refuses nothing)
+    for want in ("503", "503", "429"):
+        r = shim.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"http://127.0.0.1:{port}/"])
+        assert r.out == want, (r.out, r.err)
+    p = shim.ctl("status", env={"NETSHIM_POLICY": str(shim.policy_path)})
+    assert p.returncode == 0, p.stderr
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith(f"127.0.0.1:{port}: ")]
+    assert len(line) == 1, p.stdout
+    assert "max_connections = auto: 1 now (1-8), 0 in flight" in line[0], line
+    assert "throttle = adaptive refuses about 25% of new connects now (3 requests, 1 accepted" in line[0], line
+    left = float(line[0].split(" s left")[0].rsplit(", ", 1)[1])
+    assert 25 < left <= 30, line

@@ -585,6 +585,10 @@ int ctl_cmd_status(const char *name, int json, const char *dest)
 		print_json(name, &t, rows, n, &as);
 	} else {
 		print_text(&t, rows, n, 0, isatty(1) ? out_width() : 0);
+		ctl_limits_begin();
+		for (int i = 0; i < n; i++)
+			ctl_limits_line(&rows[i].e);
+		ctl_limits_end();
 		print_addrs_text(&as, rows, n);
 	}
 	for (int i = 0; !json && i < n; i++)

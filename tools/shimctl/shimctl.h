@@ -16,6 +16,12 @@ int ctl_cmd_events(const char *name, int json, int follow, const char *dest);
 int ctl_cmd_metrics(const char *name);
 int ctl_cmd_watch(const char *name);
 
+/* ctl_limits.c: below status's table, the limits that hold each
+ * destination now (auto's limit, the throttle's share, a cooldown's end). */
+void ctl_limits_begin(void);
+void ctl_limits_line(const struct ns_entry *e);
+void ctl_limits_end(void);
+
 /* ctl_faults.c */
 int ctl_cmd_inject(const char *name, int argc, char **argv, const char *for_text, int existing, int clear, int all);
 int ctl_cmd_faults(const char *name, const char *policy, int json);

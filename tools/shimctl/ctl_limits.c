@@ -1,0 +1,79 @@
+/* ctl_limits.c -- below status's table, one line for each destination
+ * that a limit holds now, in the words the policy uses: the limit
+ * max_connections = auto is at, whether throttle = adaptive refuses now and
+ * what share (its words over the window, with the policy's throttle_k), and
+ * when a Retry-After's cooldown ends. The table holds the counts; the
+ * policy in force (NETSHIM_POLICY, else the default path; without one, the
+ * built-in defaults) gives throttle_k and the bounds. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "../../policy/policy.h"
+#include "shimctl.h"
+
+static struct ns_policy pol;
+static int have_pol;
+
+void ctl_limits_begin(void)
+{
+	const char *path = ns_policy_path();
+	char errs[1024];
+
+	have_pol = (path ? ns_policy_load(path, &pol, errs, sizeof(errs)) : ns_policy_builtin(&pol)) == 0;
+}
+
+void ctl_limits_end(void)
+{
+	if (have_pol)
+		ns_policy_free(&pol);
+	have_pol = 0;
+}
+
+void ctl_limits_line(const struct ns_entry *e)
+{
+	struct ns_settings set;
+	struct ns_dest d;
+	char key[NS_KEY_MAX * 4], line[1024] = "";
+	size_t n = 0;
+
+	memset(&set, 0, sizeof(set));
+	memset(&d, 0, sizeof(d));
+	if (have_pol) {
+		if (ns_dest_parse(e->key, &d) < 0)
+			d.family = AF_INET;
+		ns_policy_resolve(&pol, &d, &set, NULL);
+	}
+	if (e->limit)
+		n += (size_t)snprintf(line + n, sizeof(line) - n,
+				      "; max_connections = auto: %u now (%u-%u), %u in flight",
+				      e->limit / 1000 ? e->limit / 1000 : 1, set.max_connections_min,
+				      set.max_connections_max, e->inflight);
+	if (set.throttle && e->thr_requests && n < sizeof(line)) {
+		uint64_t req = e->thr_requests, ka = (uint64_t)e->thr_accepts * set.throttle_k_milli / 1000;
+		unsigned pct = req > ka ? (unsigned)((req - ka) * 100 / (req + 1)) : 0;
+
+		if (pct)
+			n += (size_t)snprintf(
+				line + n, sizeof(line) - n,
+				"; throttle = adaptive refuses about %u%% of new connects now (%u requests, "
+				"%u accepted over the window, throttle_k %u.%03u)",
+				pct, e->thr_requests, e->thr_accepts, set.throttle_k_milli / 1000,
+				set.throttle_k_milli % 1000);
+		else
+			n += (size_t)snprintf(line + n, sizeof(line) - n,
+					      "; throttle = adaptive refuses nothing now (%u requests, %u accepted)",
+					      e->thr_requests, e->thr_accepts);
+	}
+	if (e->cooldown_left_ms && n < sizeof(line)) {
+		char ts[40];
+
+		ctl_rfc3339(ctl_wall_ms() + e->cooldown_left_ms, ts, sizeof(ts));
+		snprintf(line + n, sizeof(line) - n, "; cooldown (Retry-After) until %s, %.1f s left", ts,
+			 (double)e->cooldown_left_ms / 1000);
+	}
+	if (!line[0])
+		return;
+	ctl_escape_text(e->key, key, sizeof(key));
+	printf("%s: %s\n", key, line + 2);
+}
