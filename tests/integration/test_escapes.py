@@ -94,6 +94,11 @@ def test_an_unprivileged_shimrun_says_when_it_cannot_act_on_its_program(shim, se
                        srv.port], table)
         assert "governed by the seccomp engine" in r.stderr, r.stderr
         assert r.stderr.count("shimrun: cannot act on pid") == 1, r.stderr
+        # ...and status says it too, in --json and in text
+        st = as_nobody([BUILD / "shimctl", "--table", table, "status", "--json"], table)   # (its owner)
+        assert st.returncode == 0 and json.loads(st.stdout)["ungoverned_connects"] >= 1, (st.stdout, st.stderr)
+        st = as_nobody([BUILD / "shimctl", "--table", table, "status"], table)
+        assert "connects the seccomp engine could not act on" in st.stdout, st.stdout
         # an execute-only program: shimrun cannot even tell what it is
         xonly = tmp_path / "xonly"
         shutil.copy(BUILD / "escapes-static", xonly)

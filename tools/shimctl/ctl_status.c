@@ -237,9 +237,11 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 
 	printf("{\"table\": ");
 	ctl_json_string(stdout, name);
-	printf(", \"capacity\": %u, \"used\": %llu, \"turned_away\": %llu, \"agent\": ",
+	printf(", \"capacity\": %u, \"used\": %llu, \"turned_away\": %llu, \"ungoverned_connects\": %llu, "
+	       "\"agent\": ",
 	       t->nslots, (unsigned long long)__atomic_load_n(&t->hdr->used, __ATOMIC_RELAXED),
-	       (unsigned long long)__atomic_load_n(&t->hdr->full_count, __ATOMIC_RELAXED));
+	       (unsigned long long)__atomic_load_n(&t->hdr->full_count, __ATOMIC_RELAXED),
+	       (unsigned long long)__atomic_load_n(&t->hdr->ungoverned, __ATOMIC_RELAXED));
 	agent_read(t, &a);
 	if (a.present) {
 		ctl_rfc3339(a.beat_ms, ts, sizeof(ts));
@@ -494,6 +496,10 @@ static void print_text(const struct ns_table *t, struct row *rows, int n, int co
 	if (full)
 		printf("table full: %llu connects to new destinations passed through uncounted (capacity %u)\n",
 		       (unsigned long long)full, t->nslots);
+	if (__atomic_load_n(&t->hdr->ungoverned, __ATOMIC_RELAXED))
+		printf("ungoverned: %llu connects the seccomp engine could not act on (processes it cannot read: "
+		       "non-dumpable, another user's) went uncounted, without deadlines\n",
+		       (unsigned long long)__atomic_load_n(&t->hdr->ungoverned, __ATOMIC_RELAXED));
 	agent_read(t, &a);
 	if (a.present) {
 		char node[64 * 4];

@@ -394,6 +394,8 @@ int ns_gov_no_copy(struct ns_gov *g, pid_t tid, int err)
 		}
 		return ENOBUFS;
 	}
+	if ((err == EPERM || err == EACCES) && g->tbl_ok && g->t.hdr)
+		__atomic_fetch_add(&g->t.hdr->ungoverned, 1, __ATOMIC_RELAXED); /* (status says it) */
 	if ((err == EPERM || err == EACCES) && !g->said_nocopy++)
 		fprintf(stderr,
 			"shimrun: cannot act on pid %d (%s: a program that made itself non-dumpable, or runs as "
