@@ -157,6 +157,49 @@ def test_four_hundred_dials_with_busy_goroutines_all_succeed(shim, server, gobin
     assert (e["calls"], e["successes"], e["failures"]) == (400, 400, 0), e
 
 
+PLACE_HOLDER = """
+import socket, sys, time
+s = socket.socket()
+s.connect(("127.0.0.1", int(sys.argv[1])))
+print("holding", flush=True)
+time.sleep(30)
+"""
+
+
+@pytest.mark.shim
+def test_a_dial_abandoned_while_held_for_a_place_is_no_call(shim, server, gobins, tmp_path):
+    # max_connections = 1 held by a preloaded python; a Go dial waits for
+    # the place in shimrun's queue and its program is killed meanwhile.
+    # Before, that dial stayed a call no engine made (calls 2, status
+    # saying "preload" for it); now the destination shows the holder's only
+    srv = server("http")
+    shim.policy("[defaults]\nmax_connections = 1\nqueue_timeout = 60s\n")
+    holder = subprocess.Popen([str(a) for a in py_script(tmp_path, PLACE_HOLDER)] + [str(srv.port)],
+                              env=base_env(shim.table, shim.policy_path, {"LD_PRELOAD": str(BUILD / "libnetshim.so")}),
+                              stdout=subprocess.PIPE, text=True)
+    go = None
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        go = subprocess.Popen([str(BUILD / "shimrun"), "--policy", str(shim.policy_path), "--",
+                               str(gobins["dial"]), f"{srv.host}:{srv.port}", "1"],
+                              env=base_env(shim.table, shim.policy_path), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+        end = time.monotonic() + 20
+        while time.monotonic() < end and shim.entry(srv.dest)["calls"] < 2:
+            time.sleep(0.05)
+        assert shim.entry(srv.dest)["calls"] == 2   # the dial admitted, held for the place
+        subprocess.run(["pkill", "-KILL", "-f", f"^{gobins['dial']} "])
+        go.communicate(timeout=30)
+        e = shim.entry(srv.dest)
+        assert (e["calls"], e["seccomp_calls"], e["engines"]) == (1, 0, ["preload"]), e
+    finally:
+        holder.kill()
+        holder.wait()
+        if go and go.poll() is None:
+            go.kill()
+            go.wait()
+
+
 SLEEPER = """
 import json, os, socket, sys, time
 out = []

@@ -323,6 +323,18 @@ static uint64_t take_token(struct ns_gov *g, struct conn *c, uint64_t now_us)
 
 static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now);
 
+/* A connect the table admitted (and counted a call) that shimrun never
+ * made: its call interrupted and made again (Go's preemption signal every
+ * 10 ms), its process gone, no copy of its socket. Uncounted: a Go-only
+ * run's abandoned dials were calls no engine made (and status said
+ * "preload" for them). */
+static void abandon(struct ns_gov *g, struct conn *c)
+{
+	if (c->state == C_QUEUED || (c->state == C_CONNECTING && c->fd < 0))
+		ns_table_uncall(&g->t, c->slot);
+	conn_free(g, c);
+}
+
 /* A held connect's turn: a place (when capped) and a token (when paced),
  * then the connect; still waiting: when to look again; queue_timeout
  * passed: throttled. */
@@ -331,7 +343,7 @@ static void try_turn(struct ns_gov *g, struct conn *c)
 	uint64_t now_us = mono_us(), now = now_us / 1000, due;
 
 	if (now > c->queued_ms && !g->valid(g->ctx, c->id)) {
-		conn_free(g, c); /* its call interrupted (and made again), or its process gone */
+		abandon(g, c); /* its call interrupted (and made again), or its process gone */
 		return;
 	}
 	if (c->set.max_connections && g->holder && c->place < 0 && !take_place(g, c, now)) {
@@ -436,6 +448,7 @@ void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const stru
 	if (!(c = conn_new(g))) {
 		if (!g->said_full++)
 			fprintf(stderr, "shimrun: %d connections governed at once: later ones go uncounted\n", CONNS);
+		ns_table_uncall(&g->t, slot);
 		g->answer(g->ctx, id, 0, 1);
 		return;
 	}
@@ -547,7 +560,7 @@ static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now)
 		int err = ns_gov_no_copy(g, c->tid, errno);
 
 		g->answer(g->ctx, c->id, err, !err); /* (0: the kernel's, uncounted) */
-		conn_free(g, c);
+		abandon(g, c);
 		return;
 	}
 	ns_table_seccomp_call(&g->t, c->slot);
@@ -788,7 +801,7 @@ void ns_gov_finish(struct ns_gov *g)
 		if (c->state == C_OPEN)
 			look(g, c, mono_ms()); /* its process ended: the socket with it */
 		if (c->state != C_FREE)
-			conn_free(g, c);
+			abandon(g, c);
 	}
 }
 
