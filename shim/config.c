@@ -246,9 +246,10 @@ __attribute__((noinline, cold)) void ns_tbl_broke(void)
 
 /* In every fork child: its own jitter, not its parent's; a one-time
  * set-up another thread had under way begun again (lock.h); the fd
- * table's pid. Registered at start, not by the set-ups themselves: a
- * handler's first socket must not take glibc's atfork lock, which the
- * thread it interrupted may hold in fork(). */
+ * table's pid; then the set-ups' own hooks (ns_fork_hook). Registered at
+ * start, not by the set-ups themselves: a handler's first socket, lookup,
+ * fault or place must not take glibc's atfork lock, which the thread it
+ * interrupted may hold in fork(). */
 static void forked_child(void)
 {
 	pid_t pid = getpid();
@@ -256,6 +257,17 @@ static void forked_child(void)
 	ns_once_forked();
 	ns_rng_state = (uint64_t)ns_now() ^ ((uint64_t)pid << 32) ^ (uint64_t)(uintptr_t)&ns_rng_state;
 	ns_own_pid = pid;
+	ns_fork_run(NS_FORK_CHILD); /* the set-ups' own (lock.h: ns_fork_hook) */
+}
+
+static void forking(void)
+{
+	ns_fork_run(NS_FORK_PREPARE);
+}
+
+static void forked_parent(void)
+{
+	ns_fork_run(NS_FORK_PARENT);
 }
 
 /* At start only what makes no system call: the variables kept, libc's
@@ -272,7 +284,7 @@ __attribute__((constructor)) static void ns_init(void)
 	ns_env_keep();
 	ns_real_bind();
 	ns_rng_state = (uint64_t)ns_now() ^ (r ? r[0] : 0) ^ (uint64_t)(uintptr_t)&ns_rng_state;
-	pthread_atfork(NULL, NULL, forked_child);
+	pthread_atfork(forking, forked_parent, forked_child);
 }
 
 

@@ -118,7 +118,7 @@ void ns_fault_config(const struct ns_policy *pol)
 		__atomic_store_n(&frng, s, __ATOMIC_RELAXED);
 	} else if (!seeded && !__atomic_load_n(&frng, __ATOMIC_RELAXED)) {
 		fault_reseed();
-		pthread_atfork(NULL, NULL, fault_reseed);
+		(void)ns_fork_hook(NULL, NULL, fault_reseed);
 	}
 	__atomic_store_n(&ns_fault_local, (pol && pol->has_faults) || env_n > 0 || scen.n > 0 ? NS_FL_FAULTS : 0,
 			 __ATOMIC_RELEASE);

@@ -48,7 +48,10 @@ static monotime seen_at[NS_FAULT_RECS];
 static void rt_prepare(void) { pthread_mutex_lock(&rt_lock); }
 static void rt_parent(void) { pthread_mutex_unlock(&rt_lock); }
 static void rt_child(void) { pthread_mutex_init(&rt_lock, NULL); }
-static void rt_init(void) { pthread_atfork(rt_prepare, rt_parent, rt_child); }
+static void rt_init(void)
+{
+	(void)ns_fork_hook(rt_prepare, rt_parent, rt_child);
+}
 
 static uint64_t mono_ms(monotime now)
 {

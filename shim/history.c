@@ -38,7 +38,7 @@ static __attribute__((noinline, cold)) struct ns_ocring *remap(uint32_t gen)
 	int zero = 0, saved = errno;
 
 	if (!__atomic_exchange_n(&atfork_set, 1, __ATOMIC_RELAXED))
-		pthread_atfork(NULL, NULL, mapping_child);
+		(void)ns_fork_hook(NULL, NULL, mapping_child);
 	if (__atomic_load_n(&failed_gen, __ATOMIC_RELAXED) == gen + 1 ||
 	    !__atomic_compare_exchange_n(&mapping, &zero, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
 		return NULL;   /* another thread maps it: this outcome goes unrecorded */

@@ -14,6 +14,60 @@ void ns_once_forked(void)
 	__atomic_fetch_add(&once_gen, 1, __ATOMIC_RELAXED);
 }
 
+/**** fork hooks (lock.h) ****/
+
+struct fork_hook {
+	void (*prepare)(void), (*parent)(void), (*child)(void);
+};
+
+static struct fork_hook hooks[NS_FORK_HOOKS];
+static unsigned hooks_taken; /* atomic: places handed out */
+static unsigned hooks_ready; /* atomic: a bit per place whose pointers are written */
+static unsigned forking;     /* the places ready at this fork's prepare (its parent and child run those) */
+
+/* this thread is inside fork(), past its prepare: glibc holds malloc's
+ * locks there, so a handler's set-up (which allocates: the policy) does
+ * without (ns_once_slow) */
+static __thread int in_fork __attribute__((tls_model("initial-exec")));
+
+int ns_fork_hook(void (*prepare)(void), void (*parent)(void), void (*child)(void))
+{
+	unsigned i = __atomic_fetch_add(&hooks_taken, 1, __ATOMIC_RELAXED);
+
+	if (i >= NS_FORK_HOOKS)
+		return -1;
+	hooks[i].prepare = prepare;
+	hooks[i].parent = parent;
+	hooks[i].child = child;
+	__atomic_fetch_or(&hooks_ready, 1u << i, __ATOMIC_RELEASE);
+	return 0;
+}
+
+void ns_fork_run(int phase)
+{
+	unsigned ready;
+
+	if (phase == NS_FORK_PREPARE) {
+		in_fork = 1;
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
+		ready = __atomic_load_n(&hooks_ready, __ATOMIC_ACQUIRE);
+		forking = ready;
+		for (int i = NS_FORK_HOOKS - 1; i >= 0; i--)
+			if ((ready >> i & 1) && hooks[i].prepare)
+				hooks[i].prepare();
+		return;
+	}
+	ready = forking;
+	for (int i = 0; i < NS_FORK_HOOKS; i++) {
+		void (*fn)(void) = phase == NS_FORK_PARENT ? hooks[i].parent : hooks[i].child;
+
+		if ((ready >> i & 1) && fn)
+			fn();
+	}
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	in_fork = 0;
+}
+
 static uint64_t once_me(void)
 {
 	/* pthread_self reads the thread pointer: no call, safe in a handler;
@@ -31,8 +85,8 @@ int ns_once_slow(uint64_t *w, void (*fn)(void))
 	for (;;) {
 		if (v == NS_ONCE_DONE)
 			return 1;
-		if (v == me)
-			return 0; /* a handler inside its own thread's set-up */
+		if (v == me || in_fork)
+			return 0; /* a handler inside its own thread's set-up, or its fork() */
 		if (v == 0 || (v >> 48) != (me >> 48)) {
 			/* not begun, or begun before a fork by a thread this child lacks */
 			if (__atomic_compare_exchange_n(w, &v, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE)) {

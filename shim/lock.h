@@ -63,8 +63,10 @@ static inline void ns_mutex_give(pthread_mutex_t *m, unsigned bit)
  * shim's fail-safe answer); another thread's set-up is waited for, at most
  * NS_ONCE_WAIT_MS (past it the call goes on without: that thread may itself
  * wait on a lock the interrupted caller holds, malloc's for one); a set-up
- * a fork left behind in a thread the child lacks is begun again. 1: done,
- * the caller may use what it made. */
+ * a fork left behind in a thread the child lacks is begun again; a
+ * handler inside its own thread's fork() (where glibc holds malloc's
+ * locks, and the set-ups allocate) does without as well. 1: done, the
+ * caller may use what it made. */
 #define NS_ONCE_DONE    1u
 #define NS_ONCE_WAIT_MS 5000
 NS_HIDDEN int ns_once_slow(uint64_t *w, void (*fn)(void));
@@ -78,5 +80,18 @@ static inline __attribute__((always_inline)) int ns_once(uint64_t *w, void (*fn)
 
 /* the fork generation (bumped in every fork child: lock.c) */
 NS_HIDDEN void ns_once_forked(void);
+
+/* In place of pthread_atfork for what a one-time set-up registers: a
+ * handler's first lookup, fault or place must not take glibc's atfork lock,
+ * which the thread it interrupted may hold inside fork(). The hooks are
+ * kept here without a lock or a call, and run by the one pthread_atfork
+ * the constructor registers (config.c): prepare in reverse order, parent
+ * and child in order, as pthread_atfork runs them; a hook added while a
+ * fork is under way waits for the next (its prepare did not run). 0, or -1
+ * past NS_FORK_HOOKS (eight set-ups register one each today). */
+#define NS_FORK_HOOKS 16
+NS_HIDDEN int ns_fork_hook(void (*prepare)(void), void (*parent)(void), void (*child)(void));
+enum { NS_FORK_PREPARE, NS_FORK_PARENT, NS_FORK_CHILD };
+NS_HIDDEN void ns_fork_run(int phase);
 
 #endif

@@ -57,7 +57,7 @@ static void names_init(void)
 	names = ns_namemap_new(NAMES_MAX, NAMES_TTL_MS);
 	if (!names)
 		NS_LOG(NS_LOG_ERROR, "out of memory for the host-name map; keys stay addresses");
-	pthread_atfork(names_prepare, names_parent, names_child);
+	(void)ns_fork_hook(names_prepare, names_parent, names_child);
 }
 
 static int numeric(const char *node)

@@ -55,7 +55,7 @@ static const struct ns_policy *current(void)
 	if (__atomic_load_n(&loaded_for, __ATOMIC_ACQUIRE) == live)
 		return __atomic_load_n(&shadow, __ATOMIC_ACQUIRE);
 	if (!__atomic_exchange_n(&atfork_set, 1, __ATOMIC_RELAXED))
-		pthread_atfork(NULL, NULL, loading_child);
+		(void)ns_fork_hook(NULL, NULL, loading_child);
 	if (!__atomic_compare_exchange_n(&loading, &zero, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
 		return NULL;
 	env = ns_getenv("NETSHIM_SHADOW_POLICY");

@@ -62,7 +62,7 @@ static void forget_holder(void)
 
 static void set_atfork(void)
 {
-	pthread_atfork(NULL, NULL, forget_holder);
+	(void)ns_fork_hook(NULL, NULL, forget_holder);
 }
 
 static __attribute__((noinline)) uint32_t place_self_slow(void)

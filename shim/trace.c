@@ -60,7 +60,7 @@ static void unw_load(void)
 		self_base = info.dli_fbase;
 	/* a fork while another thread holds the name lock would leave it held
 	 * in the child */
-	pthread_atfork(name_prepare, name_parent, name_child);
+	(void)ns_fork_hook(name_prepare, name_parent, name_child);
 	ns_lazy_map((void **)&name_cache, NAME_CACHE * sizeof(*name_cache));
 	if (!h) {
 		NS_LOG(NS_LOG_WARN, "tracing is on but libunwind.so.8 cannot be loaded: %s", dlerror());

@@ -130,7 +130,7 @@ static void ep_child(void)
 
 static void ep_init(void)
 {
-	pthread_atfork(ep_prepare, ep_parent, ep_child);
+	(void)ns_fork_hook(ep_prepare, ep_parent, ep_child);
 	/* the fd table tells the registry of numbers that change hands
 	 * (conn.h), once there are registrations (ns_ep_count, counted here) */
 	__atomic_store_n(&ns_fd_watch_note, ns_wait_note_fd_held, __ATOMIC_RELEASE);

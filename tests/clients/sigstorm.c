@@ -15,13 +15,19 @@
  * FIRST: the first signal's delay in microseconds (a test sweeps it across
  * the first socket's set-up, a window of a few microseconds).
  *
- *   sigstorm PORT HPORT US LOOPS FIRST -> {"loops": N, "handler_calls": N, "handler_errors": N} */
+ * FORKS (optional): fork that many children (each exits at once) before
+ * the first uses, so that a handler's first connect can land inside its
+ * own thread's fork(), where glibc holds its atfork lock: a set-up that
+ * registered its fork handlers with pthread_atfork there waited for ever.
+ *
+ *   sigstorm PORT HPORT US LOOPS FIRST [FORKS] -> {"loops": N, "handler_calls": N, "handler_errors": N} */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +37,16 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+static void *idle(void *arg)
+{
+	(void)arg;
+	for (;;)
+		pause();
+	return NULL;
+}
 
 static struct sockaddr_in srv = { .sin_family = AF_INET }, hsrv = { .sin_family = AF_INET };
 static volatile sig_atomic_t handler_calls, handler_errors, budget = 200;
@@ -172,8 +187,8 @@ int main(int argc, char **argv)
 	long loops = 0, want;
 	int fd, ep, failed = 0;
 
-	if (argc != 6) {
-		fprintf(stderr, "usage: sigstorm PORT HPORT US LOOPS FIRST\n");
+	if (argc != 6 && argc != 7) {
+		fprintf(stderr, "usage: sigstorm PORT HPORT US LOOPS FIRST [FORKS]\n");
 		return 2;
 	}
 	srv.sin_port = htons((unsigned short)atoi(argv[1]));
@@ -183,8 +198,26 @@ int main(int argc, char **argv)
 	it.it_interval.tv_usec = atol(argv[3]);
 	it.it_value.tv_usec = atol(argv[5]) > 0 ? atol(argv[5]) : 1;
 	want = atol(argv[4]);
+	/* (glibc takes its atfork lock in fork() only once the process has
+	 * a second thread: one that only sleeps, made before the storm: its
+	 * stack's allocation is malloc's, which a handler's first connect
+	 * would interrupt, a hazard of its own: see test_sigstorm) */
+	if (argc == 7) {
+		pthread_t t;
+
+		pthread_create(&t, NULL, idle, NULL);
+	}
 	sigaction(SIGALRM, &sa, NULL);
 	setitimer(ITIMER_REAL, &it, NULL);
+	for (long i = 0, n = argc == 7 ? atol(argv[6]) : 0; i < n; i++) {
+		pid_t pid = fork();
+
+		if (pid == 0)
+			_exit(0);
+		if (pid > 0)
+			while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+				;
+	}
 
 	/* the first-use paths, each once per process, under the storm */
 	fd = dial(); /* first socket, first connect (policy, table) */
