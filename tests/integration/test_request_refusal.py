@@ -10,12 +10,12 @@ import json
 import socket
 import ssl
 import subprocess
-import threading
 import time
 
 import pytest
 
-from conftest import py_script
+from conftest import accept_forever, py_script
+from test_h2 import H2Server, cert  # noqa: F401 (cert: the fixture, shared)
 from test_pacing import RecordingServer
 
 SESSION = r"""
@@ -95,6 +95,7 @@ class TlsSite:
         self.url = f"https://127.0.0.1:{self.port}/"
 
         def serve(c):
+            self.accepts += 1
             try:
                 c = ctx.wrap_socket(c, server_side=True)
                 buf = b""
@@ -112,26 +113,10 @@ class TlsSite:
             finally:
                 c.close()
 
-        def loop():
-            while True:
-                try:
-                    c, _ = self.sock.accept()
-                except OSError:
-                    return
-                self.accepts += 1
-                threading.Thread(target=serve, args=(c,), daemon=True).start()
-        threading.Thread(target=loop, daemon=True).start()
+        accept_forever(self.sock, serve)
 
     def stop(self):
         self.sock.close()
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cert")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d / "key.pem",
-                    "-out", d / "cert.pem", "-days", "2", "-subj", "/CN=localhost"], check=True, capture_output=True)
-    return d
 
 
 TLS_SESSION = SESSION.replace("timeout=10)", "timeout=10, verify=False)")
@@ -184,7 +169,6 @@ def test_over_http2_a_new_stream_on_an_open_connection_is_refused(shim, cert, tm
     # httpx with h2, one connection: its second stream's write fails
     # ECONNREFUSED before a byte leaves (the server never sees it), and the
     # client's HTTP/2 layer fails the connection
-    from test_h2 import H2Server
     srv = H2Server(cert, tls)
     try:
         shim.policy("[defaults]\nconnect_timeout = 2s\nread_timeout = 5s\n")
