@@ -17,12 +17,12 @@ import errno, json, select, socket, sys, time
 port, how = int(sys.argv[1]), sys.argv[2]
 s = socket.socket()
 s.setblocking(False)
+t0 = time.monotonic()                   # (the deadline runs from the connect call, not its return)
 try:
     s.connect(("127.0.0.1", port))
     res = {"connect": "OK"}
 except OSError as e:
     res = {"connect": errno.errorcode[e.errno]}
-t0 = time.monotonic()
 if how == "poll":
     p = select.poll(); p.register(s, select.POLLOUT)
     early = p.poll(500)                 # half the deadline: nothing may show
@@ -49,7 +49,10 @@ def test_blackhole_never_turns_writable_before_the_deadline(shim, server, tmp_pa
     shim.policy(POLICY + f'[host "127.0.0.1:{srv.port}"]\nfault = blackhole\n')
     res = shim.run(py_script(tmp_path, BLACKHOLE_WAIT) + [srv.port, how], timeout=15).last_json()
     assert res["connect"] == "EINPROGRESS" and res["early"] == 0, res
-    assert res["late"] == 1 and 995 <= res["ms"] <= 1300 and res["so_error"] == "ETIMEDOUT", res
+    # not before the deadline; after it, ready with ETIMEDOUT (the bound is
+    # the program's own 5 s wait, not a time a starved machine can break:
+    # a loaded run measured 980 ms from the connect's return)
+    assert res["late"] == 1 and 995 <= res["ms"] < 5000 and res["so_error"] == "ETIMEDOUT", res
     assert srv.accepts() == 0, "a blackholed connect reached the server"
     e = shim.entry(srv.dest)
     assert (e["calls"], e["timeouts"], e["injected"]) == (1, 1, 1), e
