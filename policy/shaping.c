@@ -298,7 +298,7 @@ static void th_add(struct ns_slot *s, uint64_t now_ms, uint64_t width, uint32_t 
 int ns_table_throttle(struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms, uint64_t *rng)
 {
 	struct ns_slot *s = slot_at(t, idx);
-	uint64_t req, acc, ka;
+	uint64_t req, acc, ppm;
 
 	if (!s)
 		return 0;
@@ -312,10 +312,16 @@ int ns_table_throttle(struct ns_table *t, int idx, const struct ns_settings *set
 			return 0;
 	}
 	th_counts(s, now_ms, set->throttle_window_ms ? set->throttle_window_ms : 120000, &req, &acc);
-	ka = acc * set->throttle_k_milli / 1000;
-	/* refused with probability (req - K acc) / (req + 1), in millionths
-	 * (a healthy destination draws nothing) */
-	return req > ka && ns_rng_next(rng) % 1000000 < (req - ka) * 1000000 / (req + 1);
+	ppm = ns_throttle_ppm(req, acc, set->throttle_k_milli);
+	/* (a healthy destination draws nothing) */
+	return ppm && ns_rng_next(rng) % 1000000 < ppm;
+}
+
+uint64_t ns_throttle_ppm(uint64_t req, uint64_t acc, uint32_t k_milli)
+{
+	uint64_t ka = acc * k_milli / 1000;
+
+	return req > ka ? (req - ka) * 1000000 / (req + 1) : 0;
 }
 
 void ns_table_throttle_count(struct ns_table *t, int idx, const struct ns_settings *set, int accepted, uint64_t now_ms)

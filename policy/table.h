@@ -628,6 +628,10 @@ uint32_t ns_table_cap_for(const struct ns_table *t, int idx, const struct ns_set
  * through, so few accepts against many requests), nor is a connection that
  * ends with no outcome. */
 int ns_table_throttle(struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms, uint64_t *rng);
+/* ...the share it refuses, in millionths, of req requests with acc accepted
+ * (K = k_milli / 1000): (req - K acc) / (req + 1), 0 when req <= K acc
+ * (shimctl status says it too). */
+uint64_t ns_throttle_ppm(uint64_t req, uint64_t acc, uint32_t k_milli);
 void ns_table_throttle_count(struct ns_table *t, int idx, const struct ns_settings *set, int accepted, uint64_t now_ms);
 
 /* rate's interval now (us): the settings' own, stretched while

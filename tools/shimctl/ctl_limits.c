@@ -50,8 +50,8 @@ void ctl_limits_line(const struct ns_entry *e)
 				      e->limit / 1000 ? e->limit / 1000 : 1, set.max_connections_min,
 				      set.max_connections_max, e->inflight);
 	if (set.throttle && e->thr_requests && n < sizeof(line)) {
-		uint64_t req = e->thr_requests, ka = (uint64_t)e->thr_accepts * set.throttle_k_milli / 1000;
-		unsigned pct = req > ka ? (unsigned)((req - ka) * 100 / (req + 1)) : 0;
+		unsigned pct = (unsigned)(ns_throttle_ppm(e->thr_requests, e->thr_accepts, set.throttle_k_milli) /
+					  10000);
 
 		if (pct)
 			n += (size_t)snprintf(
