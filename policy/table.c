@@ -481,6 +481,23 @@ void ns_table_first_byte_undo(struct ns_table *t, int idx, uint64_t us, uint64_t
 		}
 }
 
+void ns_table_success_undo(struct ns_table *t, int idx, uint64_t at_ms, uint64_t window_ms)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	uint64_t width = ns_bucket_width(window_ms);
+	uint32_t epoch = (uint32_t)(at_ms / width) & EPOCH_MASK;
+	uint64_t *b, old;
+
+	if (!s)
+		return;
+	take_back64(&s->successes, 1);
+	b = &s->bucket[epoch % NS_BUCKETS];
+	old = LOAD(b);
+	/* a success: one outcome, no failure; never below what failed */
+	while (B_EPOCH(old) == epoch && B_OUT(old) > B_FAIL(old) && !CAS(b, &old, old - 1))
+		;
+}
+
 void ns_table_stale_reuse(struct ns_table *t, int idx)
 {
 	struct ns_slot *s = slot_at(t, idx);

@@ -660,6 +660,11 @@ void ns_table_exchange_undo(struct ns_table *t, int idx);
 /* ...and its first-byte time of us, in the histogram and the window's
  * latencies (where it is still there to take back). */
 void ns_table_first_byte_undo(struct ns_table *t, int idx, uint64_t us, uint64_t now_ms, uint64_t window_ms);
+/* A connection's own success (its TLS handshake, its h2 connect) counted at
+ * at_ms, taken back when its first request's outcome is counted: requests
+ * are the outcomes of a connection that carries them. From the total, and
+ * from the window's bucket of at_ms while that bucket is still its. */
+void ns_table_success_undo(struct ns_table *t, int idx, uint64_t at_ms, uint64_t window_ms);
 /* An HTTP/2 stream settled unprocessed (REFUSED_STREAM, above a GOAWAY),
  * or an h2 connection lost to the reader: counted, never an outcome. */
 enum { NS_H2_COUNT_UNPROCESSED, NS_H2_COUNT_BLIND };

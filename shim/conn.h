@@ -186,6 +186,9 @@ struct ns_conn {
 	uint32_t xstatus;         /* a 429/503 whose outcome waits for its headers (Retry-After), 0 = none */
 	uint32_t fb_us;           /* the last first-byte time counted (us): an h2c server's preface read
 				   * before the client's takes it back (exchange.c) */
+	uint64_t own_ms;          /* atomic: when the connection's own success (a TLS handshake, an h2
+				   * connect) was counted (ms), taken back by its first request's
+				   * outcome (outcome.c); 0 = none */
 	uintptr_t xthread;        /* the thread that started the last exchange (pthread_self) */
 	/* what the answer is followed for past its status line while NS_C_HDRS
 	 * is set (exchange.c): NS_FOLLOW_RA its headers for Retry-After,

@@ -366,7 +366,8 @@ static void feed(struct ns_conn *c, const char *b, size_t n)
 
 /* An h2c server's own preface (SETTINGS) was read before the program sent
  * its: that was the connection's outcome, counted as an exchange with a
- * first byte before the protocol was known. Both are taken back. */
+ * first byte before the protocol was known. Both are taken back, and its
+ * success is the connection's own (its first stream takes it back). */
 static __attribute__((noinline, cold)) void server_spoke_first(struct ns_conn *c)
 {
 	int slot = LD(c->slot);
@@ -376,6 +377,7 @@ static __attribute__((noinline, cold)) void server_spoke_first(struct ns_conn *c
 	ns_table_exchange_undo(&ns_breakers, slot);
 	ns_table_first_byte_undo(&ns_breakers, slot, LD(c->fb_us), (uint64_t)(ns_now() / 1000000),
 				 ns_conn_set(c)->window_ms);
+	ns_conn_own_success(c);
 }
 
 /* HTTP/2: its requests are streams, not turns; the reader (h2conn.c)

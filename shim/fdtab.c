@@ -260,6 +260,7 @@ struct ns_conn *ns_conn_alloc(void)
 	ST(c->expired, 0);
 	ST(c->read_timeout_ns, 0);
 	ST(c->follow, 0u);
+	ST(c->own_ms, 0);
 	ST(c->h1end.result, (uint32_t)NS_H1E_NONE);
 	for (int d = 0; d < 2; d++) {
 		ST(c->dir[d].prog_ns, 0);

@@ -141,6 +141,34 @@ static inline __attribute__((always_inline)) void count(struct ns_conn *c, int s
 	}
 }
 
+/* The connection's own success (its TLS handshake, an h2 connection's
+ * first frame) counted now: requests it carries take it back (below). */
+static void own_success(struct ns_conn *c, int slot)
+{
+	uint64_t ms = (uint64_t)(ns_now() / 1000000);
+
+	if (slot >= 0 && ns_breakers_ok)
+		__atomic_store_n(&c->own_ms, ms ? ms : 1, __ATOMIC_RELEASE);
+}
+
+/* Its first request's outcome is counted: from then the requests are the
+ * connection's outcomes, and its own success is taken back (a connection
+ * that carries no request keeps it: it is then its one outcome). */
+static void own_success_back(struct ns_conn *c, int slot)
+{
+	uint64_t at;
+
+	if (likely(!__atomic_load_n(&c->own_ms, __ATOMIC_RELAXED)) ||
+	    !(at = __atomic_exchange_n(&c->own_ms, 0, __ATOMIC_ACQ_REL)) || slot < 0 || !ns_breakers_ok)
+		return;
+	ns_table_success_undo(&ns_breakers, slot, at, ns_conn_set(c)->window_ms);
+}
+
+void ns_conn_own_success(struct ns_conn *c)
+{
+	own_success(c, LD(c->slot));
+}
+
 /* Count the connection's one outcome. kind is NS_OUT_*; status: its HTTP
  * status when that decided it (for the history), else 0. */
 static void conn_outcome(struct ns_conn *c, int kind, int err, unsigned status)
@@ -166,12 +194,15 @@ static void conn_outcome(struct ns_conn *c, int kind, int err, unsigned status)
 	slot = LD(c->slot);
 	if ((was & NS_C_TLSWIRE) && !(was & NS_C_HSDONE) && !(was & NS_C_CONNECTING)) {
 		__atomic_fetch_or(&c->flags, NS_C_HSDONE, __ATOMIC_RELAXED); /* the handshake: no exchange */
+		if (kind == NS_OUT_SUCCESS)
+			own_success(c, slot);
 	} else if (!(was & NS_C_CONNECTING) && !h2) {
 		/* an answer came: the connection's next exchange is a reuse */
 		if (kind == NS_OUT_SUCCESS && (was & NS_C_SENT))
 			__atomic_fetch_or(&c->flags, NS_C_ANSWERED, __ATOMIC_RELAXED);
 		if (slot >= 0 && ns_breakers_ok)
 			ns_table_exchange(&ns_breakers, slot);
+		own_success_back(c, slot);
 	}
 	count(c, slot, kind, err, status, NULL, was, exchange_start(c), 0);
 out:
@@ -196,6 +227,7 @@ void ns_conn_h2_answered(struct ns_conn *c)
 	/* its connect's outcome: no exchange, no latency (its first frame,
 	 * SETTINGS, answers nothing: its streams' do) */
 	count(c, LD(c->slot), NS_OUT_SUCCESS, 0, 0, NULL, was, LD(c->start), LD(c->start));
+	own_success(c, LD(c->slot));
 out:
 	errno = saved;
 }
@@ -207,6 +239,7 @@ void ns_stream_outcome(struct ns_conn *c, int kind, int err, unsigned status, co
 
 	if (slot >= 0 && ns_breakers_ok)
 		ns_table_exchange(&ns_breakers, slot);
+	own_success_back(c, slot);
 	count(c, slot, kind, err, status, said, NS_C_SENT, from, first);
 	errno = saved;
 }

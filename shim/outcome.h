@@ -48,6 +48,9 @@ extern int (*ns_h2_end_hook)(struct ns_conn *c, int kind, int err) NS_HIDDEN;
 /* An HTTP/2 connection's server answered its first frame: the
  * connection's own outcome, a success that is not an exchange. */
 NS_HIDDEN void ns_conn_h2_answered(struct ns_conn *c);
+/* An h2c connection's first outcome, counted before it was known to be h2,
+ * is its own success (exchange.c): its first stream takes it back. */
+NS_HIDDEN void ns_conn_own_success(struct ns_conn *c);
 /* One HTTP/2 stream's outcome (h2conn.c), an exchange of c's destination:
  * status the HTTP status that decided it (or 0), said what else did
  * ("gRPC 14", "RST_STREAM 2") or NULL; from its start, first its first

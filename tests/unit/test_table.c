@@ -410,6 +410,40 @@ Test(table, window_counts_and_expires)
 	cr_assert_eq(e.opened_wall_ms, 0);
 }
 
+Test(table, a_connections_own_success_is_taken_back_from_the_total_and_its_bucket)
+{
+	struct ns_settings s = ns_builtin_settings;
+	struct ns_table t;
+	struct ns_entry e;
+	struct ns_step st;
+	int i;
+
+	s.window_ms = 3200; /* 32 buckets of 100 ms */
+	mem_table(&t, 4);
+	i = ns_table_find(&t, "d:1", 1, 0);
+	/* a handshake at 10000, a request's failure at 10050: one failure */
+	ns_table_outcome(&t, i, NS_OUT_SUCCESS, 0, 10000, 1, &s, &st);
+	ns_table_outcome(&t, i, NS_OUT_FAILURE, 111, 10050, 1, &s, &st);
+	ns_table_success_undo(&t, i, 10000, s.window_ms);
+	ns_table_read(&t, i, 10060, &e);
+	cr_assert_eq(e.successes, 0);
+	cr_assert_eq(e.failures, 1);
+	cr_assert_eq(e.outcomes_in_window, 1, "the bucket's success went too");
+	cr_assert_eq(e.failures_in_window, 1, "never a failure taken back");
+	/* a bucket that moved on keeps its outcomes; the total never wraps */
+	ns_table_outcome(&t, i, NS_OUT_SUCCESS, 0, 20000, 1, &s, &st);
+	ns_table_outcome(&t, i, NS_OUT_SUCCESS, 0, 20000 + 3200, 1, &s, &st);
+	ns_table_success_undo(&t, i, 20000, s.window_ms);
+	ns_table_read(&t, i, 20000 + 3200, &e);
+	cr_assert_eq(e.successes, 1);
+	cr_assert_eq(e.outcomes_in_window, 1);
+	ns_table_success_undo(&t, i, 20000 + 3200, s.window_ms);
+	ns_table_success_undo(&t, i, 20000 + 3200, s.window_ms);
+	ns_table_read(&t, i, 20000 + 3200, &e);
+	cr_assert_eq(e.successes, 0);
+	cr_assert_eq(e.outcomes_in_window, 0);
+}
+
 Test(table, probe_success_closes_and_clears_window)
 {
 	struct ns_settings s = ns_builtin_settings;
