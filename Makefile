@@ -36,7 +36,7 @@ SHIM_SAN := $(if $(filter thread,$(SANITIZER)),$(SAN_FLAGS))
 FINAL_CFLAGS := $(BASE_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
 FINAL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
 
-POLICY_SRC := policy/policy.c policy/scalars.c policy/values.c policy/patterns.c policy/faultspec.c policy/breaker.c policy/table.c policy/addrs.c policy/shaping.c policy/tablefile.c policy/faulttable.c policy/namemap.c policy/scenario.c policy/ocring.c policy/hpack.c policy/h2.c policy/h1end.c policy/words.c
+POLICY_SRC := policy/policy.c policy/scalars.c policy/values.c policy/patterns.c policy/faultspec.c policy/breaker.c policy/table.c policy/addrs.c policy/shaping.c policy/tablefile.c policy/faulttable.c policy/namemap.c policy/scenario.c policy/ocring.c policy/hpack.c policy/h2.c policy/h1end.c policy/words.c policy/account.c
 SHIM_SRC := $(sort $(wildcard shim/*.c))
 POLICY_OBJ := $(POLICY_SRC:%.c=$(BUILD)/%.o)
 SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/%.o)
@@ -117,7 +117,7 @@ $(BUILD)/tools/shimrun/shimrun.o: tools/shimrun/shimrun.c $(wildcard policy/*.h)
 	$(CC) $(FINAL_CFLAGS) -DNS_LIBDIR='"$(LIBDIR)"' -c -o $@ $<
 
 $(BUILD)/shimrun: $(BUILD)/tools/shimrun/shimrun.o $(BUILD)/tools/shimrun/supervise.o $(BUILD)/tools/shimrun/govern.o \
-		$(BUILD)/tools/shimrun/sockwatch.o $(POLICY_OBJ)
+		$(BUILD)/tools/shimrun/govacct.o $(BUILD)/tools/shimrun/sockwatch.o $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
 
 $(BUILD)/faultsrv: $(BUILD)/tools/testsrv/faultsrv.o

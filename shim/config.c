@@ -40,8 +40,6 @@ uint64_t ns_cfg_once;
 /* The fallback settings (ns_cfg_fallback) last kept. */
 static const struct ns_settings *cfg_fallback = &ns_builtin_settings;   /* atomic */
 
-struct ns_table ns_breakers;
-int ns_breakers_ok;
 uint64_t ns_tbl_once;
 
 /* Load the policy file into a new heap policy. Returns it, or NULL with the
@@ -285,59 +283,6 @@ __attribute__((constructor)) static void ns_init(void)
 	ns_real_bind();
 	ns_rng_state = (uint64_t)ns_now() ^ (r ? r[0] : 0) ^ (uint64_t)(uintptr_t)&ns_rng_state;
 	pthread_atfork(forking, forked_parent, forked_child);
-}
-
-
-/* Write one event into the shared ring: a transition, a traced failure, or
- * a process-wide happening (key may then be ""). */
-/* An event the agent acts on wakes it at once (a datagram to its socket,
- * never waited for): a trip reaches the fleet without waiting for the
- * agent's next tick. Three system calls, on a breaker's change only, and
- * only while an agent serves the table. */
-static void wake_agent(void)
-{
-	struct sockaddr_un a;
-	unsigned len;
-	int fd;
-
-	if (!__atomic_load_n(&ns_breakers.hdr->agent_pid, __ATOMIC_ACQUIRE))
-		return;
-	len = ns_table_wake_addr(&ns_breakers, &a);
-	fd = REAL(socket)(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return;
-	REAL(sendto)(fd, "!", 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, (socklen_t)len);
-	REAL(close)(fd);
-}
-
-void ns_emit(int type, int slot, const char *key, const struct ns_step *st, int err, const char *detail, int trace)
-{
-	struct ns_evrec ev;
-	struct ns_entry e;
-	int saved = errno;
-
-	if (!ns_breakers_ok)
-		return;
-	memset(&ev, 0, sizeof(ev));
-	ev.type = (uint32_t)type;
-	ev.pid = (uint32_t)getpid();
-	ev.err = (uint32_t)err;
-	snprintf(ev.dest, sizeof(ev.dest), "%s", key);
-	snprintf(ev.program, sizeof(ev.program), "%s", program_invocation_short_name);
-	if (detail)
-		snprintf(ev.detail, sizeof(ev.detail), "%s", detail);
-	if (st) {
-		ev.rule = (uint32_t)st->rule;
-		ev.consecutive = st->next.consec;
-	}
-	if (slot >= 0 && ns_table_read(&ns_breakers, slot, (uint64_t)(ns_now() / 1000000), &e) == 0)
-		ev.failures_in_window = e.failures_in_window;
-	if (trace)
-		ev.nframes = ns_trace_frames(ev.frames, NS_FRAMES);
-	ns_table_event(&ns_breakers, &ev, ns_wall_ms());
-	if (ns_event_wakes_agent(ev.type))
-		wake_agent();
-	errno = saved;
 }
 
 int ns_shim_active(void)

@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 
+#include "../policy/account.h"
 #include "../policy/policy.h"
 #include "../policy/table.h"
 #include "base.h"
@@ -78,6 +79,8 @@ extern uint64_t ns_rng_state NS_HIDDEN;
 
 /* Write one event into the shared ring: a transition, a traced failure, or
  * a process-wide happening (key may then be ""; slot -1; st NULL). */
+/* This engine, as the core (policy/account.h) borrows it. */
+extern const struct ns_engine ns_engine NS_HIDDEN;
 NS_HIDDEN void ns_emit(int type, int slot, const char *key, const struct ns_step *st, int err,
 		       const char *detail, int trace);
 /* ...when the table is in use: for code that has no key of a connection. */

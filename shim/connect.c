@@ -16,7 +16,7 @@
 #include "config.h"
 #include "destcache.h"
 #include "fault.h"
-#include "history.h"
+#include "engine.h"
 #include "shadow.h"
 #include "multiaddr.h"
 #include "names.h"
@@ -341,7 +341,8 @@ static __attribute__((noinline, cold)) int shadow_attempt(struct attempt *a)
 static __attribute__((noinline, cold)) void rejected_note(struct attempt *a)
 {
 	if (ns_hist_on((uint64_t)(a->now / 1000000)))
-		ns_hist_rejected(a->ref.slot, a->now);
+		ns_account_rejected(&ns_engine, &ns_breakers, a->ref.slot, (uint64_t)a->now / 1000,
+				    (uint32_t)ns_own_pid);
 	if (__atomic_load_n(&ns_fault_local, __ATOMIC_RELAXED) & NS_FL_SHADOW) {
 		a->c = NULL;   /* (a connect turned away has no record) */
 		shadow_attempt(a);

@@ -15,40 +15,9 @@
 
 #include "config.h"
 #include "faultcfg.h"
-#include "history.h"
+#include "engine.h"
 #include "shadow.h"
 #include "shape.h"
-
-/* The figures of the rule that opened the breaker, as the table has them
- * now (the window, the threshold the policy set), for the log line. */
-/* A transition of the breaker: said once at warn, and written to the
- * events. what: the event's detail; last: the outcome that moved it, as
- * the log says it ("HTTP 429", "ETIMEDOUT after the request was sent"). */
-static void log_step(int slot, const char *key, const struct ns_step *st, int err, int trace, const char *what,
-		     const char *last, const struct ns_settings *set)
-{
-	char fig[160];
-
-	switch (st->transition) {
-	case NS_TR_OPENED:
-		if (ns_log_level >= NS_LOG_WARN) {
-			ns_rule_figures(&ns_breakers, slot, st, set, (uint64_t)(ns_now() / 1000000), fig, sizeof(fig));
-			ns_log(NS_LOG_WARN, "breaker for %s opened by rule %s (%s)%s%s", key, ns_rule_name(st->rule), fig,
-			       last[0] ? "; the last: " : "", last);
-		}
-		ns_emit(NS_E_OPENED, slot, key, st, err, what, trace);
-		break;
-	case NS_TR_REOPENED:
-		NS_LOG(NS_LOG_WARN, "breaker for %s reopened: half-open probe failed%s%s%s", key, last[0] ? " (" : "",
-		       last, last[0] ? ")" : "");
-		ns_emit(NS_E_REOPENED, slot, key, st, err, what, trace);
-		break;
-	case NS_TR_CLOSED:
-		NS_LOG(NS_LOG_WARN, "breaker for %s closed: probe succeeded", key);
-		ns_emit(NS_E_CLOSED, slot, key, st, 0, NULL, 0);
-		break;
-	}
-}
 
 /* When the exchange in progress began: its request, or the connect for
  * the first. */
@@ -70,75 +39,55 @@ int (*ns_h2_end_hook)(struct ns_conn *c, int kind, int err);
 static inline __attribute__((always_inline)) void count(struct ns_conn *c, int slot, int kind, int err, unsigned status,
 							const char *said, uint32_t was, monotime from, monotime first)
 {
+	struct ns_outcome o;
 	struct ns_step st;
 	char key[NS_KEY_MAX];
-	uint64_t now_ms;
-	int trace;
-	const char *what = NULL;
-	char last[80];
+	const struct ns_settings *set;
+	monotime now;
 
-	if (kind == NS_OUT_SUCCESS && (slot < 0 || !ns_breakers_ok))
-		return;
-	last[0] = '\0';
-	/* the key is for the log and events: a success needs it only when it
-	 * moves the breaker (every exchange of a keep-alive loop comes here) */
-	key[0] = '\0';
-	if (kind != NS_OUT_SUCCESS || ns_log_level >= NS_LOG_INFO)
-		ns_conn_key(c, key);
-	/* the bank-transfer lesson: a connect that failed never reached the
-	 * server (safe to retry); a failure after the request went out is an
-	 * unknown outcome (never retry it blindly) */
-	if (kind != NS_OUT_SUCCESS && (status || said)) {
-		/* the answer said so: not unknown */
-		if (said)
-			snprintf(last, sizeof(last), "%s", said);
-		else
-			snprintf(last, sizeof(last), "HTTP %u", status);
-		what = last;
-	} else if (kind != NS_OUT_SUCCESS) {
-		/* the event's detail keeps its words (scripts read them); the
-		 * log line says the errno too */
-		what = (was & NS_C_CONNECTING) ? "connect failed (nothing sent)" :
-		       !(was & NS_C_SENT) ? NULL : kind == NS_OUT_TIMEOUT ?
-		       "timed out after the request was sent (outcome unknown)" :
-		       "failed after the request was sent (outcome unknown)";
-		snprintf(last, sizeof(last), "%s%s", kind == NS_OUT_TIMEOUT ? "ETIMEDOUT" :
-			 err ? ns_errno_name(err) : "closed before the answer",
-			 (was & NS_C_CONNECTING) ? " at connect (nothing sent)" : !(was & NS_C_SENT) ? "" :
-			 " after the request was sent (outcome unknown)");
-	}
-	if (kind != NS_OUT_SUCCESS)
-		NS_LOG(NS_LOG_INFO, "%s: %s%s", key, kind == NS_OUT_TIMEOUT ? "deadline expired: " : "", last);
-	if (slot >= 0 && ns_breakers_ok) {
-		monotime now = ns_now();
-
-		const struct ns_settings *set = ns_conn_set(c);
-
-		if (kind != NS_OUT_SUCCESS && (set->retry_budget_bp | set->retry_budget_min_mps))
-			ns_shape_note_failure(slot, now);   /* a connect soon after is a retry */
-		/* healthy-first: the address's connect failed, or its connection's
-		 * first outcome (an answer, a TLS handshake) came: it is healthy */
-		if (unlikely(set->address_choice) &&
-		    (kind != NS_OUT_SUCCESS ? (was & NS_C_CONNECTING) != 0 : !(was & NS_C_REUSED)))
-			ns_addr_connect_outcome(c, kind == NS_OUT_SUCCESS, kind == NS_OUT_TIMEOUT ? ETIMEDOUT : err);
-		uint64_t lat = kind == NS_OUT_SUCCESS ? (uint64_t)((first ? first : now) - from) / 1000 : 0;
-
-		now_ms = (uint64_t)(now / 1000000);
-		ns_table_outcome_at(&ns_breakers, slot, kind, err, lat, now_ms, ns_wall_ms(), set, &st);
-		/* (the recorder and the shadow read the wall clock again: a value
-		 * kept across the call above costs every outcome a register) */
-		if (unlikely(__atomic_load_n(&ns_breakers.hdr->hist_until_ms, __ATOMIC_RELAXED) > now_ms))
-			ns_hist_outcome(c, slot, kind, err, lat, now, from, ns_wall_ms(), status);
-		if (unlikely(__atomic_load_n(&ns_fault_local, __ATOMIC_RELAXED) & NS_FL_SHADOW))
-			ns_shadow_outcome(c, kind, err, lat, now_ms, ns_wall_ms());
-		trace = kind != NS_OUT_SUCCESS && (ns_trace_env || set->trace);
-		if (st.transition != NS_TR_NONE && !key[0])
+	if (slot < 0 || !ns_breakers_ok) {
+		if (kind != NS_OUT_SUCCESS && ns_log_level >= NS_LOG_INFO) {
 			ns_conn_key(c, key);
-		if (st.transition != NS_TR_NONE)
-			log_step(slot, key, &st, err, trace, what, last, set);
-		else if (trace)
-			ns_emit(NS_E_CONNECT_FAILED, slot, key, &st, err, what, 1);
+			ns_log(NS_LOG_INFO, "%s: %s%s", key, kind == NS_OUT_TIMEOUT ? "deadline expired: " : "",
+			       kind == NS_OUT_TIMEOUT ? "ETIMEDOUT"
+				       : err          ? ns_errno_word(err)
+						      : "closed before the answer");
+		}
+		return;
 	}
+	now = ns_now();
+	set = ns_conn_set(c);
+	if (kind != NS_OUT_SUCCESS && (set->retry_budget_bp | set->retry_budget_min_mps))
+		ns_shape_note_failure(slot, now); /* a connect soon after is a retry */
+	/* healthy-first: the address's connect failed, or its connection's
+	 * first outcome (an answer, a TLS handshake) came: it is healthy */
+	if (unlikely(set->address_choice) &&
+	    (kind != NS_OUT_SUCCESS ? (was & NS_C_CONNECTING) != 0 : !(was & NS_C_REUSED)))
+		ns_addr_connect_outcome(c, kind == NS_OUT_SUCCESS, kind == NS_OUT_TIMEOUT ? ETIMEDOUT : err);
+	o.kind = kind;
+	o.err = err;
+	o.status = status;
+	o.said = said;
+	o.at_connect = (was & NS_C_CONNECTING) != 0;
+	o.sent = (was & NS_C_SENT) != 0;
+	o.trace = kind != NS_OUT_SUCCESS && (ns_trace_env || set->trace);
+	o.latency_us = kind == NS_OUT_SUCCESS ? (uint64_t)((first ? first : now) - from) / 1000 : 0;
+	o.now_us = (uint64_t)now / 1000;
+	o.from_us = (uint64_t)from / 1000;
+	o.conn_us = (uint64_t)LD(c->start) / 1000;
+	/* the connection within its process: the record's place and its reuse count */
+	o.conn = ((uint32_t)((uintptr_t)c >> 6) ^ (__atomic_load_n(&c->gen, __ATOMIC_RELAXED) << 20)) | 1u;
+	o.pid = (uint32_t)ns_own_pid;
+	o.program = program_invocation_short_name;
+	o.key = NULL;
+	if (kind != NS_OUT_SUCCESS || ns_log_level >= NS_LOG_INFO) {
+		ns_conn_key(c, key);
+		o.key = key;
+	}
+	o.shadow.t = NULL;
+	if (unlikely(__atomic_load_n(&ns_fault_local, __ATOMIC_RELAXED) & NS_FL_SHADOW))
+		ns_shadow_ref(c, &o.shadow);
+	ns_account(&ns_engine, &ns_breakers, slot, set, &o, &st);
 }
 
 /* The connection's own success (its TLS handshake, an h2 connection's
@@ -374,15 +323,13 @@ int ns_breaker_admit(const char *key, int hint, int *slotp, const struct ns_sett
 	if (ns_table_attempt(&ns_breakers, slot, enforce, (uint64_t)(now / 1000000), set, &st) == NS_REJECT) {
 		NS_LOG(NS_LOG_DEBUG, "%s: breaker open, connect refused", key);
 		if (ns_hist_on((uint64_t)(now / 1000000)))
-			ns_hist_rejected(slot, now);
+			ns_account_rejected(&ns_engine, &ns_breakers, slot, (uint64_t)now / 1000, (uint32_t)ns_own_pid);
 		if (unlikely(__atomic_load_n(&ns_fault_local, __ATOMIC_RELAXED) & NS_FL_SHADOW))
 			shadow_rejected(key, now);
 		return -1;
 	}
-	if (st.transition == NS_TR_HALF_OPENED) {
-		NS_LOG(NS_LOG_INFO, "breaker for %s half-open: letting a probe through", key);
-		ns_emit(NS_E_HALF_OPEN, slot, key, &st, 0, NULL, 0);
-	}
+	ns_account_attempt(&ns_engine, &ns_breakers, slot, key, &st, (uint32_t)ns_own_pid,
+			   program_invocation_short_name);
 	return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "../policy/account.h"
 #include "config.h"
 #include "conn.h"
 
@@ -19,23 +20,6 @@ static inline int ns_is_failure_errno(int e)
 		return 1;
 	default:
 		return 0;
-	}
-}
-
-/* ...its name, for the log ("ECONNREFUSED"); another errno: its text. */
-static inline const char *ns_errno_name(int e)
-{
-	switch (e) {
-	case ECONNREFUSED: return "ECONNREFUSED";
-	case ECONNRESET: return "ECONNRESET";
-	case ETIMEDOUT: return "ETIMEDOUT";
-	case EHOSTUNREACH: return "EHOSTUNREACH";
-	case ENETUNREACH: return "ENETUNREACH";
-	case ENETDOWN: return "ENETDOWN";
-	case EHOSTDOWN: return "EHOSTDOWN";
-	case ECONNABORTED: return "ECONNABORTED";
-	case EPIPE: return "EPIPE";
-	default: return strerror(e);
 	}
 }
 

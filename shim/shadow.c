@@ -117,10 +117,8 @@ void ns_shadow_attempt(struct ns_conn *c, const struct ns_dest *d, monotime now)
 	const struct ns_policy *p = current();
 	const struct ns_settings *kept;
 	struct ns_settings set;
-	struct ns_step st;
 	char key[NS_KEY_MAX];
-	uint64_t ms = (uint64_t)(now / 1000000);
-	int slot, full, away, saved = errno;
+	int slot, full, saved = errno;
 
 	if (!p || !stbl_ready() || ns_dest_key(d, key, sizeof(key)) < 0)
 		goto out;
@@ -128,32 +126,26 @@ void ns_shadow_attempt(struct ns_conn *c, const struct ns_dest *d, monotime now)
 	if (set.mode == NS_MODE_BYPASS)
 		goto out;
 	kept = ns_settings_keep(&set, no_fallback, &full);
-	slot = ns_table_find(&stbl, key, 1, ms);
-	if (!kept || full || slot < 0)
+	if (!kept || full)
 		goto out;
-	away = ns_table_attempt(&stbl, slot, 1, ms, kept, &st) == NS_REJECT;
+	slot = ns_shadow_admit(&stbl, kept, key, (uint64_t)(now / 1000000));
 	if (c) {
 		/* turned away by the shadow's breaker: its outcomes are not the shadow's */
 		c->shadow_set = kept;
-		c->shadow_slot = away ? -1 : slot;
+		c->shadow_slot = slot;
 		__atomic_store_n(&c->shadow_gen, __atomic_load_n(&c->gen, __ATOMIC_RELAXED), __ATOMIC_RELEASE);
 	}
 out:
 	errno = saved;
 }
 
-void ns_shadow_outcome(struct ns_conn *c, int kind, int err, uint64_t latency_us, uint64_t now_ms, uint64_t wall_ms)
+void ns_shadow_ref(const struct ns_conn *c, struct ns_shadow_ref *ref)
 {
-	struct ns_step st;
-	char key[NS_KEY_MAX];
-
+	ref->t = NULL;
 	if (__atomic_load_n(&c->shadow_gen, __ATOMIC_ACQUIRE) != __atomic_load_n(&c->gen, __ATOMIC_RELAXED) ||
 	    !c->shadow_set || c->shadow_slot < 0 || !stbl_ready())
 		return;
-	ns_table_outcome_at(&stbl, c->shadow_slot, kind, err, latency_us, now_ms, wall_ms, c->shadow_set, &st);
-	if (st.transition == NS_TR_OPENED || st.transition == NS_TR_REOPENED || st.transition == NS_TR_CLOSED) {
-		ns_conn_key(c, key);
-		ns_emit(st.transition == NS_TR_CLOSED ? NS_E_SHADOW_CLOSED : NS_E_SHADOW_OPENED, -1, key, &st, err,
-			st.transition == NS_TR_REOPENED ? "half-open probe failed" : NULL, 0);
-	}
+	ref->t = &stbl;
+	ref->set = c->shadow_set;
+	ref->slot = c->shadow_slot;
 }

@@ -3,6 +3,7 @@
 #ifndef NS_SHADOW_H
 #define NS_SHADOW_H
 
+#include "../policy/account.h"
 #include "config.h"
 #include "conn.h"
 
@@ -12,8 +13,8 @@
  * breaker (c NULL): the shadow's breaker asked too; a connect it would
  * turn away is counted there and its outcomes are not the shadow's. */
 NS_HIDDEN void ns_shadow_attempt(struct ns_conn *c, const struct ns_dest *d, monotime now);
-/* An exchange's outcome (NS_OUT_*), as the live breaker counted it. */
-NS_HIDDEN void ns_shadow_outcome(struct ns_conn *c, int kind, int err, uint64_t latency_us, uint64_t now_ms,
-				 uint64_t wall_ms);
+/* c's view in the shadow (its table, settings and slot) for the core to
+ * judge its outcomes on (policy/account.c); ref->t NULL: none. */
+NS_HIDDEN void ns_shadow_ref(const struct ns_conn *c, struct ns_shadow_ref *ref);
 
 #endif

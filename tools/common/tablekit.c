@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../policy/account.h"
 #include "../../policy/table.h"
 #include "tablekit.h"
 
@@ -134,31 +135,30 @@ int ctl_open_table(const char *name, int create, struct ns_table *t)
 	return 0;
 }
 
-/* The table's key for what the user typed: "localhost:80" and
- * "[::1]:80" are normalised the way the shim writes them. */
+/* A tool's wake of the agent: an operator's command reaches it at once
+ * (policy/table.h). */
+static void tool_wake(struct ns_table *t)
+{
+	struct sockaddr_un a;
+	socklen_t len = (socklen_t)ns_table_wake_addr(t, &a);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (fd >= 0) {
+		sendto(fd, "!", 1, MSG_DONTWAIT, (struct sockaddr *)&a, len);
+		close(fd);
+	}
+}
+
+/* What the core (policy/account.h) borrows from a tool that writes events
+ * (shimctl, the agent): its clock and its wake of the agent; no lines. */
+static const struct ns_engine tool_engine = {
+	.wake = tool_wake,
+	.wall_ms = ctl_wall_ms,
+};
+
 void ctl_note_event(struct ns_table *t, int type, const char *key, const char *detail, const char *program)
 {
-	struct ns_evrec ev;
-
-	memset(&ev, 0, sizeof(ev));
-	ev.type = (uint32_t)type;
-	ev.pid = (uint32_t)getpid();
-	snprintf(ev.dest, sizeof(ev.dest), "%s", key);
-	snprintf(ev.program, sizeof(ev.program), "%s", program);
-	if (detail)
-		snprintf(ev.detail, sizeof(ev.detail), "%s", detail);
-	ns_table_event(t, &ev, ctl_wall_ms());
-	if (ns_event_wakes_agent(ev.type) && t->hdr && __atomic_load_n(&t->hdr->agent_pid, __ATOMIC_ACQUIRE)) {
-		/* an operator's command reaches the agent at once (policy/table.h) */
-		struct sockaddr_un a;
-		socklen_t len = (socklen_t)ns_table_wake_addr(t, &a);
-		int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-
-		if (fd >= 0) {
-			sendto(fd, "!", 1, MSG_DONTWAIT, (struct sockaddr *)&a, len);
-			close(fd);
-		}
-	}
+	ns_event_write(&tool_engine, t, type, -1, key, NULL, 0, detail, (uint32_t)getpid(), program, 0);
 }
 
 void ctl_note_action(struct ns_table *t, int type, const char *key, const char *detail)

@@ -50,6 +50,7 @@
 #include "../../policy/destaddr.h"
 #include "../../policy/policy.h"
 #include "../../policy/table.h"
+#include "govacct.h"
 #include "sockwatch.h"
 
 #define CONNS           NS_GOV_POLLED /* connects and connections governed at once */
@@ -79,6 +80,9 @@ struct conn {
 	struct sockaddr_storage ss;
 	struct ns_sockid sid;
 	struct ns_settings set;
+	uint32_t gen;    /* bumped at each use of the record: the connection's number */
+	int shadow_slot; /* the shadow's breaker's slot for its outcomes, or -1 */
+	struct ns_settings shadow_set;
 };
 
 struct ns_gov {
@@ -97,6 +101,7 @@ struct ns_gov {
 	uint64_t rng;
 	uint64_t said[NS_SAID_WAYS]; /* its own once a minute (ns_said_here) */
 	uint64_t recent[RECENT];
+	struct ns_gacct acct; /* the core's accounting, as this engine lends it (govacct.c) */
 	struct conn c[CONNS];
 };
 
@@ -111,14 +116,6 @@ static uint64_t mono_us(void)
 static uint64_t mono_ms(void)
 {
 	return mono_us() / 1000;
-}
-
-static uint64_t wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 static int enforce(const struct conn *c)
@@ -139,25 +136,34 @@ static void key_of(struct ns_gov *g, int slot, char *key, size_t len)
 		snprintf(key, len, "slot %d", slot);
 }
 
+/* The process of c's thread (its events' pid). */
+static pid_t tgid_of(struct conn *c)
+{
+	if (!c->tgid)
+		c->tgid = ns_sw_tgid(c->tid);
+	return c->tgid > 0 ? c->tgid : c->tid;
+}
+
 /* One outcome of c's destination (kind NS_OUT_*, err its errno; sent: a
- * request was out), and what it did to the breaker, said once. */
+ * request was out; else the connect failed, nothing sent), counted by the
+ * core (policy/account.c) as the library counts its own. */
 static void count(struct ns_gov *g, struct conn *c, int kind, int err, int sent, uint64_t now)
 {
+	struct ns_outcome o;
 	struct ns_step st;
-	char key[NS_KEY_MAX], fig[160];
 
-	ns_table_outcome_at(&g->t, c->slot, kind, err, 0, now, wall_ms(), &c->set, &st);
+	memset(&o, 0, sizeof(o));
+	o.kind = kind;
+	o.err = err;
+	o.at_connect = c->state == C_CONNECTING;
+	o.sent = sent;
+	o.trace = 0; /* (the program's stack is not shimrun's to walk) */
+	o.now_us = now * 1000;
+	o.from_us = o.conn_us = c->start_ms * 1000;
+	o.conn = ((uint32_t)(c - g->c) << 1 ^ c->gen << 16) | 1u;
+	ns_gacct_outcome(&g->acct, c->slot, &c->set, &o, tgid_of(c), &c->shadow_set, c->shadow_slot, &st);
 	if (kind != NS_OUT_SUCCESS)
 		g->recent[(uint32_t)c->slot % RECENT] = (uint64_t)(uint32_t)c->slot << 32 | (uint32_t)(now ? now : 1);
-	if (st.transition != NS_TR_OPENED && st.transition != NS_TR_REOPENED)
-		return;
-	key_of(g, c->slot, key, sizeof(key));
-	/* the rule's figures as the library's line gives them (policy/words.c) */
-	ns_rule_figures(&g->t, c->slot, &st, &c->set, now, fig, sizeof(fig));
-	fprintf(stderr, "shimrun: breaker for %s %s by rule %s (%s); the last: %s%s\n", key,
-		st.transition == NS_TR_OPENED ? "opened" : "reopened", ns_rule_name(st.rule), fig,
-		err ? strerrorname_np(err) : "closed",
-		sent ? " after the request was sent (outcome unknown)" : " at connect (nothing sent)");
 }
 
 /* A retry: a connect within a second of a failure of its destination here
@@ -420,7 +426,7 @@ int ns_gov_no_copy(struct ns_gov *g, pid_t tid, int err)
 void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const struct sockaddr_storage *ss, socklen_t len)
 {
 	struct ns_dest d;
-	struct ns_settings set;
+	struct ns_settings set, shadow_set;
 	struct ns_step st;
 	char key[NS_KEY_MAX];
 	uint64_t now = mono_ms();
@@ -438,8 +444,18 @@ void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const stru
 		return;
 	}
 	/* (an open breaker, the fleet's hold, a cooldown: the table refuses) */
-	if (ns_table_attempt(&g->t, slot, set.mode == NS_MODE_ENFORCE, now, &set, &st) == NS_REJECT ||
-	    (set.mode == NS_MODE_ENFORCE && (set.retry_budget_bp | set.retry_budget_min_mps) &&
+	if (ns_table_attempt(&g->t, slot, set.mode == NS_MODE_ENFORCE, now, &set, &st) == NS_REJECT) {
+		ns_gacct_rejected(&g->acct, slot, now, tid);
+		(void)ns_gacct_shadow_attempt(&g->acct, &d, key, now, &shadow_set);
+		g->answer(g->ctx, id, ECONNREFUSED, 0); /* nothing sent */
+		return;
+	}
+	if (st.transition == NS_TR_HALF_OPENED) {
+		pid_t pid = ns_sw_tgid(tid);
+
+		ns_gacct_attempt(&g->acct, slot, key, &st, pid > 0 ? pid : tid);
+	}
+	if ((set.mode == NS_MODE_ENFORCE && (set.retry_budget_bp | set.retry_budget_min_mps) &&
 	     retry_budget(g, slot, &set, now) < 0) ||
 	    (set.mode == NS_MODE_ENFORCE && set.throttle && throttled(g, slot, &set, key, now))) {
 		g->answer(g->ctx, id, ECONNREFUSED, 0); /* nothing sent */
@@ -464,6 +480,8 @@ void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const stru
 	c->ss = *ss;
 	c->len = len;
 	c->set = set;
+	c->gen++;
+	c->shadow_slot = ns_gacct_shadow_attempt(&g->acct, &d, key, now, &c->shadow_set);
 	c->queued_ms = now;
 	c->queue_deadline_ms = now + set.queue_timeout_ms;
 	if (set.mode == NS_MODE_ENFORCE && ((set.max_connections && g->holder) || set.rate_interval_us)) {
@@ -834,6 +852,8 @@ struct ns_gov *ns_gov_new(const char *policy, const char *table, ns_gov_answer_f
 	g->tbl_ok = ns_table_open(name, 1, 0, 0, &g->t, err, sizeof(err)) == NS_TBL_OK;
 	if (!g->tbl_ok)
 		fprintf(stderr, "shimrun: table %s: %s; connects are not counted\n", name, err);
+	else
+		ns_gacct_init(&g->acct, &g->t, &g->pol);
 	g->nl = ns_sw_open();
 	if (g->nl < 0)
 		fprintf(stderr,

@@ -1,0 +1,99 @@
+/* account.h -- what an outcome counts, written once for both engines
+ * (docs/design.md, "One core for both engines").
+ *
+ * An engine (the preloaded library, shimrun's seccomp engine) sees a call
+ * end and hands the core one outcome: the destination's slot, its settings,
+ * what happened (kind, errno, the HTTP status or the answer's own words,
+ * the latency), where it came from (the engine, the process, the
+ * connection) and whether the connect or a request was out. The core does
+ * everything an outcome does: the table's counts and windows, the breaker
+ * step, the adaptive words (policy/table.c), the history record when a
+ * recorder reads, the shadow policy's judgement, the event (one builder for
+ * every writer of the ring) and the engine's line. What only an engine can
+ * do it lends through struct ns_engine: its log, its mapping of the
+ * history ring, its stack frames, its wake of the agent (system calls the
+ * library makes through libc's real functions). */
+#ifndef NS_POLICY_ACCOUNT_H
+#define NS_POLICY_ACCOUNT_H
+
+#include <stdint.h>
+
+#include "ocring.h"
+#include "table.h"
+
+enum { NS_ENGINE_PRELOAD = 1, NS_ENGINE_SECCOMP = 2 };
+
+struct ns_engine {
+	int id;               /* NS_ENGINE_* */
+	const int *log_level; /* NS_LOG_*: its level in force (the library's may change on a reload) */
+	void (*say)(int level, const char *line); /* one line, written with the engine's prefix */
+	/* the history ring mapped for the table's recorder (NULL: none) */
+	struct ns_ocring *(*hist_ring)(void);
+	/* up to max frames of the calling stack (NULL: the engine has none) */
+	unsigned (*frames)(char frames[][NS_FRAME_LEN], unsigned max);
+	/* an event the agent wants now was written (NULL: no agent is woken) */
+	void (*wake)(struct ns_table *t);
+	uint64_t (*wall_ms)(void);
+};
+
+/* The shadow policy's view of a connection: its settings and slot in the
+ * shadow's table, judged at the connect (ns_shadow_admit). */
+struct ns_shadow_ref {
+	struct ns_table *t; /* NULL: no shadow */
+	const struct ns_settings *set;
+	int slot; /* -1: none, or its breaker turned the connect away */
+};
+
+/* One outcome, as an engine saw it. */
+struct ns_outcome {
+	int kind;            /* NS_OUT_* */
+	int err;             /* its errno, 0 = none */
+	unsigned status;     /* the HTTP status that decided it, 0 = none */
+	const char *said;    /* what decided it in the answer's words ("gRPC UNAVAILABLE (14)"), or NULL */
+	int at_connect;      /* the connect was in progress: nothing was sent */
+	int sent;            /* a request was out (a failure's outcome is unknown) */
+	int trace;           /* the event carries the stack (trace = on) */
+	uint64_t latency_us; /* a success: its first byte after the exchange began */
+	uint64_t now_us;     /* CLOCK_MONOTONIC */
+	uint64_t from_us;    /* when the exchange began: its request, or the connect */
+	uint64_t conn_us;    /* when the connection's connect was admitted */
+	uint32_t conn;       /* the connection's number in its process (history), 0 = none */
+	uint32_t pid;
+	const char *program; /* the process's short name (events) */
+	const char *key;     /* the destination as the table names it, or NULL: read from the slot */
+	struct ns_shadow_ref shadow;
+};
+
+/* Count o on slot of t under set; *st: what it did to the breaker. */
+void ns_account(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_settings *set,
+		const struct ns_outcome *o, struct ns_step *st);
+
+/* A connect the breaker of slot let through (st from ns_table_attempt): a
+ * half-open step is said and written as an event. */
+void ns_account_attempt(const struct ns_engine *e, struct ns_table *t, int slot, const char *key,
+			const struct ns_step *st, uint32_t pid, const char *program);
+/* A connect a breaker turned away: the history's record of it. */
+void ns_account_rejected(const struct ns_engine *e, struct ns_table *t, int slot, uint64_t now_us, uint32_t pid);
+
+/* The shadow policy's breaker asked about a connect to key under its
+ * settings set: the slot its outcomes are judged on, or -1 (turned away,
+ * or no room: its outcomes are not the shadow's). */
+int ns_shadow_admit(struct ns_table *stbl, const struct ns_settings *set, const char *key, uint64_t now_ms);
+
+/* The one builder of an event record (the library, shimrun, shimctl and the
+ * agent write through it): type, who, the destination, the breaker's step
+ * (or NULL), the errno and the detail (or NULL). failures_in_window is read
+ * from slot when slot >= 0. Then written to t's ring, and the agent woken
+ * through e->wake when the event wants it. */
+void ns_event_write(const struct ns_engine *e, struct ns_table *t, int type, int slot, const char *key,
+		    const struct ns_step *st, int err, const char *detail, uint32_t pid, const char *program,
+		    int trace);
+
+/* An errno as the lines name it: the network's by name ("ECONNREFUSED"),
+ * another by its text. */
+const char *ns_errno_word(int e);
+
+/* The destination slot idx names, NUL-terminated (shared memory: bounded). */
+void ns_table_key_copy(const struct ns_table *t, int idx, char out[NS_KEY_MAX]);
+
+#endif

@@ -1,0 +1,177 @@
+"""One core for both engines (issue 48): the same failing destination seen
+by a preloaded python client and by a static Go client under the seccomp
+engine gives the same events (opened with the rule and its figures,
+half_open, closed), the same history rows, the same shadow verdicts, and
+fires the agent's --on-event hook the same way: both engines count through
+policy/account.c. Before, an outcome the seccomp engine counted wrote the
+table and a line, and nothing else: no event, no history row, no shadow
+judgement (a Go program's breakers were invisible to them all).
+
+What differs by design is left out of the comparison: the pid and program
+of each event, times, and the HTTP status (the seccomp engine sees no bytes
+yet: a status from Go is issue 50's)."""
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import BUILD, Shim, py_script
+from test_engine import gobins  # noqa: F401  (the module's Go clients, built once)
+from test_history import NO_AGENT, Recorder, rows
+
+LIVE = """[defaults]
+failure_threshold = 3
+open_duration = 1s
+connect_timeout = 2s
+shadow_policy = shadow.conf
+"""
+SHADOW = """[defaults]
+failure_threshold = 2
+open_duration = 1s
+"""
+HOOK = """#!/bin/sh
+printf '%s|%s|%s\\n' "$NETSHIM_EVENT" "$NETSHIM_DESTINATION" "$NETSHIM_RULE" >> {out}
+"""
+GET = r"""
+import http.client, sys
+for u in sys.argv[2:]:
+    c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
+    try:
+        c.request("GET", u)
+        r = c.getresponse()
+        r.read()
+        print("status", r.status)
+    except OSError as e:
+        print("error", e.errno)
+    finally:
+        c.close()
+"""
+
+
+class Answering:
+    """HTTP on port (taken over from a socket that held it unlistened):
+    200 to every request, then the connection is closed."""
+
+    def __init__(self, port):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", port))
+        self.sock.listen(64)
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                c.settimeout(5)
+                got = b""
+                while b"\r\n\r\n" not in got:
+                    d = c.recv(4096)
+                    if not d:
+                        break
+                    got += d
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            except OSError:
+                pass
+            c.close()
+
+    def stop(self):
+        self.sock.close()
+
+
+def scenario(tmp, engine, gobins):
+    """Three refused connects (the breaker opens; the shadow's at two), one
+    the breaker refuses, then after open_duration a server and one request
+    (half-open, the probe's success closes both). What each side recorded."""
+    shim = Shim(tmp)
+    hold = socket.socket()
+    hold.bind(("127.0.0.1", 0))   # bound, not listening: connects are refused
+    port = hold.getsockname()[1]
+    dest = f"127.0.0.1:{port}"
+    (tmp / "shadow.conf").write_text(SHADOW)
+    shim.policy(LIVE)
+    hooks = tmp / "hooks.out"
+    (tmp / "hook.sh").write_text(HOOK.format(out=hooks))
+    (tmp / "hook.sh").chmod(0o755)
+    shim.ctl("status")   # the table exists before the recorder maps it
+    rec = Recorder(shim, tmp / "history.db", "--on-event", str(tmp / "hook.sh"))
+    srv = None
+
+    def run(n):
+        if engine == "preload":
+            return shim.run(py_script(tmp, GET) + [port] + ["/"] * n)
+        return shim.run(["--engine", "seccomp", "--", gobins["get-static"]] + [f"http://{dest}/?{i}" for i in range(n)],
+                        shimrun_args=True)
+
+    try:
+        r1 = run(3)
+        r2 = run(1)
+        time.sleep(1.3)
+        hold.close()
+        srv = Answering(port)
+        r3 = run(1)
+        # the agent's hooks run as it reads the ring: wait for the last
+        # (a bound a loaded machine cannot break), then its last pass
+        deadline = time.monotonic() + 30
+        while not (hooks.exists() and "closed|" in hooks.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        rec.stop()
+        if srv:
+            srv.stop()
+        hold.close()
+    evs = [json.loads(l) for l in shim.ctl("events", "--json", dest).stdout.splitlines()]
+    out = {
+        "runs": [r1.out.split("\n")[:3], r2.out.split("\n")[:1], r3.out.split("\n")[:1]],
+        "events": [(e["event"], e["destination"] == dest, e["rule"], e["failures_in_window"],
+                    e["consecutive_failures"], e["error"], e["detail"]) for e in evs],
+        "history": rows(tmp / "history.db", "SELECT kind, err FROM outcome_rows ORDER BY at_us")
+        if (tmp / "history.db").exists() else [],
+        "hooks": [tuple(l.split("|")) for l in hooks.read_text().splitlines()] if hooks.exists() else [],
+        "entry": {k: shim.entry(dest)[k] for k in ("state", "calls", "successes", "failures", "rejected",
+                                                  "shadow_state", "shadow_would_reject")},
+        "dest": dest,
+    }
+    shim.cleanup()
+    return out
+
+
+@pytest.mark.shim
+@pytest.mark.agent
+def test_both_engines_give_the_same_events_history_shadow_and_hooks(tmp_path, gobins):  # noqa: F811
+    if NO_AGENT:
+        pytest.skip("the recorder and the hooks are the agent's")
+    (tmp_path / "p").mkdir()
+    (tmp_path / "s").mkdir()
+    pre = scenario(tmp_path / "p", "preload", gobins)
+    sec = scenario(tmp_path / "s", "seccomp", gobins)
+    # the programs were told the same: refused three times, refused by the
+    # breaker, then answered
+    assert pre["runs"][0] == ["error 111"] * 3 and pre["runs"][2] == ["status 200"], pre["runs"]
+    assert [l.split(" ")[0] for l in sec["runs"][0]] == ["error"] * 3, sec["runs"]
+    assert sec["runs"][2][0].startswith("status 200"), sec["runs"]
+    want_events = [
+        ("shadow_opened", True, "failure_threshold", 0, 2, "ECONNREFUSED", ""),
+        ("opened", True, "failure_threshold", 3, 3, "ECONNREFUSED", "connect failed (nothing sent)"),
+        ("half_open", True, None, 3, 3, None, ""),
+        ("shadow_closed", True, None, 0, 0, None, ""),
+        ("closed", True, None, 0, 0, None, ""),
+    ]
+    assert pre["events"] == want_events, pre["events"]
+    assert sec["events"] == want_events, sec["events"]
+    assert pre["history"] == sec["history"] == [("failure", 111)] * 3 + [("rejected", 0), ("success", 0)], \
+        (pre["history"], sec["history"])
+    # the hooks run on the breaker's own steps (opened, closed; not the
+    # shadow's, nor half_open)
+    for side in (pre, sec):
+        assert side["hooks"] == [("opened", side["dest"], "failure_threshold"), ("closed", side["dest"], "")], \
+            side["hooks"]
+    want_entry = {"state": "closed", "calls": 4, "successes": 1, "failures": 3, "rejected": 1,
+                  "shadow_state": "closed", "shadow_would_reject": 2}
+    assert pre["entry"] == want_entry, pre["entry"]
+    assert sec["entry"] == want_entry, sec["entry"]

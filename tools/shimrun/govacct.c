@@ -1,0 +1,173 @@
+/* govacct.c -- the seccomp engine as the core's accounting sees it
+ * (govacct.h). Everything an outcome does is policy/account.c's; this file
+ * holds only what is shimrun's: its lines (prefix "shimrun:", the level of
+ * NETSHIM_LOG), its own mapping of the history ring (one thread: the
+ * mapping of an older generation is dropped at once), its wake of the
+ * agent, the name of the program's process, and its copy of the shadow
+ * policy with the shadow's table. */
+#include "govacct.h"
+
+#include "sockwatch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+static int level = 2;        /* warn: shimrun's lines (NETSHIM_LOG as the library reads it) */
+static struct ns_gacct *the; /* the engine's one accounting (one thread) */
+
+static void say_line(int lv, const char *line)
+{
+	(void)lv;
+	fprintf(stderr, "shimrun: %s\n", line);
+}
+
+static uint64_t wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void wake(struct ns_table *t)
+{
+	struct sockaddr_un sa;
+	socklen_t len = (socklen_t)ns_table_wake_addr(t, &sa);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+	if (fd >= 0) {
+		(void)sendto(fd, "!", 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&sa, len);
+		close(fd);
+	}
+}
+
+/* The ring of the recorder reading now (its generation), mapped once. */
+static struct ns_ocring *ring(void)
+{
+	struct ns_gacct *a = the;
+	uint32_t gen;
+	char path[320], err[NS_ERRBUF];
+
+	if (!a || !a->t->hdr)
+		return NULL;
+	gen = __atomic_load_n(&a->t->hdr->hist_gen, __ATOMIC_ACQUIRE);
+	if (a->ring_state != 0 && a->ring_gen == gen)
+		return a->ring_state == 1 ? &a->ring : NULL;
+	if (a->ring_state == 1)
+		ns_ocring_close(&a->ring);
+	a->ring_gen = gen;
+	a->ring_state = -1;
+	if (ns_ocring_path(a->t->path, path, sizeof(path)) < 0 || ns_ocring_open(path, &a->ring, err, sizeof(err)) < 0)
+		fprintf(stderr, "shimrun: history: %s; outcomes go unrecorded\n", err);
+	else
+		a->ring_state = 1;
+	return a->ring_state == 1 ? &a->ring : NULL;
+}
+
+const struct ns_engine ns_seccomp_engine = {
+	.id = NS_ENGINE_SECCOMP,
+	.log_level = &level,
+	.say = say_line,
+	.hist_ring = ring,
+	.wake = wake,
+	.wall_ms = wall_ms,
+};
+
+void ns_gacct_init(struct ns_gacct *a, struct ns_table *t, const struct ns_policy *live)
+{
+	const char *env = getenv("NETSHIM_LOG"), *path = getenv("NETSHIM_SHADOW_POLICY"), *base;
+	char err[8192], name[300];
+
+	static const char *const levels[] = { "off", "error", "warn", "info", "debug" };
+
+	for (int i = 0; env && i < 5; i++)
+		if (strcmp(env, levels[i]) == 0)
+			level = i;
+	a->t = t;
+	the = a;
+	if (!(path && *path) && live->shadow[0])
+		path = live->shadow;
+	if (!path || !*path || !t->hdr)
+		return;
+	if (ns_policy_load(path, &a->shadow, err, sizeof(err)) != 0) {
+		char *nl = strchr(err, '\n');
+
+		if (nl)
+			*nl = '\0';
+		fprintf(stderr, "shimrun: shadow policy ignored (the live policy is not affected): %s\n", err);
+		return;
+	}
+	base = strrchr(t->path, '/');
+	snprintf(name, sizeof(name), "%s.shadow", base ? base + 1 : t->path);
+	if (ns_table_open(name, 1, t->nslots, 1, &a->stbl, err, sizeof(err)) != NS_TBL_OK) {
+		fprintf(stderr, "shimrun: shadow policy: %s; the shadow is off\n", err);
+		return;
+	}
+	a->shadow_on = 1;
+}
+
+int ns_gacct_shadow_attempt(struct ns_gacct *a, const struct ns_dest *d, const char *key, uint64_t now_ms,
+			    struct ns_settings *set)
+{
+	if (!a->shadow_on || ns_table_broken(&a->stbl))
+		return -1;
+	ns_policy_resolve(&a->shadow, d, set, NULL);
+	if (set->mode == NS_MODE_BYPASS)
+		return -1;
+	return ns_shadow_admit(&a->stbl, set, key, now_ms);
+}
+
+/* The name of process pid as events give it (its comm), read once a process. */
+static const char *program(struct ns_gacct *a, pid_t pid)
+{
+	char path[64];
+	ssize_t n;
+	int fd;
+
+	if (pid == a->comm_pid)
+		return a->comm;
+	a->comm_pid = pid;
+	a->comm[0] = '\0';
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+		n = read(fd, a->comm, sizeof(a->comm) - 1);
+		close(fd);
+		a->comm[n > 0 ? n : 0] = '\0';
+		a->comm[strcspn(a->comm, "\n")] = '\0';
+	}
+	return a->comm;
+}
+
+void ns_gacct_outcome(struct ns_gacct *a, int slot, const struct ns_settings *set, struct ns_outcome *o, pid_t pid,
+		      const struct ns_settings *shadow_set, int shadow_slot, struct ns_step *st)
+{
+	o->pid = (uint32_t)pid;
+	o->program = program(a, pid);
+	o->shadow.t = a->shadow_on && shadow_slot >= 0 ? &a->stbl : NULL;
+	o->shadow.set = shadow_set;
+	o->shadow.slot = shadow_slot;
+	ns_account(&ns_seccomp_engine, a->t, slot, set, o, st);
+}
+
+void ns_gacct_attempt(struct ns_gacct *a, int slot, const char *key, const struct ns_step *st, pid_t pid)
+{
+	if (st->transition == NS_TR_HALF_OPENED) /* (the process's name is read only then) */
+		ns_account_attempt(&ns_seccomp_engine, a->t, slot, key, st, (uint32_t)pid, program(a, pid));
+}
+
+void ns_gacct_rejected(struct ns_gacct *a, int slot, uint64_t now_ms, pid_t tid)
+{
+	pid_t pid;
+
+	if (!a->t->hdr || __atomic_load_n(&a->t->hdr->hist_until_ms, __ATOMIC_RELAXED) <= now_ms)
+		return; /* (no recorder: the thread's process is not looked up) */
+	pid = ns_sw_tgid(tid);
+	ns_account_rejected(&ns_seccomp_engine, a->t, slot, now_ms * 1000, (uint32_t)(pid > 0 ? pid : tid));
+}

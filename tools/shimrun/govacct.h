@@ -1,0 +1,49 @@
+/* govacct.h -- the seccomp engine as the core's accounting sees it
+ * (govacct.c): what shimrun lends policy/account.c (its lines, its mapping
+ * of the history ring, its wake of the agent), and the shadow policy judged
+ * on the program's connects and outcomes as the library judges its own. */
+#ifndef NS_GOVACCT_H
+#define NS_GOVACCT_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../../policy/account.h"
+#include "../../policy/policy.h"
+
+struct ns_gacct {
+	struct ns_table *t;    /* the live table */
+	struct ns_ocring ring; /* the history ring, mapped for ring_gen */
+	int ring_state;        /* 0 none, 1 mapped, -1 failed for ring_gen */
+	uint32_t ring_gen;
+	struct ns_policy shadow; /* the shadow policy, when shadow_on */
+	struct ns_table stbl;    /* its breakers' table */
+	int shadow_on;
+	pid_t comm_pid; /* the process whose name comm holds */
+	char comm[16];
+};
+
+/* The accounting of a seccomp engine on table t under the live policy
+ * live: the shadow policy (NETSHIM_SHADOW_POLICY, else live's
+ * shadow_policy) loaded and its table opened; errors said, never fatal. */
+void ns_gacct_init(struct ns_gacct *a, struct ns_table *t, const struct ns_policy *live);
+
+/* A connect to d (key) that the live breaker let through (admitted) or
+ * turned away, asked of the shadow's breaker too: *set and the slot its
+ * outcomes are judged on (-1: none). */
+int ns_gacct_shadow_attempt(struct ns_gacct *a, const struct ns_dest *d, const char *key, uint64_t now_ms,
+			    struct ns_settings *set);
+
+/* One outcome through the core: o filled by the caller but for the
+ * engine's fields (pid, program, shadow: shadow_slot under shadow_set). */
+void ns_gacct_outcome(struct ns_gacct *a, int slot, const struct ns_settings *set, struct ns_outcome *o, pid_t pid,
+		      const struct ns_settings *shadow_set, int shadow_slot, struct ns_step *st);
+/* The live breaker's answer to a connect: a half-open step of process
+ * pid said and written (admitted), or the history's record of thread
+ * tid's connect refused. */
+void ns_gacct_attempt(struct ns_gacct *a, int slot, const char *key, const struct ns_step *st, pid_t pid);
+void ns_gacct_rejected(struct ns_gacct *a, int slot, uint64_t now_ms, pid_t tid);
+
+extern const struct ns_engine ns_seccomp_engine;
+
+#endif
