@@ -124,12 +124,12 @@ static void words(const struct ns_outcome *o, const char **what, char *last, siz
 	/* the bank-transfer lesson: a connect that failed never reached the
 	 * server (safe to retry); a failure after the request went out is an
 	 * unknown outcome (never retry it blindly) */
-	if (o->status || o->said) {
+	if (o->ans.status || o->ans.said) {
 		/* the answer said so: not unknown */
-		if (o->said)
-			snprintf(last, n, "%s", o->said);
+		if (o->ans.said)
+			snprintf(last, n, "%s", o->ans.said);
 		else
-			snprintf(last, n, "HTTP %u", o->status);
+			snprintf(last, n, "HTTP %u", o->ans.status);
 		*what = last;
 		return;
 	}
@@ -193,7 +193,7 @@ static void hist_put(const struct ns_engine *e, struct ns_table *t, int slot, co
 	rec.pid = o->pid;
 	rec.err = (uint32_t)o->err;
 	rec.latency_us = o->latency_us > UINT32_MAX ? UINT32_MAX : (uint32_t)o->latency_us;
-	rec.status = (uint16_t)(o->status < 1000 ? o->status : 0);
+	rec.status = (uint16_t)(o->ans.status < 1000 ? o->ans.status : 0);
 	rec.kind = (uint8_t)(o->kind == NS_OUT_SUCCESS           ? NS_OC_SUCCESS
 				     : o->kind == NS_OUT_TIMEOUT ? NS_OC_TIMEOUT
 								 : NS_OC_FAILURE);
@@ -236,6 +236,10 @@ void ns_account(const struct ns_engine *e, struct ns_table *t, int slot, const s
 			ns_table_key_copy(t, slot, key);
 		say(e, SAY_INFO, "%s: %s%s", key, o->kind == NS_OUT_TIMEOUT ? "deadline expired: " : "", last);
 	}
+	if (o->ans.http_status)
+		ns_table_http(t, slot, o->ans.http_status, o->ans.http_fails);
+	if (o->ans.grpc)
+		ns_table_grpc(t, slot, o->ans.grpc - 1, o->ans.grpc_fails);
 	ns_table_outcome_at(t, slot, o->kind, o->err, o->latency_us, now_ms, e->wall_ms(), set, st);
 	hist_put(e, t, slot, o, now_ms);
 	if (o->shadow.t) {

@@ -44,12 +44,21 @@ struct ns_shadow_ref {
 	int slot; /* -1: none, or its breaker turned the connect away */
 };
 
+/* What the answer said, as far as it decides an outcome. */
+struct ns_answer {
+	unsigned status;      /* the HTTP status that decided it (words, history), 0 = none */
+	const char *said;     /* what decided it in the answer's words ("gRPC UNAVAILABLE (14)"), or NULL */
+	unsigned http_status; /* the status the table keeps as the last (0: none), */
+	int http_fails;       /* ...counted in http_failures (failure_status) */
+	unsigned grpc;        /* a gRPC status + 1 (0: none), */
+	int grpc_fails;       /* ...counted in grpc_failures (grpc_failure_status) */
+};
+
 /* One outcome, as an engine saw it. */
 struct ns_outcome {
-	int kind;            /* NS_OUT_* */
-	int err;             /* its errno, 0 = none */
-	unsigned status;     /* the HTTP status that decided it, 0 = none */
-	const char *said;    /* what decided it in the answer's words ("gRPC UNAVAILABLE (14)"), or NULL */
+	int kind; /* NS_OUT_* */
+	int err;  /* its errno, 0 = none */
+	struct ns_answer ans;
 	int at_connect;      /* the connect was in progress: nothing was sent */
 	int sent;            /* a request was out (a failure's outcome is unknown) */
 	int trace;           /* the event carries the stack (trace = on) */

@@ -282,6 +282,7 @@ static void count(struct feedctx *fc, const struct qev *e)
 	struct ns_conn *c = fc->c;
 	const struct ns_settings *set = ns_conn_set(c);
 	int slot = LD(c->slot), ok = slot >= 0 && ns_breakers_ok;
+	struct ns_answer a = { 0 };
 	char said[48];
 
 	switch (e->type) {
@@ -294,9 +295,9 @@ static void count(struct feedctx *fc, const struct qev *e)
 		if ((code == 429 || code == 503) && set->retry_after && e->retry_after[0] &&
 		    ns_conn_retry_after(c, e->retry_after))
 			fails = 0; /* honoured: a cooldown, not a failure */
-		if (ok)
-			ns_table_http(&ns_breakers, slot, code, fails);
-		ns_stream_outcome(c, fails ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 0, code, NULL, e->start, e->first);
+		a.status = a.http_status = code;
+		a.http_fails = fails;
+		ns_stream_outcome(c, fails ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 0, &a, e->start, e->first);
 		return;
 	}
 	case NS_H2_DONE: {
@@ -306,42 +307,45 @@ static void count(struct feedctx *fc, const struct qev *e)
 			return;
 		if (!e->grpc) {
 			/* ended with no final header block: the server answered */
-			ns_stream_outcome(c, NS_OUT_SUCCESS, 0, e->status, NULL, e->start, e->first);
+			a.status = e->status;
+			ns_stream_outcome(c, NS_OUT_SUCCESS, 0, &a, e->start, e->first);
 			return;
 		}
 		if (g < 0)
 			g = 2; /* no grpc-status: UNKNOWN, as gRPC's clients take it */
 		fails = ns_grpc_fails(set, (unsigned)g);
-		if (ok) {
-			ns_table_http(&ns_breakers, slot, e->status ? e->status : 200, 0);
-			ns_table_grpc(&ns_breakers, slot, (unsigned)g, fails);
-		}
+		a.http_status = e->status ? e->status : 200;
+		a.grpc = (unsigned)g + 1;
+		a.grpc_fails = fails;
 		/* by name, as gRPC's own tools say it: "gRPC UNAVAILABLE (14)" */
 		if (ns_grpc_name((unsigned)g))
 			snprintf(said, sizeof(said), "gRPC %s (%d)", ns_grpc_name((unsigned)g), g);
 		else
 			snprintf(said, sizeof(said), "gRPC %d", g);
-		ns_stream_outcome(c, fails ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 0, 0, said, e->start, e->first);
+		a.said = said;
+		ns_stream_outcome(c, fails ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 0, &a, e->start, e->first);
 		return;
 	}
 	case NS_H2_FAILED:
 		if (e->decided)
 			return;
 		if (e->code == NS_H2_CONN_ENDED) {
-			ns_stream_outcome(c, fc->kind, fc->err, 0, NULL, e->start, e->first);
+			ns_stream_outcome(c, fc->kind, fc->err, NULL, e->start, e->first);
 		} else if (e->code == NS_H2_BLOCK_CUT) {
 			/* the program closed inside the answer's header block: what
 			 * its :status said, if it came, counts as the status it is */
-			if (ok && e->status)
-				ns_table_http(&ns_breakers, slot, e->status, ns_status_fails(set, e->status));
+			a.status = a.http_status = e->status;
+			a.http_fails = e->status && ns_status_fails(set, e->status);
 			snprintf(said, sizeof(said), "header block cut%s%.0u", e->status ? ", :status " : "",
 				 e->status);
-			ns_stream_outcome(c, NS_OUT_FAILURE, 0, e->status, said, e->start, e->first);
+			a.said = said;
+			ns_stream_outcome(c, NS_OUT_FAILURE, 0, &a, e->start, e->first);
 		} else {
 			char num[12];
 
 			snprintf(said, sizeof(said), "RST_STREAM %s", code_name(e->code, num, sizeof(num)));
-			ns_stream_outcome(c, NS_OUT_FAILURE, ECONNRESET, 0, said, e->start, e->first);
+			a.said = said;
+			ns_stream_outcome(c, NS_OUT_FAILURE, ECONNRESET, &a, e->start, e->first);
 		}
 		return;
 	case NS_H2_REJECTED: {
@@ -353,7 +357,9 @@ static void count(struct feedctx *fc, const struct qev *e)
 		 * wrong (a header block it would not take, a flood) */
 		snprintf(said, sizeof(said), "client %s %s", e->goaway ? "GOAWAY" : "RST_STREAM",
 			 code_name(e->code, num, sizeof(num)));
-		ns_stream_outcome(c, NS_OUT_FAILURE, EPROTO, e->status, said, e->start, e->first);
+		a.status = e->status;
+		a.said = said;
+		ns_stream_outcome(c, NS_OUT_FAILURE, EPROTO, &a, e->start, e->first);
 		return;
 	}
 	case NS_H2_UNPROCESSED:

@@ -36,8 +36,9 @@ int (*ns_h2_end_hook)(struct ns_conn *c, int kind, int err);
  * connection's flags before (whether it was connecting, whether a request
  * was out); from: when the exchange began; first: when its answer's first
  * byte came (0: now). */
-static inline __attribute__((always_inline)) void count(struct ns_conn *c, int slot, int kind, int err, unsigned status,
-							const char *said, uint32_t was, monotime from, monotime first)
+static inline __attribute__((always_inline)) void count(struct ns_conn *c, int slot, int kind, int err,
+							const struct ns_answer *ans, uint32_t was, monotime from,
+							monotime first)
 {
 	struct ns_outcome o;
 	struct ns_step st;
@@ -66,8 +67,10 @@ static inline __attribute__((always_inline)) void count(struct ns_conn *c, int s
 		ns_addr_connect_outcome(c, kind == NS_OUT_SUCCESS, kind == NS_OUT_TIMEOUT ? ETIMEDOUT : err);
 	o.kind = kind;
 	o.err = err;
-	o.status = status;
-	o.said = said;
+	if (ans)
+		o.ans = *ans;
+	else
+		memset(&o.ans, 0, sizeof(o.ans));
 	o.at_connect = (was & NS_C_CONNECTING) != 0;
 	o.sent = (was & NS_C_SENT) != 0;
 	o.trace = kind != NS_OUT_SUCCESS && (ns_trace_env || set->trace);
@@ -118,9 +121,9 @@ void ns_conn_own_success(struct ns_conn *c)
 	own_success(c, LD(c->slot));
 }
 
-/* Count the connection's one outcome. kind is NS_OUT_*; status: its HTTP
- * status when that decided it (for the history), else 0. */
-static void conn_outcome(struct ns_conn *c, int kind, int err, unsigned status)
+/* Count the connection's one outcome. kind is NS_OUT_*; ans: what its
+ * answer said when that decided it, else NULL. */
+static void conn_outcome(struct ns_conn *c, int kind, int err, const struct ns_answer *ans)
 {
 	uint32_t was;
 	int saved = errno, slot, h2 = 0;
@@ -153,14 +156,14 @@ static void conn_outcome(struct ns_conn *c, int kind, int err, unsigned status)
 			ns_table_exchange(&ns_breakers, slot);
 		own_success_back(c, slot);
 	}
-	count(c, slot, kind, err, status, NULL, was, exchange_start(c), 0);
+	count(c, slot, kind, err, ans, was, exchange_start(c), 0);
 out:
 	errno = saved;
 }
 
 void ns_conn_outcome(struct ns_conn *c, int kind, int err)
 {
-	conn_outcome(c, kind, err, 0);
+	conn_outcome(c, kind, err, NULL);
 }
 
 void ns_conn_h2_answered(struct ns_conn *c)
@@ -175,21 +178,20 @@ void ns_conn_h2_answered(struct ns_conn *c)
 		__atomic_fetch_or(&c->flags, NS_C_HSDONE, __ATOMIC_RELAXED);
 	/* its connect's outcome: no exchange, no latency (its first frame,
 	 * SETTINGS, answers nothing: its streams' do) */
-	count(c, LD(c->slot), NS_OUT_SUCCESS, 0, 0, NULL, was, LD(c->start), LD(c->start));
+	count(c, LD(c->slot), NS_OUT_SUCCESS, 0, NULL, was, LD(c->start), LD(c->start));
 	own_success(c, LD(c->slot));
 out:
 	errno = saved;
 }
 
-void ns_stream_outcome(struct ns_conn *c, int kind, int err, unsigned status, const char *said, monotime from,
-		       monotime first)
+void ns_stream_outcome(struct ns_conn *c, int kind, int err, const struct ns_answer *ans, monotime from, monotime first)
 {
 	int saved = errno, slot = LD(c->slot);
 
 	if (slot >= 0 && ns_breakers_ok)
 		ns_table_exchange(&ns_breakers, slot);
 	own_success_back(c, slot);
-	count(c, slot, kind, err, status, said, NS_C_SENT, from, first);
+	count(c, slot, kind, err, ans, NS_C_SENT, from, first);
 	errno = saved;
 }
 
@@ -232,17 +234,15 @@ void ns_first_byte_latency(struct ns_conn *c)
 
 void ns_conn_http(struct ns_conn *c, unsigned code, int failed)
 {
-	int slot = LD(c->slot);
+	struct ns_answer ans = { .status = code, .http_status = code, .http_fails = failed };
 
 	if (LD(c->outcome))
 		return;
-	__atomic_fetch_and(&c->flags, ~NS_C_PARSE, __ATOMIC_RELAXED);   /* the status decides, not the bytes */
-	if (slot >= 0 && ns_breakers_ok)
-		ns_table_http(&ns_breakers, slot, code, failed);
+	__atomic_fetch_and(&c->flags, ~NS_C_PARSE, __ATOMIC_RELAXED);    /* the status decides, not the bytes */
 	__atomic_fetch_or(&c->flags, NS_C_ANSWERED, __ATOMIC_RELAXED);   /* an answer, whatever its status */
 	if (failed)
 		NS_LOG(NS_LOG_INFO, "exchange failed: HTTP %u", code);
-	conn_outcome(c, failed ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 0, code);
+	conn_outcome(c, failed ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 0, &ans);
 }
 
 

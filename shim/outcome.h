@@ -36,10 +36,10 @@ NS_HIDDEN void ns_conn_h2_answered(struct ns_conn *c);
  * is its own success (exchange.c): its first stream takes it back. */
 NS_HIDDEN void ns_conn_own_success(struct ns_conn *c);
 /* One HTTP/2 stream's outcome (h2conn.c), an exchange of c's destination:
- * status the HTTP status that decided it (or 0), said what else did
- * ("gRPC 14", "RST_STREAM 2") or NULL; from its start, first its first
- * byte (0: now). errno is kept. */
-NS_HIDDEN void ns_stream_outcome(struct ns_conn *c, int kind, int err, unsigned status, const char *said, monotime from,
+ * ans what its answer said (the HTTP status that decided it, what else did:
+ * "gRPC 14", "RST_STREAM 2"; the statuses the table counts), or NULL; from
+ * its start, first its first byte (0: now). errno is kept. */
+NS_HIDDEN void ns_stream_outcome(struct ns_conn *c, int kind, int err, const struct ns_answer *ans, monotime from,
 				 monotime first);
 /* A reused connection ended (err, or end of stream: 0) before any byte of
  * its answer: a stale keep-alive, settled without an outcome. */
