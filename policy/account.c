@@ -96,6 +96,8 @@ void ns_event_write(const struct ns_engine *e, struct ns_table *t, int type, int
 	ev.pid = pid;
 	ev.err = (uint32_t)err;
 	snprintf(ev.dest, sizeof(ev.dest), "%s", key ? key : "");
+	if (!program && e->program_of)
+		program = e->program_of(pid);
 	snprintf(ev.program, sizeof(ev.program), "%s", program ? program : "");
 	if (detail)
 		snprintf(ev.detail, sizeof(ev.detail), "%s", detail);

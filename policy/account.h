@@ -34,6 +34,8 @@ struct ns_engine {
 	/* an event the agent wants now was written (NULL: no agent is woken) */
 	void (*wake)(struct ns_table *t);
 	uint64_t (*wall_ms)(void);
+	/* the name of process pid, for an event that was given none (NULL: "") */
+	const char *(*program_of)(uint32_t pid);
 };
 
 /* The shadow policy's view of a connection: its settings and slot in the

@@ -110,6 +110,12 @@ static uint64_t wall_ms(void)
 	return ns_wall_ms();
 }
 
+static const char *program_of(uint32_t pid)
+{
+	(void)pid; /* (always this process) */
+	return program_invocation_short_name;
+}
+
 /* What the core (policy/account.c) borrows from this engine. */
 const struct ns_engine ns_engine = {
 	.id = NS_ENGINE_PRELOAD,
@@ -119,6 +125,7 @@ const struct ns_engine ns_engine = {
 	.frames = ns_trace_frames,
 	.wake = wake_agent,
 	.wall_ms = wall_ms,
+	.program_of = program_of,
 };
 
 /* Write one event into the shared ring: a transition, a traced failure, or

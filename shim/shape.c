@@ -43,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../policy/admit.h"
 #include "../policy/breaker.h"
 
 #include "config.h"
@@ -50,6 +51,10 @@
 #include "real.h"
 
 #define BLOCKED_LOOK_NS (50 * 1000000LL) /* a blocked waiter looks for dead holders this often */
+
+/* This process's own state for the core's questions (policy/admit.h):
+ * its last failures (retry_budget), its lines once a minute. */
+static struct ns_admitter admitter;
 
 uint32_t ns_shape_self;   /* atomic: this process's holder word, 0 until first needed */
 static uint64_t atfork_once; /* lock.h: a handler inside its own thread's set-up does without */
@@ -86,37 +91,8 @@ static inline uint32_t place_self(void)
 	return likely(h) ? h : place_self_slow();
 }
 
-
-/* Free the places of [0, cap) whose holders died: how many. */
-static int reclaim(int slot, uint32_t cap)
-{
-	static uint64_t deep_ms;   /* atomic: the last look at /proc (a reused pid) */
-	uint32_t self = __atomic_load_n(&ns_shape_self, __ATOMIC_RELAXED);
-	uint64_t now_ms = (uint64_t)(ns_now() / 1000000), last = __atomic_load_n(&deep_ms, __ATOMIC_RELAXED);
-	/* a holder gone is seen by kill() at once; one whose pid was reused
-	 * (three more system calls each) at most once a second per process */
-	int deep = now_ms >= last + 1000 &&
-		   __atomic_compare_exchange_n(&deep_ms, &last, now_ms, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-	int freed = 0;
-
-	for (uint32_t p = 0; p < cap && p < NS_PLACES; p++) {
-		uint32_t h = ns_table_place_holder(&ns_breakers, slot, (int)p), waiters;
-
-		if (!h || h == self)
-			continue;   /* free, or this process's own: alive, no system call */
-		if (!ns_place_holder_lives(h, deep) && ns_table_place_release(&ns_breakers, slot, (int)p, h, &waiters)) {
-			freed++;
-			NS_LOG(NS_LOG_INFO, "a place held by pid %u (no longer running) freed", h >> NS_PLACE_TAG_BITS);
-		}
-	}
-	return freed;
-}
-
-/* A place for c: 1, or 0 when every one of [0, cap) is held by the living.
- * published: c is in the fd table (its flags change bit by bit); else the
- * caller writes NS_C_PLACE into them itself. */
-/* max_connections now: all of it, or the adaptive limit, under slow_start
- * its share so far */
+/* max_connections now (ns_shape_exec_failed): all of it, or the adaptive
+ * limit, under slow_start its share so far */
 static inline uint32_t cap_now(const struct ns_settings *set, int slot)
 {
 	if (likely(!(set->slow_start_ms | set->adaptive)))
@@ -124,32 +100,24 @@ static inline uint32_t cap_now(const struct ns_settings *set, int slot)
 	return ns_table_cap_for(&ns_breakers, slot, set, (uint64_t)(ns_now() / 1000000));
 }
 
-/* One of the places: below cap, or under max_connections = auto while
- * fewer than cap of the span are held (*held: how many). */
-static int place_take(const struct ns_settings *set, int slot, uint32_t cap, uint32_t holder, uint32_t *held)
+/* The engine's own part of the place question: one of this process's idle
+ * keep-alive connections gives its place up (giveup.c). */
+static int own_idle(void *ctx, int slot, uint32_t span, uint32_t holder)
 {
-	*held = 0;
-	if (likely(!set->adaptive))
-		return ns_table_place_take(&ns_breakers, slot, cap, holder);
-	return ns_table_place_take_under(&ns_breakers, slot, cap, set->max_connections, holder, held);
+	return ns_shape_give_up_idle(slot, span, holder, *(const int *)ctx);
 }
 
+/* A place for c: 1, or 0 when every one of the limit in force is held by
+ * the living (policy/admit.c asks). published: c is in the fd table (its
+ * flags change bit by bit); else the caller writes NS_C_PLACE into them
+ * itself. loop: the connect is an event loop's (non-blocking). */
 static int take(struct ns_conn *c, int slot, const struct ns_settings *set, uint32_t holder, int published, int loop)
 {
-	/* (under auto the places held may be any of max_connections': a
-	 * limit that shrank leaves them above it) */
-	uint32_t cap = cap_now(set, slot), span = set->adaptive ? set->max_connections : cap, held;
-	int p = place_take(set, slot, cap, holder, &held);
+	int p = ns_admit_place(&ns_engine, &admitter, &ns_breakers, slot, set, holder, (uint64_t)(ns_now() / 1000000),
+			       own_idle, &loop);
 
-	if (p < 0 && reclaim(slot, span) > 0)
-		p = place_take(set, slot, cap, holder, &held);
-	if (p < 0)
-		p = ns_shape_give_up_idle(slot, span, holder, loop); /* (the place stays this process's in the table) */
 	if (p < 0)
 		return 0;
-	if (unlikely(set->adaptive)) /* in flight at half the limit or more grows it */
-		ns_table_limit_event(&ns_breakers, slot, set, NS_ADAPT_PLACE, (int)held,
-				     (uint64_t)(ns_now() / 1000000));
 	if (unlikely(!__atomic_load_n(&ns_conn_end_hook, __ATOMIC_RELAXED)))
 		__atomic_store_n(&ns_conn_end_hook, ns_shape_release, __ATOMIC_RELEASE);
 	ST(c->place_slot, slot);
@@ -211,41 +179,23 @@ static void note_waited(int slot, monotime from, monotime now)
 	ns_table_waited(&ns_breakers, slot, (uint64_t)(now - from) / 1000000);
 }
 
-/* this process's own once a minute for each destination (ns_said_here);
- * a forked child starts its own (the pid it was kept for differs) */
-static uint64_t said[NS_SAID_WAYS];
-static int said_pid;
-
-static int say_here(int slot, uint64_t now_ms)
+/* A forked child's lines are its own: said anew (the pid the lines were
+ * kept for differs). */
+static void lines_mine(void)
 {
+	static int said_pid;
 	int me = ns_own_pid, was = __atomic_load_n(&said_pid, __ATOMIC_RELAXED);
 
 	if (was != me && __atomic_compare_exchange_n(&said_pid, &was, me, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		for (int i = 0; i < NS_SAID_WAYS; i++)
-			__atomic_store_n(&said[i], 0, __ATOMIC_RELAXED);
-	return ns_said_here(said, slot, now_ms);
+		ns_admit_forked(&admitter);
 }
 
 void ns_shape_throttled(int slot, const char *key, const struct ns_settings *set)
 {
-	uint64_t now_ms = (uint64_t)(ns_now() / 1000000);
-	int machine = ns_table_throttled(&ns_breakers, slot, now_ms);
-
+	lines_mine();
 	NS_LOG(NS_LOG_DEBUG, "%s: every place held (max_connections), connect turned away", key);
-	if (say_here(slot, now_ms)) {
-		/* each process's first of a minute is said where its operator
-		 * looks: a connect refused for a cap is no network failure. The
-		 * limit named is the one in force (auto's now, slow_start's) */
-		char limit[48];
-
-		ns_cap_text(&ns_breakers, slot, set, now_ms, limit, sizeof(limit));
-		NS_LOG(NS_LOG_WARN,
-		       "%s: max_connections (%s) reached: connects turned away after queue_timeout (%llu ms), "
-		       "counted throttled (said at most once a minute)",
-		       key, limit, (unsigned long long)set->queue_timeout_ms);
-	}
-	if (machine)
-		ns_note_event(NS_E_THROTTLING, slot, key, "max_connections reached: connects turned away");
+	ns_admit_turned_away(&ns_engine, &admitter, &ns_breakers, slot, set, key, (uint64_t)(ns_now() / 1000000),
+			     (uint32_t)ns_own_pid);
 }
 
 /**** rate ****/
@@ -261,34 +211,22 @@ static void sleep_until(monotime due)
 	errno = saved;
 }
 
-/* rate's interval now, when slow_start or rate_jitter shape it
- * (ns_table_rate_step) */
-static __attribute__((noinline)) uint64_t step_shaped(const struct ns_settings *set, int slot, monotime now)
-{
-	static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
-
-	rng ^= (uint64_t)now; /* (a forked child draws its own) */
-	return ns_table_rate_step(&ns_breakers, slot, set, (uint64_t)(now / 1000000), ns_rng_next(&rng));
-}
-
-/* A token of slot's bucket at now: 0 taken, else the time one is due.
- * c: a connect's (kept, for its first bytes out), or NULL. */
+/* A token of slot's bucket at now (policy/admit.c): 0 taken, else the
+ * time one is due. c: a connect's (kept, for its first bytes out), or
+ * NULL. */
 static inline __attribute__((always_inline)) monotime token_for(struct ns_conn *c, int slot,
 								 const struct ns_settings *set, monotime now)
 {
-	uint64_t step = set->rate_interval_us, tol = 0, tat;
-	int64_t due;
+	static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
+	uint64_t tat, base, due;
 
-	if (unlikely(set->slow_start_ms | set->rate_jitter_bp))
-		step = step_shaped(set, slot, now);
-	if (unlikely(set->burst > 1))
-		tol = (uint64_t)(set->burst - 1) * set->rate_interval_us;
-	due = ns_table_token(&ns_breakers, slot, step, tol, (uint64_t)now / 1000, &tat);
-	if (due > 0)
+	rng ^= (uint64_t)now; /* (a forked child draws its own) */
+	due = ns_admit_token(&ns_breakers, slot, set, (uint64_t)now / 1000, &rng, &tat, &base);
+	if (due)
 		return (monotime)due * 1000;
 	if (c && tat) {
 		ST(c->tok_tat, tat);
-		ST(c->tok_base, tat > step ? tat - step : 0);
+		ST(c->tok_base, base);
 	}
 	return 0;
 }
@@ -546,19 +484,15 @@ int ns_shape_due(struct ns_conn *c, monotime now, monotime *next)
 void ns_shape_release(struct ns_conn *c)
 {
 	int p = __atomic_exchange_n(&c->place, -1, __ATOMIC_ACQ_REL);
-	uint32_t waiters;
+	uint32_t *wake;
 
 	/* a forked child's copy of its parent's record is not the holder (and
 	 * its own holder word is not even made here: this runs inside close) */
 	if (!(LD(c->flags) & NS_C_PLACE) || p < 0 || !ns_breakers_ok ||
 	    LD(c->place_holder) != __atomic_load_n(&ns_shape_self, __ATOMIC_RELAXED))
 		return;
-	if (ns_table_place_release(&ns_breakers, LD(c->place_slot), p, LD(c->place_holder), &waiters) && waiters) {
-		uint32_t *wake = ns_table_place_wake(&ns_breakers, LD(c->place_slot));
-
-		if (wake)
-			futex_wake(wake);
-	}
+	if ((wake = ns_admit_release(&ns_breakers, LD(c->place_slot), p, LD(c->place_holder))) != NULL)
+		futex_wake(wake);
 }
 
 /**** exec ****/
@@ -631,41 +565,25 @@ void ns_shape_exec_failed(struct ns_conn **list, int n)
 	}
 }
 
-/**** retry_budget ****/
-
-/* This process's last failure per destination (its slot; a few share an
- * entry, then the later one is kept): slot << 32 | CLOCK_MONOTONIC ms. */
-#define RECENT 256u
-static uint64_t recent[RECENT];   /* atomic */
+/**** retry_budget, throttle ****/
 
 void ns_shape_note_failure(int slot, monotime now)
 {
-	uint32_t ms = (uint32_t)(now / 1000000);
-
-	__atomic_store_n(&recent[(uint32_t)slot % RECENT], (uint64_t)(uint32_t)slot << 32 | (ms ? ms : 1),
-			 __ATOMIC_RELAXED);
+	ns_admit_note_failure(&admitter, slot, (uint64_t)(now / 1000000));
 }
 
 int ns_shape_throttle(int slot, const char *key, const struct ns_settings *set, monotime now)
 {
 	static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
-	uint64_t now_ms = (uint64_t)(now / 1000000);
 
 	if (!ns_tbl_on())
 		return 0;
 	if (unlikely(!rng))
 		rng = (uint64_t)now ^
 			(uint64_t)getpid(); /* (seeded per thread; a forked child's draws go on from its parent's) */
-	if (!ns_table_throttle(&ns_breakers, slot, set, now_ms, &rng))
-		return 0;
-	if (ns_table_throttled(&ns_breakers, slot, now_ms))
-		ns_note_event(NS_E_THROTTLING, slot, key, "throttle = adaptive: connects refused here");
-	if (say_here(slot, now_ms))
-		NS_LOG(NS_LOG_WARN,
-		       "%s: the server accepts too few of the requests sent: connects refused here "
-		       "(throttle = adaptive), counted throttled (said at most once a minute)",
-		       key);
-	return 1;
+	lines_mine();
+	return ns_admit_throttle(&ns_engine, &admitter, &ns_breakers, slot, set, key, (uint64_t)(now / 1000000), &rng,
+				 (uint32_t)ns_own_pid);
 }
 
 int ns_shape_request_admit(struct ns_conn *c)
@@ -700,13 +618,7 @@ int ns_shape_request_admit(struct ns_conn *c)
 
 int ns_shape_retry(int slot, const struct ns_settings *set, monotime now)
 {
-	uint64_t e = __atomic_load_n(&recent[(uint32_t)slot % RECENT], __ATOMIC_RELAXED);
-	uint32_t ms = (uint32_t)(now / 1000000);
-	/* a retry: a connect within a second of a failure to it from here */
-	int retry = e && (uint32_t)(e >> 32) == (uint32_t)slot && (uint32_t)(ms - (uint32_t)e) <= 1000;
-
 	if (!ns_tbl_on())
 		return 0;
-	return ns_table_retry_budget(&ns_breakers, slot, retry, set->retry_budget_bp, set->retry_budget_min_mps,
-				     (uint64_t)ms);
+	return ns_admit_retry(&admitter, &ns_breakers, slot, set, (uint64_t)(now / 1000000));
 }

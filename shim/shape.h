@@ -2,6 +2,7 @@
 #ifndef NS_SHAPE_H
 #define NS_SHAPE_H
 
+#include "../policy/admit.h"
 #include "../policy/policy.h"
 #include "conn.h"
 #include "config.h"
@@ -28,17 +29,7 @@ static inline __attribute__((always_inline)) int ns_shape_connect_fast(struct ns
 		     !__atomic_load_n(&ns_breakers_ok, __ATOMIC_ACQUIRE) ||
 		     !__atomic_load_n(&ns_conn_end_hook, __ATOMIC_RELAXED)))
 		return -1;
-	if (likely(!set->adaptive)) {
-		p = ns_table_place_take(&ns_breakers, slot, set->max_connections, h);
-	} else {
-		uint32_t held;
-
-		p = ns_table_place_take_under(&ns_breakers, slot, ns_table_limit(&ns_breakers, slot, set),
-					      set->max_connections, h, &held);
-		if (p >= 0) /* in flight at half the limit or more grows it */
-			ns_table_limit_event(&ns_breakers, slot, set, NS_ADAPT_PLACE, (int)held,
-					     (uint64_t)(now / 1000000));
-	}
+	p = ns_admit_place_now(&ns_breakers, slot, set, h, (uint64_t)(now / 1000000));
 	if (p < 0)
 		return -1;
 	ST(c->place_slot, slot);

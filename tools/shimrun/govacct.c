@@ -71,15 +71,6 @@ static struct ns_ocring *ring(void)
 	return a->ring_state == 1 ? &a->ring : NULL;
 }
 
-const struct ns_engine ns_seccomp_engine = {
-	.id = NS_ENGINE_SECCOMP,
-	.log_level = &level,
-	.say = say_line,
-	.hist_ring = ring,
-	.wake = wake,
-	.wall_ms = wall_ms,
-};
-
 void ns_gacct_init(struct ns_gacct *a, struct ns_table *t, const struct ns_policy *live)
 {
 	const char *env = getenv("NETSHIM_LOG"), *path = getenv("NETSHIM_SHADOW_POLICY"), *base;
@@ -144,6 +135,21 @@ static const char *program(struct ns_gacct *a, pid_t pid)
 	}
 	return a->comm;
 }
+
+static const char *program_of_pid(uint32_t pid)
+{
+	return the ? program(the, (pid_t)pid) : "";
+}
+
+const struct ns_engine ns_seccomp_engine = {
+	.id = NS_ENGINE_SECCOMP,
+	.log_level = &level,
+	.say = say_line,
+	.hist_ring = ring,
+	.wake = wake,
+	.wall_ms = wall_ms,
+	.program_of = program_of_pid,
+};
 
 void ns_gacct_outcome(struct ns_gacct *a, int slot, const struct ns_settings *set, struct ns_outcome *o, pid_t pid,
 		      const struct ns_settings *shadow_set, int shadow_slot, struct ns_step *st)

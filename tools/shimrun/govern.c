@@ -50,6 +50,7 @@
 #include "../../policy/destaddr.h"
 #include "../../policy/policy.h"
 #include "../../policy/table.h"
+#include "../../policy/admit.h"
 #include "govacct.h"
 #include "sockwatch.h"
 
@@ -99,9 +100,8 @@ struct ns_gov {
 	int said_full, said_diag, said_fds, said_nocopy;
 	int polled[NS_GOV_POLLED]; /* the connect each of ns_gov_pollfds' descriptors is */
 	uint64_t rng;
-	uint64_t said[NS_SAID_WAYS]; /* its own once a minute (ns_said_here) */
-	uint64_t recent[RECENT];
-	struct ns_gacct acct; /* the core's accounting, as this engine lends it (govacct.c) */
+	struct ns_admitter adm; /* its own state for the core's questions (policy/admit.h) */
+	struct ns_gacct acct;   /* the core's accounting, as this engine lends it (govacct.c) */
 	struct conn c[CONNS];
 };
 
@@ -163,32 +163,16 @@ static void count(struct ns_gov *g, struct conn *c, int kind, int err, int sent,
 	o.conn = ((uint32_t)(c - g->c) << 1 ^ c->gen << 16) | 1u;
 	ns_gacct_outcome(&g->acct, c->slot, &c->set, &o, tgid_of(c), &c->shadow_set, c->shadow_slot, &st);
 	if (kind != NS_OUT_SUCCESS)
-		g->recent[(uint32_t)c->slot % RECENT] = (uint64_t)(uint32_t)c->slot << 32 | (uint32_t)(now ? now : 1);
-}
-
-/* A retry: a connect within a second of a failure of its destination here
- * (as the preload library tells one). 0, or -1 when retry_budget has none. */
-static int retry_budget(struct ns_gov *g, int slot, const struct ns_settings *set, uint64_t now)
-{
-	uint64_t e = g->recent[(uint32_t)slot % RECENT];
-	int retry = e && (uint32_t)(e >> 32) == (uint32_t)slot && (uint32_t)now - (uint32_t)e <= 1000;
-
-	return ns_table_retry_budget(&g->t, slot, retry, set->retry_budget_bp, set->retry_budget_min_mps, now);
+		ns_admit_note_failure(&g->adm, c->slot, now);
 }
 
 /* throttle = adaptive: this connect refused here (counted throttled, the
- * first of a minute said)? */
-static int throttled(struct ns_gov *g, int slot, const struct ns_settings *set, const char *key, uint64_t now)
+ * first of a minute said: policy/admit.c)? */
+static int throttled(struct ns_gov *g, int slot, const struct ns_settings *set, const char *key, uint64_t now,
+		     pid_t tid)
 {
-	if (!ns_table_throttle(&g->t, slot, set, now, &g->rng))
-		return 0;
-	ns_table_throttled(&g->t, slot, now);
-	if (ns_said_here(g->said, slot, now))
-		fprintf(stderr,
-			"shimrun: %s: the server accepts too few of the requests sent: connects refused here "
-			"(throttle = adaptive), counted throttled (said at most once a minute)\n",
-			key);
-	return 1;
+	return ns_admit_throttle(&ns_seccomp_engine, &g->adm, &g->t, slot, set, key, now, &g->rng,
+				 (uint32_t)tid); /* (its thread: the event's pid) */
 }
 
 static void futex_wake(uint32_t *word)
@@ -198,14 +182,10 @@ static void futex_wake(uint32_t *word)
 
 static void give_place(struct ns_gov *g, struct conn *c)
 {
-	uint32_t waiters;
+	uint32_t *wake = ns_admit_release(&g->t, c->slot, c->place, g->holder);
 
-	if (c->place >= 0 && ns_table_place_release(&g->t, c->slot, c->place, g->holder, &waiters) && waiters) {
-		uint32_t *wake = ns_table_place_wake(&g->t, c->slot);
-
-		if (wake)
-			futex_wake(wake); /* preloaded processes blocked for a place */
-	}
+	if (wake)
+		futex_wake(wake); /* preloaded processes blocked for a place */
 	c->place = -1;
 }
 
@@ -255,74 +235,36 @@ static int place_wanted(struct ns_gov *g, int slot)
 
 static void look(struct ns_gov *g, struct conn *c, uint64_t now);
 
-/* Free the places of [0, cap) whose holders died (a preloaded process
- * killed while it held one): how many. */
-static int reclaim(struct ns_gov *g, int slot, uint32_t cap)
+/* The engine's own part of the place question (policy/admit.c asks):
+ * shimrun's connections of the destination are looked at (one the program
+ * closed gives its place back), then the place is asked again. */
+static int own_closed(void *ctx, int slot, uint32_t span, uint32_t holder)
 {
+	struct ns_gov *g = ctx;
 	int freed = 0;
 
-	for (uint32_t p = 0; p < cap && p < NS_PLACES; p++) {
-		uint32_t h = ns_table_place_holder(&g->t, slot, (int)p), waiters;
-
-		if (h && h != g->holder && !ns_place_holder_lives(h, 1) &&
-		    ns_table_place_release(&g->t, slot, (int)p, h, &waiters))
-			freed++;
-	}
-	return freed;
+	(void)span, (void)holder;
+	for (int i = 0; i < g->hi; i++)
+		if (g->c[i].state == C_OPEN && g->c[i].slot == slot && g->c[i].place >= 0) {
+			look(g, &g->c[i], mono_ms());
+			freed |= g->c[i].state == C_FREE;
+		}
+	return freed ? NS_ADMIT_OWN_AGAIN : -1;
 }
 
-/* One of the places for c: below cap, or under max_connections = auto
- * while fewer than cap are held (*held: how many). */
-static int place_take(struct ns_gov *g, struct conn *c, uint32_t cap, uint32_t *held)
-{
-	*held = 0;
-	if (!c->set.adaptive)
-		return ns_table_place_take(&g->t, c->slot, cap, g->holder);
-	return ns_table_place_take_under(&g->t, c->slot, cap, c->set.max_connections, g->holder, held);
-}
-
-/* A place of c's destination: 1 taken, 0 none free. Shimrun's own
- * connections of the destination are looked at first (one the program
- * closed gives its place back). */
+/* A place of c's destination: 1 taken, 0 none free. */
 static int take_place(struct ns_gov *g, struct conn *c, uint64_t now)
 {
-	uint32_t cap = ns_table_cap_for(&g->t, c->slot, &c->set, now), held = 0;
-	/* (under auto the places held may be any of max_connections': a
-	 * limit that shrank leaves them above it) */
-	uint32_t span = c->set.adaptive ? c->set.max_connections : cap;
-
-	c->place = place_take(g, c, cap, &held);
-	if (c->place < 0 && reclaim(g, c->slot, span) > 0)
-		c->place = place_take(g, c, cap, &held);
-	if (c->place < 0) {
-		int freed = 0;
-
-		for (int i = 0; i < g->hi; i++)
-			if (g->c[i].state == C_OPEN && g->c[i].slot == c->slot && g->c[i].place >= 0) {
-				look(g, &g->c[i], now);
-				freed |= g->c[i].state == C_FREE;
-			}
-		if (freed)
-			c->place = place_take(g, c, cap, &held);
-	}
-	if (c->place >= 0 && c->set.adaptive) /* in flight at half the limit or more grows it */
-		ns_table_limit_event(&g->t, c->slot, &c->set, NS_ADAPT_PLACE, (int)held, now);
+	c->place = ns_admit_place(&ns_seccomp_engine, &g->adm, &g->t, c->slot, &c->set, g->holder, now, own_closed, g);
 	return c->place >= 0;
 }
 
 /* rate's token: 0 taken, else when one is due (CLOCK_MONOTONIC us). */
 static uint64_t take_token(struct ns_gov *g, struct conn *c, uint64_t now_us)
 {
-	const struct ns_settings *set = &c->set;
-	uint64_t step = set->rate_interval_us, tol = 0, tat;
-	int64_t due;
+	uint64_t tat, base;
 
-	if (set->slow_start_ms | set->rate_jitter_bp)
-		step = ns_table_rate_step(&g->t, c->slot, set, now_us / 1000, ns_rng_next(&g->rng));
-	if (set->burst > 1)
-		tol = (uint64_t)(set->burst - 1) * set->rate_interval_us;
-	due = ns_table_token(&g->t, c->slot, step, tol, now_us, &tat);
-	return due > 0 ? (uint64_t)due : 0;
+	return ns_admit_token(&g->t, c->slot, &c->set, now_us, &g->rng, &tat, &base);
 }
 
 /**** the connect ****/
@@ -357,16 +299,8 @@ static void try_turn(struct ns_gov *g, struct conn *c)
 			char key[NS_KEY_MAX];
 
 			key_of(g, c->slot, key, sizeof(key));
-			ns_table_throttled(&g->t, c->slot, now);
-			if (ns_said_here(g->said, c->slot, now)) {
-				char limit[48];
-
-				ns_cap_text(&g->t, c->slot, &c->set, now, limit, sizeof(limit));
-				fprintf(stderr,
-					"shimrun: %s: max_connections (%s) reached: connects turned away after "
-					"queue_timeout (%llu ms), counted throttled (said at most once a minute)\n",
-					key, limit, (unsigned long long)c->set.queue_timeout_ms);
-			}
+			ns_admit_turned_away(&ns_seccomp_engine, &g->adm, &g->t, c->slot, &c->set, key, now,
+					     (uint32_t)tgid_of(c));
 			g->answer(g->ctx, c->id, ECONNREFUSED, 0);
 			conn_free(g, c);
 			return;
@@ -456,8 +390,8 @@ void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const stru
 		ns_gacct_attempt(&g->acct, slot, key, &st, pid > 0 ? pid : tid);
 	}
 	if ((set.mode == NS_MODE_ENFORCE && (set.retry_budget_bp | set.retry_budget_min_mps) &&
-	     retry_budget(g, slot, &set, now) < 0) ||
-	    (set.mode == NS_MODE_ENFORCE && set.throttle && throttled(g, slot, &set, key, now))) {
+	     ns_admit_retry(&g->adm, &g->t, slot, &set, now) < 0) ||
+	    (set.mode == NS_MODE_ENFORCE && set.throttle && throttled(g, slot, &set, key, now, tid))) {
 		g->answer(g->ctx, id, ECONNREFUSED, 0); /* nothing sent */
 		return;
 	}

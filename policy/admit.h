@@ -1,0 +1,98 @@
+/* admit.h -- "may this go now", written once for both engines
+ * (docs/design.md, "One core for both engines").
+ *
+ * A connect (and, from a request's start, a request) is asked, in this
+ * order: the breaker (open, half-open's probe, the fleet's hold, a
+ * cooldown: ns_table_attempt, with account.c saying a half-open step and
+ * recording a refusal); the fail-fast rules (a retry beyond retry_budget,
+ * the adaptive throttle: ns_admit_retry, ns_admit_throttle); a place under
+ * max_connections, fixed or auto (ns_admit_place); a token under rate
+ * (ns_admit_token). A place or a token not there now is waited for; a
+ * place still not there after queue_timeout turns the connect away
+ * (ns_admit_turned_away). Everything those decide, count and say is here;
+ * an engine keeps how it sees the call, how it waits (a futex in the
+ * program, shimrun's notification loop) and how it cuts a connection, and
+ * one thing of its own in the place question: its idle connections that
+ * may give their places up (the library's keep-alive pool; shimrun's
+ * connections the program closed). */
+#ifndef NS_POLICY_ADMIT_H
+#define NS_POLICY_ADMIT_H
+
+#include <stdint.h>
+
+#include "account.h"
+#include "table.h"
+
+#define NS_RECENT 256u /* retry_budget: the last failure per destination (a few share an entry) */
+
+/* One engine's own state for the questions (a process's, shimrun's). */
+struct ns_admitter {
+	uint64_t recent[NS_RECENT];  /* atomic: slot << 32 | CLOCK_MONOTONIC ms of its last failure here */
+	uint64_t said[NS_SAID_WAYS]; /* its lines, once a minute per destination (ns_said_here) */
+	uint64_t deep_ms;            /* atomic: its last look at /proc for a holder whose pid was reused */
+};
+
+/* In a forked child: its lines are its own (said anew). */
+void ns_admit_forked(struct ns_admitter *a);
+/* A failure of slot's destination counted here at now_ms: a connect to it
+ * within a second is a retry. */
+void ns_admit_note_failure(struct ns_admitter *a, int slot, uint64_t now_ms);
+/* retry_budget: 0, or -1 when this connect is a retry the budget has no
+ * room for (counted retry_throttled by the table). */
+int ns_admit_retry(struct ns_admitter *a, struct ns_table *t, int slot, const struct ns_settings *set, uint64_t now_ms);
+/* throttle = adaptive: 1 when this connect (or request) is refused here,
+ * counted throttled, said once a minute per engine, the machine's first an
+ * event (pid: the process it came from); 0 to go on. rng: the caller's
+ * ns_rng_next state. */
+int ns_admit_throttle(const struct ns_engine *e, struct ns_admitter *a, struct ns_table *t, int slot,
+		      const struct ns_settings *set, const char *key, uint64_t now_ms, uint64_t *rng, uint32_t pid);
+
+/* An engine's idle connections of slot held by holder among the places
+ * [0, span): the place of one given up for this connect (it stays the
+ * holder's), NS_ADMIT_OWN_AGAIN when some gave theirs back (ask again), or
+ * -1. */
+#define NS_ADMIT_OWN_AGAIN (-2)
+typedef int ns_admit_own_fn(void *ctx, int slot, uint32_t span, uint32_t holder);
+
+/* max_connections: a place of slot for holder now (its index), or -1 when
+ * every one of the limit in force (fixed; auto's; slow_start's share) is
+ * held by the living. Places of dead holders are freed on the way (said
+ * at info), then the engine's own idle connections are asked (own, may be
+ * NULL). Under auto a place taken with half the limit or more in flight
+ * grows it. */
+int ns_admit_place(const struct ns_engine *e, struct ns_admitter *a, struct ns_table *t, int slot,
+		   const struct ns_settings *set, uint32_t holder, uint64_t now_ms, ns_admit_own_fn *own, void *ctx);
+/* ...its first try, inline for a connect's fast path: a place of the
+ * limit in force without slow_start (the caller asks ns_admit_place for
+ * that, and when this finds none), or -1. */
+static inline int ns_admit_place_now(struct ns_table *t, int slot, const struct ns_settings *set, uint32_t holder,
+				     uint64_t now_ms)
+{
+	uint32_t held;
+	int p;
+
+	if (__builtin_expect(!set->adaptive, 1))
+		return ns_table_place_take(t, slot, set->max_connections, holder);
+	p = ns_table_place_take_under(t, slot, ns_table_limit(t, slot, set), set->max_connections, holder, &held);
+	if (p >= 0) /* in flight at half the limit or more grows it */
+		ns_table_limit_event(t, slot, set, NS_ADAPT_PLACE, (int)held, now_ms);
+	return p;
+}
+/* A place given back by its holder: the futex word to wake when someone
+ * waits for one (the engine wakes it: a system call of its own), else NULL. */
+uint32_t *ns_admit_release(struct ns_table *t, int slot, int place, uint32_t holder);
+/* A connect that waited queue_timeout for a place and found none: counted
+ * throttled, said once a minute per engine with the limit in force, the
+ * machine's first an event (pid: the process it came from). */
+void ns_admit_turned_away(const struct ns_engine *e, struct ns_admitter *a, struct ns_table *t, int slot,
+			  const struct ns_settings *set, const char *key, uint64_t now_ms, uint32_t pid);
+
+/* rate: a token of slot's bucket at now_us: 0 taken, else when one is due
+ * (us). rng: the caller's state (slow_start, rate_jitter draw their step).
+ * *tat, *base: the bucket's time the token left and the time it was counted
+ * from (a connect's token is counted again from its first bytes out:
+ * ns_table_token_later); *tat 0 when none was taken. */
+uint64_t ns_admit_token(struct ns_table *t, int slot, const struct ns_settings *set, uint64_t now_us, uint64_t *rng,
+			uint64_t *tat, uint64_t *base);
+
+#endif
