@@ -7,6 +7,19 @@
 
 enum { SAY_WARN = 2, SAY_INFO = 3 }; /* the engines' levels (account.c) */
 
+int ns_admit_breaker(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_settings *set,
+		     const char *key, int enforce, uint64_t now_us, uint32_t pid)
+{
+	struct ns_step st;
+
+	if (ns_table_attempt(t, slot, enforce, now_us / 1000, set, &st) == NS_REJECT) {
+		ns_account_rejected(e, t, slot, now_us, pid);
+		return NS_REJECT;
+	}
+	ns_account_attempt(e, t, slot, key, &st, pid, NULL);
+	return NS_ALLOW;
+}
+
 void ns_admit_forked(struct ns_admitter *a)
 {
 	for (int i = 0; i < NS_SAID_WAYS; i++)

@@ -32,6 +32,13 @@ struct ns_admitter {
 	uint64_t deep_ms;            /* atomic: its last look at /proc for a holder whose pid was reused */
 };
 
+/* The breaker's answer to a connect to slot (key) from process pid:
+ * NS_ALLOW (a half-open step said and written as an event) or NS_REJECT
+ * (open, the fleet's hold, a cooldown: the history's record of it).
+ * enforce: 0 in monitor mode (counted, never refused). */
+int ns_admit_breaker(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_settings *set,
+		     const char *key, int enforce, uint64_t now_us, uint32_t pid);
+
 /* In a forked child: its lines are its own (said anew). */
 void ns_admit_forked(struct ns_admitter *a);
 /* A failure of slot's destination counted here at now_ms: a connect to it

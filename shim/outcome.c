@@ -288,7 +288,6 @@ static int full_again(monotime now)
 int ns_breaker_admit(const char *key, int hint, int *slotp, const struct ns_settings *set,
 			 int enforce, monotime now)
 {
-	struct ns_step st;
 	int slot;
 
 	*slotp = -1;
@@ -320,19 +319,15 @@ int ns_breaker_admit(const char *key, int hint, int *slotp, const struct ns_sett
 		return 0;
 	}
 	*slotp = slot;
-	if (ns_table_attempt(&ns_breakers, slot, enforce, (uint64_t)(now / 1000000), set, &st) == NS_REJECT) {
+	if (ns_admit_breaker(&ns_engine, &ns_breakers, slot, set, key, enforce, (uint64_t)now / 1000,
+			     (uint32_t)ns_own_pid) == NS_REJECT) {
 		NS_LOG(NS_LOG_DEBUG, "%s: breaker open, connect refused", key);
-		if (ns_hist_on((uint64_t)(now / 1000000)))
-			ns_account_rejected(&ns_engine, &ns_breakers, slot, (uint64_t)now / 1000, (uint32_t)ns_own_pid);
 		if (unlikely(__atomic_load_n(&ns_fault_local, __ATOMIC_RELAXED) & NS_FL_SHADOW))
 			shadow_rejected(key, now);
 		return -1;
 	}
-	ns_account_attempt(&ns_engine, &ns_breakers, slot, key, &st, (uint32_t)ns_own_pid,
-			   program_invocation_short_name);
 	return 0;
 }
-
 
 /**** Retry-After ****/
 

@@ -7,8 +7,6 @@
  * policy with the shadow's table. */
 #include "govacct.h"
 
-#include "sockwatch.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -160,20 +158,4 @@ void ns_gacct_outcome(struct ns_gacct *a, int slot, const struct ns_settings *se
 	o->shadow.set = shadow_set;
 	o->shadow.slot = shadow_slot;
 	ns_account(&ns_seccomp_engine, a->t, slot, set, o, st);
-}
-
-void ns_gacct_attempt(struct ns_gacct *a, int slot, const char *key, const struct ns_step *st, pid_t pid)
-{
-	if (st->transition == NS_TR_HALF_OPENED) /* (the process's name is read only then) */
-		ns_account_attempt(&ns_seccomp_engine, a->t, slot, key, st, (uint32_t)pid, program(a, pid));
-}
-
-void ns_gacct_rejected(struct ns_gacct *a, int slot, uint64_t now_ms, pid_t tid)
-{
-	pid_t pid;
-
-	if (!a->t->hdr || __atomic_load_n(&a->t->hdr->hist_until_ms, __ATOMIC_RELAXED) <= now_ms)
-		return; /* (no recorder: the thread's process is not looked up) */
-	pid = ns_sw_tgid(tid);
-	ns_account_rejected(&ns_seccomp_engine, a->t, slot, now_ms * 1000, (uint32_t)(pid > 0 ? pid : tid));
 }

@@ -38,12 +38,6 @@ int ns_gacct_shadow_attempt(struct ns_gacct *a, const struct ns_dest *d, const c
  * engine's fields (pid, program, shadow: shadow_slot under shadow_set). */
 void ns_gacct_outcome(struct ns_gacct *a, int slot, const struct ns_settings *set, struct ns_outcome *o, pid_t pid,
 		      const struct ns_settings *shadow_set, int shadow_slot, struct ns_step *st);
-/* The live breaker's answer to a connect: a half-open step of process
- * pid said and written (admitted), or the history's record of thread
- * tid's connect refused. */
-void ns_gacct_attempt(struct ns_gacct *a, int slot, const char *key, const struct ns_step *st, pid_t pid);
-void ns_gacct_rejected(struct ns_gacct *a, int slot, uint64_t now_ms, pid_t tid);
-
 extern const struct ns_engine ns_seccomp_engine;
 
 #endif

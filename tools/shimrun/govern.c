@@ -361,7 +361,6 @@ void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const stru
 {
 	struct ns_dest d;
 	struct ns_settings set, shadow_set;
-	struct ns_step st;
 	char key[NS_KEY_MAX];
 	uint64_t now = mono_ms();
 	struct conn *c;
@@ -378,16 +377,11 @@ void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const stru
 		return;
 	}
 	/* (an open breaker, the fleet's hold, a cooldown: the table refuses) */
-	if (ns_table_attempt(&g->t, slot, set.mode == NS_MODE_ENFORCE, now, &set, &st) == NS_REJECT) {
-		ns_gacct_rejected(&g->acct, slot, now, tid);
+	if (ns_admit_breaker(&ns_seccomp_engine, &g->t, slot, &set, key, set.mode == NS_MODE_ENFORCE, now * 1000,
+			     (uint32_t)tid) == NS_REJECT) {
 		(void)ns_gacct_shadow_attempt(&g->acct, &d, key, now, &shadow_set);
 		g->answer(g->ctx, id, ECONNREFUSED, 0); /* nothing sent */
 		return;
-	}
-	if (st.transition == NS_TR_HALF_OPENED) {
-		pid_t pid = ns_sw_tgid(tid);
-
-		ns_gacct_attempt(&g->acct, slot, key, &st, pid > 0 ? pid : tid);
 	}
 	if ((set.mode == NS_MODE_ENFORCE && (set.retry_budget_bp | set.retry_budget_min_mps) &&
 	     ns_admit_retry(&g->adm, &g->t, slot, &set, now) < 0) ||
