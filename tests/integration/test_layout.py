@@ -76,9 +76,12 @@ def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": ["b"], "b": ["c"], "c": []}) is None
 
 
-def test_no_shim_or_agent_source_file_is_over_800_lines():
-    long = {str(p.relative_to(ROOT)): n for d in ("shim", "tools/agent") for p in (ROOT / d).glob("*.c")
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+def test_no_c_file_of_the_shim_the_core_or_the_tools_is_over_800_lines():
+    # (issue 48: the rooms say what they hold; before, the shim and the
+    # agent only, and policy/table.c 865, ctl_status.c 836 grew past it)
+    files = [p for d in ("shim", "policy", "tools") for p in (ROOT / d).rglob("*.c")]
+    assert len(files) > 60, files   # the files were found
+    long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, long
 
 

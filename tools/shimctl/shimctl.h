@@ -9,6 +9,8 @@
 #include "../common/tablekit.h"
 
 /* ctl_status.c: status, reset, open, events, metrics, watch. */
+/* "localhost:80" and "[::1]:80" as the shim writes the key (else as typed). */
+void ctl_normalise_dest(const char *in, char *out, size_t len);
 int ctl_cmd_status(const char *name, int json, const char *dest);
 int ctl_cmd_reset(const char *name, int all, const char *dest);
 int ctl_cmd_open(const char *name, const char *dest);
