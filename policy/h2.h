@@ -1,5 +1,5 @@
 /* h2.h -- following an HTTP/2 connection's frames (RFC 9113), both ways,
- * for its outcomes (DESIGN part 4, "HTTP/2 and gRPC outcomes"): which
+ * for its outcomes (docs/design.md, "HTTP/2 and gRPC"): which
  * streams the client opened, when the server first answered each, how each
  * ended. The server's header blocks go through the HPACK decoder (hpack.h)
  * in order, so its dynamic table stays the server's.

@@ -1,5 +1,5 @@
 /* hpack.h -- HPACK (RFC 7541) decoding of a server's header blocks, for
- * reading HTTP/2 outcomes (DESIGN part 4, "HTTP/2 and gRPC outcomes").
+ * reading HTTP/2 outcomes (docs/design.md, "HTTP/2 and gRPC").
  *
  * Pure: no system call, no allocation, no libc beyond memcpy; fixed size
  * (struct ns_hpack is under 5 KiB). It is fed a header block in pieces of

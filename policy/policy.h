@@ -40,7 +40,7 @@ struct ns_settings {
 	uint64_t latency_p99_ms;    /* open when the window's p99 first-byte time reaches this */
 	uint64_t failure_status[8]; /* HTTP codes 100-611 (bit code-100) that fail an exchange */
 	uint64_t grpc_failure_status; /* gRPC status codes 0-63 (bit code) that fail an exchange */
-	/* shaping (DESIGN part 3): 0 = off */
+	/* shaping (docs/design.md, "What each rule promises"): 0 = off */
 	uint32_t max_connections;   /* connections open at once, machine-wide (at most NS_PLACES); in a
 				     * section NS_MAXCONN_AUTO for auto, which ns_policy_resolve makes
 				     * max_connections_max with adaptive set */
@@ -58,7 +58,7 @@ struct ns_settings {
 	uint64_t rate_mph;          /* rate: new connections and HTTP/1.x requests, thousandths per hour; 0 = off */
 	uint32_t burst;             /* rate's bucket: this many at once (0 and 1: one) */
 	uint32_t rate_jitter_bp;    /* each wait for a token spread by up to this share either way */
-	/* limits that adapt (DESIGN part 4) */
+	/* limits that adapt (docs/design.md) */
 	uint32_t max_connections_min; /* max_connections = auto: the limit's bounds */
 	uint32_t max_connections_max;
 	uint32_t adaptive_backoff_milli; /* ...each failure multiplies it by this (thousandths: 900 = 0.9) */

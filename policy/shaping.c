@@ -1,4 +1,5 @@
-/* shaping.c -- the table's side of shaping traffic (DESIGN part 3):
+/* shaping.c -- the table's side of shaping traffic (docs/design.md, "What
+ * each rule promises"):
  * connects turned away by max_connections and its ramp after a close
  * (slow_start), rate's token bucket, Retry-After's cooldown, retry_budget's
  * tokens, and the waits. The places themselves are inline in table.h (a

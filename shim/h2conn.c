@@ -1,5 +1,5 @@
-/* h2conn.c -- an HTTP/2 connection's streams as its exchanges (DESIGN part
- * 4, "HTTP/2 and gRPC outcomes").
+/* h2conn.c -- an HTTP/2 connection's streams as its exchanges
+ * (docs/design.md, "HTTP/2 and gRPC").
  *
  * Once the client's preface goes out (exchange.c sniffs it, in clear text
  * or in TLS plaintext), every byte the program sends and reads on the
@@ -711,6 +711,6 @@ int ns_h2c_before_write(int fd, struct ns_conn *c, const void *buf, const struct
 	return 0;
 }
 
-/* DESIGN part 4 said ~5 KiB an h2 connection for 32 streams; part 5's 256
+/* The design said ~5 KiB an h2 connection for 32 streams; part 5's 256
  * streams (a start time and a first byte's µs for each) make it ~7.3 KiB */
 _Static_assert(sizeof(struct ns_h2c) <= 7680, "an HTTP/2 connection's reader fits in 7.5 KiB");

@@ -1,5 +1,5 @@
 /* h2conn.h -- an HTTP/2 connection's streams as its exchanges (h2conn.c;
- * DESIGN part 4, "HTTP/2 and gRPC outcomes"). */
+ * docs/design.md, "HTTP/2 and gRPC"). */
 #ifndef NS_H2CONN_H
 #define NS_H2CONN_H
 

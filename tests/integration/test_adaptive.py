@@ -1,4 +1,4 @@
-"""Limits that adapt (issue 38, DESIGN part 4): max_connections = auto
+"""Limits that adapt (issue 38, docs/design.md): max_connections = auto
 (AIMD over the shared slot) and throttle = adaptive (client-side throttling
 over every process). The servers keep their own stamps: what each request
 got, and when. The clients are python requests processes under shimrun (a

@@ -1,5 +1,5 @@
-"""A name with several addresses (issue 38 items 3 and 4, DESIGN part 4,
-"the choice of address"): address_choice = healthy-first lists an address
+"""A name with several addresses (issue 38 items 3 and 4, docs/policy.md,
+address_choice): address_choice = healthy-first lists an address
 whose connects fail after the healthy ones in every process's getaddrinfo,
 and puts it back once a probe finds it healed; connect_total_timeout bounds
 a program's loop over all of a name's addresses.

@@ -1,4 +1,4 @@
-"""The seccomp engine (issue 37, DESIGN part 4 "A second engine"): shimrun
+"""The seccomp engine (issue 37, docs/design.md, "The seccomp engine"): shimrun
 answers the connect() calls of programs LD_PRELOAD cannot reach, from the
 same table and policy. The clients: a Go program built both ways by Debian's
 golang-go (CGO_ENABLED=0, static; cgo, dynamic), using net/http with no

@@ -1,4 +1,4 @@
-"""HTTP/2 and gRPC outcomes (issue 36, DESIGN part 4): an h2 connection (its
+"""HTTP/2 and gRPC outcomes (issue 36, docs/design.md): an h2 connection (its
 preface seen in TLS plaintext or in clear text) is read stream by stream:
 each stream is an exchange, its final :status against failure_status, a
 gRPC answer's grpc-status against grpc_failure_status, Retry-After a

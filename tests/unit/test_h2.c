@@ -339,7 +339,7 @@ Test(h2, more_streams_at_once_than_it_follows_is_blind)
 
 Test(h2, follows_as_many_streams_at_once_as_servers_allow)
 {
-	/* DESIGN part 5: at least 256 (servers allow 100-250); the places of
+	/* docs/design.md, "HTTP/2 and gRPC": at least 256 (servers allow 100-250); the places of
 	 * streams that ended are taken again */
 	struct conn c;
 	char want[4096] = "";
@@ -371,7 +371,7 @@ Test(h2, follows_as_many_streams_at_once_as_servers_allow)
 
 Test(h2, a_connection_fits_the_budget)
 {
-	/* DESIGN part 4 said ~5 KiB an h2 connection for 32 streams; 256 take
+	/* The design said ~5 KiB an h2 connection for 32 streams; 256 take
 	 * 8 octets each more (HPACK's table included) */
 	cr_assert_leq(sizeof(struct ns_h2), 2200 + 8 * NS_H2_STREAMS);
 }

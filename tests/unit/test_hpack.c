@@ -344,6 +344,6 @@ Test(hpack, more_kept_values_at_once_than_it_holds_is_an_error)
 
 Test(hpack, it_fits_the_budget)
 {
-	/* DESIGN part 4: at most ~5 KiB an h2 connection, the frame reader included */
+	/* docs/design.md, "HTTP/2 and gRPC": at most ~5 KiB an h2 connection, the frame reader included */
 	cr_assert_leq(sizeof(struct ns_hpack), 2048);
 }

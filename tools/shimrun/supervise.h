@@ -1,7 +1,7 @@
 /* supervise.h -- shimrun's second engine (supervise.c): the program runs
  * under a seccomp filter that sends its connect() calls to shimrun, which
  * answers them from the breaker table and the policy, as the preload
- * library would (DESIGN part 4, "A second engine"). */
+ * library would (docs/design.md, "The seccomp engine"). */
 #ifndef NS_SUPERVISE_H
 #define NS_SUPERVISE_H
 
