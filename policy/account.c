@@ -126,12 +126,12 @@ static void words(const struct ns_outcome *o, const char **what, char *last, siz
 	/* the bank-transfer lesson: a connect that failed never reached the
 	 * server (safe to retry); a failure after the request went out is an
 	 * unknown outcome (never retry it blindly) */
-	if (o->ans.status || o->ans.said) {
+	if (o->ans && (o->ans->status || o->ans->said)) {
 		/* the answer said so: not unknown */
-		if (o->ans.said)
-			snprintf(last, n, "%s", o->ans.said);
+		if (o->ans->said)
+			snprintf(last, n, "%s", o->ans->said);
 		else
-			snprintf(last, n, "HTTP %u", o->ans.status);
+			snprintf(last, n, "HTTP %u", o->ans->status);
 		*what = last;
 		return;
 	}
@@ -176,26 +176,24 @@ static void step_said(const struct ns_engine *e, struct ns_table *t, int slot, c
 	}
 }
 
-static void hist_put(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_outcome *o,
-		     uint64_t now_ms)
+void ns_account_hist(const struct ns_engine *e, int slot, const struct ns_outcome *o)
 {
 	struct ns_ocring *r;
 	struct ns_ocrec rec;
 
-	if (__atomic_load_n(&t->hdr->hist_until_ms, __ATOMIC_RELAXED) <= now_ms || !e->hist_ring ||
-	    !(r = e->hist_ring()))
+	if (!e->hist_ring || !(r = e->hist_ring()))
 		return;
 	memset(&rec, 0, sizeof(rec));
-	rec.at_us = o->now_us;
+	rec.at_us = o->now_ns / 1000;
 	rec.wall_ms = e->wall_ms();
-	rec.start_us = o->from_us;
-	rec.conn_us = o->conn_us;
-	rec.conn = o->conn;
+	rec.start_us = o->from_ns / 1000;
+	rec.conn_us = o->conn_ns / 1000;
+	rec.conn = ((uint32_t)(o->conn >> 6) ^ (o->conn_gen << 20)) | 1u;
 	rec.slot = (uint32_t)slot;
 	rec.pid = o->pid;
 	rec.err = (uint32_t)o->err;
 	rec.latency_us = o->latency_us > UINT32_MAX ? UINT32_MAX : (uint32_t)o->latency_us;
-	rec.status = (uint16_t)(o->ans.status < 1000 ? o->ans.status : 0);
+	rec.status = (uint16_t)(o->ans && o->ans->status < 1000 ? o->ans->status : 0);
 	rec.kind = (uint8_t)(o->kind == NS_OUT_SUCCESS           ? NS_OC_SUCCESS
 				     : o->kind == NS_OUT_TIMEOUT ? NS_OC_TIMEOUT
 								 : NS_OC_FAILURE);
@@ -219,49 +217,55 @@ static void shadow_judge(const struct ns_engine *e, struct ns_table *t, const st
 			       o->program, 0);
 }
 
-void ns_account(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_settings *set,
-		const struct ns_outcome *o, struct ns_step *st)
+/* What an outcome says beyond its count (cold: a keep-alive loop's
+ * successes never come here): a failure's line at info (before), the
+ * breaker's step or a traced failure's event (after). */
+void ns_account_said_before(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_outcome *o)
 {
-	uint64_t now_ms = o->now_us / 1000;
 	char key[NS_KEY_MAX], last[80];
 	const char *what;
-	int trace;
 
 	words(o, &what, last, sizeof(last));
-	key[0] = '\0';
-	/* the key is for the lines and events: a success needs it only when
-	 * it moves a breaker (every exchange of a keep-alive loop comes here) */
-	if (o->kind != NS_OUT_SUCCESS || says(e, SAY_INFO))
-		ns_str_put(key, sizeof(key), 0, o->key ? o->key : "");
-	if (o->kind != NS_OUT_SUCCESS && says(e, SAY_INFO)) {
-		if (!key[0])
-			ns_table_key_copy(t, slot, key);
-		say(e, SAY_INFO, "%s: %s%s", key, o->kind == NS_OUT_TIMEOUT ? "deadline expired: " : "", last);
-	}
-	if (o->ans.http_status)
-		ns_table_http(t, slot, o->ans.http_status, o->ans.http_fails);
-	if (o->ans.grpc)
-		ns_table_grpc(t, slot, o->ans.grpc - 1, o->ans.grpc_fails);
-	ns_table_outcome_at(t, slot, o->kind, o->err, o->latency_us, now_ms, e->wall_ms(), set, st);
-	hist_put(e, t, slot, o, now_ms);
-	if (o->shadow.t) {
-		if (!key[0] && !o->key)
-			ns_table_key_copy(t, slot, key);
-		shadow_judge(e, t, o, o->key ? o->key : key, now_ms);
-	}
-	trace = o->kind != NS_OUT_SUCCESS && o->trace;
-	if (st->transition == NS_TR_NONE && !trace)
-		return;
-	if (!key[0]) {
-		if (o->key)
-			ns_str_put(key, sizeof(key), 0, o->key);
-		else
-			ns_table_key_copy(t, slot, key);
-	}
+	if (o->key)
+		ns_str_put(key, sizeof(key), 0, o->key);
+	else
+		ns_table_key_copy(t, slot, key);
+	say(e, SAY_INFO, "%s: %s%s", key, o->kind == NS_OUT_TIMEOUT ? "deadline expired: " : "", last);
+}
+
+void ns_account_said_after(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_settings *set,
+			   const struct ns_outcome *o, const struct ns_step *st, uint64_t now_ms)
+{
+	char key[NS_KEY_MAX], last[80];
+	const char *what;
+
+	words(o, &what, last, sizeof(last));
+	if (o->key)
+		ns_str_put(key, sizeof(key), 0, o->key);
+	else
+		ns_table_key_copy(t, slot, key);
 	if (st->transition != NS_TR_NONE)
 		step_said(e, t, slot, key, st, set, o, what, last, now_ms);
 	else
 		ns_event_write(e, t, NS_E_CONNECT_FAILED, slot, key, st, o->err, what, o->pid, o->program, 1);
+}
+
+void ns_account_shadow(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_outcome *o,
+		       uint64_t now_ms)
+{
+	char key[NS_KEY_MAX];
+
+	if (o->key)
+		ns_str_put(key, sizeof(key), 0, o->key);
+	else
+		ns_table_key_copy(t, slot, key);
+	shadow_judge(e, t, o, key, now_ms);
+}
+
+void ns_account(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_settings *set,
+		const struct ns_outcome *o, struct ns_step *st)
+{
+	ns_account_at(e, t, slot, set, o, e->wall_ms(), st);
 }
 
 void ns_account_attempt(const struct ns_engine *e, struct ns_table *t, int slot, const char *key,

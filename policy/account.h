@@ -58,17 +58,19 @@ struct ns_answer {
 
 /* One outcome, as an engine saw it. */
 struct ns_outcome {
-	int kind; /* NS_OUT_* */
-	int err;  /* its errno, 0 = none */
-	struct ns_answer ans;
-	int at_connect;      /* the connect was in progress: nothing was sent */
-	int sent;            /* a request was out (a failure's outcome is unknown) */
-	int trace;           /* the event carries the stack (trace = on) */
-	uint64_t latency_us; /* a success: its first byte after the exchange began */
-	uint64_t now_us;     /* CLOCK_MONOTONIC */
-	uint64_t from_us;    /* when the exchange began: its request, or the connect */
-	uint64_t conn_us;    /* when the connection's connect was admitted */
-	uint32_t conn;       /* the connection's number in its process (history), 0 = none */
+	int kind;                    /* NS_OUT_* */
+	int err;                     /* its errno, 0 = none */
+	const struct ns_answer *ans; /* what the answer said, or NULL */
+	int at_connect;              /* the connect was in progress: nothing was sent */
+	int sent;                    /* a request was out (a failure's outcome is unknown) */
+	int trace;                   /* the event carries the stack (trace = on) */
+	uint64_t latency_us;         /* a success: its first byte after the exchange began */
+	uint64_t now_ms;             /* CLOCK_MONOTONIC, */
+	uint64_t now_ns;             /* ...and the same in ns */
+	uint64_t from_ns;            /* when the exchange began: its request, or the connect */
+	uint64_t conn_ns;            /* when the connection's connect was admitted */
+	uintptr_t conn;              /* the connection's record in its process (its address, or its index << 6), */
+	uint32_t conn_gen;           /* ...and that record's use: the history's connection number of both */
 	uint32_t pid;
 	const char *program; /* the process's short name (events) */
 	const char *key;     /* the destination as the table names it, or NULL: read from the slot */
@@ -78,6 +80,45 @@ struct ns_outcome {
 /* Count o on slot of t under set; *st: what it did to the breaker. */
 void ns_account(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_settings *set,
 		const struct ns_outcome *o, struct ns_step *st);
+
+/* The parts of an outcome's accounting that only some outcomes take
+ * (account.c): a failure's line at info, the history's record while a
+ * recorder reads, the shadow's judgement, the breaker's step or a traced
+ * failure said and written. */
+void ns_account_said_before(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_outcome *o)
+	__attribute__((cold));
+void ns_account_hist(const struct ns_engine *e, int slot, const struct ns_outcome *o);
+void ns_account_shadow(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_outcome *o,
+		       uint64_t now_ms) __attribute__((cold));
+void ns_account_said_after(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_settings *set,
+			   const struct ns_outcome *o, const struct ns_step *st, uint64_t now_ms) __attribute__((cold));
+
+/* ns_account itself, inline for an engine whose every keep-alive exchange
+ * comes here (the library): wall_ms is the engine's wall clock now. */
+static inline __attribute__((always_inline)) void ns_account_at(const struct ns_engine *e, struct ns_table *t, int slot,
+								const struct ns_settings *set,
+								const struct ns_outcome *o, uint64_t wall_ms,
+								struct ns_step *st)
+{
+	uint64_t now_ms = o->now_ms;
+	const struct ns_answer *a = o->ans;
+
+	if (__builtin_expect(o->kind != NS_OUT_SUCCESS, 0) && e->say && *e->log_level >= 3 /* info */)
+		ns_account_said_before(e, t, slot, o);
+	if (a) {
+		if (a->http_status)
+			ns_table_http(t, slot, a->http_status, a->http_fails);
+		if (__builtin_expect(a->grpc != 0, 0))
+			ns_table_grpc(t, slot, a->grpc - 1, a->grpc_fails);
+	}
+	ns_table_outcome_at(t, slot, o->kind, o->err, o->latency_us, now_ms, wall_ms, set, st);
+	if (__builtin_expect(__atomic_load_n(&t->hdr->hist_until_ms, __ATOMIC_RELAXED) > now_ms, 0))
+		ns_account_hist(e, slot, o);
+	if (__builtin_expect(o->shadow.t != NULL, 0))
+		ns_account_shadow(e, t, slot, o, now_ms);
+	if (__builtin_expect(st->transition != NS_TR_NONE || (o->kind != NS_OUT_SUCCESS && o->trace), 0))
+		ns_account_said_after(e, t, slot, set, o, st, now_ms);
+}
 
 /* A connect the breaker of slot let through (st from ns_table_attempt): a
  * half-open step is said and written as an event. */

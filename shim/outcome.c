@@ -67,19 +67,18 @@ static inline __attribute__((always_inline)) void count(struct ns_conn *c, int s
 		ns_addr_connect_outcome(c, kind == NS_OUT_SUCCESS, kind == NS_OUT_TIMEOUT ? ETIMEDOUT : err);
 	o.kind = kind;
 	o.err = err;
-	if (ans)
-		o.ans = *ans;
-	else
-		memset(&o.ans, 0, sizeof(o.ans));
+	o.ans = ans;
 	o.at_connect = (was & NS_C_CONNECTING) != 0;
 	o.sent = (was & NS_C_SENT) != 0;
 	o.trace = kind != NS_OUT_SUCCESS && (ns_trace_env || set->trace);
 	o.latency_us = kind == NS_OUT_SUCCESS ? (uint64_t)((first ? first : now) - from) / 1000 : 0;
-	o.now_us = (uint64_t)now / 1000;
-	o.from_us = (uint64_t)from / 1000;
-	o.conn_us = (uint64_t)LD(c->start) / 1000;
+	o.now_ms = (uint64_t)now / 1000000;
+	o.now_ns = (uint64_t)now;
+	o.from_ns = (uint64_t)from;
+	o.conn_ns = (uint64_t)LD(c->start);
 	/* the connection within its process: the record's place and its reuse count */
-	o.conn = ((uint32_t)((uintptr_t)c >> 6) ^ (__atomic_load_n(&c->gen, __ATOMIC_RELAXED) << 20)) | 1u;
+	o.conn = (uintptr_t)c;
+	o.conn_gen = __atomic_load_n(&c->gen, __ATOMIC_RELAXED);
 	o.pid = (uint32_t)ns_own_pid;
 	o.program = program_invocation_short_name;
 	o.key = NULL;
@@ -90,7 +89,7 @@ static inline __attribute__((always_inline)) void count(struct ns_conn *c, int s
 	o.shadow.t = NULL;
 	if (unlikely(__atomic_load_n(&ns_fault_local, __ATOMIC_RELAXED) & NS_FL_SHADOW))
 		ns_shadow_ref(c, &o.shadow);
-	ns_account(&ns_engine, &ns_breakers, slot, set, &o, &st);
+	ns_account_at(&ns_engine, &ns_breakers, slot, set, &o, ns_wall_ms(), &st);
 }
 
 /* The connection's own success (its TLS handshake, an h2 connection's
@@ -106,14 +105,18 @@ static void own_success(struct ns_conn *c, int slot)
 /* Its first request's outcome is counted: from then the requests are the
  * connection's outcomes, and its own success is taken back (a connection
  * that carries no request keeps it: it is then its one outcome). */
-static void own_success_back(struct ns_conn *c, int slot)
+static __attribute__((noinline, cold)) void own_success_taken(struct ns_conn *c, int slot)
 {
-	uint64_t at;
+	uint64_t at = __atomic_exchange_n(&c->own_ms, 0, __ATOMIC_ACQ_REL);
 
-	if (likely(!__atomic_load_n(&c->own_ms, __ATOMIC_RELAXED)) ||
-	    !(at = __atomic_exchange_n(&c->own_ms, 0, __ATOMIC_ACQ_REL)) || slot < 0 || !ns_breakers_ok)
-		return;
-	ns_table_success_undo(&ns_breakers, slot, at, ns_conn_set(c)->window_ms);
+	if (at && slot >= 0 && ns_breakers_ok)
+		ns_table_success_undo(&ns_breakers, slot, at, ns_conn_set(c)->window_ms);
+}
+
+static inline __attribute__((always_inline)) void own_success_back(struct ns_conn *c, int slot)
+{
+	if (unlikely(__atomic_load_n(&c->own_ms, __ATOMIC_RELAXED)))
+		own_success_taken(c, slot);
 }
 
 void ns_conn_own_success(struct ns_conn *c)

@@ -158,9 +158,11 @@ static void count(struct ns_gov *g, struct conn *c, int kind, int err, int sent,
 	o.at_connect = c->state == C_CONNECTING;
 	o.sent = sent;
 	o.trace = 0; /* (the program's stack is not shimrun's to walk) */
-	o.now_us = now * 1000;
-	o.from_us = o.conn_us = c->start_ms * 1000;
-	o.conn = ((uint32_t)(c - g->c) << 1 ^ c->gen << 16) | 1u;
+	o.now_ms = now;
+	o.now_ns = now * 1000000;
+	o.from_ns = o.conn_ns = c->start_ms * 1000000;
+	o.conn = (uintptr_t)(c - g->c) << 6;
+	o.conn_gen = c->gen;
 	ns_gacct_outcome(&g->acct, c->slot, &c->set, &o, tgid_of(c), &c->shadow_set, c->shadow_slot, &st);
 	if (kind != NS_OUT_SUCCESS)
 		ns_admit_note_failure(&g->adm, c->slot, now);
