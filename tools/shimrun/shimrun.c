@@ -193,7 +193,21 @@ static int find_lib(char *out, size_t len)
 	return -1;
 }
 
-int main(int argc, char **argv)
+/* What one run of shimrun was asked to do. */
+struct run {
+	char **argv;                /* the program and its arguments */
+	char *inject, *scenario;    /* --inject's lines, --scenario's text */
+	const char *policy, *table; /* --policy, --table (or NULL) */
+	int engine;                 /* ENGINE_* */
+	int disabled;               /* NETSHIM_DISABLE=1 */
+	char lib[PATH_MAX];         /* libnetshim.so, when have_lib */
+	int have_lib;
+	const char *old_preload; /* LD_PRELOAD as it came */
+};
+
+/* The options into o: -1 to go on, else the exit status (--help, a usage
+ * error). A bad --inject or --engine stops it here (exit 2). */
+static int read_options(int argc, char **argv, struct run *o)
 {
 	static const struct option opts[] = {
 		{ "policy", required_argument, NULL, 'p' },
@@ -204,11 +218,7 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	char *inject = NULL, *scenario = NULL;
-	const char *policy = NULL, *table = NULL, *old;
-	char lib[PATH_MAX], abspol[PATH_MAX], errs[8192];
-	char *preload;
-	int c, engine = ENGINE_AUTO, r, disabled, have_lib;
+	int c;
 
 	while ((c = getopt_long(argc, argv, "+p:t:i:s:e:h", opts, NULL)) != -1) {
 		switch (c) {
@@ -221,29 +231,33 @@ int main(int argc, char **argv)
 
 			if (strchr(optarg, '\n') || ns_inject_parse(optarg, &pat, &f, why, sizeof(why)) < 0)
 				errx(2, "--inject: %s", strchr(optarg, '\n') ? "one DEST=FAULTS per --inject" : why);
-			if (asprintf(&next, "%s%s%s", inject ? inject : "", inject ? "\n" : "", optarg) < 0)
+			if (asprintf(&next, "%s%s%s", o->inject ? o->inject : "", o->inject ? "\n" : "", optarg) < 0)
 				err(2, "out of memory");
-			free(inject);
-			inject = next;
+			free(o->inject);
+			o->inject = next;
 			break;
 		}
 		case 's':
-			if (scenario)
+			if (o->scenario)
 				errx(2, "--scenario: one scenario per run");
-			scenario = scenario_read(optarg);
+			o->scenario = scenario_read(optarg);
 			break;
 		case 'e':
 			if (strcmp(optarg, "preload") == 0)
-				engine = ENGINE_PRELOAD;
+				o->engine = ENGINE_PRELOAD;
 			else if (strcmp(optarg, "seccomp") == 0)
-				engine = ENGINE_SECCOMP;
+				o->engine = ENGINE_SECCOMP;
 			else if (strcmp(optarg, "auto") == 0)
-				engine = ENGINE_AUTO;
+				o->engine = ENGINE_AUTO;
 			else
 				errx(2, "--engine %s: preload, seccomp or auto", optarg);
 			break;
-		case 'p': policy = optarg; break;
-		case 't': table = optarg; break;
+		case 'p':
+			o->policy = optarg;
+			break;
+		case 't':
+			o->table = optarg;
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -252,117 +266,169 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (!policy)
-		policy = ns_policy_path();
-	if (policy && *policy) {
+	o->argv = argv + optind;
+	return -1;
+}
+
+/* The policy (--policy, else NETSHIM_POLICY or the default path) loads,
+ * and the program will be told its absolute path; the table's name is one
+ * a process can open. 0, or 2 said: a bad one stops the run, rather than
+ * run the program ungoverned. */
+static int checked_policy_and_table(struct run *o)
+{
+	char abspol[PATH_MAX], errs[8192];
+	const char *t;
+
+	if (!o->policy)
+		o->policy = ns_policy_path();
+	if (o->policy && *o->policy) {
 		struct ns_policy p;
 
-		if (ns_policy_load(policy, &p, errs, sizeof(errs)) != 0) {
+		if (ns_policy_load(o->policy, &p, errs, sizeof(errs)) != 0) {
 			fputs(errs, stderr);
-			fprintf(stderr, "shimrun: %s: policy has errors; not starting %s\n", policy, argv[optind]);
+			fprintf(stderr, "shimrun: %s: policy has errors; not starting %s\n", o->policy, o->argv[0]);
 			return 2;
 		}
 		ns_policy_free(&p);
-		if (!realpath(policy, abspol))
-			err(2, "%s", policy);
+		if (!realpath(o->policy, abspol))
+			err(2, "%s", o->policy);
 		setenv("NETSHIM_POLICY", abspol, 1);
 	}
-	if (table) {
-		if (!ns_table_name_ok(table))
-			errx(2, "--table %s: use a plain file name", table);
-		setenv("NETSHIM_TABLE", table, 1);
+	if (o->table) {
+		if (!ns_table_name_ok(o->table))
+			errx(2, "--table %s: use a plain file name", o->table);
+		setenv("NETSHIM_TABLE", o->table, 1);
 	}
-	disabled = getenv("NETSHIM_DISABLE") && strcmp(getenv("NETSHIM_DISABLE"), "1") == 0;
-	/* a table name no process could open stops it, as a bad policy does,
-	 * rather than run the program ungoverned; a table that exists but is
-	 * damaged or another user's keeps the library's fail-safe answer (one
-	 * line, calls passed through) */
-	if (!disabled && getenv("NETSHIM_TABLE") && *getenv("NETSHIM_TABLE") &&
-	    !ns_table_name_ok(getenv("NETSHIM_TABLE"))) {
+	o->disabled = getenv("NETSHIM_DISABLE") && strcmp(getenv("NETSHIM_DISABLE"), "1") == 0;
+	/* a table that exists but is damaged or another user's keeps the
+	 * library's fail-safe answer (one line, calls passed through) */
+	t = getenv("NETSHIM_TABLE");
+	if (!o->disabled && t && *t && !ns_table_name_ok(t)) {
 		fprintf(stderr, "shimrun: NETSHIM_TABLE=%s: bad table name: use a plain file name; not starting %s\n",
-			getenv("NETSHIM_TABLE"), argv[optind]);
+			t, o->argv[0]);
 		return 2;
 	}
-	if (inject) {
-		const char *prev = getenv("NETSHIM_INJECT");
-		char *all = inject;
+	return 0;
+}
 
-		if (prev && *prev && asprintf(&all, "%s\n%s", prev, inject) < 0)
+/* The program's environment: its faults (NETSHIM_INJECT after any it
+ * had), its scenario and when it starts, the library first in LD_PRELOAD. */
+static void environment(struct run *o)
+{
+	char *preload = o->lib;
+
+	if (o->inject) {
+		const char *prev = getenv("NETSHIM_INJECT");
+		char *all = o->inject;
+
+		if (prev && *prev && asprintf(&all, "%s\n%s", prev, o->inject) < 0)
 			err(2, "out of memory");
 		setenv("NETSHIM_INJECT", all, 1);
 	}
-	have_lib = find_lib(lib, sizeof(lib)) == 0;
-	old = getenv("LD_PRELOAD");
-	if (have_lib && old && *old) {
-		if (asprintf(&preload, "%s %s", lib, old) < 0)
-			err(2, "out of memory");
-	} else {
-		preload = lib;
-	}
-	if (have_lib)
+	o->have_lib = find_lib(o->lib, sizeof(o->lib)) == 0;
+	o->old_preload = getenv("LD_PRELOAD");
+	if (o->have_lib && o->old_preload && *o->old_preload && asprintf(&preload, "%s %s", o->lib, o->old_preload) < 0)
+		err(2, "out of memory");
+	if (o->have_lib)
 		setenv("LD_PRELOAD", preload, 1);
-	if (scenario) {
+	if (o->scenario) {
 		struct timespec ts;
 		char t0[32];
 
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		snprintf(t0, sizeof(t0), "%llu", (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec);
-		setenv("NETSHIM_SCENARIO", scenario, 1);
+		setenv("NETSHIM_SCENARIO", o->scenario, 1);
 		setenv("NETSHIM_SCENARIO_T0", t0, 1);
 	}
-	r = reach(argv[optind]);
-	/* (the seccomp engine needs no library: only the preload one does) */
-	if (!have_lib &&
-	    (disabled || r == REACH_SETID || engine == ENGINE_PRELOAD ||
-	     (engine == ENGINE_AUTO && r != REACH_STATIC && r != REACH_GO)))
-		errx(2, "cannot find libnetshim.so (set NETSHIM_LIB)");
-	if (!disabled && r != REACH_SETID &&
-	    (engine == ENGINE_SECCOMP || (engine == ENGINE_AUTO && (r == REACH_STATIC || r == REACH_GO)))) {
-		char why[256];
-		int rc;
+}
 
-		/* the program's connects are shimrun's to answer: not the
-		 * library's too (a dynamic program would be counted twice) */
-		if (old && *old)
-			setenv("LD_PRELOAD", old, 1);
-		else
-			unsetenv("LD_PRELOAD");
-		fprintf(stderr,
-			"shimrun: %s%s: governed by the seccomp engine (its connects and their deadlines, "
-			"caps and pacing; not its bytes, HTTP status or TLS)\n",
-			argv[optind],
-			r == REACH_STATIC       ? " (statically linked)"
-				: r == REACH_GO ? " (a Go program)"
-						: "");
-		rc = ns_sup_run(argv + optind, getenv("NETSHIM_POLICY"), table, why, sizeof(why));
-		if (rc >= 0)
-			return rc;
-		fprintf(stderr, "shimrun: %s; %s runs ungoverned\n", why, argv[optind]);
-	} else if (r == REACH_UNREAD) {
+/* Why the library cannot reach a program that runs under it anyway. */
+static void said_unreached(const char *prog, int r)
+{
+	if (r == REACH_UNREAD)
 		fprintf(stderr,
 			"shimrun: %s cannot be read by shimrun (execute-only?): whether LD_PRELOAD reaches it "
 			"cannot be told, and the kernel makes such a program non-dumpable, so the seccomp engine "
 			"could not act on it either: it may run ungoverned (run shimrun as its owner or root)\n",
-			argv[optind]);
-	} else if (r == REACH_SETID) {
+			prog);
+	else if (r == REACH_SETID)
 		fprintf(stderr,
 			"shimrun: %s is set-user or set-group ID: LD_PRELOAD is ignored, and the seccomp "
 			"engine would take its rights, so netshim will not govern it\n",
-			argv[optind]);
-	} else if (r == REACH_STATIC) {
+			prog);
+	else if (r == REACH_STATIC)
 		fprintf(stderr,
 			"shimrun: %s is statically linked: LD_PRELOAD cannot reach into it, "
 			"so netshim will not govern it (--engine seccomp governs its connects)\n",
-			argv[optind]);
-	} else if (r == REACH_GO) {
+			prog);
+	else if (r == REACH_GO)
 		fprintf(stderr,
 			"shimrun: %s is a Go program: Go makes its network system calls itself, "
 			"even when dynamically linked, so netshim will not govern it (--engine seccomp governs its "
 			"connects)\n",
-			argv[optind]);
+			prog);
+}
+
+/* The seccomp engine runs the program: its exit status, or -1 when the
+ * engine could not start (said: the program then runs under the library). */
+static int seccomp_run(struct run *o, int r)
+{
+	char why[256];
+	int rc;
+
+	/* the program's connects are shimrun's to answer: not the library's
+	 * too (a dynamic program would be counted twice) */
+	if (o->old_preload && *o->old_preload)
+		setenv("LD_PRELOAD", o->old_preload, 1);
+	else
+		unsetenv("LD_PRELOAD");
+	fprintf(stderr,
+		"shimrun: %s%s: governed by the seccomp engine (its connects and their deadlines, "
+		"caps and pacing; not its bytes, HTTP status or TLS)\n",
+		o->argv[0],
+		r == REACH_STATIC       ? " (statically linked)"
+			: r == REACH_GO ? " (a Go program)"
+					: "");
+	rc = ns_sup_run(o->argv, getenv("NETSHIM_POLICY"), o->table, why, sizeof(why));
+	if (rc < 0)
+		fprintf(stderr, "shimrun: %s; %s runs ungoverned\n", why, o->argv[0]);
+	return rc;
+}
+
+/* The engine that reaches the program: seccomp's, or the library's (the
+ * program exec'd in shimrun's place). */
+static int run(struct run *o)
+{
+	int r = reach(o->argv[0]), rc, e;
+	int seccomp = o->engine == ENGINE_SECCOMP || (o->engine == ENGINE_AUTO && (r == REACH_STATIC || r == REACH_GO));
+
+	/* (the seccomp engine needs no library: only the preload one does) */
+	if (!o->have_lib && (o->disabled || r == REACH_SETID || !seccomp))
+		errx(2, "cannot find libnetshim.so (set NETSHIM_LIB)");
+	if (!o->disabled && r != REACH_SETID && seccomp) {
+		if ((rc = seccomp_run(o, r)) >= 0)
+			return rc;
+	} else {
+		said_unreached(o->argv[0], r);
 	}
-	execvp(argv[optind], argv + optind);
-	c = errno;
-	warn("%s", argv[optind]);
-	return c == ENOENT ? 127 : 126;
+	execvp(o->argv[0], o->argv);
+	e = errno;
+	warn("%s", o->argv[0]);
+	return e == ENOENT ? 127 : 126;
+}
+
+/* shimrun [OPTIONS] -- PROGRAM [ARGS]: read the options, stop on a bad
+ * policy or table, give the program its environment, run it under the
+ * engine that reaches it. */
+int main(int argc, char **argv)
+{
+	struct run o = { .engine = ENGINE_AUTO };
+	int rc;
+
+	if ((rc = read_options(argc, argv, &o)) >= 0)
+		return rc;
+	if ((rc = checked_policy_and_table(&o)) != 0)
+		return rc;
+	environment(&o);
+	return run(&o);
 }
