@@ -95,8 +95,10 @@ class RecordingServer:
                     body = self._page(path)
                     status = b"200 OK" if body else b"404 Not Found"
                     conn = b"keep-alive" if self.keepalive else b"close"
+                    # X-Path: the request this answers (a client can tell an answer that is not its own)
                     c.sendall(b"HTTP/1.1 " + status + b"\r\nContent-Type: text/html\r\nContent-Length: " +
-                              str(len(body)).encode() + b"\r\nConnection: " + conn + b"\r\n\r\n" + body)
+                              str(len(body)).encode() + b"\r\nX-Path: " + path.encode() + b"\r\nConnection: " +
+                              conn + b"\r\n\r\n" + body)
                     if not self.keepalive:
                         return
         except OSError:
