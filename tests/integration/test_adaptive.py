@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, accept_forever, base_env, each_stopped, py_script
+from conftest import BUILD, accept_forever, base_env, each_stopped, py_script, stop_listener
 
 
 class Server:
@@ -72,7 +72,7 @@ class Server:
             return [s for t, s in self.log if t0 <= t < t1]
 
     def stop(self):
-        self.sock.close()
+        stop_listener(self.sock)
 
 
 @pytest.fixture

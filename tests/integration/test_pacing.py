@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, NEGATIVE, PY, base_env, each_stopped, open_breaker_by_failing, py_script
+from conftest import BUILD, NEGATIVE, PY, base_env, each_stopped, open_breaker_by_failing, py_script, stop_listener
 
 SO_TIMESTAMPNS = 35
 
@@ -114,7 +114,7 @@ class RecordingServer:
         return [x for x in t if (start is None or x >= start) and (end is None or x < end)]
 
     def stop(self):
-        self.sock.close()
+        stop_listener(self.sock)
 
 
 @pytest.fixture

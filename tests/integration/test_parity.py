@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import NEGATIVE, Shim, py_script
+from conftest import NEGATIVE, Shim, py_script, stop_listener
 from test_engine import gobins  # noqa: F401  (the module's Go clients, built once)
 from test_history import NO_AGENT, Recorder, rows
 
@@ -81,7 +81,7 @@ class Answering:
             c.close()
 
     def stop(self):
-        self.sock.close()
+        stop_listener(self.sock)
 
 
 def scenario(tmp, engine, gobins, rule):

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import accept_forever, py_script
+from conftest import accept_forever, py_script, stop_listener
 from test_h2 import H2Server, cert  # noqa: F401 (cert: the fixture, shared)
 from test_pacing import RecordingServer
 
@@ -116,7 +116,7 @@ class TlsSite:
         accept_forever(self.sock, serve)
 
     def stop(self):
-        self.sock.close()
+        stop_listener(self.sock)
 
 
 TLS_SESSION = SESSION.replace("timeout=10)", "timeout=10, verify=False)")

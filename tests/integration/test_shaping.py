@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, NEGATIVE, PY, accept_forever, base_env, each_stopped, open_breaker_by_failing, py_script
+from conftest import BUILD, NEGATIVE, PY, accept_forever, base_env, each_stopped, open_breaker_by_failing, py_script, stop_listener
 
 
 class CountingServer:
@@ -87,7 +87,7 @@ class CountingServer:
 
     def stop(self):
         self.stopping = True
-        self.sock.close()
+        stop_listener(self.sock)
 
 
 @pytest.fixture

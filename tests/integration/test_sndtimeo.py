@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, NEGATIVE, base_env, client, each_stopped, py_script
+from conftest import BUILD, NEGATIVE, base_env, client, each_stopped, py_script, stop_listener
 
 MIB8 = 8 * 1024 * 1024
 POLICY = "[defaults]\nconnect_timeout = 1s\nread_timeout = 30s\n"
@@ -66,7 +66,7 @@ class SlowDrain:
         return self.got[0] if self.got else f"no end of stream in {timeout} s"
 
     def stop(self):
-        self.sock.close()
+        stop_listener(self.sock)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import py_script
+from conftest import py_script, stop_listener
 
 BODY = bytes((i * 2654435761 >> 13) & 0xFF for i in range(409600))
 SMALL = b"small\n"
@@ -92,7 +92,7 @@ class SlowBodies:
             c.close()
 
     def stop(self):
-        self.sock.close()
+        stop_listener(self.sock)
 
 
 @pytest.fixture
