@@ -217,6 +217,15 @@ static void shadow_judge(const struct ns_engine *e, struct ns_table *t, const st
 			       o->program, 0);
 }
 
+/* The destination's key for a line or an event: the engine's, else the slot's. */
+static void key_of(const struct ns_table *t, int slot, const struct ns_outcome *o, char key[NS_KEY_MAX])
+{
+	if (o->key)
+		ns_str_put(key, NS_KEY_MAX, 0, o->key);
+	else
+		ns_table_key_copy(t, slot, key);
+}
+
 /* What an outcome says beyond its count (cold: a keep-alive loop's
  * successes never come here): a failure's line at info (before), the
  * breaker's step or a traced failure's event (after). */
@@ -226,10 +235,7 @@ void ns_account_said_before(const struct ns_engine *e, struct ns_table *t, int s
 	const char *what;
 
 	words(o, &what, last, sizeof(last));
-	if (o->key)
-		ns_str_put(key, sizeof(key), 0, o->key);
-	else
-		ns_table_key_copy(t, slot, key);
+	key_of(t, slot, o, key);
 	say(e, SAY_INFO, "%s: %s%s", key, o->kind == NS_OUT_TIMEOUT ? "deadline expired: " : "", last);
 }
 
@@ -240,10 +246,7 @@ void ns_account_said_after(const struct ns_engine *e, struct ns_table *t, int sl
 	const char *what;
 
 	words(o, &what, last, sizeof(last));
-	if (o->key)
-		ns_str_put(key, sizeof(key), 0, o->key);
-	else
-		ns_table_key_copy(t, slot, key);
+	key_of(t, slot, o, key);
 	if (st->transition != NS_TR_NONE)
 		step_said(e, t, slot, key, st, set, o, what, last, now_ms);
 	else
@@ -255,10 +258,7 @@ void ns_account_shadow(const struct ns_engine *e, struct ns_table *t, int slot, 
 {
 	char key[NS_KEY_MAX];
 
-	if (o->key)
-		ns_str_put(key, sizeof(key), 0, o->key);
-	else
-		ns_table_key_copy(t, slot, key);
+	key_of(t, slot, o, key);
 	shadow_judge(e, t, o, key, now_ms);
 }
 
