@@ -380,6 +380,18 @@ static __attribute__((noinline, cold)) void server_spoke_first(struct ns_conn *c
 	ns_conn_own_success(c);
 }
 
+/* An answer read before the write that carried the client's preface was
+ * looked at (another thread read it while the writer was between its send
+ * and this file): the reader made before that write (h2conn.c
+ * early_reader, its streams already open) takes it. Fed to no one, the
+ * stream's answer was lost and the stream never settled (a gRPC client
+ * beside four busy loops: one call in four uncounted). */
+static inline int early_h2(const struct ns_conn *c, int d)
+{
+	return d == NS_IN && !(LD(c->flags) & (NS_C_HTTP | NS_C_NOTHTTP)) &&
+		__atomic_load_n(&c->h2, __ATOMIC_ACQUIRE) != NULL;
+}
+
 /* HTTP/2: its requests are streams, not turns; the reader (h2conn.c)
  * counts them. The connection's own outcome is its connect's (over TLS,
  * the handshake's): the server's first frame, or its end. */
@@ -464,7 +476,7 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 		}
 	}
 	if (LD(c->outcome)) {
-		if (unlikely((LD(c->flags) & NS_C_H2) == NS_C_H2))
+		if (unlikely((LD(c->flags) & NS_C_H2) == NS_C_H2) || unlikely(early_h2(c, d)))
 			h2_turn(c, d, buf, n, tls);
 		return;
 	}
@@ -477,7 +489,7 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 		if (LD(c->hlen) == 0 && LD(c->hstate) == HS_STATUS)
 			ns_first_byte_latency(c);   /* the answer's first byte */
 		feed(c, buf, n);
-	} else if (unlikely((LD(c->flags) & NS_C_H2) == NS_C_H2)) {
+	} else if (unlikely((LD(c->flags) & NS_C_H2) == NS_C_H2) || unlikely(early_h2(c, d))) {
 		h2_turn(c, d, buf, n, tls);
 	} else if (tls) {
 		ns_conn_outcome(c, NS_OUT_SUCCESS, 0);   /* the first byte of the answer */

@@ -646,6 +646,11 @@ int ns_h2c_before_write(int fd, struct ns_conn *c, const void *buf, const struct
 		return NS_H2C_NOT;
 	if (!x && !(x = early_reader(c, buf, iov, iovcnt, *len)))
 		return NS_H2C_NOT;
+	/* in clear text the reads are the reader's from now: an answer another
+	 * thread reads before this write's bytes are looked at (exchange.c
+	 * early_h2) goes to it, not past it */
+	if (!tls && !(f & NS_C_H2READ))
+		__atomic_fetch_or(&c->flags, NS_C_H2READ, __ATOMIC_RELAXED);
 	if (!lock_for(c, x))
 		return 0;
 	ns_h2_peek_begin(&x->h, &k);
