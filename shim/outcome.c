@@ -94,12 +94,20 @@ static inline __attribute__((always_inline)) void count(struct ns_conn *c, int s
 
 /* The connection's own success (its TLS handshake, an h2 connection's
  * first frame) counted now: requests it carries take it back (below). */
+#define OWN_AFTER UINT64_MAX /* own_ms: a stream's outcome came first (an answer read before the preface was) */
+
 static void own_success(struct ns_conn *c, int slot)
 {
-	uint64_t ms = (uint64_t)(ns_now() / 1000000);
+	uint64_t ms = (uint64_t)(ns_now() / 1000000), was = 0;
 
-	if (slot >= 0 && ns_breakers_ok)
-		__atomic_store_n(&c->own_ms, ms ? ms : 1, __ATOMIC_RELEASE);
+	if (slot < 0 || !ns_breakers_ok)
+		return;
+	if (ms == 0 || ms == OWN_AFTER)
+		ms = 1;
+	/* a stream already counted: the requests are the outcomes, this goes */
+	if (!__atomic_compare_exchange_n(&c->own_ms, &was, ms, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
+	    was == OWN_AFTER)
+		ns_table_success_undo(&ns_breakers, slot, ms, ns_conn_set(c)->window_ms);
 }
 
 /* Its first request's outcome is counted: from then the requests are the
@@ -109,7 +117,7 @@ static __attribute__((noinline, cold)) void own_success_taken(struct ns_conn *c,
 {
 	uint64_t at = __atomic_exchange_n(&c->own_ms, 0, __ATOMIC_ACQ_REL);
 
-	if (at && slot >= 0 && ns_breakers_ok)
+	if (at && at != OWN_AFTER && slot >= 0 && ns_breakers_ok)
 		ns_table_success_undo(&ns_breakers, slot, at, ns_conn_set(c)->window_ms);
 }
 
@@ -191,9 +199,15 @@ void ns_stream_outcome(struct ns_conn *c, int kind, int err, const struct ns_ans
 {
 	int saved = errno, slot = LD(c->slot);
 
+	uint64_t none = 0;
+
 	if (slot >= 0 && ns_breakers_ok)
 		ns_table_exchange(&ns_breakers, slot);
-	own_success_back(c, slot);
+	/* the connection's own success, counted: taken back; not yet (its
+	 * first frame read before its preface was looked at): it will not be */
+	if (!__atomic_compare_exchange_n(&c->own_ms, &none, OWN_AFTER, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
+	    none != OWN_AFTER)
+		own_success_taken(c, slot);
 	count(c, slot, kind, err, ans, NS_C_SENT, from, first);
 	errno = saved;
 }
