@@ -198,7 +198,6 @@ out:
 void ns_stream_outcome(struct ns_conn *c, int kind, int err, const struct ns_answer *ans, monotime from, monotime first)
 {
 	int saved = errno, slot = LD(c->slot);
-
 	uint64_t none = 0;
 
 	if (slot >= 0 && ns_breakers_ok)
