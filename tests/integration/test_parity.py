@@ -12,12 +12,11 @@ of each event, times, and the HTTP status (the seccomp engine sees no bytes
 yet: a status from Go is issue 50's)."""
 import json
 import socket
-import threading
 import time
 
 import pytest
 
-from conftest import NEGATIVE, Shim, py_script, stop_listener
+from conftest import NEGATIVE, Shim, accept_forever, py_script, stop_listener
 from test_engine import gobins  # noqa: F401  (the module's Go clients, built once)
 from test_history import NO_AGENT, Recorder, rows
 
@@ -59,26 +58,22 @@ class Answering:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", port))
         self.sock.listen(64)
-        threading.Thread(target=self._run, daemon=True).start()
+        accept_forever(self.sock, self._serve)
 
-    def _run(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            try:
-                c.settimeout(5)
-                got = b""
-                while b"\r\n\r\n" not in got:
-                    d = c.recv(4096)
-                    if not d:
-                        break
-                    got += d
-                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-            except OSError:
-                pass
-            c.close()
+    @staticmethod
+    def _serve(c):
+        try:
+            c.settimeout(5)
+            got = b""
+            while b"\r\n\r\n" not in got:
+                d = c.recv(4096)
+                if not d:
+                    break
+                got += d
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        except OSError:
+            pass
+        c.close()
 
     def stop(self):
         stop_listener(self.sock)

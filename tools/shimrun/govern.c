@@ -127,11 +127,11 @@ static int enforce(const struct conn *c)
 
 static void key_of(struct ns_gov *g, int slot, char *key, size_t len)
 {
-	struct ns_entry e;
+	char k[NS_KEY_MAX];
 
-	memset(&e, 0, sizeof(e));
-	if (ns_table_read(&g->t, slot, mono_ms(), &e) == 0)
-		snprintf(key, len, "%s", e.key);
+	ns_table_key_copy(&g->t, slot, k); /* (the key alone: no window counted) */
+	if (k[0])
+		snprintf(key, len, "%s", k);
 	else
 		snprintf(key, len, "slot %d", slot);
 }
