@@ -10,6 +10,7 @@
 
 #include "../policy/policy.h"
 #include "../policy/destaddr.h"
+#include "../policy/h1.h"
 #include "../policy/h1end.h"
 #include "base.h"
 
@@ -178,11 +179,10 @@ struct ns_conn {
 	uint64_t peer_a[2]; /* word by word (ST/LD): a pooled record is read by a thread that held its last use */
 	/* the exchange in progress (exchange.c; its thread's slow path only) */
 	monotime xstart;          /* when its request went out; 0 = the connect's */
-	uint32_t hstate;          /* HTTP answer: status line, or 1xx headers to skip */
-	uint32_t hlen;            /* bytes of the status line (or of "\r\n\r\n") seen */
-	char hbuf[16];            /* "HTTP/1.1 503" */
-	char hval[32];            /* a Retry-After's value, as it arrives */
-	uint32_t hvlen;
+	char sniffed[NS_H1_SNIFF_MAX]; /* the request's first bytes while they may begin a method */
+	uint32_t snlen;
+	struct ns_h1status h1s;   /* its answer's status line (policy/h1.h) */
+	struct ns_h1ra h1ra;      /* a 429/503's Retry-After */
 	uint32_t xstatus;         /* a 429/503 whose outcome waits for its headers (Retry-After), 0 = none */
 	uint32_t fb_us;           /* the last first-byte time counted (us): an h2c server's preface read
 				   * before the client's takes it back (exchange.c) */

@@ -7,8 +7,9 @@
  * before a byte. When the first bytes a connection sends are an HTTP/1.x
  * request line, the answer's status line is read as it passes (one byte
  * per read is fine; 1xx interim answers are skipped), and a status in
- * failure_status fails the exchange. The program's bytes are only looked
- * at, never held or changed. Several requests sent before an answer
+ * failure_status fails the exchange (the reading itself is policy/h1.c's;
+ * this file keeps its state in the connection's record and says what it
+ * means). The program's bytes are only looked at, never held or changed. Several requests sent before an answer
  * (pipelining) are one exchange, decided by the first answer.
  *
  * Both ends take the data path's slow branch only at the turns: the send
@@ -24,65 +25,32 @@
 #include "h2conn.h"
 #include "outcome.h"
 
-enum { HS_STATUS, HS_SKIP, HS_HDR_LINE, HS_HDR_VALUE };
-
-/* "GET ", "POST " ...: an HTTP/1.x request line begins so; HTTP/2's
- * preface ("PRI * HTTP/2.0\r\n...", its first 8 bytes here) begins an
- * HTTP/2 connection; TLS (0x16) neither. Of the first n bytes sent: 1
- * (HTTP/1), 2 (HTTP/2), 0 (neither), or -1 while they may still begin one
- * ("G", "POS", "PRI": a program may send its request in pieces). */
-static int looks_http(const char *b, size_t n)
-{
-	static const char *const methods[] = { "GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "OPTIONS ",
-		"PATCH ", "TRACE ", "CONNECT " };
-	static const char h2[] = "PRI * HT";
-	int may = 0;
-
-	if (n >= sizeof(h2) - 1 && memcmp(b, h2, sizeof(h2) - 1) == 0)
-		return 2;
-	if (n < sizeof(h2) - 1 && memcmp(b, h2, n) == 0)
-		may = 1;
-
-	for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
-		size_t m = strlen(methods[i]);
-
-		if (n >= m && memcmp(b, methods[i], m) == 0)
-			return 1;
-		if (n < m && memcmp(b, methods[i], n) == 0)
-			may = 1;
-	}
-	return may ? -1 : 0;
-}
-
-#define SNIFF_MAX 8   /* the longest method, "OPTIONS " and "CONNECT ", is 8 bytes */
-
 /* What the bytes sent so far say of the protocol. While they may still
- * begin a method, they are kept in hbuf (no answer is read before the
+ * begin a method, they are kept in sniffed (no answer is read before the
  * request is known) and NS_C_SNIFF sends the next send here too. Once HTTP
  * is known during an exchange whose answer has not begun, its status is
  * read. buf NULL (no plain buffer): not HTTP. */
 static void sniff(struct ns_conn *c, const char *buf, size_t n)
 {
-	char p[SNIFF_MAX];
-	uint32_t k = (LD(c->flags) & NS_C_SNIFF) ? LD(c->hlen) : 0;
+	char p[NS_H1_SNIFF_MAX];
+	uint32_t k = (LD(c->flags) & NS_C_SNIFF) ? LD(c->snlen) : 0;
 	int v;
 
-	if (k > SNIFF_MAX)
+	if (k > NS_H1_SNIFF_MAX)
 		k = 0;   /* in bounds, whatever another thread did */
 	for (uint32_t j = 0; j < k; j++)
-		p[j] = LD(c->hbuf[j]);
-	for (; buf && k < SNIFF_MAX && n > 0; n--)
+		p[j] = LD(c->sniffed[j]);
+	for (; buf && k < NS_H1_SNIFF_MAX && n > 0; n--)
 		p[k++] = *buf++;
-	v = buf ? looks_http(p, k) : 0;
-	if (v < 0 && k < SNIFF_MAX) {
+	v = buf ? ns_h1_looks(p, k) : 0;
+	if (v < 0 && k < NS_H1_SNIFF_MAX) {
 		for (uint32_t j = 0; j < k; j++)
-			ST(c->hbuf[j], p[j]);
-		ST(c->hlen, k);
+			ST(c->sniffed[j], p[j]);
+		ST(c->snlen, k);
 		__atomic_fetch_or(&c->flags, NS_C_SNIFF, __ATOMIC_RELAXED);
 		return;
 	}
-	ST(c->hlen, 0);
-	ST(c->hstate, (uint32_t)HS_STATUS);
+	ST(c->snlen, 0);
 	__atomic_fetch_or(&c->flags, v == 2 ? NS_C_H2 : v > 0 ? NS_C_HTTP : NS_C_NOTHTTP, __ATOMIC_RELAXED);
 	__atomic_fetch_and(&c->flags, ~NS_C_SNIFF, __ATOMIC_RELAXED);
 	/* told by a later piece of a request already out, before its answer */
@@ -90,29 +58,11 @@ static void sniff(struct ns_conn *c, const char *buf, size_t n)
 		__atomic_fetch_or(&c->flags, NS_C_PARSE, __ATOMIC_RELAXED);
 }
 
-/* The status of a status line's first 12 bytes ("HTTP/1.x NNN"), or 0
- * when they are none. */
-static unsigned status_of(const char *hb)
+/* A final status (ns_h1status_feed): the exchange's outcome; an answer
+ * that is no HTTP (NS_H1S_NOSTATUS) is decided by its first byte. */
+static void decide(struct ns_conn *c, unsigned code)
 {
-	if (memcmp(hb, "HTTP/1.", 7) != 0 || hb[8] != ' ' || hb[9] < '1' || hb[9] > '5' ||
-	    hb[10] < '0' || hb[10] > '9' || hb[11] < '0' || hb[11] > '9')
-		return 0;
-	return (unsigned)((hb[9] - '0') * 100 + (hb[10] - '0') * 10 + (hb[11] - '0'));
-}
-
-/* An interim answer (1xx but 101 Switching Protocols): a final one follows. */
-static int interim(unsigned code)
-{
-	return code >= 100 && code <= 199 && code != 101;
-}
-
-/* A final status line's first 12 bytes: the exchange's outcome; anything
- * else is no HTTP answer, and its first byte decides. */
-static void decide(struct ns_conn *c, const char *hb)
-{
-	unsigned code = status_of(hb);
-
-	if (!code) {
+	if (code == NS_H1S_NOSTATUS) {
 		__atomic_fetch_and(&c->flags, ~NS_C_PARSE, __ATOMIC_RELAXED);
 		ns_conn_outcome(c, NS_OUT_SUCCESS, 0);
 		return;
@@ -134,9 +84,9 @@ static void decide(struct ns_conn *c, const char *hb)
 	}
 	if ((code == 429 || code == 503) && ns_conn_set(c)->retry_after) {
 		/* its headers may say when to come back (Retry-After) */
-		ST(c->hstate, (uint32_t)HS_HDR_LINE);
-		ST(c->hlen, 0u);   /* inside the status line */
-		ST(c->hvlen, 0u);
+		ST(c->h1ra.value, 0u);
+		ST(c->h1ra.len, 0u); /* inside the status line */
+		ST(c->h1ra.vlen, 0u);
 		__atomic_fetch_or(&c->follow, NS_FOLLOW_RA, __ATOMIC_RELAXED);
 		__atomic_fetch_or(&c->flags, NS_C_HDRS, __ATOMIC_RELAXED);
 	}
@@ -161,67 +111,59 @@ static void follow_done(struct ns_conn *c, uint32_t what)
 		__atomic_fetch_and(&c->flags, ~NS_C_HDRS, __ATOMIC_RELAXED);
 }
 
-/* The header block of a 429 or 503 answer, read as it passes, for its
- * Retry-After (seconds, or an HTTP date), up to the blank line. hlen: 0
- * inside a line, 1 at a line's start, 2 after a "\r" there, 3 + k with k
- * bytes of "retry-after:" matched from a line's start; then the value is
- * kept in hval up to its line's end. */
+/* The reader's records, field by field (another thread of the program may
+ * read the same connection: its race, never a torn word). */
+static void ra_load(const struct ns_conn *c, struct ns_h1ra *r)
+{
+	r->value = LD(c->h1ra.value);
+	r->len = LD(c->h1ra.len);
+	r->vlen = LD(c->h1ra.vlen);
+	for (uint32_t j = 0; j < NS_H1RA_MAX; j++)
+		r->val[j] = LD(c->h1ra.val[j]);
+}
+
+static void ra_store(struct ns_conn *c, const struct ns_h1ra *r)
+{
+	ST(c->h1ra.value, r->value);
+	ST(c->h1ra.len, r->len);
+	ST(c->h1ra.vlen, r->vlen);
+	for (uint32_t j = 0; j < NS_H1RA_MAX; j++)
+		ST(c->h1ra.val[j], r->val[j]);
+}
+
+static void status_load(const struct ns_conn *c, struct ns_h1status *s)
+{
+	s->st = LD(c->h1s.st);
+	s->len = LD(c->h1s.len);
+	for (uint32_t j = 0; j < sizeof(s->buf); j++)
+		s->buf[j] = LD(c->h1s.buf[j]);
+}
+
+static void status_store(struct ns_conn *c, const struct ns_h1status *s)
+{
+	ST(c->h1s.st, s->st);
+	ST(c->h1s.len, s->len);
+	for (uint32_t j = 0; j < sizeof(s->buf); j++)
+		ST(c->h1s.buf[j], s->buf[j]);
+}
+
+/* The header block of a 429 or 503 answer, read as it passes for its
+ * Retry-After (seconds, or an HTTP date), up to the blank line. */
 static void headers(struct ns_conn *c, const char *b, size_t n)
 {
-	static const char name[] = "retry-after:";
+	struct ns_h1ra r;
+	char val[NS_H1RA_MAX + 1];
+	int said;
 
-	for (size_t i = 0; i < n && (LD(c->follow) & NS_FOLLOW_RA); i++) {
-		char ch = b[i];
-		uint32_t m = LD(c->hlen);
-
-		if (LD(c->hstate) == HS_HDR_VALUE) {
-			uint32_t v = LD(c->hvlen);
-
-			if (ch == '\n') {
-				char val[sizeof(c->hval) + 1];
-
-				if (v > sizeof(c->hval))
-					v = 0;   /* in bounds, whatever another thread did */
-				for (uint32_t j = 0; j < v; j++)
-					val[j] = LD(c->hval[j]);
-				val[v] = '\0';
-				follow_done(c, NS_FOLLOW_RA);
-				settle(c, ns_conn_retry_after(c, val));
-				return;
-			}
-			if (ch != '\r' && v < sizeof(c->hval) && !(v == 0 && (ch == ' ' || ch == '\t'))) {
-				ST(c->hval[v], ch);
-				ST(c->hvlen, v + 1);
-			}
-			continue;
-		}
-		if (ch == '\n') {
-			if (m == 1 || m == 2) {   /* the blank line: no Retry-After */
-				follow_done(c, NS_FOLLOW_RA);
-				settle(c, 0);
-				return;
-			}
-			ST(c->hlen, 1u);
-			continue;
-		}
-		if (m == 1 && ch == '\r') {
-			ST(c->hlen, 2u);
-			continue;
-		}
-		{
-			uint32_t k = m >= 3 && m < 3 + sizeof(name) - 1 ? m - 3 : (m == 1 || m == 2) ? 0 : UINT32_MAX;
-			char lc = ch >= 'A' && ch <= 'Z' ? (char)(ch + 32) : ch;
-
-			if (k == UINT32_MAX || lc != name[k]) {
-				ST(c->hlen, 0u);
-			} else if (k + 1 == sizeof(name) - 1) {
-				ST(c->hstate, (uint32_t)HS_HDR_VALUE);
-				ST(c->hvlen, 0u);
-			} else {
-				ST(c->hlen, 3 + k + 1);
-			}
-		}
-	}
+	if (!(LD(c->follow) & NS_FOLLOW_RA))
+		return;
+	ra_load(c, &r);
+	said = ns_h1ra_feed(&r, b, n, val);
+	ra_store(c, &r);
+	if (said == NS_H1RA_MORE)
+		return;
+	follow_done(c, NS_FOLLOW_RA);
+	settle(c, said == NS_H1RA_VALUE && ns_conn_retry_after(c, val));
 }
 
 /**** the answer's end (a connection holding a place) ****/
@@ -304,64 +246,29 @@ int ns_exchange_stale(const struct ns_conn *c)
 	if ((f & (NS_C_REUSED | NS_C_SENT)) != (NS_C_REUSED | NS_C_SENT) || LD(c->outcome))
 		return 0;
 	/* reading a status line: any byte of it is the answer begun */
-	return !(f & NS_C_PARSE) || (LD(c->hlen) == 0 && LD(c->hstate) == HS_STATUS);
+	return !(f & NS_C_PARSE) || ns_h1status_fresh(LD(c->h1s.st), LD(c->h1s.len));
 }
 
 /* Feed bytes of the answer; decides the exchange once the final status
  * line is in, or gives up on a status (plain outcome) if it is not one. */
 static void feed(struct ns_conn *c, const char *b, size_t n)
 {
-	char hb[12];
+	unsigned code;
+	size_t used = 12;
 
-	/* the usual case: the whole status line in this read */
-	if (n >= 12 && LD(c->hlen) == 0 && LD(c->hstate) == HS_STATUS && !interim(status_of(b))) {
-		decide(c, b);
-		if (unlikely(LD(c->follow) & NS_FOLLOW_RA))
-			headers(c, b + 12, n - 12);
-		return;
-	}
-	for (size_t i = 0; i < n && (LD(c->flags) & NS_C_PARSE); i++) {
-		if (LD(c->hstate) == HS_SKIP) {
-			/* the headers of a 1xx answer, up to the blank line, whose
-			 * lines may end in "\r\n" or a bare "\n" (as HTTP readers
-			 * take them): m is 0 inside a line, 1 at a line's start,
-			 * 2 after a "\r" there */
-			uint32_t m = LD(c->hlen);
+	/* the usual case: the whole status line at the start of this read */
+	if (!ns_h1status_fresh(LD(c->h1s.st), LD(c->h1s.len)) || (code = ns_h1status_whole(b, n)) == NS_H1S_MORE) {
+		struct ns_h1status s;
 
-			if (m > 2)
-				m = 0;   /* in bounds, whatever another thread did */
-			if (b[i] == '\n' && m) {
-				ST(c->hstate, (uint32_t)HS_STATUS);   /* the blank line */
-				ST(c->hlen, 0);
-				continue;
-			}
-			ST(c->hlen, b[i] == '\n' ? 1u : (b[i] == '\r' && m == 1) ? 2u : 0u);
-			continue;
-		}
-		{
-			uint32_t k = LD(c->hlen);
-
-			if (k >= sizeof(c->hbuf))
-				k = 0;   /* never past the buffer, whatever another thread did */
-			ST(c->hbuf[k], b[i]);
-			ST(c->hlen, k + 1);
-			if (k + 1 < 12)
-				continue;
-		}
-		/* a copy: another thread may write the record (the program's race) */
-		for (int j = 0; j < 12; j++)
-			hb[j] = LD(c->hbuf[j]);
-		if (interim(status_of(hb))) {
-			ST(c->hstate, (uint32_t)HS_SKIP);   /* interim: the final answer follows */
-			ST(c->hlen, 0);
-			continue;
-		}
-		decide(c, hb);
-		if (unlikely(LD(c->follow) & NS_FOLLOW_RA)) {
-			headers(c, b + i + 1, n - i - 1);
+		status_load(c, &s);
+		code = ns_h1status_feed(&s, b, n, &used);
+		status_store(c, &s);
+		if (code == NS_H1S_MORE)
 			return;
-		}
 	}
+	decide(c, code);
+	if (unlikely(LD(c->follow) & NS_FOLLOW_RA))
+		headers(c, b + used, n - used);
 }
 
 /* An h2c server's own preface (SETTINGS) was read before the program sent
@@ -418,13 +325,13 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 		}
 		/* buf holds at least min(n, 8) bytes (see first8 in datapath.c) */
 		if (!(f & (NS_C_HTTP | NS_C_NOTHTTP))) {
-			char held[SNIFF_MAX];
-			uint32_t k = (f & NS_C_SNIFF) ? LD(c->hlen) : 0;
+			char held[NS_H1_SNIFF_MAX];
+			uint32_t k = (f & NS_C_SNIFF) ? LD(c->snlen) : 0;
 
-			if (k > SNIFF_MAX)
+			if (k > NS_H1_SNIFF_MAX)
 				k = 0; /* in bounds, whatever another thread did */
 			for (uint32_t j = 0; j < k; j++)
-				held[j] = LD(c->hbuf[j]);
+				held[j] = LD(c->sniffed[j]);
 			sniff(c, buf, n);
 			if ((LD(c->flags) & NS_C_H2) == NS_C_H2) {
 				/* the preface: from here the reader follows it (a
@@ -446,9 +353,8 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 			ST(c->xstatus, 0u);
 			ST(c->xthread, (uintptr_t)pthread_self());
 			ST(c->xstart, ns_now());
-			ST(c->hstate, (uint32_t)HS_STATUS);
-			if (!(LD(c->flags) & NS_C_SNIFF))
-				ST(c->hlen, 0);   /* (while sniffing it holds the request's first bytes) */
+			ST(c->h1s.st, (uint32_t)NS_H1S_LINE);
+			ST(c->h1s.len, 0u);
 			__atomic_fetch_and(&c->flags, ~(NS_C_XNEXT | NS_C_REUSED | NS_C_HDRS), __ATOMIC_RELAXED);
 			__atomic_fetch_or(&c->flags,
 					  again | NS_C_SENT | ((LD(c->flags) & NS_C_H2) == NS_C_HTTP ? NS_C_PARSE : 0),
@@ -486,7 +392,7 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 			__atomic_fetch_and(&c->flags, ~NS_C_PARSE, __ATOMIC_RELAXED);
 			return;
 		}
-		if (LD(c->hlen) == 0 && LD(c->hstate) == HS_STATUS)
+		if (ns_h1status_fresh(LD(c->h1s.st), LD(c->h1s.len)))
 			ns_first_byte_latency(c);   /* the answer's first byte */
 		feed(c, buf, n);
 	} else if (unlikely((LD(c->flags) & NS_C_H2) == NS_C_H2) || unlikely(early_h2(c, d))) {

@@ -1,117 +1,36 @@
-/* fuzz_http.c -- libFuzzer harness: the HTTP/1.x status reader of the
- * exchanges (shim/exchange.c), built here with the few calls it makes into
- * the rest of the shim replaced by recorders.
+/* fuzz_http.c -- libFuzzer harness: the HTTP/1.x readers (policy/h1.c),
+ * pure code fed as the shim feeds them.
  *
  * The input is a request split point, a read size and an answer stream
  * (interim 1xx answers with CRLF or bare-LF lines, pipelined answers, HEAD
  * and chunked ones, garbage). The request is sent in two pieces and the
- * answer read in pieces of every size from 1 up; each way, the reader must
- * decide the exchange exactly as a reference reading the whole stream at
- * once does (the first final status, or a plain outcome when the answer is
- * no HTTP), and never touch memory it does not own. */
+ * answer read in pieces of every size from 1 up; each way, the readers
+ * must say what a reference reading the whole stream at once says: the
+ * request's protocol, the answer's first final status (or that it is no
+ * HTTP), and for a 429 or 503 whether its headers hold a Retry-After and
+ * its value; and never touch memory they do not own. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../shim/exchange.c"
+#include "../../policy/h1.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len);
 
-static int decided;        /* 0 none; else the status, or 1 for a plain outcome */
+/* what the readers (or the reference) said of one answer */
+struct said {
+	unsigned code; /* a status, NS_H1S_NOSTATUS, or 0 when undecided */
+	int ra;        /* for a 429/503: NS_H1RA_* */
+	char val[NS_H1RA_MAX + 1];
+};
 
-void ns_conn_outcome(struct ns_conn *c, int kind, int err)
-{
-	uint32_t was = __atomic_fetch_and(&c->flags, ~(NS_C_PARSE | NS_C_SENT), __ATOMIC_RELAXED);
-
-	(void)err;
-	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
-		return;
-	__atomic_fetch_or(&c->flags, NS_C_XNEXT, __ATOMIC_RELAXED);
-	if (kind == NS_OUT_SUCCESS && (was & NS_C_SENT))
-		__atomic_fetch_or(&c->flags, NS_C_ANSWERED, __ATOMIC_RELAXED);
-	if (!decided)
-		decided = 1;
-}
-
-void ns_conn_http(struct ns_conn *c, unsigned code, int failed)
-{
-	if (LD(c->outcome))
-		return;
-	__atomic_fetch_and(&c->flags, ~NS_C_PARSE, __ATOMIC_RELAXED);
-	decided = (int)code;
-	ns_conn_outcome(c, failed ? NS_OUT_FAILURE : NS_OUT_SUCCESS, 0);
-}
-
-int ns_conn_status_fails(const struct ns_conn *c, unsigned code)
-{
-	(void)c;
-	return code == 429 || (code >= 500 && code <= 599);
-}
-
-void ns_first_byte_latency(struct ns_conn *c)
-{
-	(void)c;
-}
-
-/* no table here: what exchange.c would count in it is not this harness's */
-struct ns_table ns_breakers;
-int ns_breakers_ok;
-
-void ns_conn_h2_answered(struct ns_conn *c)
-{
-	ns_conn_outcome(c, NS_OUT_SUCCESS, 0);
-}
-
-void ns_conn_own_success(struct ns_conn *c)
-{
-	(void)c;
-}
-
-/* HTTP/2 (h2conn.c) is not this harness's: fuzz_h2 reads its frames */
-void ns_h2c_start(struct ns_conn *c, const char *held, size_t nheld, const void *buf, size_t n, int tls,
-		  int seen_before)
-{
-	(void)c, (void)held, (void)nheld, (void)buf, (void)n, (void)tls, (void)seen_before;
-}
-
-void ns_h2c_feed(struct ns_conn *c, int d, const void *buf, size_t n)
-{
-	(void)c, (void)d, (void)buf, (void)n;
-}
-
-void ns_h2c_gap(struct ns_conn *c)
-{
-	(void)c;
-}
-
-/* a 429/503's Retry-After (outcome.c): the value the reader kept must be
- * a string of at most 32 bytes */
-int ns_conn_retry_after(struct ns_conn *c, const char *value)
-{
-	(void)c;
-	if (strlen(value) > sizeof(c->hval))
-		__builtin_trap();
-	return 0;
-}
-
-/* the data path's outcome after the call (afterio.c), as far as the
- * reader's decisions go */
-ssize_t ns_after_io(int fd, struct ns_conn *c, int d, ssize_t r, size_t len, int flags, uint32_t gen)
-{
-	(void)fd, (void)d, (void)len, (void)flags, (void)gen;
-	/* the first byte of an answer whose status is not read: the plain outcome */
-	if (r > 0 && d == NS_IN && !LD(c->outcome) && !(LD(c->flags) & (NS_C_PARSE | NS_C_HDRS)))
-		ns_conn_outcome(c, NS_OUT_SUCCESS, 0);
-	return r;
-}
-
-/* A 429 or 503 is decided by its headers (a Retry-After honoured is a
- * cooldown, not a failure): at the end of a Retry-After line or of the
- * block, whichever comes first. 1 when that is within a[i..n). */
-static int headers_end(const uint8_t *a, size_t n, size_t i)
+/* A 429 or 503's headers from a[i]: whether a Retry-After line or the
+ * blank line ends first within a[i..n), and the value (leading blanks and
+ * every "\r" left out, its first NS_H1RA_MAX bytes). */
+static int headers_end(const uint8_t *a, size_t n, size_t i, char *val)
 {
 	static const char name[] = "retry-after:";
-	unsigned m = 0;
+	unsigned m = 0, v = 0;
 	int value = 0;
 
 	for (; i < n; i++) {
@@ -119,13 +38,17 @@ static int headers_end(const uint8_t *a, size_t n, size_t i)
 		unsigned k;
 
 		if (value) {
-			if (ch == '\n')
-				return 1;
+			if (ch == '\n') {
+				val[v] = '\0';
+				return NS_H1RA_VALUE;
+			}
+			if (ch != '\r' && v < NS_H1RA_MAX && !(v == 0 && (ch == ' ' || ch == '\t')))
+				val[v++] = ch;
 			continue;
 		}
 		if (ch == '\n') {
 			if (m == 1 || m == 2)
-				return 1;
+				return NS_H1RA_NONE;
 			m = 1;
 			continue;
 		}
@@ -141,30 +64,30 @@ static int headers_end(const uint8_t *a, size_t n, size_t i)
 		else
 			m = 3 + k + 1;
 	}
-	return 0;
+	return NS_H1RA_MORE;
 }
 
-/* The reference: the whole answer at once. 0 when undecided (too short). */
-static int reference(const uint8_t *a, size_t n, int http)
+/* The reference: the whole answer at once. */
+static void reference(const uint8_t *a, size_t n, struct said *w)
 {
 	size_t i = 0;
 
-	if (!http)
-		return n ? 1 : 0;
+	memset(w, 0, sizeof(*w));
 	for (;;) {
 		const uint8_t *h = a + i;
 
 		if (n - i < 12)
-			return 0;
+			return;
 		if (memcmp(h, "HTTP/1.", 7) != 0 || h[8] != ' ' || h[9] < '1' || h[9] > '5' || h[10] < '0' ||
-		    h[10] > '9' || h[11] < '0' || h[11] > '9')
-			return 1;
+		    h[10] > '9' || h[11] < '0' || h[11] > '9') {
+			w->code = NS_H1S_NOSTATUS;
+			return;
+		}
 		if (h[9] != '1' || (h[10] == '0' && h[11] == '1')) {
-			int code = (h[9] - '0') * 100 + (h[10] - '0') * 10 + (h[11] - '0');
-
-			if ((code == 429 || code == 503) && !headers_end(a, n, i + 12))
-				return 0;
-			return code;
+			w->code = (unsigned)((h[9] - '0') * 100 + (h[10] - '0') * 10 + (h[11] - '0'));
+			if (w->code == 429 || w->code == 503)
+				w->ra = headers_end(a, n, i + 12, w->val);
+			return;
 		}
 		/* an interim answer: on past its blank line */
 		{
@@ -176,7 +99,7 @@ static int reference(const uint8_t *a, size_t n, int http)
 				m = a[i] == '\n' ? 1 : (a[i] == '\r' && m == 1) ? 2 : 0;
 			}
 			if (i >= n)
-				return 0;
+				return;
 			i++;
 		}
 	}
@@ -185,47 +108,87 @@ static int reference(const uint8_t *a, size_t n, int http)
 static const char *const requests[] = { "GET / HTTP/1.1\r\nHost: x\r\n\r\n", "HEAD / HTTP/1.1\r\n\r\n",
 	"OPTIONS * HTTP/1.1\r\n\r\n", "\x16\x03\x01\x00", "PRI * HTTP/2.0\r\n\r\n", "G", "POS" };
 
-static void one(const char *req, size_t split, const uint8_t *a, size_t n, size_t step, int want)
+/* The request's protocol as the shim learns it: its first bytes held while
+ * they may still begin a method, in two pieces split at split. */
+static int sniffed(const char *req, size_t split)
 {
-	struct ns_conn c;
-	size_t rl = strlen(req);
+	char p[NS_H1_SNIFF_MAX];
+	size_t rl = strlen(req), k = 0, at = 0;
+	int v = -1;
 
-	memset(&c, 0, sizeof(c));
-	c.flags = NS_C_XNEXT;
-	decided = 0;
 	if (split > rl)
 		split = rl;
-	turn(&c, NS_OUT, req, split, 0);
-	if (split < rl)
-		turn(&c, NS_OUT, req + split, rl - split, 0);
-	for (size_t i = 0; i < n; i += step) {
+	for (int piece = 0; piece < 2 && v < 0; piece++) {
+		size_t end = piece ? rl : split;
+
+		for (; at < end && k < NS_H1_SNIFF_MAX; at++)
+			p[k++] = req[at];
+		at = end;
+		v = ns_h1_looks(p, k);
+		if (v < 0 && k == NS_H1_SNIFF_MAX)
+			v = 0;
+	}
+	return v < 0 ? 0 : v; /* still "may": nothing more was sent */
+}
+
+/* The answer read in pieces of step bytes, as exchange.c feeds it. */
+static void pieces(const uint8_t *a, size_t n, size_t step, struct said *got)
+{
+	struct ns_h1status s;
+	struct ns_h1ra r;
+	size_t i = 0;
+
+	memset(got, 0, sizeof(*got));
+	ns_h1status_start(&s);
+	for (; i < n && !got->code; i += step) {
+		size_t k = n - i < step ? n - i : step, used = 0;
+
+		got->code = ns_h1status_feed(&s, (const char *)a + i, k, &used);
+		if (used > k)
+			__builtin_trap();
+		if (got->code && (got->code == 429 || got->code == 503)) {
+			/* the rest of this read is the headers' */
+			ns_h1ra_start(&r);
+			got->ra = ns_h1ra_feed(&r, (const char *)a + i + used, k - used, got->val);
+		}
+	}
+	if (got->code != 429 && got->code != 503)
+		return;
+	for (; i < n && got->ra == NS_H1RA_MORE; i += step) {
 		size_t k = n - i < step ? n - i : step;
 
-		turn(&c, NS_IN, (const char *)a + i, k, 0);
-		ns_after_io(0, &c, NS_IN, (ssize_t)k, k, 0, 0);
+		got->ra = ns_h1ra_feed(&r, (const char *)a + i, k, got->val);
 	}
-	if (decided != want)
-		__builtin_trap();   /* read in pieces, it decided otherwise than read whole */
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
 {
 	const char *req;
-	size_t split, n;
+	struct said want, got;
+	size_t n;
 	const uint8_t *a;
-	int http, want;
+	int whole;
 
 	if (len < 2 || len > 600)
 		return 0;
 	req = requests[data[0] % (sizeof(requests) / sizeof(requests[0]))];
-	split = data[1] % 9;
+	/* sent in two pieces, the request is told as it is whole (a request
+	 * that may still begin a method when it ends is none) */
+	whole = ns_h1_looks(req, strlen(req) < NS_H1_SNIFF_MAX ? strlen(req) : NS_H1_SNIFF_MAX);
+	if (whole < 0)
+		whole = 0;
+	if (sniffed(req, data[1] % 9) != whole)
+		__builtin_trap();
+	if (whole != 1)
+		return 0; /* only an HTTP/1 request's answer is read as lines */
 	a = data + 2;
 	n = len - 2;
-	http = looks_http(req, strlen(req)) == 1; /* HTTP/1 (2: HTTP/2, whose answers are not read as lines) */
-	want = reference(a, n, http);
-	for (size_t step = 1; step <= n; step++)
-		one(req, split, a, n, step, want);
-	if (n == 0)
-		one(req, split, a, 0, 1, want);
+	reference(a, n, &want);
+	for (size_t step = 1; step <= n; step++) {
+		pieces(a, n, step, &got);
+		if (got.code != want.code || got.ra != want.ra ||
+		    (want.ra == NS_H1RA_VALUE && strcmp(got.val, want.val) != 0))
+			__builtin_trap(); /* read in pieces, it said otherwise than read whole */
+	}
 	return 0;
 }
