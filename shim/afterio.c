@@ -8,6 +8,7 @@
 
 #include <errno.h>
 
+#include "connfail.h"
 #include "exchange.h"
 #include "fault.h"
 #include "h2conn.h"
@@ -65,7 +66,7 @@ __attribute__((noinline)) ssize_t ns_after_io(int fd, struct ns_conn *c, int d, 
 			if (ns_exchange_stale(c))
 				ns_conn_stale(c, 0);
 			else if (LD(c->flags) & NS_C_SENT)
-				ns_conn_outcome(c, NS_OUT_FAILURE, 0);
+				ns_conn_failed(c, NS_OUT_FAILURE, 0);
 			else if ((LD(c->flags) & NS_C_H2) == NS_C_H2)
 				ns_conn_h2_answered(c);
 			else
@@ -77,7 +78,7 @@ __attribute__((noinline)) ssize_t ns_after_io(int fd, struct ns_conn *c, int d, 
 	if (e == EAGAIN || e == EWOULDBLOCK) {
 		if (!(__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_NONBLOCK) && !(flags & MSG_DONTWAIT) &&
 		    ns_src_fires(LD(c->dir[d].src))) {
-			ns_conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
+			ns_conn_failed(c, NS_OUT_TIMEOUT, ETIMEDOUT);
 			errno = ETIMEDOUT;
 			return -1;
 		}

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "connfail.h"
 #include "destcache.h"
 #include "fault.h"
 #include "engine.h"
@@ -236,7 +237,7 @@ static int delay_blocking(struct ns_conn *c)
 	c->fault.delay_until = 0;
 	if (end < until) {
 		__atomic_fetch_or(&c->flags, NS_C_FAILED, __ATOMIC_RELAXED);
-		ns_conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
+		ns_conn_failed(c, NS_OUT_TIMEOUT, ETIMEDOUT);
 		errno = ETIMEDOUT;
 		return -1;
 	}

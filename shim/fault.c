@@ -30,6 +30,7 @@
 
 #include "../policy/faultspec.h"
 #include "config.h"
+#include "connfail.h"
 #include "faultcfg.h"
 #include "outcome.h"
 #include "real.h"
@@ -669,7 +670,7 @@ static int hold(int fd, struct ns_conn *c, monotime until)
 				errno = EAGAIN;
 				return -1;
 			}
-			ns_conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
+			ns_conn_failed(c, NS_OUT_TIMEOUT, ETIMEDOUT);
 			errno = ETIMEDOUT;
 			return -1;
 		}
@@ -770,7 +771,7 @@ int ns_fault_so_error(struct ns_conn *c)
 		return 0;
 	if (__atomic_exchange_n(&cf->end_done, 1u, __ATOMIC_RELAXED))
 		return 0;   /* another thread told it */
-	ns_conn_outcome(c, NS_OUT_FAILURE, ECONNRESET);
+	ns_conn_failed(c, NS_OUT_FAILURE, ECONNRESET);
 	return 1;
 }
 

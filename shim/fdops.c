@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 
+#include "connfail.h"
 #include "exchange.h"
 #include "fault.h"
 #include "outcome.h"

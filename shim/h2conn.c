@@ -461,7 +461,6 @@ static struct ns_h2c *new_reader(void)
 	struct ns_h2c *x;
 
 	if (unlikely(!__atomic_load_n(&ns_conn_h2_hook, __ATOMIC_RELAXED))) {
-		__atomic_store_n(&ns_h2_end_hook, ns_h2c_end, __ATOMIC_RELEASE);
 		__atomic_store_n(&ns_conn_h2_hook, ns_h2c_release, __ATOMIC_RELEASE);
 	}
 	x = take();

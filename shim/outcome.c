@@ -26,10 +26,6 @@ static monotime exchange_start(const struct ns_conn *c)
 	return LD(c->xstart) ? LD(c->xstart) : LD(c->start);
 }
 
-/* h2conn.c's ns_h2c_end, set before it gives a record its first reader
- * (h2conn.c counts through this file: it is above it) */
-int (*ns_h2_end_hook)(struct ns_conn *c, int kind, int err);
-
 /* Count one outcome of c's destination: kind NS_OUT_*, err its errno;
  * status: the HTTP status that decided it (for the history), else 0; said:
  * what decided it in the answer's own words ("gRPC UNAVAILABLE (14)"), or NULL; was: the
@@ -139,16 +135,11 @@ static void conn_outcome(struct ns_conn *c, int kind, int err, const struct ns_a
 	uint32_t was;
 	int saved = errno, slot, h2 = 0;
 
-	/* HTTP/2: the streams still open fail with the connection, and are
-	 * its outcomes (h2conn.c then settles the connection's own); without
-	 * one open, the connection's failure is no exchange's */
-	if (unlikely(kind != NS_OUT_SUCCESS) && unlikely(LD(c->h2) != NULL)) {
-		int (*end)(struct ns_conn *, int, int) = __atomic_load_n(&ns_h2_end_hook, __ATOMIC_ACQUIRE);
-
-		if (end)
-			end(c, kind, err);
+	/* HTTP/2: the streams still open failed with the connection first
+	 * (connfail.c), and are its outcomes; without one open, the
+	 * connection's failure is no exchange's */
+	if (unlikely(kind != NS_OUT_SUCCESS) && unlikely(LD(c->h2) != NULL))
 		h2 = 1;
-	}
 	was = __atomic_fetch_and(&c->flags, ~(NS_C_CONNECTING | NS_C_PARSE | NS_C_SENT), __ATOMIC_RELAXED);
 	if (__atomic_exchange_n(&c->outcome, 1, __ATOMIC_ACQ_REL))
 		goto out;
@@ -267,15 +258,6 @@ __attribute__((noinline)) void ns_conn_connected(struct ns_conn *c)
 {
 	ns_conn_connected_now(c);
 }
-
-void ns_conn_fail_errno(struct ns_conn *c, int e)
-{
-	/* a connect that failed leaves the socket free for a new attempt */
-	if (__atomic_load_n(&c->flags, __ATOMIC_RELAXED) & NS_C_CONNECTING)
-		__atomic_fetch_or(&c->flags, NS_C_FAILED, __ATOMIC_RELAXED);
-	ns_conn_outcome(c, e == ETIMEDOUT ? NS_OUT_TIMEOUT : NS_OUT_FAILURE, e);
-}
-
 
 /* A connect the live breaker turned away on the slow path (the key, not
  * the destination, is at hand here): the shadow's breaker asked too. */

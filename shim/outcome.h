@@ -24,11 +24,10 @@ static inline int ns_is_failure_errno(int e)
 }
 
 /* Count the connection's one outcome: NS_OUT_* with its errno (0 when no
- * errno says it: the peer closed before the answer). errno is kept. */
+ * errno says it: the peer closed before the answer). errno is kept. A
+ * failure goes through ns_conn_failed (connfail.h): its HTTP/2 streams
+ * fail first. */
 NS_HIDDEN void ns_conn_outcome(struct ns_conn *c, int kind, int err);
-/* The connection ended under its open HTTP/2 streams (h2conn.c's
- * ns_h2c_end, set before a record gets its first reader). */
-extern int (*ns_h2_end_hook)(struct ns_conn *c, int kind, int err) NS_HIDDEN;
 /* An HTTP/2 connection's server answered its first frame: the
  * connection's own outcome, a success that is not an exchange. */
 NS_HIDDEN void ns_conn_h2_answered(struct ns_conn *c);
@@ -44,8 +43,6 @@ NS_HIDDEN void ns_stream_outcome(struct ns_conn *c, int kind, int err, const str
 /* A reused connection ended (err, or end of stream: 0) before any byte of
  * its answer: a stale keep-alive, settled without an outcome. */
 NS_HIDDEN void ns_conn_stale(struct ns_conn *c, int err);
-/* A failure with errno e: a connect's leaves the socket free to connect anew. */
-NS_HIDDEN void ns_conn_fail_errno(struct ns_conn *c, int e);
 /* The answer's first byte came: its time since the exchange began. */
 NS_HIDDEN void ns_first_byte_latency(struct ns_conn *c);
 /* A 429 or 503 answer's Retry-After value (seconds, or an HTTP date): the

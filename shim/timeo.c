@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "connfail.h"
 #include "outcome.h"
 #include "real.h"
 
@@ -102,7 +103,7 @@ int ns_deadline_check(int fd, struct ns_conn *c, int d)
 out_expired:
 	if (!ns_conn_still(fd, c))
 		return 1;
-	ns_conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
+	ns_conn_failed(c, NS_OUT_TIMEOUT, ETIMEDOUT);
 	errno = ETIMEDOUT;
 	return -1;
 }

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 
+#include "connfail.h"
 #include "outcome.h"
 #include "real.h"
 #include "timeo.h"
@@ -63,7 +64,7 @@ int ns_wait_expire(struct ns_conn *c, int fd, int want_in, int want_out, monotim
 			if (fd >= 0 && ns_conn_of(fd) == c)
 				ns_drop_attempt(fd);
 		}
-		ns_conn_outcome(c, NS_OUT_TIMEOUT, ETIMEDOUT);
+		ns_conn_failed(c, NS_OUT_TIMEOUT, ETIMEDOUT);
 	}
 	return (int)ns_exp_kind(c);
 }

@@ -602,6 +602,20 @@ def test_a_slow_stream_is_the_slow_call_and_the_first_byte_is_the_streams(shim, 
     assert e["exchanges"] == 1 and e["first_byte_ms_p50"] >= 250, e
 
 
+@pytest.mark.shim
+def test_a_read_deadline_fails_each_stream_still_open_as_a_timeout(shim, h2srv):
+    # the connection's failure reaches its open streams first (connfail.c):
+    # three streams waiting when read_timeout passes are three timed-out
+    # exchanges; the one answered before is a success, and the connection
+    # itself is no fifth outcome
+    srv = h2srv(False)
+    shim.policy("[defaults]\nread_timeout = 1s\nfailure_threshold = 50\n")
+    r = shim.run(["nghttp", "-n", srv.base + "/ok", *[f"{srv.base}/slow/8000?i={i}" for i in range(3)]])
+    assert "processed=1" in r.err, (r.rc, r.err)   # nghttp: the three slow ones never answered
+    e = shim.entry(srv.dest)
+    assert (e["exchanges"], e["successes"], e["timeouts"]) == (4, 1, 3), e
+
+
 # ---- 9. many streams at once, and answers the client rejects (issue 47, item 10)
 
 
