@@ -49,11 +49,9 @@ int ns_admit_retry(struct ns_admitter *a, struct ns_table *t, int slot, const st
 	return ns_table_retry_budget(t, slot, retry, set->retry_budget_bp, set->retry_budget_min_mps, now_ms);
 }
 
-int ns_admit_throttle(const struct ns_engine *e, struct ns_admitter *a, struct ns_table *t, int slot,
-		      const struct ns_settings *set, const char *key, uint64_t now_ms, uint64_t *rng, uint32_t pid)
+void ns_admit_throttled(const struct ns_engine *e, struct ns_admitter *a, struct ns_table *t, int slot, const char *key,
+			uint64_t now_ms, uint32_t pid)
 {
-	if (!ns_table_throttle(t, slot, set, now_ms, rng))
-		return 0;
 	if (ns_table_throttled(t, slot, now_ms))
 		ns_event_write(e, t, NS_E_THROTTLING, slot, key, NULL, 0, "throttle = adaptive: connects refused here",
 			       pid, NULL, 0);
@@ -66,7 +64,6 @@ int ns_admit_throttle(const struct ns_engine *e, struct ns_admitter *a, struct n
 			 key);
 		e->say(SAY_WARN, line);
 	}
-	return 1;
 }
 
 /* Free the places of [0, span) whose holders died: how many. Another
@@ -128,15 +125,6 @@ int ns_admit_place(const struct ns_engine *e, struct ns_admitter *a, struct ns_t
 	if (p >= 0 && set->adaptive) /* in flight at half the limit or more grows it */
 		ns_table_limit_event(t, slot, set, NS_ADAPT_PLACE, (int)held, now_ms);
 	return p;
-}
-
-uint32_t *ns_admit_release(struct ns_table *t, int slot, int place, uint32_t holder)
-{
-	uint32_t waiters;
-
-	if (place < 0 || !ns_table_place_release(t, slot, place, holder, &waiters) || !waiters)
-		return NULL;
-	return ns_table_place_wake(t, slot);
 }
 
 void ns_admit_turned_away(const struct ns_engine *e, struct ns_admitter *a, struct ns_table *t, int slot,

@@ -51,8 +51,17 @@ int ns_admit_retry(struct ns_admitter *a, struct ns_table *t, int slot, const st
  * counted throttled, said once a minute per engine, the machine's first an
  * event (pid: the process it came from); 0 to go on. rng: the caller's
  * ns_rng_next state. */
-int ns_admit_throttle(const struct ns_engine *e, struct ns_admitter *a, struct ns_table *t, int slot,
-		      const struct ns_settings *set, const char *key, uint64_t now_ms, uint64_t *rng, uint32_t pid);
+void ns_admit_throttled(const struct ns_engine *e, struct ns_admitter *a, struct ns_table *t, int slot, const char *key,
+			uint64_t now_ms, uint32_t pid);
+static inline int ns_admit_throttle(const struct ns_engine *e, struct ns_admitter *a, struct ns_table *t, int slot,
+				    const struct ns_settings *set, const char *key, uint64_t now_ms, uint64_t *rng,
+				    uint32_t pid)
+{
+	if (__builtin_expect(!ns_table_throttle(t, slot, set, now_ms, rng), 1))
+		return 0;
+	ns_admit_throttled(e, a, t, slot, key, now_ms, pid); /* (out of line: said, an event) */
+	return 1;
+}
 
 /* An engine's idle connections of slot held by holder among the places
  * [0, span): the place of one given up for this connect (it stays the
@@ -87,7 +96,14 @@ static inline int ns_admit_place_now(struct ns_table *t, int slot, const struct 
 }
 /* A place given back by its holder: the futex word to wake when someone
  * waits for one (the engine wakes it: a system call of its own), else NULL. */
-uint32_t *ns_admit_release(struct ns_table *t, int slot, int place, uint32_t holder);
+static inline uint32_t *ns_admit_release(struct ns_table *t, int slot, int place, uint32_t holder)
+{
+	uint32_t waiters;
+
+	if (place < 0 || !ns_table_place_release(t, slot, place, holder, &waiters) || !waiters)
+		return NULL;
+	return ns_table_place_wake(t, slot);
+}
 /* A connect that waited queue_timeout for a place and found none: counted
  * throttled, said once a minute per engine with the limit in force, the
  * machine's first an event (pid: the process it came from). */

@@ -40,4 +40,9 @@ socket+connect+close, by address|1000||calls connect-client
   the same with throttle = adaptive|1000|throttle.conf|calls connect-client
 keep-alive HTTP request+answer|5000||keepalive
   the same with rate|5000|rate.conf|keepalive
+  the same with max_connections = auto|5000|auto.conf|keepalive
+  the same with throttle = adaptive|5000|throttle.conf|keepalive
+socket+connect+close, by name (localhost)|1000||calls connect-client-name
+poll, governed socket, read deadline armed|20000||poll
+epoll_wait, governed socket|20000||epoll
 EOF
