@@ -16,19 +16,19 @@ import time
 
 import pytest
 
-from conftest import NEGATIVE, Shim, accept_forever, py_script, stop_listener
+from conftest import NEGATIVE, Server, Shim, accept_forever, py_script, stop_listener
 from test_engine import gobins  # noqa: F401  (the module's Go clients, built once)
 from test_history import NO_AGENT, Recorder, rows
 
 LIVE = """[defaults]
 {rule}
 open_duration = 1s
-connect_timeout = 2s
+connect_timeout = {connect_timeout}
 shadow_policy = shadow.conf
 """
 SHADOW = """[defaults]
 failure_threshold = 2
-open_duration = 1s
+open_duration = {open_s}s
 """
 HOOK = """#!/bin/sh
 printf '%s|%s|%s\\n' "$NETSHIM_EVENT" "$NETSHIM_DESTINATION" "$NETSHIM_RULE" >> {out}
@@ -79,17 +79,27 @@ class Answering:
         stop_listener(self.sock)
 
 
-def scenario(tmp, engine, gobins, rule):
-    """Three refused connects (the breaker opens; the shadow's at two), one
-    the breaker refuses, then after open_duration a server and one request
-    (half-open, the probe's success closes both). What each side recorded."""
+def scenario(tmp, engine, gobins, rule, how):
+    """Three failed connects (refused, or timed out on a full accept queue:
+    how; the breaker opens, the shadow's at two), one the breaker refuses,
+    then after open_duration a server and one request (half-open, the
+    probe's success closes both). What each side recorded."""
     shim = Shim(tmp)
     hold = socket.socket()
-    hold.bind(("127.0.0.1", 0))   # bound, not listening: connects are refused
-    port = hold.getsockname()[1]
+    black = None
+    if how == "refused":
+        hold.bind(("127.0.0.1", 0))   # bound, not listening: connects are refused
+        port = hold.getsockname()[1]
+    else:
+        black = Server("blackhole", tmp)   # SYNs dropped: connects time out
+        port = black.port
     dest = f"127.0.0.1:{port}"
-    (tmp / "shadow.conf").write_text(SHADOW)
-    shim.policy(LIVE.format(rule=rule))
+    # connects that time out take their time (the seccomp engine's end at
+    # the kernel's first SYN retransmit, 1 s): the shadow's breaker stays
+    # open long enough that the connects after its opening find it open
+    open_s = 1 if how == "refused" else 5
+    (tmp / "shadow.conf").write_text(SHADOW.format(open_s=open_s))
+    shim.policy(LIVE.format(rule=rule, connect_timeout="2s" if how == "refused" else "500ms"))
     hooks = tmp / "hooks.out"
     (tmp / "hook.sh").write_text(HOOK.format(out=hooks))
     (tmp / "hook.sh").chmod(0o755)
@@ -106,9 +116,12 @@ def scenario(tmp, engine, gobins, rule):
     try:
         r1 = run(3)
         r2 = run(1)
-        time.sleep(1.3)
+        time.sleep(open_s + 0.3)
         hold.close()
-        srv = Answering(port)
+        if black:
+            black.heal()   # (faultsrv answers every request 200 from here)
+        else:
+            srv = Answering(port)
         r3 = run(1)
         # the agent's hooks run as it reads the ring: wait for the last
         # (a bound a loaded machine cannot break), then its last pass
@@ -119,6 +132,8 @@ def scenario(tmp, engine, gobins, rule):
         rec.stop()
         if srv:
             srv.stop()
+        if black:
+            black.stop()
         hold.close()
     evs = [json.loads(l) for l in shim.ctl("events", "--json", dest).stdout.splitlines()]
     out = {
@@ -138,11 +153,12 @@ def scenario(tmp, engine, gobins, rule):
 
 # the rule families the seccomp engine can see (it sees no bytes: the slow
 # call, p99 and status rules wait for statuses from Go, issue 50); each
-# opens at the third refused connect
+# opens at the third failed connect: (the rule, how connects fail)
 RULES = {
-    "failure_threshold": "failure_threshold = 3",
-    "consecutive_failures": "failure_threshold = 100\nconsecutive_failures = 3",
-    "failure_rate": "failure_threshold = 100\nfailure_rate = 50%\nmin_calls = 3",
+    "failure_threshold": ("failure_threshold = 3", "refused"),
+    "consecutive_failures": ("failure_threshold = 100\nconsecutive_failures = 3", "refused"),
+    "failure_rate": ("failure_threshold = 100\nfailure_rate = 50%\nmin_calls = 3", "refused"),
+    "timeout_rate": ("failure_threshold = 100\ntimeout_rate = 50%\nmin_calls = 3", "timed out"),
 }
 
 
@@ -154,23 +170,26 @@ def test_both_engines_give_the_same_events_history_shadow_and_hooks(tmp_path, go
         pytest.skip("the recorder and the hooks are the agent's")
     (tmp_path / "p").mkdir()
     (tmp_path / "s").mkdir()
-    pre = scenario(tmp_path / "p", "preload", gobins, RULES[rule])
-    sec = scenario(tmp_path / "s", "seccomp", gobins, RULES[rule])
+    pre = scenario(tmp_path / "p", "preload", gobins, *RULES[rule])
+    sec = scenario(tmp_path / "s", "seccomp", gobins, *RULES[rule])
     # the programs were told the same: refused three times, refused by the
     # breaker, then answered
-    assert pre["runs"][0] == ["error 111"] * 3 and pre["runs"][2] == ["status 200"], pre["runs"]
+    err = 111 if RULES[rule][1] == "refused" else 110
+    assert pre["runs"][0] == [f"error {err}"] * 3 and pre["runs"][2] == ["status 200"], pre["runs"]
     assert [l.split(" ")[0] for l in sec["runs"][0]] == ["error"] * 3, sec["runs"]
     assert sec["runs"][2][0].startswith("status 200"), sec["runs"]
+    name = {111: "ECONNREFUSED", 110: "ETIMEDOUT"}[err]
     want_events = [
-        ("shadow_opened", True, "failure_threshold", 0, 2, "ECONNREFUSED", ""),
-        ("opened", True, rule, 3, 3, "ECONNREFUSED", "connect failed (nothing sent)"),
+        ("shadow_opened", True, "failure_threshold", 0, 2, name, ""),
+        ("opened", True, rule, 3, 3, name, "connect failed (nothing sent)"),
         ("half_open", True, None, 3, 3, None, ""),
         ("shadow_closed", True, None, 0, 0, None, ""),
         ("closed", True, None, 0, 0, None, ""),
     ]
     assert pre["events"] == want_events, pre["events"]
     assert sec["events"] == want_events, sec["events"]
-    assert pre["history"] == sec["history"] == [("failure", 111)] * 3 + [("rejected", 0), ("success", 0)], \
+    kind = "failure" if err == 111 else "timeout"
+    assert pre["history"] == sec["history"] == [(kind, err)] * 3 + [("rejected", 0), ("success", 0)], \
         (pre["history"], sec["history"])
     # the hooks run on the breaker's own steps (opened, closed; not the
     # shadow's, nor half_open)
