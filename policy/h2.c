@@ -80,8 +80,10 @@ static struct ns_h2_stream *find(struct ns_h2 *h, uint32_t id)
 	return NULL;
 }
 
-/* A stream ends with an event of type (its figures filled in from s). */
-static void settle(struct ns_h2 *h, struct ns_h2_stream *s, int type, uint32_t code, ns_h2_cb cb, void *arg)
+/* A stream ends with an event of type (its figures filled in from s;
+ * pushback_ms: gRPC's server pushback in the block that ended it, or -1). */
+static void settle_pb(struct ns_h2 *h, struct ns_h2_stream *s, int type, uint32_t code, int32_t pushback_ms,
+		      ns_h2_cb cb, void *arg)
 {
 	struct ns_h2_event ev = { .type = (uint8_t)type,
 				  .grpc = (s->flags & NS_H2_S_GRPC) != 0,
@@ -91,12 +93,18 @@ static void settle(struct ns_h2 *h, struct ns_h2_stream *s, int type, uint32_t c
 				  .grpc_status = s->grpc_status,
 				  .stream = s->id,
 				  .code = code,
+				  .pushback_ms = pushback_ms,
 				  .retry_after = "" };
 
 	memset(s, 0, sizeof(*s));
 	while (h->hi && !h->st[h->hi - 1].id)
 		h->hi--;
 	emit(h, cb, arg, &ev);
+}
+
+static void settle(struct ns_h2 *h, struct ns_h2_stream *s, int type, uint32_t code, ns_h2_cb cb, void *arg)
+{
+	settle_pb(h, s, type, code, -1, cb, arg);
 }
 
 /* A GOAWAY's streams, one room at a time: 1 when all are settled, 0 when
@@ -175,9 +183,11 @@ static void block_done(struct ns_h2 *h, ns_h2_cb cb, void *arg)
 	if (!s)
 		return; /* a pushed request, or a stream not followed: the table is what mattered */
 	if (!(s->flags & NS_H2_S_FINAL)) {
-		struct ns_h2_event ev = {
-			.type = NS_H2_HEADERS, .place = (uint16_t)(s - h->st), .grpc_status = -1, .stream = s->id
-		};
+		struct ns_h2_event ev = { .type = NS_H2_HEADERS,
+					  .place = (uint16_t)(s - h->st),
+					  .grpc_status = -1,
+					  .pushback_ms = -1,
+					  .stream = s->id };
 
 		if (f->status >= 100 && f->status < 200 && !h->block_end_stream)
 			return; /* an interim answer: the final one is still to come */
@@ -191,7 +201,7 @@ static void block_done(struct ns_h2 *h, ns_h2_cb cb, void *arg)
 	if (f->grpc_status >= 0)
 		s->grpc_status = (int8_t)(f->grpc_status < 127 ? f->grpc_status : 127); /* trailers, or trailers-only */
 	if (h->block_end_stream)
-		settle(h, s, NS_H2_DONE, 0, cb, arg);
+		settle_pb(h, s, NS_H2_DONE, 0, f->pushback_ms, cb, arg);
 }
 
 /**** frames ****/

@@ -77,6 +77,7 @@ struct ns_h2_event {
 			      * figures of it (kept from OPEN to its end); BLIND: NS_H2_STREAMS */
 	uint16_t status;     /* HEADERS, DONE, FAILED: the final :status, 0 = none (not yet) */
 	int16_t grpc_status; /* DONE: grpc-status (trailers, or a trailers-only answer); -1 = none */
+	int32_t pushback_ms; /* DONE: grpc-retry-pushback-ms in the block that ended it; -1 = none */
 	uint32_t stream;
 	uint32_t code;           /* FAILED: RST_STREAM's error code, NS_H2_CONN_ENDED, NS_H2_BLOCK_CUT;
 				  * REJECTED: the client's error code */

@@ -66,9 +66,11 @@ static const uint16_t hp_sym[257] = {
 /* clang-format on */
 
 /* the names an outcome reads, as NS_HN_* - 1 bits of a candidate mask */
-static const char *const hp_names[] = { ":status", "retry-after", "grpc-status", "content-type" };
-static const uint8_t hp_name_len[] = { 7, 11, 11, 12 };
-#define HP_ALL_NAMES 0x0f
+static const char *const hp_names[] = { ":status", "retry-after", "grpc-status", "content-type",
+					"grpc-retry-pushback-ms" };
+static const uint8_t hp_name_len[] = { 7, 11, 11, 12, 22 };
+#define HP_NAMES     5u
+#define HP_ALL_NAMES 0x1f
 
 /**** the states ****/
 
@@ -89,7 +91,7 @@ enum {
 
 static uint8_t hp_name_of(const char *s)
 {
-	for (unsigned i = 0; i < 4; i++)
+	for (unsigned i = 0; i < HP_NAMES; i++)
 		if (strcmp(s, hp_names[i]) == 0)
 			return (uint8_t)(i + 1);
 	return NS_HN_OTHER;
@@ -246,6 +248,11 @@ static void emit(uint8_t name, const char *val, uint32_t vlen, int over, struct 
 		out->grpc = vlen >= 16 && memcmp(val, "application/grpc", 16) == 0 &&
 			(vlen == 16 || val[16] == '+' || val[16] == ';');
 		break;
+	case NS_HN_GRPC_PUSHBACK:
+		/* milliseconds; anything else (a negative value says "do not
+		 * retry"): none */
+		out->pushback_ms = over ? -1 : digits(val, vlen, 9);
+		break;
 	case NS_HN_RETRY_AFTER:
 		out->ra_len = over ? 0 : (uint8_t)vlen;
 		memcpy(out->retry_after, val, out->ra_len);
@@ -263,7 +270,7 @@ static void emit(uint8_t name, const char *val, uint32_t vlen, int over, struct 
 static void string_octet(struct ns_hpack *h, int is_name, uint8_t c)
 {
 	if (is_name) {
-		for (unsigned i = 0; i < 4; i++)
+		for (unsigned i = 0; i < HP_NAMES; i++)
 			if ((h->cand & (1u << i)) && (h->olen >= hp_name_len[i] || (uint8_t)hp_names[i][h->olen] != c))
 				h->cand &= (uint8_t) ~(1u << i);
 	} else if (h->name != NS_HN_OTHER) {
@@ -360,7 +367,7 @@ static int string_end(struct ns_hpack *h, int is_name, struct ns_hfields *out)
 		return rep_done(h, out);
 	h->nlen = h->olen;
 	h->name = NS_HN_OTHER;
-	for (unsigned i = 0; i < 4; i++)
+	for (unsigned i = 0; i < HP_NAMES; i++)
 		if ((h->cand & (1u << i)) && h->olen == hp_name_len[i])
 			h->name = (uint8_t)(i + 1);
 	h->in_name = 0;
@@ -412,6 +419,7 @@ void ns_hpack_begin(struct ns_hpack *h, struct ns_hfields *out)
 {
 	memset(out, 0, sizeof(*out));
 	out->grpc_status = -1;
+	out->pushback_ms = -1;
 	h->st = S_REP;
 	h->at_start = 1;
 }

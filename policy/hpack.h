@@ -22,12 +22,13 @@
 #define NS_HPACK_VALS          24   /* entries with a kept value (:status, retry-after...) at once */
 
 /* the header names an outcome reads */
-enum { NS_HN_OTHER, NS_HN_STATUS, NS_HN_RETRY_AFTER, NS_HN_GRPC_STATUS, NS_HN_CONTENT_TYPE };
+enum { NS_HN_OTHER, NS_HN_STATUS, NS_HN_RETRY_AFTER, NS_HN_GRPC_STATUS, NS_HN_CONTENT_TYPE, NS_HN_GRPC_PUSHBACK };
 
 /* What one header block said that an outcome needs. */
 struct ns_hfields {
 	uint16_t status;     /* :status, 0 = none (or not three digits) */
 	int16_t grpc_status; /* grpc-status, -1 = none */
+	int32_t pushback_ms; /* grpc-retry-pushback-ms (gRPC's server pushback), -1 = none */
 	uint8_t grpc;        /* content-type is application/grpc (or application/grpc+...) */
 	uint8_t ra_len;      /* retry-after's text, 0 = none */
 	char retry_after[NS_HPACK_VAL_MAX + 1];

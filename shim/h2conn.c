@@ -166,6 +166,7 @@ struct qev {
 	uint8_t goaway;  /* REJECTED: by the client's GOAWAY */
 	uint16_t status;
 	int16_t grpc_status;
+	int32_t pushback_ms; /* DONE: gRPC's server pushback, -1 = none */
 	uint32_t code;
 	monotime start, first;
 	char retry_after[NS_HPACK_VAL_MAX + 1];
@@ -253,6 +254,7 @@ static void on_event(void *arg, const struct ns_h2_event *ev)
 	e.grpc = ev->grpc;
 	e.status = ev->status;
 	e.grpc_status = ev->grpc_status;
+	e.pushback_ms = ev->type == NS_H2_DONE ? ev->pushback_ms : -1;
 	e.code = ev->code;
 	e.why = ev->why;
 	e.goaway = ev->goaway;
@@ -314,6 +316,10 @@ static void count(struct feedctx *fc, const struct qev *e)
 		if (g < 0)
 			g = 2; /* no grpc-status: UNKNOWN, as gRPC's clients take it */
 		fails = ns_grpc_fails(set, (unsigned)g);
+		/* the server's pushback (grpc-retry-pushback-ms), honoured as a
+		 * Retry-After is: a cooldown, not a failure */
+		if (fails && set->retry_after && e->pushback_ms > 0 && ns_conn_cooldown(c, (uint64_t)e->pushback_ms, 1))
+			fails = 0;
 		a.http_status = e->status ? e->status : 200;
 		a.grpc = (unsigned)g + 1;
 		a.grpc_fails = fails;

@@ -357,11 +357,8 @@ static int64_t http_date(const char *s)
 
 int ns_conn_retry_after(struct ns_conn *c, const char *value)
 {
-	const struct ns_settings *set = ns_conn_set(c);
-	int slot = LD(c->slot), saved = errno;
+	int saved = errno;
 	int64_t secs = -1;
-	uint64_t ms, now_ms;
-	char key[NS_KEY_MAX], detail[96];
 
 	if (value[0] >= '0' && value[0] <= '9') {
 		const char *v = value;
@@ -379,11 +376,21 @@ int ns_conn_retry_after(struct ns_conn *c, const char *value)
 		if (at >= 0)
 			secs = at - (int64_t)(ns_wall_ms() / 1000);
 	}
-	if (secs <= 0 || slot < 0 || !ns_breakers_ok) {
-		errno = saved;
-		return 0;   /* now, the past, or no date at all: nothing to wait for */
-	}
-	ms = (uint64_t)secs * 1000;
+	errno = saved;
+	if (secs <= 0)
+		return 0; /* now, the past, or no date at all: nothing to wait for */
+	return ns_conn_cooldown(c, (uint64_t)secs * 1000, 0);
+}
+
+int ns_conn_cooldown(struct ns_conn *c, uint64_t asked_ms, int pushback)
+{
+	const struct ns_settings *set = ns_conn_set(c);
+	int slot = LD(c->slot), saved = errno;
+	uint64_t ms = asked_ms, now_ms;
+	char key[NS_KEY_MAX], detail[96];
+
+	if (!asked_ms || slot < 0 || !ns_breakers_ok)
+		return 0;
 	if (set->retry_after_max_ms && ms > set->retry_after_max_ms)
 		ms = set->retry_after_max_ms;
 	now_ms = (uint64_t)(ns_now() / 1000000);
@@ -391,8 +398,12 @@ int ns_conn_retry_after(struct ns_conn *c, const char *value)
 	if (set->adaptive) /* a cooldown is no failure of the breaker's, but the server said it is full */
 		ns_table_limit_event(&ns_breakers, slot, set, NS_ADAPT_FAILURE, 0, now_ms);
 	ns_conn_key(c, key);
-	snprintf(detail, sizeof(detail), "Retry-After: %lld s asked, %llu s kept", (long long)secs,
-		 (unsigned long long)(ms / 1000));
+	if (pushback)
+		snprintf(detail, sizeof(detail), "grpc-retry-pushback-ms: %llu ms asked, %llu ms kept",
+			 (unsigned long long)asked_ms, (unsigned long long)ms);
+	else
+		snprintf(detail, sizeof(detail), "Retry-After: %llu s asked, %llu s kept",
+			 (unsigned long long)(asked_ms / 1000), (unsigned long long)(ms / 1000));
 	NS_LOG(NS_LOG_INFO, "%s: %s", key, detail);
 	ns_emit(NS_E_COOLDOWN, slot, key, NULL, 0, detail, 0);
 	errno = saved;

@@ -49,6 +49,10 @@ NS_HIDDEN void ns_first_byte_latency(struct ns_conn *c);
  * destination is put in cooldown for that long, at most retry_after_max.
  * 1: a cooldown began; 0: the value asked for none. */
 NS_HIDDEN int ns_conn_retry_after(struct ns_conn *c, const char *value);
+/* ...a cooldown of asked_ms (at most retry_after_max) that the server
+ * asked for: by Retry-After, or (pushback 1) by gRPC's server pushback
+ * (grpc-retry-pushback-ms). 1: it began; 0: none (no table, 0 ms). */
+NS_HIDDEN int ns_conn_cooldown(struct ns_conn *c, uint64_t asked_ms, int pushback);
 /* An exchange's outcome from its HTTP status. */
 NS_HIDDEN void ns_conn_http(struct ns_conn *c, unsigned code, int failed);
 

@@ -307,6 +307,31 @@ def test_grpc_status_from_trailers_and_from_a_trailers_only_answer_opens_the_bre
 
 
 @pytest.mark.shim
+@pytest.mark.parametrize("tls", [False, True], ids=["h2c", "tls"])
+def test_grpcs_server_pushback_cools_the_destination_down_as_retry_after_does(shim, h2srv, tls):
+    # grpc-retry-pushback-ms in a failing call's trailers (gRPC's A6): a
+    # cooldown that long, honoured as Retry-After is (not a failure); a
+    # negative one ("do not retry") or none: the failure it is
+    srv = h2srv(tls)
+    shim.policy("[defaults]\nfailure_threshold = 3\n")
+    grpc = ["-H", "content-type: application/grpc", "-H", "te: trailers"]
+    assert curl(shim, srv, "/grpc/14?pb=-1", *grpc) == (0, ["2:200"])
+    assert curl(shim, srv, "/grpc/14", *grpc) == (0, ["2:200"])
+    e = shim.entry(srv.dest)
+    assert (e["grpc_failures"], e["failures"], e["cooldown_until"]) == (2, 2, None), e
+    assert curl(shim, srv, "/grpc/14?pb=20000", *grpc) == (0, ["2:200"])
+    e = shim.entry(srv.dest)
+    assert (e["grpc_failures"], e["failures"], e["state"]) == (2, 2, "cooldown"), e
+    assert e["cooldown_until"] is not None, e
+    # another process: refused at connect while it lasts
+    assert curl(shim, srv, "/ok")[0] == 7
+    assert srv.got("grpc") == 3 and srv.got("ok") == 0
+    evs = [json.loads(line) for line in shim.ctl("events", "--json").stdout.splitlines()]
+    cool = [e for e in evs if e["event"] == "cooldown"]
+    assert len(cool) == 1 and "grpc-retry-pushback-ms: 20000 ms asked" in cool[0]["detail"], evs
+
+
+@pytest.mark.shim
 def test_grpc_not_found_never_counts_unless_grpc_failure_status_names_it(shim, h2srv):
     # gRPC over TLS (curl's ALPN h2)
     counts_only_when_named(shim, h2srv(True), "/grpc/5", "2:200", "grpc_failures", ("last_grpc_status", 5),

@@ -207,6 +207,29 @@ Test(hpack, the_names_an_outcome_reads_as_literals)
 	cr_assert(!out.grpc);
 }
 
+Test(hpack, grpcs_server_pushback_in_milliseconds)
+{
+	struct ns_hpack h;
+	struct ns_hfields out;
+
+	ns_hpack_init(&h);
+	/* grpc-retry-pushback-ms: 1500, a literal added to the table */
+	cr_assert_eq(block(&h, "4016677270632d72657472792d707573686261636b2d6d730431353030", 0, &out), 0);
+	cr_assert_eq(out.pushback_ms, 1500);
+	/* ...again from the table (62), split at every octet */
+	for (size_t at = 0; at <= 1; at++) {
+		cr_assert_eq(block_split(&h, "be", at, &out), 0);
+		cr_assert_eq(out.pushback_ms, 1500);
+	}
+	/* "-1" (do not retry) and text are no pushback; nor is a block without it */
+	cr_assert_eq(block(&h, "0016677270632d72657472792d707573686261636b2d6d73022d31", 0, &out), 0);
+	cr_assert_eq(out.pushback_ms, -1);
+	cr_assert_eq(block(&h, "0016677270632d72657472792d707573686261636b2d6d7303616263", 0, &out), 0);
+	cr_assert_eq(out.pushback_ms, -1);
+	cr_assert_eq(block(&h, "88", 0, &out), 0);
+	cr_assert_eq(out.pushback_ms, -1);
+}
+
 Test(hpack, a_huffman_literal_name)
 {
 	struct ns_hpack h;

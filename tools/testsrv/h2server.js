@@ -5,7 +5,8 @@
 //   /ok                 200 "ok"
 //   /s/NNN[?ra=V]       status NNN (retry-after: V when given)
 //   /slow/MS            200 after MS milliseconds
-//   /grpc/CODE          a gRPC answer: 200, a message, trailers grpc-status CODE
+//   /grpc/CODE[?pb=V]   a gRPC answer: 200, a message, trailers grpc-status CODE
+//                       (grpc-retry-pushback-ms: V when given)
 //   /grpc-only/CODE     a gRPC trailers-only answer (grpc-status in the headers)
 //   /refuse             RST_STREAM REFUSED_STREAM (the server did nothing)
 //   /rst                RST_STREAM INTERNAL_ERROR
@@ -53,7 +54,11 @@ function handle(stream, headers) {
       break;
     case 'grpc':
       stream.respond({ ':status': 200, 'content-type': 'application/grpc' }, { waitForTrailers: true });
-      stream.on('wantTrailers', () => stream.sendTrailers({ 'grpc-status': parts[1], 'grpc-message': 'test' }));
+      stream.on('wantTrailers', () => {
+        const t = { 'grpc-status': parts[1], 'grpc-message': 'test' };
+        if (url.searchParams.get('pb')) t['grpc-retry-pushback-ms'] = url.searchParams.get('pb');
+        stream.sendTrailers(t);
+      });
       stream.end(Buffer.from([0, 0, 0, 0, 0]));
       break;
     case 'grpc-only':
