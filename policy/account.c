@@ -93,7 +93,7 @@ void ns_event_write(const struct ns_engine *e, struct ns_table *t, int type, int
 
 	memset(&ev, 0, sizeof(ev));
 	ev.type = (uint32_t)type;
-	ev.pid = pid;
+	ev.pid = pid = e->pid_of ? e->pid_of(pid) : pid;
 	ev.err = (uint32_t)err;
 	snprintf(ev.dest, sizeof(ev.dest), "%s", key ? key : "");
 	if (!program && e->program_of)
@@ -290,7 +290,7 @@ void ns_account_rejected(const struct ns_engine *e, struct ns_table *t, int slot
 	rec.at_us = rec.start_us = rec.conn_us = now_us;
 	rec.wall_ms = e->wall_ms();
 	rec.slot = (uint32_t)slot;
-	rec.pid = pid;
+	rec.pid = e->pid_of ? e->pid_of(pid) : pid;
 	rec.kind = (uint8_t)ns_table_reject_kind(t, slot, now_ms);
 	ns_ocring_put(r, &rec);
 }

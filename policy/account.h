@@ -36,6 +36,10 @@ struct ns_engine {
 	uint64_t (*wall_ms)(void);
 	/* the name of process pid, for an event that was given none (NULL: "") */
 	const char *(*program_of)(uint32_t pid);
+	/* the process of the id an engine hands for its caller, where that may
+	 * be a thread's (shimrun is told the thread that made a call), for the
+	 * events and history rows that name it (NULL: the id is the pid) */
+	uint32_t (*pid_of)(uint32_t id);
 };
 
 /* The shadow policy's view of a connection: its settings and slot in the

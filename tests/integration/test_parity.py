@@ -111,7 +111,7 @@ def scenario(tmp, engine, gobins, rule, how):
         if engine == "preload":
             return shim.run(py_script(tmp, GET) + [port] + ["/"] * n)
         return shim.run(["--engine", "seccomp", "--", gobins["get-static"]] + [f"http://{dest}/?{i}" for i in range(n)],
-                        shimrun_args=True)
+                        shimrun_args=True, env={"GET_PID_FILE": str(tmp / "go.pid")})
 
     try:
         r1 = run(3)
@@ -142,10 +142,16 @@ def scenario(tmp, engine, gobins, rule, how):
                     e["consecutive_failures"], e["error"], e["detail"]) for e in evs],
         "history": rows(tmp / "history.db", "SELECT kind, err FROM outcome_rows ORDER BY at_us")
         if (tmp / "history.db").exists() else [],
+        # the probe's process: its half_open and closed events' pids, its
+        # success row's, and the Go program's own
+        "probe_pids": ([e["pid"] for e in evs if e["event"] in ("half_open", "closed")],
+                       [c >> 32 for (c,) in rows(tmp / "history.db", "SELECT conn FROM outcome_rows WHERE kind = "
+                                                 "'success'")] if (tmp / "history.db").exists() else []),
         "hooks": [tuple(l.split("|")) for l in hooks.read_text().splitlines()] if hooks.exists() else [],
         "entry": {k: shim.entry(dest)[k] for k in ("state", "calls", "successes", "failures", "rejected",
                                                   "shadow_state", "shadow_would_reject")},
         "dest": dest,
+        "go_pid": int((tmp / "go.pid").read_text()) if (tmp / "go.pid").exists() else None,
     }
     shim.cleanup()
     return out
@@ -191,6 +197,13 @@ def test_both_engines_give_the_same_events_history_shadow_and_hooks(tmp_path, go
     kind = "failure" if err == 111 else "timeout"
     assert pre["history"] == sec["history"] == [(kind, err)] * 3 + [("rejected", 0), ("success", 0)], \
         (pre["history"], sec["history"])
+    # an event names the program's process, not the thread that connected
+    # (the seccomp engine is told a thread: before, a Go program's
+    # half_open event named its connecting thread's id)
+    for side in (pre, sec):
+        evs, ok = side["probe_pids"]
+        assert len(evs) == 2 and evs == ok * 2, side["probe_pids"]
+    assert sec["probe_pids"][1] == [sec["go_pid"]], (sec["probe_pids"], sec["go_pid"])
     # the hooks run on the breaker's own steps (opened, closed; not the
     # shadow's, nor half_open)
     for side in (pre, sec):

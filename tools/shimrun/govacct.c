@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sockwatch.h"
+
 static int level = 2;        /* warn: shimrun's lines (NETSHIM_LOG as the library reads it) */
 static struct ns_gacct *the; /* the engine's one accounting (one thread) */
 
@@ -139,6 +141,13 @@ static const char *program_of_pid(uint32_t pid)
 	return the ? program(the, (pid_t)pid) : "";
 }
 
+/* The process of the thread a notification named (events, history rows:
+ * the rare paths that name it). */
+static uint32_t tgid_of_tid(uint32_t tid)
+{
+	return (uint32_t)ns_sw_tgid_of((pid_t)tid);
+}
+
 const struct ns_engine ns_seccomp_engine = {
 	.id = NS_ENGINE_SECCOMP,
 	.log_level = &level,
@@ -147,6 +156,7 @@ const struct ns_engine ns_seccomp_engine = {
 	.wake = wake,
 	.wall_ms = wall_ms,
 	.program_of = program_of_pid,
+	.pid_of = tgid_of_tid,
 };
 
 void ns_gacct_outcome(struct ns_gacct *a, int slot, const struct ns_settings *set, struct ns_outcome *o, pid_t pid,

@@ -174,7 +174,7 @@ static int throttled(struct ns_gov *g, int slot, const struct ns_settings *set, 
 		     pid_t tid)
 {
 	return ns_admit_throttle(&ns_seccomp_engine, &g->adm, &g->t, slot, set, key, now, &g->rng,
-				 (uint32_t)tid); /* (its thread: the event's pid) */
+				 (uint32_t)tid); /* (its thread: the engine's pid_of names its process) */
 }
 
 static void futex_wake(uint32_t *word)
@@ -511,6 +511,9 @@ static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now)
 		abandon(g, c);
 		return;
 	}
+	/* its process, while its thread is surely alive (inside the connect):
+	 * an outcome counted after the program ended still names it */
+	c->tgid = ns_sw_tgid_of(c->tid);
 	ns_table_seccomp_call(&g->t, c->slot);
 	c->fl = fcntl(c->fd, F_GETFL);
 	c->blocking = c->fl >= 0 && !(c->fl & O_NONBLOCK);

@@ -169,6 +169,7 @@ pid_t ns_sw_tgid(pid_t tid)
 static struct {
 	pid_t tid;
 	int pfd;
+	pid_t tgid; /* its process, 0 until asked */
 } pidfds[PIDFDS];
 static unsigned pidfd_next;
 
@@ -202,6 +203,7 @@ int ns_sw_copy_fd(pid_t tid, pid_t tgid, int fd)
 			close(pidfds[i].pfd);
 	}
 	pidfds[i].tid = 0;
+	pidfds[i].tgid = tgid;
 	pidfds[i].pfd = pidfd_of(tid, tgid);
 	if (pidfds[i].pfd < 0) {
 		pidfds[i].pfd = 0;
@@ -209,6 +211,17 @@ int ns_sw_copy_fd(pid_t tid, pid_t tgid, int fd)
 	}
 	pidfds[i].tid = tid;
 	return (int)syscall(SYS_pidfd_getfd, pidfds[i].pfd, fd, 0);
+}
+
+pid_t ns_sw_tgid_of(pid_t tid)
+{
+	for (unsigned i = 0; i < PIDFDS; i++)
+		if (pidfds[i].tid == tid && pidfds[i].pfd > 0) {
+			if (!pidfds[i].tgid)
+				pidfds[i].tgid = ns_sw_tgid(tid);
+			return pidfds[i].tgid;
+		}
+	return ns_sw_tgid(tid);
 }
 
 static int same_socket(int fd, uint32_t inode)

@@ -56,7 +56,11 @@ int ns_sw_held(pid_t tid, int fd, uint32_t inode);
  * its own pidfd only since Linux 6.9): a descriptor, or -1. */
 int ns_sw_copy_fd(pid_t tid, pid_t tgid, int fd);
 
-/* The process thread tid belongs to (its thread group), or tid. */
+/* The process thread tid belongs to (its thread group), or tid (a thread
+ * that is gone: its /proc entry went with it). */
 pid_t ns_sw_tgid(pid_t tid);
+/* ...kept with the thread's pidfd (ns_sw_copy_fd) while that names a live
+ * thread: read once a thread, and still known after its process ended. */
+pid_t ns_sw_tgid_of(pid_t tid);
 
 #endif
