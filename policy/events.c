@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include "slot.h"
 
@@ -119,6 +120,27 @@ unsigned ns_table_wake_addr(const struct ns_table *t, struct sockaddr_un *out)
 	if (n >= sizeof(out->sun_path) - 1)
 		n = sizeof(out->sun_path) - 2;
 	return (unsigned)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+static int libc_close(int fd)
+{
+	return close(fd);
+}
+
+void ns_table_wake_agent(const struct ns_table *t, const struct ns_sockcalls *k)
+{
+	static const struct ns_sockcalls libc = { socket, sendto, libc_close };
+	struct sockaddr_un a;
+	socklen_t len = (socklen_t)ns_table_wake_addr(t, &a);
+	int fd;
+
+	if (!k)
+		k = &libc;
+	fd = k->socket_fn(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return;
+	(void)k->sendto_fn(fd, "!", 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, len);
+	k->close_fn(fd);
 }
 
 int ns_event_wakes_agent(uint32_t type)

@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "breaker.h"
 #include "policy.h"
@@ -393,6 +394,15 @@ uint64_t ns_table_event_head(const struct ns_table *t);
  * the address length. */
 struct sockaddr_un;
 unsigned ns_table_wake_addr(const struct ns_table *t, struct sockaddr_un *out);
+/* Wake it: a datagram to that address, never waited for (three system
+ * calls). The calls are the caller's to give (the library gives its own
+ * that are not intercepted again); NULL: libc's. */
+struct ns_sockcalls {
+	int (*socket_fn)(int domain, int type, int protocol);
+	ssize_t (*sendto_fn)(int fd, const void *buf, size_t n, int flags, const struct sockaddr *to, socklen_t tolen);
+	int (*close_fn)(int fd);
+};
+void ns_table_wake_agent(const struct ns_table *t, const struct ns_sockcalls *k);
 /* Does an event of this type want the agent now (a breaker here opened or
  * closed, an operator's command, a Retry-After)? */
 int ns_event_wakes_agent(uint32_t type);

@@ -90,14 +90,9 @@ struct ns_ocring *ns_hist_ring(void)
  * only while an agent serves the table. */
 static void wake_agent(struct ns_table *t)
 {
-	struct sockaddr_un a;
-	unsigned len = ns_table_wake_addr(t, &a);
-	int fd = REAL(socket)(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	struct ns_sockcalls k = { REAL(socket), REAL(sendto), REAL(close) }; /* (not intercepted again) */
 
-	if (fd < 0)
-		return;
-	REAL(sendto)(fd, "!", 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, (socklen_t)len);
-	REAL(close)(fd);
+	ns_table_wake_agent(t, &k);
 }
 
 static void say_line(int level, const char *line)

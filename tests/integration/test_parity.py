@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import NEGATIVE, Server, Shim, accept_forever, py_script, stop_listener
+from conftest import BUILD, NEGATIVE, Server, Shim, accept_forever, py_script, stop_listener
 from test_engine import gobins  # noqa: F401  (the module's Go clients, built once)
 from test_history import NO_AGENT, Recorder, rows
 
@@ -213,3 +213,41 @@ def test_both_engines_give_the_same_events_history_shadow_and_hooks(tmp_path, go
                   "shadow_state": "closed", "shadow_would_reject": 2}
     assert pre["entry"] == want_entry, pre["entry"]
     assert sec["entry"] == want_entry, sec["entry"]
+
+
+WAKE_POLICY = "[defaults]\nfailure_threshold = 1\n"
+
+
+@pytest.mark.shim
+@pytest.mark.agent
+def test_each_writer_of_an_event_wakes_the_serving_agent_at_once(tmp_path, gobins):  # noqa: F811
+    # the library, the seccomp engine and shimctl each send the agent its
+    # wake datagram when an event it acts on is written (one function,
+    # policy/events.c, with the calls each gives): seen by strace, as the
+    # datagram to the agent's abstract address
+    if NO_AGENT:
+        pytest.skip("the wake is for a serving agent")
+    shim = Shim(tmp_path)
+    shim.policy(WAKE_POLICY)
+    shim.ctl("status")
+    rec = Recorder(shim, tmp_path / "history.db")
+    hold = socket.socket()
+    hold.bind(("127.0.0.1", 0))   # connects refused: the breaker opens at the first
+    url = f"http://127.0.0.1:{hold.getsockname()[1]}/"
+    addr = f'sun_path=@"netshim-agent:{shim.table}"'
+    try:
+        seen = {}
+        for who, args, shimrun_args in (
+                ("library", ["strace", "-f", "-e", "trace=sendto", "-o", str(tmp_path / "library.st"),
+                             "env", f"LD_PRELOAD={BUILD / 'libnetshim.so'}", "curl", "-s", url], False),
+                ("shimctl", ["strace", "-f", "-e", "trace=sendto", "-o", str(tmp_path / "shimctl.st"),
+                             str(BUILD / "shimctl"), "reset", "--all"], False),
+                ("seccomp", ["strace", "-f", "-e", "trace=sendto", "-o", str(tmp_path / "seccomp.st"),
+                             str(BUILD / "shimrun"), "--engine", "seccomp", "--", gobins["get-static"], url], False)):
+            shim.run(args, shim=False)
+            seen[who] = (tmp_path / f"{who}.st").read_text().count(addr)
+    finally:
+        rec.stop()
+        hold.close()
+    assert seen == {"library": 1, "shimctl": 1, "seccomp": 1}, seen
+    shim.cleanup()

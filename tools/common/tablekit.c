@@ -139,14 +139,7 @@ int ctl_open_table(const char *name, int create, struct ns_table *t)
  * (policy/table.h). */
 static void tool_wake(struct ns_table *t)
 {
-	struct sockaddr_un a;
-	socklen_t len = (socklen_t)ns_table_wake_addr(t, &a);
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-
-	if (fd >= 0) {
-		sendto(fd, "!", 1, MSG_DONTWAIT, (struct sockaddr *)&a, len);
-		close(fd);
-	}
+	ns_table_wake_agent(t, NULL);
 }
 
 /* What the core (policy/account.h) borrows from a tool that writes events

@@ -38,14 +38,7 @@ static uint64_t wall_ms(void)
 
 static void wake(struct ns_table *t)
 {
-	struct sockaddr_un sa;
-	socklen_t len = (socklen_t)ns_table_wake_addr(t, &sa);
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-
-	if (fd >= 0) {
-		(void)sendto(fd, "!", 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&sa, len);
-		close(fd);
-	}
+	ns_table_wake_agent(t, NULL);
 }
 
 /* The ring of the recorder reading now (its generation), mapped once. */
