@@ -176,21 +176,42 @@ static void step_said(const struct ns_engine *e, struct ns_table *t, int slot, c
 	}
 }
 
+/* The history's record of o: times, connection, process (kind, err and
+ * the rest are the caller's). */
+static void hist_rec(const struct ns_engine *e, int slot, const struct ns_outcome *o, struct ns_ocrec *rec)
+{
+	memset(rec, 0, sizeof(*rec));
+	rec->at_us = o->now_ns / 1000;
+	rec->wall_ms = e->wall_ms();
+	rec->start_us = o->from_ns / 1000;
+	rec->conn_us = o->conn_ns / 1000;
+	rec->conn = ((uint32_t)(o->conn >> 6) ^ (o->conn_gen << 20)) | 1u;
+	rec->slot = (uint32_t)slot;
+	rec->pid = o->pid;
+}
+
+void ns_account_withdrawn(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_outcome *o)
+{
+	struct ns_ocring *r;
+	struct ns_ocrec rec;
+
+	if (slot < 0 || __atomic_load_n(&t->hdr->hist_until_ms, __ATOMIC_RELAXED) <= o->now_ms || !e->hist_ring ||
+	    !(r = e->hist_ring()))
+		return;
+	hist_rec(e, slot, o, &rec);
+	rec.kind = NS_OC_WITHDRAWN;
+	ns_ocring_put(r, &rec);
+}
+
 void ns_account_hist(const struct ns_engine *e, int slot, const struct ns_outcome *o)
 {
 	struct ns_ocring *r;
 	struct ns_ocrec rec;
 
-	if (!e->hist_ring || !(r = e->hist_ring()))
-		return;
-	memset(&rec, 0, sizeof(rec));
-	rec.at_us = o->now_ns / 1000;
-	rec.wall_ms = e->wall_ms();
-	rec.start_us = o->from_ns / 1000;
-	rec.conn_us = o->conn_ns / 1000;
-	rec.conn = ((uint32_t)(o->conn >> 6) ^ (o->conn_gen << 20)) | 1u;
-	rec.slot = (uint32_t)slot;
-	rec.pid = o->pid;
+	if (o->own < 0 || !e->hist_ring || !(r = e->hist_ring()))
+		return; /* (an own success taken back before its row: none) */
+	hist_rec(e, slot, o, &rec);
+	rec.flags = o->own ? NS_OC_F_OWN : 0;
 	rec.err = (uint32_t)o->err;
 	rec.latency_us = o->latency_us > UINT32_MAX ? UINT32_MAX : (uint32_t)o->latency_us;
 	rec.status = (uint16_t)(o->ans && o->ans->status < 1000 ? o->ans->status : 0);

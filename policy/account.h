@@ -76,6 +76,8 @@ struct ns_outcome {
 	uintptr_t conn;              /* the connection's record in its process (its address, or its index << 6), */
 	uint32_t conn_gen;           /* ...and that record's use: the history's connection number of both */
 	uint32_t pid;
+	int own;             /* a success that is the connection's own (a TLS handshake, an h2 connection's
+			      * first frame): its first request takes it back (ns_account_withdrawn) */
 	const char *program; /* the process's short name (events) */
 	const char *key;     /* the destination as the table names it, or NULL: read from the slot */
 	struct ns_shadow_ref shadow;
@@ -92,6 +94,10 @@ void ns_account(const struct ns_engine *e, struct ns_table *t, int slot, const s
 void ns_account_said_before(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_outcome *o)
 	__attribute__((cold));
 void ns_account_hist(const struct ns_engine *e, int slot, const struct ns_outcome *o);
+/* The connection o names (conn, conn_gen, conn_ns, pid; now_ns) had its
+ * own success taken back (the table's ns_table_success_undo): the history
+ * drops that row too, while a recorder reads. */
+void ns_account_withdrawn(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_outcome *o);
 void ns_account_shadow(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_outcome *o,
 		       uint64_t now_ms) __attribute__((cold));
 void ns_account_said_after(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_settings *set,

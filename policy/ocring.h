@@ -27,12 +27,22 @@
 
 /* what a record says happened */
 enum ns_oc_kind {
-	NS_OC_SUCCESS = 1, NS_OC_FAILURE, NS_OC_TIMEOUT,
-	NS_OC_REJECTED,            /* the destination's breaker was open */
-	NS_OC_REJECTED_FLEET,      /* closed here, held open by the fleet */
-	NS_OC_REJECTED_COOLDOWN,   /* a server's Retry-After */
-	NS_OC_KIND_MAX = NS_OC_REJECTED_COOLDOWN
+	NS_OC_SUCCESS = 1,
+	NS_OC_FAILURE,
+	NS_OC_TIMEOUT,
+	NS_OC_REJECTED,          /* the destination's breaker was open */
+	NS_OC_REJECTED_FLEET,    /* closed here, held open by the fleet */
+	NS_OC_REJECTED_COOLDOWN, /* a server's Retry-After */
+	NS_OC_KIND_MAX = NS_OC_REJECTED_COOLDOWN,
+	/* not a row: the connection's own success (NS_OC_F_OWN) was taken
+	 * back by its first request; the recorder drops that row */
+	NS_OC_WITHDRAWN = 16
 };
+
+/* a record's flags */
+#define NS_OC_F_OWN \
+	1u /* a SUCCESS that is the connection's own (its TLS handshake, an h2
+			* connection's first frame): a WITHDRAWN of the connection may follow */
 
 struct ns_oc_hdr {
 	uint64_t magic;
@@ -61,7 +71,7 @@ struct ns_ocrec {
 	uint32_t latency_us;        /* a success: its first byte after the exchange began */
 	uint16_t status;            /* HTTP status, 0 = none */
 	uint8_t kind;               /* enum ns_oc_kind */
-	uint8_t flags;
+	uint8_t flags;              /* NS_OC_F_* */
 };
 
 _Static_assert(sizeof(struct ns_oc_hdr) == 128, "outcome ring header layout");

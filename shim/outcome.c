@@ -34,7 +34,7 @@ static monotime exchange_start(const struct ns_conn *c)
  * byte came (0: now). */
 static inline __attribute__((always_inline)) void count(struct ns_conn *c, int slot, int kind, int err,
 							const struct ns_answer *ans, uint32_t was, monotime from,
-							monotime first)
+							monotime first, int own)
 {
 	struct ns_outcome o;
 	struct ns_step st;
@@ -76,6 +76,7 @@ static inline __attribute__((always_inline)) void count(struct ns_conn *c, int s
 	o.conn = (uintptr_t)c;
 	o.conn_gen = __atomic_load_n(&c->gen, __ATOMIC_RELAXED);
 	o.pid = (uint32_t)ns_own_pid;
+	o.own = own;
 	o.program = program_invocation_short_name;
 	o.key = NULL;
 	if (kind != NS_OUT_SUCCESS || ns_log_level >= NS_LOG_INFO) {
@@ -92,18 +93,38 @@ static inline __attribute__((always_inline)) void count(struct ns_conn *c, int s
  * first frame) counted now: requests it carries take it back (below). */
 #define OWN_AFTER UINT64_MAX /* own_ms: a stream's outcome came first (an answer read before the preface was) */
 
-static void own_success(struct ns_conn *c, int slot)
+static int own_success(struct ns_conn *c, int slot)
 {
 	uint64_t ms = (uint64_t)(ns_now() / 1000000), was = 0;
 
 	if (slot < 0 || !ns_breakers_ok)
-		return;
+		return 0;
 	if (ms == 0 || ms == OWN_AFTER)
 		ms = 1;
 	/* a stream already counted: the requests are the outcomes, this goes */
 	if (!__atomic_compare_exchange_n(&c->own_ms, &was, ms, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
-	    was == OWN_AFTER)
+	    was == OWN_AFTER) {
 		ns_table_success_undo(&ns_breakers, slot, ms, ns_conn_set(c)->window_ms);
+		return 1;
+	}
+	return 0;
+}
+
+/* ...taken back after its history row was written: the row goes too
+ * (policy/account.c, while a recorder reads). */
+static __attribute__((noinline, cold)) void own_row_withdrawn(struct ns_conn *c, int slot)
+{
+	struct ns_outcome o;
+	monotime now = ns_now();
+
+	memset(&o, 0, sizeof(o));
+	o.now_ns = (uint64_t)now;
+	o.now_ms = (uint64_t)now / 1000000;
+	o.from_ns = o.conn_ns = (uint64_t)LD(c->start);
+	o.conn = (uintptr_t)c;
+	o.conn_gen = __atomic_load_n(&c->gen, __ATOMIC_RELAXED);
+	o.pid = (uint32_t)ns_own_pid;
+	ns_account_withdrawn(&ns_engine, &ns_breakers, slot, &o);
 }
 
 /* Its first request's outcome is counted: from then the requests are the
@@ -113,8 +134,10 @@ static __attribute__((noinline, cold)) void own_success_taken(struct ns_conn *c,
 {
 	uint64_t at = __atomic_exchange_n(&c->own_ms, 0, __ATOMIC_ACQ_REL);
 
-	if (at && at != OWN_AFTER && slot >= 0 && ns_breakers_ok)
+	if (at && at != OWN_AFTER && slot >= 0 && ns_breakers_ok) {
 		ns_table_success_undo(&ns_breakers, slot, at, ns_conn_set(c)->window_ms);
+		own_row_withdrawn(c, slot);
+	}
 }
 
 static inline __attribute__((always_inline)) void own_success_back(struct ns_conn *c, int slot)
@@ -125,7 +148,7 @@ static inline __attribute__((always_inline)) void own_success_back(struct ns_con
 
 void ns_conn_own_success(struct ns_conn *c)
 {
-	own_success(c, LD(c->slot));
+	(void)own_success(c, LD(c->slot));
 }
 
 /* Count the connection's one outcome. kind is NS_OUT_*; ans: what its
@@ -133,7 +156,7 @@ void ns_conn_own_success(struct ns_conn *c)
 static void conn_outcome(struct ns_conn *c, int kind, int err, const struct ns_answer *ans)
 {
 	uint32_t was;
-	int saved = errno, slot, h2 = 0;
+	int saved = errno, slot, h2 = 0, own = 0;
 
 	/* HTTP/2: the streams still open failed with the connection first
 	 * (connfail.c), and are its outcomes; without one open, the
@@ -148,8 +171,9 @@ static void conn_outcome(struct ns_conn *c, int kind, int err, const struct ns_a
 	slot = LD(c->slot);
 	if ((was & NS_C_TLSWIRE) && !(was & NS_C_HSDONE) && !(was & NS_C_CONNECTING)) {
 		__atomic_fetch_or(&c->flags, NS_C_HSDONE, __ATOMIC_RELAXED); /* the handshake: no exchange */
+		/* (taken back at once: a request's outcome came first; no row) */
 		if (kind == NS_OUT_SUCCESS)
-			own_success(c, slot);
+			own = own_success(c, slot) ? -1 : 1;
 	} else if (!(was & NS_C_CONNECTING) && !h2) {
 		/* an answer came: the connection's next exchange is a reuse */
 		if (kind == NS_OUT_SUCCESS && (was & NS_C_SENT))
@@ -158,7 +182,7 @@ static void conn_outcome(struct ns_conn *c, int kind, int err, const struct ns_a
 			ns_table_exchange(&ns_breakers, slot);
 		own_success_back(c, slot);
 	}
-	count(c, slot, kind, err, ans, was, exchange_start(c), 0);
+	count(c, slot, kind, err, ans, was, exchange_start(c), 0, own);
 out:
 	errno = saved;
 }
@@ -180,8 +204,9 @@ void ns_conn_h2_answered(struct ns_conn *c)
 		__atomic_fetch_or(&c->flags, NS_C_HSDONE, __ATOMIC_RELAXED);
 	/* its connect's outcome: no exchange, no latency (its first frame,
 	 * SETTINGS, answers nothing: its streams' do) */
-	count(c, LD(c->slot), NS_OUT_SUCCESS, 0, NULL, was, LD(c->start), LD(c->start));
-	own_success(c, LD(c->slot));
+	count(c, LD(c->slot), NS_OUT_SUCCESS, 0, NULL, was, LD(c->start), LD(c->start), 1);
+	if (own_success(c, LD(c->slot)))
+		own_row_withdrawn(c, LD(c->slot));
 out:
 	errno = saved;
 }
@@ -198,7 +223,7 @@ void ns_stream_outcome(struct ns_conn *c, int kind, int err, const struct ns_ans
 	if (!__atomic_compare_exchange_n(&c->own_ms, &none, OWN_AFTER, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
 	    none != OWN_AFTER)
 		own_success_taken(c, slot);
-	count(c, slot, kind, err, ans, NS_C_SENT, from, first);
+	count(c, slot, kind, err, ans, NS_C_SENT, from, first, 0);
 	errno = saved;
 }
 

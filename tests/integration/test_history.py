@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, Shim, py_script
+from conftest import BUILD, ROOT, Shim, py_script
 
 NO_AGENT = os.environ.get("NETSHIM_FLEET_NO_AGENT") == "1"
 # the negative controls (no shim, or no recorder) see the tests fail on a
@@ -145,6 +145,60 @@ def test_every_outcome_is_recorded_and_matches_the_table(run):
     d = {x["destination"]: x for x in h["destinations"]}[srv.dest]
     assert (d["success"], d["rejected"]) == (e["successes"], e["rejected"])
     assert sum(1 for ev in h["events"] if ev["type"] == "opened") >= 2, h["events"]
+
+
+@pytest.mark.shim
+@pytest.mark.agent
+@pytest.mark.parametrize("proto", ["https", "h2c"])
+def test_a_connections_own_success_taken_back_leaves_the_history_too(tmp_path, http_server, proto):
+    # a TLS connection's handshake (an h2 connection's first frame) is its
+    # own success, taken back by its first request: the history keeps the
+    # requests' rows only, as the table does; a TLS connection that carries
+    # no request keeps its row (before: one success row more than the table
+    # per connection that carried requests)
+    if NO_AGENT:
+        pytest.skip("the recorder is the agent's")
+    shim = Shim(tmp_path)
+    shim.policy("[defaults]\nread_timeout = 5s\n")
+    shim.ctl("status")
+    db = tmp_path / "history.db"
+    node = None
+    rec = Recorder(shim, db)
+    try:
+        if proto == "https":
+            port = http_server("200", tls=True)
+            url = f"https://127.0.0.1:{port}/"
+        else:
+            node = subprocess.Popen(["node", str(ROOT / "tools" / "testsrv" / "h2server.js")],
+                                    stdout=subprocess.PIPE, text=True)
+            port = int(node.stdout.readline().split()[1])
+            url = f"http://127.0.0.1:{port}/ok"
+        if proto == "https":
+            r = shim.run(["curl", "-sk"] + ["-o", "/dev/null"] * 3 + [url] * 3)
+        else:   # nghttp: three streams on one connection
+            r = shim.run(["nghttp", "-n", url, url + "?2", url + "?3"])
+        assert r.rc == 0, r.err
+        if proto == "https":
+            bare = shim.run(py_script(tmp_path, r"""
+import socket, ssl, sys
+ctx = ssl.create_default_context()
+ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1])))).close()
+""") + [port])
+            assert bare.rc == 0, bare.err
+        time.sleep(0.3)
+    finally:
+        rec.stop()
+        if node:
+            node.kill()
+            node.wait()
+    e = shim.entry(f"127.0.0.1:{port}")
+    want = 4 if proto == "https" else 3   # the bare handshake keeps its own
+    assert (e["exchanges"], e["successes"]) == (3, want), e
+    got = rows(db, "SELECT kind, count(*) FROM outcome_rows GROUP BY kind")
+    assert got == [("success", want)], (got, e)
+    assert rows(db, "SELECT value FROM meta WHERE key = 'own_unmatched'") in ([], [("0",)])
+    shim.cleanup()
 
 
 @pytest.mark.shim

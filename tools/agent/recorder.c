@@ -31,9 +31,22 @@
 #define PRUNE_EVERY_MS 60000
 #define LOST_LOG_MS 60000
 
+/* A connection's own success row (NS_OC_F_OWN), kept until its first
+ * request withdraws it (NS_OC_WITHDRAWN), usually within milliseconds:
+ * direct-mapped by connection, an older one overwritten (its withdrawal,
+ * if it comes, then finds nothing: counted in meta as own_unmatched). */
+#define OWN_WAYS 4096u
+struct own_row {
+	uint64_t conn; /* pid << 32 | the connection's number; 0 = none */
+	uint64_t conn_us;
+	int64_t rowid;
+};
+
 struct hist {
 	sqlite3 *db;
-	sqlite3_stmt *ins_out, *ins_ev, *ins_dest, *get_dest;
+	sqlite3_stmt *ins_out, *ins_ev, *ins_dest, *get_dest, *del_out;
+	struct own_row own[OWN_WAYS];
+	uint64_t own_unmatched, own_unmatched_said;
 	struct ns_table *t;
 	struct ns_ocring ring;
 	uint64_t keep_ms;
@@ -107,6 +120,7 @@ void ag_hist_close(struct hist *h)
 	sqlite3_finalize(h->ins_ev);
 	sqlite3_finalize(h->ins_dest);
 	sqlite3_finalize(h->get_dest);
+	sqlite3_finalize(h->del_out);
 	sqlite3_close(h->db);
 	ns_ocring_close(&h->ring);
 	free(h->dest_id);
@@ -194,7 +208,8 @@ struct hist *ag_hist_open(const char *file, struct ns_table *t, uint64_t keep_ms
 	    prep(h, "INSERT INTO outcomes VALUES (?,?,?,?,?,?,?,?,?,?)", &h->ins_out, e2, sizeof(e2)) < 0 ||
 	    prep(h, "INSERT INTO events VALUES (?,?,?,?,?,?,?,?)", &h->ins_ev, e2, sizeof(e2)) < 0 ||
 	    prep(h, "INSERT OR IGNORE INTO dests(key) VALUES (?)", &h->ins_dest, e2, sizeof(e2)) < 0 ||
-	    prep(h, "SELECT id FROM dests WHERE key = ?", &h->get_dest, e2, sizeof(e2)) < 0) {
+	    prep(h, "SELECT id FROM dests WHERE key = ?", &h->get_dest, e2, sizeof(e2)) < 0 ||
+	    prep(h, "DELETE FROM outcomes WHERE rowid = ?", &h->del_out, e2, sizeof(e2)) < 0) {
 		snprintf(err, len, "%s: %s", file, e2);
 		goto fail;
 	}
@@ -246,11 +261,37 @@ static int64_t dest_of(struct hist *h, uint32_t slot)
 	return id;
 }
 
+static struct own_row *own_way(struct hist *h, uint64_t conn)
+{
+	return &h->own[(conn ^ conn >> 32) * 0x9e3779b97f4a7c15ULL >> 52 & (OWN_WAYS - 1)];
+}
+
+/* A connection's own success taken back by its first request: its row
+ * goes, as the table took it back. */
+static void withdraw(struct hist *h, const struct ns_ocrec *r)
+{
+	uint64_t conn = r->conn ? (uint64_t)r->pid << 32 | r->conn : 0;
+	struct own_row *w = own_way(h, conn);
+
+	if (!conn || w->conn != conn || w->conn_us != r->conn_us) {
+		h->own_unmatched++;
+		return;
+	}
+	sqlite3_bind_int64(h->del_out, 1, w->rowid);
+	sqlite3_step(h->del_out);
+	sqlite3_reset(h->del_out);
+	w->conn = 0;
+}
+
 static void put_outcome(struct hist *h, const struct ns_ocrec *r)
 {
 	int64_t dest = r->kind >= NS_OC_SUCCESS && r->kind <= NS_OC_KIND_MAX ? dest_of(h, r->slot) : 0;
 	sqlite3_stmt *s = h->ins_out;
 
+	if (r->kind == NS_OC_WITHDRAWN) {
+		withdraw(h, r);
+		return;
+	}
 	if (!dest) {
 		h->bad++;   /* (a record mixed by two writers a ring apart, or a slot never written) */
 		return;
@@ -265,7 +306,13 @@ static void put_outcome(struct hist *h, const struct ns_ocrec *r)
 	sqlite3_bind_int64(s, 8, r->conn ? (sqlite3_int64)((uint64_t)r->pid << 32 | r->conn) : 0);
 	sqlite3_bind_int64(s, 9, r->latency_us);
 	sqlite3_bind_int(s, 10, r->status);
-	sqlite3_step(s);
+	if (sqlite3_step(s) == SQLITE_DONE && (r->flags & NS_OC_F_OWN) && r->conn) {
+		struct own_row *w = own_way(h, (uint64_t)r->pid << 32 | r->conn);
+
+		w->conn = (uint64_t)r->pid << 32 | r->conn;
+		w->conn_us = r->conn_us;
+		w->rowid = sqlite3_last_insert_rowid(h->db);
+	}
 	sqlite3_reset(s);
 }
 
@@ -359,6 +406,11 @@ void ag_hist_pass(struct hist *h, uint64_t now)
 	if (h->lost != h->lost_said) {
 		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)h->lost);
 		set_meta(h, "lost", buf);
+	}
+	if (h->own_unmatched != h->own_unmatched_said) {
+		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)h->own_unmatched);
+		set_meta(h, "own_unmatched", buf);
+		h->own_unmatched_said = h->own_unmatched;
 	}
 	if (exec(h->db, "COMMIT", e, sizeof(e)) < 0) {
 		pass_failed(h, now, e);

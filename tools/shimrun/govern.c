@@ -511,9 +511,7 @@ static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now)
 		abandon(g, c);
 		return;
 	}
-	/* its process, while its thread is surely alive (inside the connect):
-	 * an outcome counted after the program ended still names it */
-	c->tgid = ns_sw_tgid_of(c->tid);
+	c->tgid = ns_sw_tgid_of(c->tid); /* (its thread is alive now: an outcome after its end names it) */
 	ns_table_seccomp_call(&g->t, c->slot);
 	c->fl = fcntl(c->fd, F_GETFL);
 	c->blocking = c->fl >= 0 && !(c->fl & O_NONBLOCK);
