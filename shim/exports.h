@@ -45,7 +45,7 @@
 	DATA(ssize_t, __read_chk, read_chk, (int fd, void *buf, size_t n, size_t buflen), (fd, buf, n, buflen)) \
 	DATA(int, recvmmsg, recvmmsg, (int fd, struct mmsghdr *v, unsigned n, int flags, struct timespec *ts), \
 		(fd, v, n, flags, ts)) \
-	DATA(int, sendmmsg, sendmmsg, (int fd, struct mmsghdr *v, unsigned n, int flags), (fd, v, n, flags)) \
+	BOUND(int, sendmmsg, sendmmsg, (int fd, struct mmsghdr *v, unsigned n, int flags)) /* Fast Open too */ \
 	DATA(ssize_t, sendfile, sendfile, (int out, int in, off_t *off, size_t n), (out, in, off, n)) \
 	CALL(ssize_t, splice, splice, (int in, loff_t *offin, int out, loff_t *offout, size_t n, unsigned flags), \
 		(in, offin, out, offout, n, flags)) \

@@ -93,3 +93,4 @@ UNBOUND(int, select, (int n, fd_set *r, fd_set *w, fd_set *e, struct timeval *tv
 UNBOUND(ssize_t, sendto, (int fd, const void *buf, size_t n, int flags, const struct sockaddr *sa, socklen_t len),
 	(fd, buf, n, flags, sa, len))
 UNBOUND(ssize_t, sendmsg, (int fd, const struct msghdr *msg, int flags), (fd, msg, flags))
+UNBOUND(int, sendmmsg, (int fd, struct mmsghdr *v, unsigned n, int flags), (fd, v, n, flags))

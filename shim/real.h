@@ -52,6 +52,7 @@ NS_EXPORTS(NS_UNBOUND_DECL, NS_UNBOUND_NONE, NS_UNBOUND_NONE, NS_UNBOUND_NONE)
 int ns_unbound_select(int, fd_set *, fd_set *, fd_set *, struct timeval *);
 ssize_t ns_unbound_sendto(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
 ssize_t ns_unbound_sendmsg(int, const struct msghdr *, int);
+int ns_unbound_sendmmsg(int, struct mmsghdr *, unsigned, int);
 
 /* The two ways to libc. REAL(fn): the real function, bound on first use
  * (REAL_CALL(fn, args) calls it the same way, the binding kept out of line

@@ -44,7 +44,7 @@
 
 NS_EXPORTS(WRAP_DATA, WRAP_CALL, WRAP_NONE, WRAP_NONE)
 
-/* TCP Fast Open: sendto or sendmsg with MSG_FASTOPEN and an address, on a
+/* TCP Fast Open: sendto, sendmsg or sendmmsg with MSG_FASTOPEN and an address, on a
  * socket not connected yet, is a connect and a send in one call, which no
  * connect wrapper would see. It is made the two: the connect governed as
  * any (breaker, deadlines, caps, pacing), then the send on the connection.
@@ -92,6 +92,28 @@ EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 		return REAL_CALL(sendmsg, (fd, msg, flags));
 	}
 	return ns_sendmsg(fd, msg, flags, c_);
+}
+
+/* ...through sendmmsg: its first message's address is the connect's, and
+ * that message alone is sent (a short count, as a full socket buffer gives:
+ * the program sends the rest). */
+EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned n, int flags)
+{
+	struct ns_conn *c_ = ns_conn_of(fd);
+
+	if (likely(!c_)) {
+		if (unlikely(flags & MSG_FASTOPEN) && v && n && v[0].msg_hdr.msg_name) {
+			ssize_t r = fastopen(fd, NULL, 0, &v[0].msg_hdr, flags, v[0].msg_hdr.msg_name,
+					     v[0].msg_hdr.msg_namelen);
+
+			if (r < 0)
+				return -1;
+			v[0].msg_len = (unsigned)r;
+			return 1;
+		}
+		return REAL_CALL(sendmmsg, (fd, v, n, flags));
+	}
+	return ns_sendmmsg(fd, v, n, flags, c_);
 }
 
 /* sendfile64 is sendfile on 64-bit: the same worker. */

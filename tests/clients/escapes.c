@@ -6,6 +6,7 @@
  *   connect      a plain connect() (the control)
  *   tfo          sendto(MSG_FASTOPEN) with the request: no connect() at all
  *   tfomsg       the same through sendmsg(MSG_FASTOPEN) with msg_name
+ *   tfommsg      the same through sendmmsg(MSG_FASTOPEN), the first message's msg_name
  *   uringsetup   io_uring_setup, whose IORING_OP_CONNECT no engine sees
  *   toctou       connect() with an address a second thread flips between
  *                AF_UNIX and 127.0.0.1:PORT (500 tries)
@@ -98,6 +99,13 @@ int main(int argc, char **argv)
 		struct msghdr m = { .msg_name = &dst, .msg_namelen = sizeof(dst), .msg_iov = &v, .msg_iovlen = 1 };
 
 		r = sendmsg(fd, &m, MSG_FASTOPEN) > 0 ? 0 : -1;
+	} else if (!strcmp(mode, "tfommsg")) {
+		struct iovec v = { (void *)req, sizeof(req) - 1 };
+		struct mmsghdr mm = {
+			.msg_hdr = { .msg_name = &dst, .msg_namelen = sizeof(dst), .msg_iov = &v, .msg_iovlen = 1 }
+		};
+
+		r = sendmmsg(fd, &mm, 1, MSG_FASTOPEN) == 1 && mm.msg_len > 0 ? 0 : -1;
 	} else if (!strcmp(mode, "uringsetup")) {
 		struct io_uring_params p;
 

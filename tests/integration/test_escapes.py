@@ -1,5 +1,5 @@
-"""Connections that are not connect(): TCP Fast Open (sendto or sendmsg
-with MSG_FASTOPEN and an address), io_uring (IORING_OP_CONNECT is no system
+"""Connections that are not connect(): TCP Fast Open (sendto, sendmsg or
+sendmmsg with MSG_FASTOPEN and an address), io_uring (IORING_OP_CONNECT is no system
 call), and a connect whose address a second thread rewrites after the
 seccomp engine read it (AF_UNIX when read, AF_INET when the kernel reads
 it again). With the destination's breaker open, none may reach it.
@@ -44,9 +44,11 @@ def opened(shim, server):
     ("preload", "connect", "ECONNREFUSED"),
     ("preload", "tfo", "ECONNREFUSED"),
     ("preload", "tfomsg", "ECONNREFUSED"),
+    ("preload", "tfommsg", "ECONNREFUSED"),
     ("seccomp", "connect", "ECONNREFUSED"),
     ("seccomp", "tfo", "EOPNOTSUPP"),
     ("seccomp", "tfomsg", "EOPNOTSUPP"),
+    ("seccomp", "tfommsg", "EOPNOTSUPP"),
     ("seccomp", "uringsetup", "ENOSYS"),
     ("seccomp", "toctou", ("EAFNOSUPPORT", "ECONNREFUSED")),   # (as each try's read saw the address)
 ])
@@ -57,7 +59,7 @@ def test_no_way_around_an_open_breaker(shim, opened, engine, mode, refusal):
 
 
 @pytest.mark.shim
-@pytest.mark.parametrize("mode", ["tfo", "tfomsg"])
+@pytest.mark.parametrize("mode", ["tfo", "tfomsg", "tfommsg"])
 def test_a_fast_open_send_is_a_governed_connect_and_its_request(shim, server, mode):
     srv = server("http")
     shim.policy("[defaults]\nconnect_timeout = 2s\nread_timeout = 5s\n")

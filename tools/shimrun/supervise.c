@@ -52,7 +52,7 @@
  * connection that are not connect(): io_uring (its IORING_OP_CONNECT is
  * never a system call) answers ENOSYS, as under Docker's default profile,
  * and a program falls back to plain calls; a send with MSG_FASTOPEN
- * (sendto, sendmsg: a connect inside a send) answers EOPNOTSUPP, as a
+ * (sendto, sendmsg, sendmmsg: a connect inside a send) answers EOPNOTSUPP, as a
  * kernel without Fast Open does, and a program connects instead. Another
  * architecture's calls (x32, i386 through int 0x80) are killed, since
  * their numbers mean other calls. */
@@ -72,10 +72,14 @@ static int install_filter(unsigned flags)
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_sendto, 0, 3),
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LO(3)),
-		BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 0, 5),
+		BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 0, 9),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EOPNOTSUPP),
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_sendmsg, 0, 3),
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LO(2)),
+		BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 0, 5),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EOPNOTSUPP),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_sendmmsg, 0, 3),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LO(3)),
 		BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MSG_FASTOPEN, 0, 1),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EOPNOTSUPP),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
