@@ -9,8 +9,9 @@
  * per read is fine; 1xx interim answers are skipped), and a status in
  * failure_status fails the exchange (the reading itself is policy/h1.c's;
  * this file keeps its state in the connection's record and says what it
- * means). The program's bytes are only looked at, never held or changed. Several requests sent before an answer
- * (pipelining) are one exchange, decided by the first answer.
+ * means). The program's bytes are only looked at, never held or changed.
+ * Several requests sent before an answer (pipelining) are one exchange,
+ * decided by the first answer.
  *
  * Both ends take the data path's slow branch only at the turns: the send
  * that starts an exchange (NS_C_XNEXT) and the reads of an answer whose
