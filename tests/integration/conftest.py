@@ -239,6 +239,19 @@ def accept_forever(sock, serve):
 _shut_listeners = []
 
 
+def read_head(c, buf=b""):
+    """Read from c (after buf, what came before) until a request's head is
+    whole: (the head, the bytes after it), or (None, what came) when the
+    peer ended first."""
+    while b"\r\n\r\n" not in buf:
+        d = c.recv(65536)
+        if not d:
+            return None, buf
+        buf += d
+    head, rest = buf.split(b"\r\n\r\n", 1)
+    return head, rest
+
+
 def stop_listener(sock):
     """Stop a listening socket that a thread of this process accepts on:
     shut down (its accept() fails at once, a connect to it is refused) and

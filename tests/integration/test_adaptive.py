@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, accept_forever, base_env, each_stopped, py_script, stop_listener
+from conftest import BUILD, accept_forever, base_env, each_stopped, py_script, read_head, stop_listener
 
 
 class Server:
@@ -39,12 +39,8 @@ class Server:
     def _serve(self, c):
         try:
             c.settimeout(30)
-            buf = b""
-            while b"\r\n\r\n" not in buf:
-                d = c.recv(4096)
-                if not d:
-                    return
-                buf += d
+            if read_head(c)[0] is None:
+                return
             with self.lock:
                 if self.reject:
                     status = 503 if self.rng.random() < self.reject else 200

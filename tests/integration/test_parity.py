@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, NEGATIVE, Server, Shim, accept_forever, py_script, stop_listener
+from conftest import BUILD, NEGATIVE, Server, Shim, accept_forever, py_script, read_head, stop_listener
 from test_engine import gobins  # noqa: F401  (the module's Go clients, built once)
 from test_history import NO_AGENT, Recorder, rows
 
@@ -64,12 +64,7 @@ class Answering:
     def _serve(c):
         try:
             c.settimeout(5)
-            got = b""
-            while b"\r\n\r\n" not in got:
-                d = c.recv(4096)
-                if not d:
-                    break
-                got += d
+            read_head(c)
             c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
         except OSError:
             pass

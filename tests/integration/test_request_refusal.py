@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import accept_forever, py_script, stop_listener
+from conftest import accept_forever, py_script, read_head, stop_listener
 from test_h2 import H2Server, cert  # noqa: F401 (cert: the fixture, shared)
 from test_pacing import RecordingServer
 
@@ -100,12 +100,9 @@ class TlsSite:
                 c = ctx.wrap_socket(c, server_side=True)
                 buf = b""
                 while True:
-                    while b"\r\n\r\n" not in buf:
-                        d = c.recv(4096)
-                        if not d:
-                            return
-                        buf += d
-                    head, buf = buf.split(b"\r\n\r\n", 1)
+                    head, buf = read_head(c, buf)
+                    if head is None:
+                        return
                     self.paths.append(head.split()[1].decode())
                     c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
             except OSError:

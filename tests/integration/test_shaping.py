@@ -17,7 +17,8 @@ import time
 
 import pytest
 
-from conftest import BUILD, NEGATIVE, PY, accept_forever, base_env, each_stopped, open_breaker_by_failing, py_script, stop_listener
+from conftest import (BUILD, NEGATIVE, PY, accept_forever, base_env, each_stopped, open_breaker_by_failing,
+                      py_script, read_head, stop_listener)
 
 
 class CountingServer:
@@ -59,13 +60,8 @@ class CountingServer:
         counted = True
         try:
             c.settimeout(30)
-            buf = b""
-            while b"\r\n\r\n" not in buf:
-                d = c.recv(4096)
-                if not d:
-                    break
-                buf += d
-            if buf:
+            head, rest = read_head(c)
+            if head is not None or rest:
                 time.sleep(self.hold)
                 with self.lock:
                     self.cur -= 1

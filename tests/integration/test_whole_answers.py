@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import py_script, stop_listener
+from conftest import py_script, read_head, stop_listener
 
 BODY = bytes((i * 2654435761 >> 13) & 0xFF for i in range(409600))
 SMALL = b"small\n"
@@ -74,12 +74,9 @@ class SlowBodies:
         try:
             c.settimeout(60)
             while True:
-                while b"\r\n\r\n" not in buf:
-                    d = c.recv(65536)
-                    if not d:
-                        return
-                    buf += d
-                head, buf = buf.split(b"\r\n\r\n", 1)
+                head, buf = read_head(c, buf)
+                if head is None:
+                    return
                 path = head.split(b" ")[1].decode()
                 with self.lock:
                     self.paths.append(path)
