@@ -182,22 +182,29 @@ static int pidfd_of(pid_t tid, pid_t tgid)
 	return pfd;
 }
 
+/* The entry kept for thread tid, or PIDFDS. */
+static unsigned pidfd_entry(pid_t tid)
+{
+	unsigned i = 0;
+
+	while (i < PIDFDS && !(pidfds[i].tid == tid && pidfds[i].pfd > 0))
+		i++;
+	return i;
+}
+
 int ns_sw_copy_fd(pid_t tid, pid_t tgid, int fd)
 {
-	unsigned i;
+	unsigned i = pidfd_entry(tid);
 	int r;
 
-	for (i = 0; i < PIDFDS; i++)
-		if (pidfds[i].tid == tid && pidfds[i].pfd > 0) {
-			r = (int)syscall(SYS_pidfd_getfd, pidfds[i].pfd, fd, 0);
-			if (r >= 0 || errno != ESRCH)
-				return r;
-			close(pidfds[i].pfd); /* that thread is gone */
-			pidfds[i].tid = 0;
-			pidfds[i].pfd = 0;
-			break;
-		}
-	if (i == PIDFDS) {
+	if (i < PIDFDS) {
+		r = (int)syscall(SYS_pidfd_getfd, pidfds[i].pfd, fd, 0);
+		if (r >= 0 || errno != ESRCH)
+			return r;
+		close(pidfds[i].pfd); /* that thread is gone */
+		pidfds[i].tid = 0;
+		pidfds[i].pfd = 0;
+	} else {
 		i = pidfd_next++ % PIDFDS;
 		if (pidfds[i].pfd > 0)
 			close(pidfds[i].pfd);
@@ -215,13 +222,13 @@ int ns_sw_copy_fd(pid_t tid, pid_t tgid, int fd)
 
 pid_t ns_sw_tgid_of(pid_t tid)
 {
-	for (unsigned i = 0; i < PIDFDS; i++)
-		if (pidfds[i].tid == tid && pidfds[i].pfd > 0) {
-			if (!pidfds[i].tgid)
-				pidfds[i].tgid = ns_sw_tgid(tid);
-			return pidfds[i].tgid;
-		}
-	return ns_sw_tgid(tid);
+	unsigned i = pidfd_entry(tid);
+
+	if (i == PIDFDS)
+		return ns_sw_tgid(tid);
+	if (!pidfds[i].tgid)
+		pidfds[i].tgid = ns_sw_tgid(tid);
+	return pidfds[i].tgid;
 }
 
 static int same_socket(int fd, uint32_t inode)
