@@ -190,13 +190,21 @@ static void hist_rec(const struct ns_engine *e, int slot, const struct ns_outcom
 	rec->pid = o->pid;
 }
 
+/* The history ring while a recorder reads t, for a record of slot; else
+ * NULL. */
+static struct ns_ocring *hist_on(const struct ns_engine *e, struct ns_table *t, int slot, uint64_t now_ms)
+{
+	if (slot < 0 || __atomic_load_n(&t->hdr->hist_until_ms, __ATOMIC_RELAXED) <= now_ms || !e->hist_ring)
+		return NULL;
+	return e->hist_ring();
+}
+
 void ns_account_withdrawn(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_outcome *o)
 {
-	struct ns_ocring *r;
+	struct ns_ocring *r = hist_on(e, t, slot, o->now_ms);
 	struct ns_ocrec rec;
 
-	if (slot < 0 || __atomic_load_n(&t->hdr->hist_until_ms, __ATOMIC_RELAXED) <= o->now_ms || !e->hist_ring ||
-	    !(r = e->hist_ring()))
+	if (!r)
 		return;
 	hist_rec(e, slot, o, &rec);
 	rec.kind = NS_OC_WITHDRAWN;
@@ -301,11 +309,10 @@ void ns_account_attempt(const struct ns_engine *e, struct ns_table *t, int slot,
 void ns_account_rejected(const struct ns_engine *e, struct ns_table *t, int slot, uint64_t now_us, uint32_t pid)
 {
 	uint64_t now_ms = now_us / 1000;
-	struct ns_ocring *r;
+	struct ns_ocring *r = hist_on(e, t, slot, now_ms);
 	struct ns_ocrec rec;
 
-	if (slot < 0 || __atomic_load_n(&t->hdr->hist_until_ms, __ATOMIC_RELAXED) <= now_ms || !e->hist_ring ||
-	    !(r = e->hist_ring()))
+	if (!r)
 		return;
 	memset(&rec, 0, sizeof(rec));
 	rec.at_us = rec.start_us = rec.conn_us = now_us;

@@ -26,6 +26,16 @@ static monotime exchange_start(const struct ns_conn *c)
 	return LD(c->xstart) ? LD(c->xstart) : LD(c->start);
 }
 
+/* The connection o is of: its record, that record's use, its connect's
+ * time, the process (the history's connection number). */
+static inline void outcome_of_conn(struct ns_outcome *o, const struct ns_conn *c)
+{
+	o->conn_ns = (uint64_t)LD(c->start);
+	o->conn = (uintptr_t)c;
+	o->conn_gen = __atomic_load_n(&c->gen, __ATOMIC_RELAXED);
+	o->pid = (uint32_t)ns_own_pid;
+}
+
 /* Count one outcome of c's destination: kind NS_OUT_*, err its errno;
  * status: the HTTP status that decided it (for the history), else 0; said:
  * what decided it in the answer's own words ("gRPC UNAVAILABLE (14)"), or NULL; was: the
@@ -71,11 +81,7 @@ static inline __attribute__((always_inline)) void count(struct ns_conn *c, int s
 	o.now_ms = (uint64_t)now / 1000000;
 	o.now_ns = (uint64_t)now;
 	o.from_ns = (uint64_t)from;
-	o.conn_ns = (uint64_t)LD(c->start);
-	/* the connection within its process: the record's place and its reuse count */
-	o.conn = (uintptr_t)c;
-	o.conn_gen = __atomic_load_n(&c->gen, __ATOMIC_RELAXED);
-	o.pid = (uint32_t)ns_own_pid;
+	outcome_of_conn(&o, c);
 	o.own = own;
 	o.program = program_invocation_short_name;
 	o.key = NULL;
@@ -120,10 +126,8 @@ static __attribute__((noinline, cold)) void own_row_withdrawn(struct ns_conn *c,
 	memset(&o, 0, sizeof(o));
 	o.now_ns = (uint64_t)now;
 	o.now_ms = (uint64_t)now / 1000000;
-	o.from_ns = o.conn_ns = (uint64_t)LD(c->start);
-	o.conn = (uintptr_t)c;
-	o.conn_gen = __atomic_load_n(&c->gen, __ATOMIC_RELAXED);
-	o.pid = (uint32_t)ns_own_pid;
+	outcome_of_conn(&o, c);
+	o.from_ns = o.conn_ns;
 	ns_account_withdrawn(&ns_engine, &ns_breakers, slot, &o);
 }
 
