@@ -152,7 +152,8 @@ static inline __attribute__((always_inline)) void own_success_back(struct ns_con
 
 void ns_conn_own_success(struct ns_conn *c)
 {
-	(void)own_success(c, LD(c->slot));
+	if (own_success(c, LD(c->slot)))
+		own_row_withdrawn(c, LD(c->slot));
 }
 
 /* Count the connection's one outcome. kind is NS_OUT_*; ans: what its
@@ -185,6 +186,12 @@ static void conn_outcome(struct ns_conn *c, int kind, int err, const struct ns_a
 		if (slot >= 0 && ns_breakers_ok)
 			ns_table_exchange(&ns_breakers, slot);
 		own_success_back(c, slot);
+		/* an answer before any request (a server that speaks first, an
+		 * h2c server's SETTINGS read before the preface went: exchange.c
+		 * server_spoke_first makes it the connection's own): its row may
+		 * be taken back */
+		if (kind == NS_OUT_SUCCESS && !(was & NS_C_SENT))
+			own = 1;
 	}
 	count(c, slot, kind, err, ans, was, exchange_start(c), 0, own);
 out:

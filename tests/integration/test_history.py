@@ -147,15 +147,45 @@ def test_every_outcome_is_recorded_and_matches_the_table(run):
     assert sum(1 for ev in h["events"] if ev["type"] == "opened") >= 2, h["events"]
 
 
+# An h2c client that reads the server's SETTINGS before it sends its own
+# preface (what nghttp does now and then on a slow machine: the first byte
+# was counted an answer before the protocol was known), then asks /ok on
+# streams 1, 3 and 5 and reads to their ends.
+SERVER_FIRST = r"""
+import socket, struct, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.settimeout(10)
+assert s.recv(9)[3] == 4, "the server's SETTINGS first"
+block = bytes([0x82, 0x86, 0x04, 0x03]) + b"/ok" + bytes([0x01, 0x09]) + b"127.0.0.1"
+out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\0\0\0\4\0\0\0\0\0" + b"\0\0\0\4\1\0\0\0\0"
+for sid in (1, 3, 5):
+    out += struct.pack(">I", len(block))[1:] + bytes([1, 5]) + struct.pack(">I", sid) + block
+s.sendall(out)
+got, ended = b"", set()
+while len(ended) < 3:
+    b = s.recv(65536)
+    assert b, "closed"
+    got += b
+    while len(got) >= 9 and len(got) >= 9 + int.from_bytes(got[:3], "big"):
+        n, t, f, sid = int.from_bytes(got[:3], "big"), got[3], got[4], int.from_bytes(got[5:9], "big") & 0x7FFFFFFF
+        if t in (0, 1) and f & 1:
+            ended.add(sid)
+        got = got[9 + n:]
+s.sendall(bytes([0, 0, 8, 7, 0, 0, 0, 0, 0]) + bytes(8))
+s.close()
+"""
+
+
 @pytest.mark.shim
 @pytest.mark.agent
-@pytest.mark.parametrize("proto", ["https", "h2c"])
+@pytest.mark.parametrize("proto", ["https", "h2c", "h2c-server-first"])
 def test_a_connections_own_success_taken_back_leaves_the_history_too(tmp_path, http_server, proto):
     # a TLS connection's handshake (an h2 connection's first frame) is its
     # own success, taken back by its first request: the history keeps the
     # requests' rows only, as the table does; a TLS connection that carries
     # no request keeps its row (before: one success row more than the table
-    # per connection that carried requests)
+    # per connection that carried requests; an h2c server's SETTINGS read
+    # before the client's preface left its row behind: CI, once)
     if NO_AGENT:
         pytest.skip("the recorder is the agent's")
     shim = Shim(tmp_path)
@@ -175,6 +205,8 @@ def test_a_connections_own_success_taken_back_leaves_the_history_too(tmp_path, h
             url = f"http://127.0.0.1:{port}/ok"
         if proto == "https":
             r = shim.run(["curl", "-sk"] + ["-o", "/dev/null"] * 3 + [url] * 3)
+        elif proto == "h2c-server-first":
+            r = shim.run(py_script(tmp_path, SERVER_FIRST) + [port])
         else:   # nghttp: three streams on one connection
             r = shim.run(["nghttp", "-n", url, url + "?2", url + "?3"])
         assert r.rc == 0, r.err
