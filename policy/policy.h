@@ -69,7 +69,7 @@ struct ns_settings {
 	uint64_t throttle_window_ms;       /* the requests and accepts it counts, over this */
 	uint64_t connect_total_timeout_ms; /* a name's connects over its addresses, one attempt: 0 = off */
 	uint32_t address_choice;           /* NS_ADDR_* (getaddrinfo's order for a governed name) */
-	uint32_t pad_addr;
+	uint32_t max_requests;             /* requests in flight at once, machine-wide (at most NS_PLACES); 0 = off */
 	/* not keys (ns_policy_resolve): */
 	uint64_t rate_interval_us;  /* rate's interval between tokens, microseconds; 0 = no rate */
 	uint32_t shaping;           /* max_connections, rate, retry_budget, throttle, address_choice or
@@ -125,6 +125,7 @@ enum ns_key_id {
 	NS_K_THROTTLE_WINDOW,
 	NS_K_CONNECT_TOTAL_TIMEOUT,
 	NS_K_ADDRESS_CHOICE,
+	NS_K_MAX_REQUESTS,
 	NS_K_COUNT
 };
 

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include "slot.h"
 #include "ocring.h"
+#include "reqq.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -699,6 +700,7 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 	for (uint32_t p = 0; p < NS_PLACES; p++)
 		e->inflight += LOAD(&s->place[p]) != 0;
 	e->throttled = LOAD(&s->throttled);
+	ns_reqq_read(&s->req, e);
 	e->retry_throttled = LOAD(&s->retry_throttled);
 	e->paced = LOAD(&s->paced);
 	{

@@ -17,7 +17,7 @@
 #include "policy.h"
 
 #define NS_TABLE_MAGIC 0x4c42544d4853534eULL   /* "NSSHMTBL" */
-#define NS_TABLE_VERSION 3u
+#define NS_TABLE_VERSION       4u
 #define NS_TABLE_DEFAULT_SLOTS 4096u
 #define NS_TABLE_MAX_SLOTS (1u << 20)
 #define NS_BUCKETS 32u
@@ -28,6 +28,23 @@
 #define NS_FRAME_LEN 150u
 #define NS_FAULT_RECS 64u       /* runtime faults (shimctl inject) a table holds */
 #define NS_WAIT_BUCKETS 16u
+#define NS_REQ_QUEUE           64u /* requests a destination's queue orders (max_requests) */
+
+/* max_requests (table version 4): the requests in flight to a destination
+ * from every process (policy/reqq.h). place: 0 free, else its holder
+ * (ns_place_holder), one per request in flight. queue: the requests waiting
+ * for a place, each 0 or its holder << 32 | when it began to wait (CLOCK_MONOTONIC
+ * us, low 32 bits): a place that frees goes to the one that waited longest. */
+struct ns_reqq {
+	uint32_t place[NS_PLACES]; /* atomic */
+	uint32_t wake;             /* atomic: bumped when a place frees or the queue's first leaves (futex) */
+	uint32_t waiters;          /* atomic: threads blocked on wake */
+	uint32_t queued;           /* atomic: entries in queue (a dead waiter's is taken out by the next look) */
+	uint32_t pad;
+	uint64_t throttled;           /* atomic: requests failed at their start after queue_timeout */
+	uint64_t held;                /* atomic: requests that waited for a place */
+	uint64_t queue[NS_REQ_QUEUE]; /* atomic */
+};
 
 struct ns_table_hdr {
 	uint64_t magic;
@@ -153,6 +170,9 @@ struct ns_slot {
 	 * the requests and accepts of this window and the one before (a
 	 * window's number 16 | requests 24 | accepts 24) */
 	uint64_t thr[2]; /* atomic */
+	/* version 4 */
+	struct ns_reqq req;    /* max_requests */
+	uint8_t reserved[352]; /* zero: the fleet's shares (next) */
 };
 
 enum ns_event_type {
@@ -203,7 +223,7 @@ struct ns_evrec {
 };
 
 _Static_assert(sizeof(struct ns_table_hdr) == 256, "header layout");
-_Static_assert(sizeof(struct ns_slot) == 2048, "slot layout");
+_Static_assert(sizeof(struct ns_slot) == 3072, "slot layout");
 _Static_assert(sizeof(struct ns_evrec) == 1024, "event layout");
 _Static_assert(sizeof(struct ns_fltrec) == 512, "fault record layout");
 /* The top bit of a fault record's pid (no pid reaches it): shimctl inject
@@ -243,6 +263,9 @@ struct ns_entry {
 	uint32_t last_status;
 	int32_t last_grpc_status;   /* -1 = none */
 	uint32_t inflight;          /* places held (max_connections) */
+	uint32_t req_inflight;      /* requests in flight (max_requests' places held) */
+	uint32_t req_queued;        /* requests waiting for one */
+	uint64_t req_throttled, req_held;
 	uint64_t throttled;
 	uint64_t waited_ms_p99;     /* waits for a place: their p99's upper bound, 0 = none */
 	uint64_t cooldown_left_ms;  /* a Retry-After's cooldown: what is left of it, 0 = none */

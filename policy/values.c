@@ -97,6 +97,7 @@ const char *const ns_key_names[NS_K_COUNT] = {
 	"throttle_window",
 	"connect_total_timeout",
 	"address_choice",
+	"max_requests",
 };
 
 #define OFF(f) offsetof(struct ns_settings, f)
@@ -153,6 +154,7 @@ const struct keydef ns_keydefs[NS_K_COUNT] = {
 	[NS_K_THROTTLE_WINDOW] = { T_DUR, OFF(throttle_window_ms), 1000, NS_MAX_DURATION_MS },
 	[NS_K_CONNECT_TOTAL_TIMEOUT] = { T_DUR, OFF(connect_total_timeout_ms), 1, NS_MAX_DURATION_MS },
 	[NS_K_ADDRESS_CHOICE] = { T_ADDRCHOICE, OFF(address_choice), 0, 0 },
+	[NS_K_MAX_REQUESTS] = { T_UINT, OFF(max_requests), 0, NS_PLACES },
 };
 /* The two words of a two-way key: its value 0 or 1 (off/on, off/adaptive,
  * as-resolved/healthy-first). */
@@ -402,6 +404,12 @@ int ns_set_value(struct perr *e, int line, int key, const char *val, struct ns_s
 		if (k->type == T_MAXCONN && strcmp(val, "auto") == 0) {
 			*(uint32_t *)(base + k->off) = NS_MAXCONN_AUTO;
 			return 0;
+		}
+		if (key == NS_K_MAX_REQUESTS && strcmp(val, "auto") == 0) {
+			ns_perr_add(e, line,
+				    "max_requests: auto is not built yet: give the number of requests in flight "
+				    "(max_connections = auto adapts connections)");
+			return -1;
 		}
 		if (ns_parse_uint(val, &v) < 0) {
 			ns_perr_add(e, line, "%s: bad number '%s': expected a whole number%s", ns_key_names[key], val,

@@ -207,6 +207,15 @@ struct ns_conn {
 	monotime pace_until;      /* atomic: rate's next token is due then (a queued connect, NS_C_PACED) */
 	uint64_t tok_tat;         /* the connect's token (NS_C_TOKEN): the bucket's time it left, */
 	uint64_t tok_base;        /* ...and the time it was counted from (us) */
+	/* max_requests (reqs.c): the place of the request in flight, 1 + its
+	 * number (0: none), taken at the request's start and given back at its
+	 * answer's framed end or the record's; its queue entry while it waits */
+	uint32_t rq;        /* atomic */
+	int32_t rq_slot;    /* the slot it is a place of */
+	uint32_t rq_holder; /* the process that took it */
+	uint32_t rq_qi;     /* 1 + its queue entry (0: none) */
+	uint64_t rq_qword;  /* atomic: that entry's word; 0 = not waiting */
+	monotime rq_since;  /* when it began to wait */
 	/* the shadow policy (shadow.c): its settings and slot for this
 	 * connection, valid while shadow_gen is gen (set at connect only when a
 	 * shadow policy is loaded, so a reused record's are ignored) */
@@ -367,6 +376,7 @@ extern void (*ns_fd_watch_forget)(int fd) NS_HIDDEN;
 /* A record ends (its last reference gone) holding a place: shape.c gives
  * it back through this, set when the process first takes one. */
 extern void (*ns_conn_end_hook)(struct ns_conn *c) NS_HIDDEN;
+extern void (*ns_req_end_hook)(struct ns_conn *c) NS_HIDDEN; /* reqs.c: a request's place back */
 /* ...holding an HTTP/2 reader: h2conn.c takes it back through this, set
  * before its first reader is given to a record */
 extern void (*ns_conn_h2_hook)(struct ns_conn *c) NS_HIDDEN;

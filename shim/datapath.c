@@ -23,6 +23,7 @@
 #include "h2conn.h"
 #include "proxy.h"
 #include "real.h"
+#include "reqs.h"
 #include "shape.h"
 #include "timeo.h"
 #include "tls.h"
@@ -136,6 +137,14 @@ int ns_io_pre(struct ns_conn *c, struct io_req *q)
 	if (q->d == NS_OUT) {
 		uint32_t f = LD(c->flags);
 
+		/* ...after a place under max_requests (reqs.c) */
+		if (unlikely(ns_req_starts(c, f, 0, q->buf, q->iov && q->iovcnt ? q->iov[0].iov_len : q->len)) &&
+		    ns_req_start(q->fd, c, (f & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) {
+			q->r = -1;
+			return IO_DONE;
+		}
+		f = LD(c->flags);
+
 		/* (an h2c connection's, or one whose protocol is not known yet:
 		 * neither HTTP bit, or H2READ, in one compare) */
 		uint32_t m = f & (NS_C_H2READ | NS_C_HTTP | NS_C_NOTHTTP);
@@ -194,6 +203,7 @@ int ns_io_pre(struct ns_conn *c, struct io_req *q)
 	    (LD(c->flags) & (NS_C_XNEXT | NS_C_H2 | NS_C_TLS | NS_C_ANSWERED)) ==
 		    (NS_C_XNEXT | NS_C_HTTP | NS_C_ANSWERED) &&
 	    ns_shape_request_admit(c) < 0) {
+		ns_req_done(c); /* (refused before a byte left: its place back) */
 		q->r = -1;
 		return IO_DONE;
 	}

@@ -25,6 +25,7 @@
 
 #include "h2conn.h"
 #include "outcome.h"
+#include "reqs.h"
 
 /* What the bytes sent so far say of the protocol. While they may still
  * begin a method, they are kept in sniffed (no answer is read before the
@@ -213,7 +214,8 @@ static void end_begin(struct ns_conn *c, const char *buf, size_t n)
 		fw |= NS_FOLLOW_NEVER;
 		__atomic_fetch_or(&c->follow, NS_FOLLOW_NEVER, __ATOMIC_RELAXED);
 	}
-	if ((fw & NS_FOLLOW_NEVER) || !(LD(c->flags) & NS_C_PLACE) || (LD(c->flags) & NS_C_H2) != NS_C_HTTP) {
+	if ((fw & NS_FOLLOW_NEVER) || !((LD(c->flags) & NS_C_PLACE) | LD(c->rq)) ||
+	    (LD(c->flags) & NS_C_H2) != NS_C_HTTP) {
 		__atomic_store_n(&c->h1end.result, (fw & NS_FOLLOW_NEVER) ? NS_H1E_UNKNOWN : NS_H1E_NONE,
 				 __ATOMIC_RELEASE);
 		return;
@@ -238,6 +240,8 @@ static void end_feed(struct ns_conn *c, const char *buf, size_t n)
 	end_store(c, &e);
 	if (e.result != NS_H1E_MORE)
 		follow_done(c, NS_FOLLOW_END);
+	if (e.result == NS_H1E_DONE && LD(c->rq))
+		ns_req_done(c); /* the request's answer read to its end: its place back (reqs.c) */
 }
 
 int ns_exchange_stale(const struct ns_conn *c)

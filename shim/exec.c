@@ -21,7 +21,10 @@ struct held {
 
 static void before(struct held *h)
 {
-	h->n = __atomic_load_n(&ns_conn_end_hook, __ATOMIC_RELAXED) ? ns_shape_exec_release(h->c, HELD_MAX) : 0;
+	h->n = __atomic_load_n(&ns_conn_end_hook, __ATOMIC_RELAXED) ||
+			__atomic_load_n(&ns_req_end_hook, __ATOMIC_RELAXED)
+		? ns_shape_exec_release(h->c, HELD_MAX)
+		: 0;
 }
 
 /* the exec returned: it failed, and the program goes on with its sockets */

@@ -31,6 +31,7 @@ unsigned ns_ep_count;
 void (*ns_fd_watch_note)(int fd);
 void (*ns_fd_watch_forget)(int fd);
 void (*ns_conn_end_hook)(struct ns_conn *c);
+void (*ns_req_end_hook)(struct ns_conn *c);
 void (*ns_conn_h2_hook)(struct ns_conn *c);
 
 /* The pid this copy of the process image belongs to: set at start and in
@@ -221,9 +222,12 @@ static inline __attribute__((always_inline)) void conn_free(struct ns_conn *c)
 static __attribute__((noinline, cold)) void conn_free_hooked(struct ns_conn *c)
 {
 	void (*hook)(struct ns_conn *) = __atomic_load_n(&ns_conn_end_hook, __ATOMIC_ACQUIRE);
+	void (*req)(struct ns_conn *) = __atomic_load_n(&ns_req_end_hook, __ATOMIC_ACQUIRE);
 
 	if (hook)
 		hook(c);
+	if (req)
+		req(c);
 	conn_free(c);
 }
 
@@ -231,7 +235,7 @@ void ns_conn_unref(struct ns_conn *c)
 {
 	if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0)
 		return;
-	if (unlikely(LD(c->flags) & NS_C_PLACE)) {
+	if (unlikely((LD(c->flags) & NS_C_PLACE) | LD(c->rq) | LD(c->rq_qi))) {
 		conn_free_hooked(c);
 		return;
 	}
@@ -261,6 +265,9 @@ struct ns_conn *ns_conn_alloc(void)
 	ST(c->read_timeout_ns, 0);
 	ST(c->follow, 0u);
 	ST(c->own_ms, 0);
+	ST(c->rq, 0u);
+	ST(c->rq_qi, 0u);
+	ST(c->rq_qword, 0);
 	ST(c->h1end.result, (uint32_t)NS_H1E_NONE);
 	for (int d = 0; d < 2; d++) {
 		ST(c->dir[d].prog_ns, 0);

@@ -91,6 +91,11 @@ static inline uint32_t place_self(void)
 	return likely(h) ? h : place_self_slow();
 }
 
+uint32_t ns_shape_holder(void)
+{
+	return place_self();
+}
+
 /* max_connections now (ns_shape_exec_failed): all of it, or the adaptive
  * limit, under slow_start its share so far */
 static inline uint32_t cap_now(const struct ns_settings *set, int slot)
@@ -128,7 +133,7 @@ static int take(struct ns_conn *c, int slot, const struct ns_settings *set, uint
 	return 1;
 }
 
-static void futex_wait(uint32_t *word, uint32_t seen, int64_t ns)
+void ns_shape_futex_wait(uint32_t *word, uint32_t seen, int64_t ns)
 {
 	struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000) };
 	int saved = errno;
@@ -139,7 +144,7 @@ static void futex_wait(uint32_t *word, uint32_t seen, int64_t ns)
 	errno = saved;
 }
 
-static void futex_wake(uint32_t *word)
+void ns_shape_futex_wake(uint32_t *word)
 {
 	int saved = errno;
 
@@ -168,7 +173,7 @@ static int wait_blocking(struct ns_conn *c, int slot, const struct ns_settings *
 		now = ns_now();
 		if (now >= deadline)
 			break;
-		futex_wait(wake, seen, deadline - now < BLOCKED_LOOK_NS ? deadline - now : BLOCKED_LOOK_NS);
+		ns_shape_futex_wait(wake, seen, deadline - now < BLOCKED_LOOK_NS ? deadline - now : BLOCKED_LOOK_NS);
 	}
 	ns_table_place_waiting(&ns_breakers, slot, -1);
 	return got;
@@ -263,7 +268,7 @@ static int token_blocking(struct ns_conn *c, int slot, const struct ns_settings 
 /* A non-blocking send held back (for a token, or a cooldown's end): the
  * waits hold its output back until pace_until (an epoll set watching fd
  * computes it again). -1 with EAGAIN. */
-static int hold_output(int fd, struct ns_conn *c)
+int ns_shape_hold_output(int fd, struct ns_conn *c)
 {
 	__atomic_fetch_or(&c->flags, NS_C_PACED, __ATOMIC_RELEASE);
 	__atomic_fetch_or(&c->expired, NS_ATTN_PACE, __ATOMIC_RELEASE);
@@ -276,7 +281,7 @@ static int hold_output(int fd, struct ns_conn *c)
 /* A blocking send held back: the program's send timeout (counted from
  * from) and the total budget still bound the call (the wait is the
  * send's). 0: none. */
-static monotime send_limit(const struct ns_conn *c, monotime from)
+monotime ns_shape_send_limit(const struct ns_conn *c, monotime from)
 {
 	monotime limit = LD(c->dir[NS_OUT].prog_ns) ? from + LD(c->dir[NS_OUT].prog_ns) : 0;
 
@@ -316,8 +321,8 @@ static __attribute__((noinline)) int request_held(int fd, struct ns_conn *c, int
 	}
 	ST(c->pace_until, due);
 	if (nonblock)
-		return hold_output(fd, c);
-	limit = send_limit(c, LD(c->queue_start));
+		return ns_shape_hold_output(fd, c);
+	limit = ns_shape_send_limit(c, LD(c->queue_start));
 	while (due) {
 		if (limit && due > limit) {
 			sleep_until(limit);
@@ -363,8 +368,8 @@ int ns_shape_cooldown(int fd, struct ns_conn *c, int nonblock)
 		ST(c->queue_start, now);
 	ST(c->pace_until, until);
 	if (nonblock)
-		return hold_output(fd, c);
-	limit = send_limit(c, now);
+		return ns_shape_hold_output(fd, c);
+	limit = ns_shape_send_limit(c, now);
 	sleep_until(limit && limit < until ? limit : until);
 	if (limit && limit < until && ns_now() < until) {
 		if (LD(c->total_deadline) && ns_now() >= LD(c->total_deadline))
@@ -492,7 +497,7 @@ void ns_shape_release(struct ns_conn *c)
 	    LD(c->place_holder) != __atomic_load_n(&ns_shape_self, __ATOMIC_RELAXED))
 		return;
 	if ((wake = ns_admit_release(&ns_breakers, LD(c->place_slot), p, LD(c->place_holder))) != NULL)
-		futex_wake(wake);
+		ns_shape_futex_wake(wake);
 }
 
 /**** exec ****/
@@ -521,7 +526,10 @@ int ns_shape_exec_release(struct ns_conn **out, int max)
 		long fl;
 		int i;
 
-		if (!c || !(LD(c->flags) & NS_C_PLACE) || LD(c->place) < 0 || LD(c->place_holder) != self)
+		/* (a request's place under max_requests too: reqs.c's, through its hook) */
+		if (!c ||
+		    ((!(LD(c->flags) & NS_C_PLACE) || LD(c->place) < 0 || LD(c->place_holder) != self) &&
+		     (!LD(c->rq) || LD(c->rq_holder) != self)))
 			continue;
 		fl = ns_real_syscall(SYS_fcntl, (int)fd, F_GETFD, 0);
 		for (i = 0; i < n && seen[i] != c; i++)
@@ -536,7 +544,13 @@ int ns_shape_exec_release(struct ns_conn **out, int max)
 			keeps[i] = 1;   /* this descriptor, and so the connection, lives on */
 	}
 	for (int i = 0; i < n && out_n < max; i++) {
+		void (*req)(struct ns_conn *) = __atomic_load_n(&ns_req_end_hook, __ATOMIC_ACQUIRE);
+
 		if (keeps[i])
+			continue;
+		if (req)
+			req(seen[i]);
+		if (!(LD(seen[i]->flags) & NS_C_PLACE) || LD(seen[i]->place) < 0)
 			continue;
 		ns_shape_release(seen[i]);
 		out[out_n++] = seen[i];

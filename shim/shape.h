@@ -104,6 +104,16 @@ NS_HIDDEN int ns_shape_throttle(int slot, const char *key, const struct ns_setti
  * leaves, while the destination's breaker is open (counted rejected) or
  * the adaptive throttle refuses (counted throttled), as a connect would be. */
 NS_HIDDEN int ns_shape_request_admit(struct ns_conn *c);
+/* What a wait of reqs.c borrows: this process's holder word (made at
+ * first), a futex wait (a signal, the word moving or ns passing end it)
+ * and wake, a non-blocking send held (EAGAIN, and not writable in the waits
+ * until c->pace_until), a blocking send's own limit (its send timeout from
+ * from, the total deadline; 0 none). */
+NS_HIDDEN uint32_t ns_shape_holder(void);
+NS_HIDDEN void ns_shape_futex_wait(uint32_t *word, uint32_t seen, int64_t ns);
+NS_HIDDEN void ns_shape_futex_wake(uint32_t *word);
+NS_HIDDEN int ns_shape_hold_output(int fd, struct ns_conn *c);
+NS_HIDDEN monotime ns_shape_send_limit(const struct ns_conn *c, monotime from);
 /* How often a queued non-blocking connect looks for a place. */
 #define NS_SHAPE_TICK_NS (2 * 1000000LL)
 

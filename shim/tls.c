@@ -24,6 +24,7 @@
 #include "h2conn.h"
 #include "faultcfg.h"
 #include "real.h"
+#include "reqs.h"
 #include "shape.h"
 
 typedef int (*ssl_io_fn)(void *, void *, int);
@@ -339,8 +340,18 @@ static int pace(struct ns_conn *c, const void *buf, size_t n)
 		if (h != NS_H2C_NOT)
 			goto out;
 	}
+	/* a request's place under max_requests (reqs.c): a non-blocking one
+	 * held is marked so, and its socket's write answers EAGAIN (datapath.c)
+	 * until it looks again at the program's next write; a blocking one
+	 * sleeps here; one past queue_timeout is refused (ECONNREFUSED) */
+	if (c && unlikely(ns_req_starts(c, f, NS_C_TLS, buf, n)) && ns_req_start(-1, c, (f & NS_C_NONBLOCK) != 0) < 0) {
+		if (errno != EAGAIN || !(f & NS_C_NONBLOCK))
+			e = errno, r = -1;
+		goto out; /* (held: its socket's write answers EAGAIN) */
+	}
 	if (c && (f & (NS_C_XNEXT | NS_C_H2 | NS_C_ANSWERED)) == (NS_C_XNEXT | NS_C_HTTP | NS_C_ANSWERED) &&
 	    ns_shape_request_admit(c) < 0) {
+		ns_req_done(c); /* (refused before a byte left: its place back) */
 		e = errno;
 		r = -1;
 		goto out;

@@ -250,7 +250,7 @@ def test_watch_fits_the_terminal(shim, cols):
     assert any("forced_open" in line for line in lines), lines
     assert all(len(line) <= cols for line in lines), [(len(l), l) for l in lines if len(l) > cols]
     assert any("hidden to fit" in line for line in lines), lines
-    wide = watch_screen(shim, 250)
+    wide = watch_screen(shim, 270)
     header = next(line for line in wide if line.startswith("DESTINATION"))
     assert "THROTTLED" in header and "HALF_OPEN_AT" in header and not any("hidden" in l for l in wide), wide
 

@@ -163,6 +163,30 @@ Test(policy, max_connections_auto_and_throttle_adaptive_resolve_and_write_back)
 		     "t.conf:4: max_connections_min: 33 is out of range (1 to 32)\n");
 }
 
+Test(policy, max_requests_is_a_number_of_requests_and_auto_says_it_is_not_built)
+{
+	struct ns_policy p;
+	struct ns_settings s;
+	struct ns_dest d = { "", AF_INET, { 127, 0, 0, 1 }, 80 };
+	char back[32];
+
+	cr_assert_eq(parse("[defaults]\nmax_requests = 4\n[host \"10.0.0.0/8\"]\nmax_requests = 0\n", &p), 0, "%s",
+		     err);
+	ns_policy_resolve(&p, &d, &s, NULL);
+	cr_assert_eq(s.max_requests, 4);
+	cr_assert_eq(s.max_connections, 0, "connections are not capped by it");
+	ns_setting_format(NS_K_MAX_REQUESTS, &s, back, sizeof(back));
+	cr_assert_str_eq(back, "4");
+	d.addr[0] = 10;
+	ns_policy_resolve(&p, &d, &s, NULL);
+	cr_assert_eq(s.max_requests, 0);
+	ns_policy_free(&p);
+	expect_error("[defaults]\nmax_requests = 33\n", "t.conf:2: max_requests: 33 is out of range (0 to 32)\n");
+	expect_error("[defaults]\n\nmax_requests = auto\n",
+		     "t.conf:3: max_requests: auto is not built yet: give the number of requests in flight "
+		     "(max_connections = auto adapts connections)\n");
+}
+
 Test(policy, zero_switches_a_limit_off_and_empty_file_is_builtin)
 {
 	struct ns_policy p;

@@ -36,7 +36,7 @@ Test(layout, offsets_and_sizes_are_pinned)
 	cr_assert_eq(offsetof(struct ns_table_hdr, ev_size), 60);
 	cr_assert_eq(offsetof(struct ns_table_hdr, ev_off), 64);
 	cr_assert_eq(offsetof(struct ns_table_hdr, ev_seq), 72);
-	cr_assert_eq(sizeof(struct ns_slot), 2048);
+	cr_assert_eq(sizeof(struct ns_slot), 3072);
 	cr_assert_eq(offsetof(struct ns_slot, tag), 0);
 	cr_assert_eq(offsetof(struct ns_slot, word), 8);
 	cr_assert_eq(offsetof(struct ns_slot, calls), 16);
@@ -78,7 +78,7 @@ Test(layout, offsets_and_sizes_are_pinned)
 	cr_assert_eq(sizeof(struct ns_fltrec), 512);
 	cr_assert_eq(offsetof(struct ns_fltrec, dest), 48);
 	cr_assert_eq(offsetof(struct ns_fltrec, text), 312);
-	cr_assert_eq(NS_TABLE_VERSION, 3);
+	cr_assert_eq(NS_TABLE_VERSION, 4);
 }
 
 /* A table in shared anonymous memory, so forked children update it too. */
@@ -644,8 +644,9 @@ Test(tablefile, bad_tables_are_refused_with_the_reason)
 	t.hdr->magic ^= 1;
 	t.hdr->version = 99;
 	expect_refused("table version 99");
-	t.hdr->version = 2;
-	expect_refused("table version 2, this build reads version 3 (a table from an older netshim: stop the programs using it and remove the file");
+	t.hdr->version = 3;
+	expect_refused(
+		"table version 3, this build reads version 4 (a table from an older netshim: stop the programs using it and remove the file");
 	t.hdr->version = NS_TABLE_VERSION;
 	t.hdr->nslots = 100000000;
 	expect_refused("corrupt slot count");

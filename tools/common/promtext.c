@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../../policy/breaker.h"
+#include "../../policy/reqq.h"
 #include "../../policy/table.h"
 #include "tablekit.h"
 
@@ -154,6 +155,8 @@ void ctl_metrics_write(FILE *f, const struct ns_table *t)
 		if (ns_table_read(t, (int)i, now, &e[n]) == 0) {
 			if (e[n].inflight)   /* places whose holders died are not connections open */
 				e[n].inflight = ns_table_inflight_live(t, (int)i);
+			if (e[n].req_inflight)
+				e[n].req_inflight = ns_reqq_inflight_live(&t->slots[i].req);
 			n++;
 		}
 	}
@@ -180,6 +183,11 @@ void ctl_metrics_write(FILE *f, const struct ns_table *t)
 		OFFE(inflight), 1);
 	counter(f, "netshim_throttled_total", "Connects turned away by max_connections (never failures).", "counter",
 		e, n, OFFE(throttled), 0);
+	counter(f, "netshim_requests_inflight", "HTTP requests holding a place under max_requests.", "gauge", e, n,
+		OFFE(req_inflight), 1);
+	counter(f, "netshim_requests_throttled_total",
+		"HTTP requests failed at their start by max_requests after queue_timeout (never failures).", "counter",
+		e, n, OFFE(req_throttled), 0);
 	head(f, "netshim_limit",
 	     "max_connections = auto: the cap in force now, as the destination taught it "
 	     "(connections; only destinations that have one).",

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../../policy/breaker.h"
+#include "../../policy/reqq.h"
 #include "../../policy/policy.h"
 #include "../../policy/table.h"
 #include "shimctl.h"
@@ -336,6 +337,10 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 			printf("null");
 		printf(", \"retry_throttled\": %llu, \"paced\": %llu", (unsigned long long)e->retry_throttled,
 		       (unsigned long long)e->paced);
+		printf(", \"requests_inflight\": %u, \"requests_queued\": %u, \"requests_throttled\": %llu, "
+		       "\"requests_held\": %llu",
+		       e->req_inflight, e->req_queued, (unsigned long long)e->req_throttled,
+		       (unsigned long long)e->req_held);
 		printf(", \"cooldown_until\": ");
 		if (e->cooldown_left_ms) {
 			ctl_rfc3339(ctl_wall_ms() + e->cooldown_left_ms, ts, sizeof(ts));
@@ -387,7 +392,7 @@ static int out_width(void)
 static int fit_columns(int *w, int *show, int nc, int width)
 {
 	/* DESTINATION (0) and STATE (1) always stay */
-	static const int drop[] = { 12, 10, 16, 9, 11, 3, 5, 7, 8, 13, 19, 18, 17, 15, 14, 2, 6, 4 };
+	static const int drop[] = { 12, 10, 16, 9, 11, 3, 5, 7, 8, 13, 20, 19, 18, 17, 15, 14, 2, 6, 4 };
 	int total = 0, dropped = 0;
 
 	for (int c = 0; c < nc; c++) {
@@ -408,10 +413,12 @@ static int fit_columns(int *w, int *show, int nc, int width)
 
 static void print_text(const struct ns_table *t, struct row *rows, int n, int color, int width)
 {
-	static const char *const hdr[] = { "DESTINATION", "STATE", "WIN_FAIL", "CONSEC", "CALLS", "OK",
-		"FAIL", "TIMEOUT", "REJECTED", "RETRIES", "CONN_P50", "CONN_P99", "FB_P50", "FB_P99",
-		"LAST_ERROR", "OPENED_AT", "HALF_OPEN_AT", "FLEET", "INFLIGHT", "THROTTLED" };
-	enum { NC = 20 };
+	static const char *const hdr[] = { "DESTINATION", "STATE",        "WIN_FAIL", "CONSEC",   "CALLS",
+					   "OK",          "FAIL",         "TIMEOUT",  "REJECTED", "RETRIES",
+					   "CONN_P50",    "CONN_P99",     "FB_P50",   "FB_P99",   "LAST_ERROR",
+					   "OPENED_AT",   "HALF_OPEN_AT", "FLEET",    "INFLIGHT", "THROTTLED",
+					   "REQ_INFLIGHT" };
+	enum { NC = 21 };
 	struct agent_view a;
 	char (*cells)[NC][NS_KEY_MAX * 4] = calloc((size_t)n + 1, sizeof(*cells));
 	int w[NC] = { 0 }, show[NC], dropped, last;
@@ -458,6 +465,7 @@ static void print_text(const struct ns_table *t, struct row *rows, int n, int co
 			snprintf(r[17], sizeof(r[17]), "-");
 		snprintf(r[18], sizeof(r[18]), "%u", e->inflight);
 		snprintf(r[19], sizeof(r[19]), "%llu", (unsigned long long)e->throttled);
+		snprintf(r[20], sizeof(r[20]), "%u", e->req_inflight);
 	}
 	for (int i = 0; i <= n; i++)
 		for (int c = 0; c < NC; c++) {
@@ -559,6 +567,8 @@ static struct row *load_rows(const struct ns_table *t, int only, int *n)
 			/* places whose holders died are not connections open */
 			if (rows[*n].e.inflight)
 				rows[*n].e.inflight = ns_table_inflight_live(t, (int)i);
+			if (rows[*n].e.req_inflight)
+				rows[*n].e.req_inflight = ns_reqq_inflight_live(&t->slots[i].req);
 			shadow_row(&rows[*n]);
 			(*n)++;
 		}

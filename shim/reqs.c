@@ -1,0 +1,213 @@
+/* reqs.c -- max_requests: at most N requests in flight to a destination
+ * from every process of the machine together (policy/reqq.h keeps the
+ * places and the queue in the table).
+ *
+ * A request is an HTTP/1.x exchange, from its request's first byte out to
+ * its answer read to its framed end (exchange.c follows it: Content-Length,
+ * chunked, no body), in clear text (datapath.c) or as the plaintext of a
+ * TLS library the shim reads (tls.c). Its place is taken before its first
+ * byte leaves, with one compare-and-swap while no one waits, and given
+ * back at that end; an answer whose end cannot be told (ended by the
+ * connection's close, bytes the program took unseen) keeps its place until
+ * the connection's next request (which it then serves) or its end. A
+ * request that finds none is held there: a blocking send sleeps on the
+ * slot's futex word (within queue_timeout, the program's send timeout and
+ * the total deadline), a non-blocking one gets EAGAIN and its socket is not
+ * writable in the waits for a tick, then looks again. Places go to those
+ * that waited longest, across processes: each waiter has an entry in the
+ * slot's queue. After queue_timeout the request fails at its start,
+ * ECONNREFUSED, counted throttled, never a failure of the destination.
+ * Connections are not capped by it and never given up for it.
+ *
+ * A waiter whose process died, and a place whose holder died, are freed by
+ * the next look that finds them in its way (kill 0; /proc for a reused pid
+ * once a second). */
+#include "reqs.h"
+
+#include <errno.h>
+
+#include "../policy/account.h"
+#include "../policy/reqq.h"
+#include "shape.h"
+
+#define LOOK_NS (50 * 1000000LL) /* a blocked waiter looks for the dead this often */
+#define TICK_NS (2 * 1000000LL)  /* a held non-blocking send is not writable this long */
+
+static uint64_t said[NS_SAID_WAYS]; /* the process's line once a minute */
+static uint64_t looked_ms, deep_ms; /* the last looks for the dead (one process-wide each 50 ms; deep each 1 s) */
+
+/* May this process look for dead waiters and holders now (deep: a reused
+ * pid too)? One look per 50 ms for the process, not per waiter. */
+static int look_due(monotime now, int *deep)
+{
+	uint64_t ms = (uint64_t)(now / 1000000), last = __atomic_load_n(&looked_ms, __ATOMIC_RELAXED);
+
+	if (ms < last + LOOK_NS / 1000000 ||
+	    !__atomic_compare_exchange_n(&looked_ms, &last, ms, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		return 0;
+	last = __atomic_load_n(&deep_ms, __ATOMIC_RELAXED);
+	*deep = ms >= last + 1000 &&
+		__atomic_compare_exchange_n(&deep_ms, &last, ms, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+	return 1;
+}
+
+/* c's: its record's end gives back what it holds (fdtab.c) */
+static void mine(struct ns_conn *c, int slot, uint32_t self)
+{
+	if (unlikely(!__atomic_load_n(&ns_req_end_hook, __ATOMIC_RELAXED)))
+		__atomic_store_n(&ns_req_end_hook, ns_req_done, __ATOMIC_RELEASE);
+	ST(c->rq_slot, slot);
+	ST(c->rq_holder, self);
+}
+
+static void got(struct ns_conn *c, int slot, uint32_t self, int p)
+{
+	mine(c, slot, self);
+	__atomic_store_n(&c->rq, (uint32_t)p + 1, __ATOMIC_RELEASE);
+}
+
+/* c's wait is over (a place, or not): its entry leaves the queue. */
+static void unqueue(struct ns_conn *c, struct ns_reqq *q)
+{
+	uint64_t w = __atomic_exchange_n(&c->rq_qword, 0, __ATOMIC_ACQ_REL);
+	int qi = (int)LD(c->rq_qi) - 1;
+
+	ST(c->rq_qi, 0u);
+	if (w && qi >= 0 && ns_reqq_leave(q, qi, w))
+		ns_shape_futex_wake(&q->wake);
+}
+
+/* The request's turn: a place if no one waited longer (a waiter that
+ * died does not count) and one is free (a holder that died frees its):
+ * its number, or -1. */
+static int turn(struct ns_conn *c, struct ns_reqq *q, const struct ns_settings *set, uint32_t self, monotime now)
+{
+	uint64_t w = LD(c->rq_qword);
+	int qi = (int)LD(c->rq_qi) - 1, deep = 0, look = 0, p;
+	/* no wait lasts past queue_timeout (and a second): an entry older is a
+	 * waiter that is gone */
+	uint64_t stale = set->queue_timeout_ms * 1000 + 1000000;
+	uint32_t stale_us = stale > 1800000000u ? 1800000000u : (uint32_t)stale;
+	int o = ns_reqq_before(q, qi, w, (uint32_t)(now / 1000), stale_us);
+
+	if (o >= 0) {
+		if (!(look = look_due(now, &deep)) || !ns_reqq_drop_dead(q, o, self, deep) ||
+		    ns_reqq_before(q, qi, w, (uint32_t)(now / 1000), stale_us) >= 0)
+			return -1;
+	}
+	p = ns_reqq_take(q, set->max_requests, self);
+	if (p < 0 && (look || look_due(now, &deep)) && ns_reqq_reclaim(q, set->max_requests, self, deep) > 0)
+		p = ns_reqq_take(q, set->max_requests, self);
+	return p;
+}
+
+/* queue_timeout passed: the request fails at its start. */
+static int turned_away(struct ns_conn *c, int slot, const struct ns_settings *set, monotime now)
+{
+	uint64_t ms = (uint64_t)(now / 1000000);
+	char key[NS_KEY_MAX];
+	int event = ns_reqq_throttled(&ns_breakers, slot, ms);
+
+	ns_conn_key(c, key);
+	if (ns_log_level >= NS_LOG_WARN && ns_said_here(said, slot, ms))
+		ns_log(NS_LOG_WARN,
+		       "%s: max_requests (%u) reached: requests failed at their start after queue_timeout (%llu ms), "
+		       "counted throttled (said at most once a minute)",
+		       key, set->max_requests, (unsigned long long)set->queue_timeout_ms);
+	if (event)
+		ns_event_write(&ns_engine, &ns_breakers, NS_E_THROTTLING, slot, key, NULL, 0,
+			       "max_requests reached: requests failed at their start", (uint32_t)ns_own_pid, NULL, 0);
+	errno = ECONNREFUSED;
+	return -1;
+}
+
+/* ns_req_start past its common case: none free, or others wait. */
+static __attribute__((noinline)) int held(int fd, struct ns_conn *c, struct ns_reqq *q, int slot,
+					  const struct ns_settings *set, uint32_t self, int nonblock)
+{
+	monotime now = ns_now(), deadline, limit = 0;
+
+	if (!LD(c->rq_qword) || (uint32_t)(LD(c->rq_qword) >> 32) != self) {
+		/* its wait begins (a forked child's copy of its parent's is not its) */
+		uint64_t w = (uint64_t)self << 32 | (uint32_t)(now / 1000);
+
+		mine(c, slot, self);
+		ST(c->rq_since, now);
+		ST(c->rq_qi, (uint32_t)(ns_reqq_enqueue(q, w) + 1));
+		__atomic_store_n(&c->rq_qword, w, __ATOMIC_RELEASE);
+		__atomic_fetch_add(&q->held, 1, __ATOMIC_RELAXED);
+	}
+	deadline = LD(c->rq_since) + (monotime)set->queue_timeout_ms * 1000000;
+	if (!nonblock)
+		limit = ns_shape_send_limit(c, LD(c->rq_since));
+	for (;;) {
+		uint32_t seen = __atomic_load_n(&q->wake, __ATOMIC_ACQUIRE);
+		int p = turn(c, q, set, self, now);
+		monotime end;
+
+		if (p >= 0) {
+			got(c, slot, self, p);
+			unqueue(c, q);
+			ns_table_waited(&ns_breakers, slot, (uint64_t)(now - LD(c->rq_since)) / 1000000);
+			if (LD(c->flags) & NS_C_PACED) {
+				__atomic_fetch_and(&c->flags, ~NS_C_PACED, __ATOMIC_RELEASE);
+				__atomic_fetch_and(&c->expired, ~NS_ATTN_PACE, __ATOMIC_RELEASE);
+			}
+			return 0;
+		}
+		if (now >= deadline) {
+			unqueue(c, q);
+			return turned_away(c, slot, set, now);
+		}
+		if (nonblock) {
+			ST(c->pace_until, now + TICK_NS < deadline ? now + TICK_NS : deadline);
+			return ns_shape_hold_output(fd, c);
+		}
+		if (limit && now >= limit) {
+			unqueue(c, q);
+			if (LD(c->total_deadline) && now >= LD(c->total_deadline))
+				return 0; /* the caller's deadline check fails the call */
+			errno = EAGAIN;   /* the program's own send timeout ended it */
+			return -1;
+		}
+		end = limit && limit < deadline ? limit : deadline;
+		__atomic_fetch_add(&q->waiters, 1, __ATOMIC_SEQ_CST);
+		ns_shape_futex_wait(&q->wake, seen, end - now < LOOK_NS ? end - now : LOOK_NS);
+		__atomic_fetch_sub(&q->waiters, 1, __ATOMIC_SEQ_CST);
+		now = ns_now();
+	}
+}
+
+int ns_req_start(int fd, struct ns_conn *c, int nonblock)
+{
+	const struct ns_settings *set = ns_conn_set(c);
+	int slot = LD(c->slot), p;
+	struct ns_reqq *q;
+	uint32_t self;
+
+	if (slot < 0 || !ns_tbl_on() || !(q = ns_reqq_of(&ns_breakers, slot)) || !(self = ns_shape_holder()))
+		return 0; /* nothing to count with: not kept */
+	if (LD(c->rq) && LD(c->rq_holder) == self)
+		return 0; /* the place its last request kept (its end unseen) serves this one */
+	if (likely(!__atomic_load_n(&q->queued, __ATOMIC_ACQUIRE)) && !LD(c->rq_qword) &&
+	    (p = ns_reqq_take(q, set->max_requests, self)) >= 0) {
+		got(c, slot, self, p);
+		return 0;
+	}
+	return held(fd, c, q, slot, set, self, nonblock);
+}
+
+void ns_req_done(struct ns_conn *c)
+{
+	uint32_t p = __atomic_exchange_n(&c->rq, 0u, __ATOMIC_ACQ_REL);
+	struct ns_reqq *q;
+
+	/* a forked child's copy of its parent's record is not the holder */
+	if (!ns_breakers_ok || LD(c->rq_holder) != __atomic_load_n(&ns_shape_self, __ATOMIC_RELAXED) ||
+	    !(q = ns_reqq_of(&ns_breakers, LD(c->rq_slot))))
+		return;
+	if (LD(c->rq_qword) && (uint32_t)(LD(c->rq_qword) >> 32) == LD(c->rq_holder))
+		unqueue(c, q); /* (the record ends while it waits) */
+	if (p && ns_reqq_release(q, (int)p - 1, LD(c->rq_holder)))
+		ns_shape_futex_wake(&q->wake);
+}

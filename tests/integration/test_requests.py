@@ -1,0 +1,369 @@
+"""max_requests: requests in flight machine-wide, held at their start on any
+connection, new or open (issue 49).
+
+The server here keeps connections alive and counts the requests it has in
+flight: from a request's head read until just before its answer's last
+byte goes out, so before the client can read the answer's end and give
+its place back; a request let in over the cap overlaps the others' and is
+counted. Real programs (python requests with sessions, over HTTP and
+HTTPS; aiohttp; node) run under the shim in several processes at once."""
+import hashlib
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import (BUILD, NEGATIVE, accept_forever, base_env, each_stopped, py_script, read_head,
+                      stop_listener)
+
+BODY = bytes(range(256)) * 64   # 16 KiB, sent in pieces
+
+
+class InflightServer:
+    """HTTP/1.1 keep-alive on loopback: each request is answered after
+    `hold` seconds (a path /hold/MS holds MS ms) with a 16 KiB body sent in
+    four pieces; /tag/NAME is noted in `order` when its head arrives."""
+
+    def __init__(self, hold=0.05, tls=None):
+        self.hold = hold
+        self.tls = tls
+        self.lock = threading.Lock()
+        self.cur = self.peak = self.total = 0
+        self.order = []
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(1024)
+        self.port = self.sock.getsockname()[1]
+        self.dest = f"127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}/"
+        accept_forever(self.sock, self._serve)
+
+    def _serve(self, c):
+        try:
+            if self.tls:
+                c = self.tls.wrap_socket(c, server_side=True)
+            c.settimeout(60)
+            rest = b""
+            while True:
+                head, rest = read_head(c, rest)
+                if head is None:
+                    return
+                path = head.split(b" ")[1].decode()
+                with self.lock:
+                    self.cur += 1
+                    self.total += 1
+                    self.peak = max(self.peak, self.cur)
+                    if path.startswith("/tag/"):
+                        self.order.append(path[5:])
+                counted = True
+                try:
+                    hold = int(path.split("/")[2]) / 1000 if path.startswith("/hold/") else self.hold
+                    time.sleep(hold)
+                    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(BODY))
+                    q = len(BODY) // 4
+                    for i in range(3):
+                        c.sendall(BODY[i * q:(i + 1) * q])
+                        time.sleep(0.002)
+                    with self.lock:
+                        self.cur -= 1
+                    counted = False
+                    c.sendall(BODY[3 * q:])
+                finally:
+                    if counted:
+                        with self.lock:
+                            self.cur -= 1
+        except (OSError, ValueError, IndexError):
+            pass
+        finally:
+            c.close()
+
+    def stop(self):
+        stop_listener(self.sock)
+
+
+@pytest.fixture
+def inflight():
+    yield from each_stopped(InflightServer)
+
+
+@pytest.fixture(scope="module")
+def tls_pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("reqtls")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+                    "-days", "2", "-keyout", d / "k.pem", "-out", d / "c.pem"], check=True, capture_output=True)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(d / "c.pem", d / "k.pem")
+    return ctx
+
+
+def spawn(shim, args, env=None):
+    cmd = [str(BUILD / "shimrun"), "--policy", str(shim.policy_path), "--"] + [str(a) for a in args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=base_env(shim.table, shim.policy_path, env))
+
+
+def wait_all(procs, timeout=240):
+    out = []
+    for p in procs:
+        o, e = p.communicate(timeout=timeout)
+        out.append((p.returncode, o, e))
+    return out
+
+
+def last_json(out):
+    return json.loads(out.strip().splitlines()[-1])
+
+
+SESSIONS = """
+import hashlib, json, sys, threading, requests, urllib3
+urllib3.disable_warnings()
+want = hashlib.sha256(bytes(range(256)) * 64).hexdigest()
+ok, bad = [0], []
+def worker():
+    s = requests.Session()
+    for _ in range(int(sys.argv[2])):
+        r = s.get(sys.argv[1], timeout=120, verify=False)
+        if r.status_code == 200 and hashlib.sha256(r.content).hexdigest() == want:
+            ok[0] += 1
+        else:
+            bad.append((r.status_code, len(r.content)))
+ts = [threading.Thread(target=worker) for _ in range(int(sys.argv[3]))]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print(json.dumps({"ok": ok[0], "bad": bad}))
+"""
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("proto", ["http", "https"])
+def test_sessions_in_four_processes_never_have_more_than_max_requests_in_flight(shim, inflight, tls_pair, tmp_path,
+                                                                               proto):
+    # 4 processes x 3 threads, each a requests.Session (keep-alive: 12
+    # connections open at once, never capped): the server never has more
+    # than 2 requests in flight, every answer whole (hash at both ends)
+    srv = inflight(hold=0.03, tls=tls_pair if proto == "https" else None)
+    shim.policy("[defaults]\nmax_requests = 2\nqueue_timeout = 60s\n")
+    py = py_script(tmp_path, SESSIONS)
+    procs = [spawn(shim, py + [srv.url, 8, 3]) for _ in range(4)]
+    results = wait_all(procs)
+    for rc, o, e in results:
+        assert rc == 0, e
+        assert last_json(o) == {"ok": 24, "bad": []}, (o, e)
+    assert srv.total == 96
+    assert srv.peak == 2, srv.peak   # at the cap: 2 reached, never 3
+    e = shim.entry(srv.dest)
+    assert (e["requests_inflight"], e["requests_queued"], e["requests_throttled"]) == (0, 0, 0), e
+    assert e["requests_held"] > 0 and e["failures"] == 0, e
+
+
+ONE = """
+import errno, json, socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+t0 = time.monotonic()
+try:
+    s.sendall(b"GET /hold/10 HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+    got = s.recv(100)
+    print(json.dumps({"sent": True, "got": got[:12].decode()}))
+except OSError as e:
+    print(json.dumps({"sent": False, "errno": errno.errorcode[e.errno], "s": time.monotonic() - t0}))
+"""
+
+
+@pytest.mark.shim
+def test_a_request_past_queue_timeout_fails_at_its_start_with_econnrefused(shim, inflight, tmp_path):
+    # one request holds the only place for 4 s; another, from another
+    # process, waits queue_timeout (1 s) and its send fails ECONNREFUSED,
+    # before a byte left (the server never sees it), counted throttled
+    srv = inflight()
+    shim.policy("[defaults]\nmax_requests = 1\nqueue_timeout = 1s\n")
+    holder = spawn(shim, py_script(tmp_path, SESSIONS.replace("sys.argv[1]", "sys.argv[1] + 'hold/4000'"))
+                   + [srv.url, 1, 1])
+    deadline = time.monotonic() + 30
+    while srv.total < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    r = shim.run(py_script(tmp_path, ONE) + [srv.port])
+    got = r.last_json()
+    assert got["sent"] is False and got["errno"] == "ECONNREFUSED", got
+    assert 0.9 <= got["s"], got
+    assert srv.total == 1   # the refused request never reached the server
+    rc, o, e = wait_all([holder])[0]
+    assert rc == 0 and last_json(o)["ok"] == 1, e
+    e = shim.entry(srv.dest)
+    assert (e["requests_throttled"], e["failures"], e["requests_inflight"]) == (1, 0, 0), e
+    assert "max_requests (1) reached" in r.err, r.err
+
+
+KILLED = """
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"GET /hold/60000 HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+print("sent", flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.shim
+def test_a_place_held_by_a_killed_process_is_given_back(shim, inflight, tmp_path):
+    # a process SIGKILLed with its request in flight (the server holds it a
+    # minute): the next request, from another process, finds the place
+    # freed and is served (within queue_timeout, 30 s: only a freed place
+    # lets it go)
+    srv = inflight()
+    shim.policy("[defaults]\nmax_requests = 1\nqueue_timeout = 30s\n")
+    p = spawn(shim, py_script(tmp_path, KILLED) + [srv.port])
+    assert p.stdout.readline().strip() == "sent"
+    deadline = time.monotonic() + 30
+    while srv.total < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert shim.entry(srv.dest)["requests_inflight"] == 1
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    r = shim.run(py_script(tmp_path, SESSIONS) + [srv.url, 2, 1])
+    assert r.rc == 0 and r.last_json()["ok"] == 2, r.err
+    e = shim.entry(srv.dest)
+    assert (e["requests_inflight"], e["requests_throttled"]) == (0, 0), e
+
+
+TAGGED = """
+import json, sys, requests
+s = requests.Session()
+r = s.get(sys.argv[1] + "tag/" + sys.argv[2], timeout=120)
+print(json.dumps({"ok": r.status_code == 200 and len(r.content) == 16384}))
+"""
+
+
+@pytest.mark.shim
+def test_the_place_that_frees_goes_to_the_request_that_waited_longest(shim, inflight, tmp_path):
+    # one place, held 1.5 s; six processes start their requests 0.15 s
+    # apart while it is held, each on its own connection: they are served
+    # in the order they began to wait (each then holds the place 0.2 s, in
+    # which every other waiter is woken and must let the oldest go)
+    srv = inflight(hold=0.2)
+    shim.policy("[defaults]\nmax_requests = 1\nqueue_timeout = 60s\n")
+    holder = spawn(shim, py_script(tmp_path, TAGGED.replace('"tag/" + sys.argv[2]', '"hold/1500"')) + [srv.url, "h"])
+    deadline = time.monotonic() + 30
+    while srv.total < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    procs = []
+    for i in range(6):
+        procs.append(spawn(shim, py_script(tmp_path, TAGGED) + [srv.url, str(i)]))
+        time.sleep(0.15)
+    for rc, o, e in wait_all([holder] + procs):
+        assert rc == 0 and last_json(o)["ok"], e
+    assert srv.order == [str(i) for i in range(6)], srv.order
+    assert srv.peak == 1
+
+
+AIO = """
+import asyncio, json, sys, aiohttp
+async def main():
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=20)) as s:
+        async def one():
+            async with s.get(sys.argv[1]) as r:
+                return r.status == 200 and len(await r.read()) == 16384
+        got = await asyncio.gather(*[one() for _ in range(int(sys.argv[2]))])
+    print(json.dumps({"ok": sum(got)}))
+asyncio.run(main())
+"""
+
+NODE = """
+const http = require('http');
+const agent = new http.Agent({keepAlive: true, maxSockets: 20});
+const n = parseInt(process.argv[3]);
+let ok = 0, done = 0;
+for (let i = 0; i < n; i++) {
+  http.get(process.argv[2], {agent}, (res) => {
+    let len = 0;
+    res.on('data', (d) => { len += d.length; });
+    res.on('end', () => {
+      ok += res.statusCode === 200 && len === 16384;
+      if (++done === n) { console.log(JSON.stringify({ok})); agent.destroy(); }
+    });
+  }).on('error', (e) => { console.error(e.message); if (++done === n) { console.log(JSON.stringify({ok})); agent.destroy(); } });
+}
+"""
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("prog", ["aiohttp", "node"])
+def test_event_loops_are_held_without_blocking_and_all_served(shim, inflight, tmp_path, prog):
+    # two processes, each an event loop with 30 requests at once over up to
+    # 20 keep-alive connections: non-blocking sends held (EAGAIN, not
+    # writable) until a place frees; the server never has more than 3
+    srv = inflight(hold=0.02)
+    shim.policy("[defaults]\nmax_requests = 3\nqueue_timeout = 60s\n")
+    if prog == "aiohttp":
+        cmd = py_script(tmp_path, AIO) + [srv.url, 30]
+    else:
+        (tmp_path / "get.js").write_text(NODE)
+        cmd = ["node", str(tmp_path / "get.js"), srv.url, 30]
+    results = wait_all([spawn(shim, cmd) for _ in range(2)])
+    for rc, o, e in results:
+        assert rc == 0 and last_json(o) == {"ok": 30}, (o, e)
+    assert srv.total == 60
+    assert srv.peak == 3, srv.peak
+    e = shim.entry(srv.dest)
+    assert (e["requests_inflight"], e["requests_throttled"]) == (0, 0), e
+
+
+@pytest.mark.shim
+def test_without_max_requests_nothing_is_counted(shim, inflight, tmp_path):
+    # the same sessions with no key: no place taken, none held; the server
+    # sees them all at once (the control for the cap above)
+    srv = inflight(hold=0.2)
+    shim.policy("[defaults]\nread_timeout = 30s\n")
+    py = py_script(tmp_path, SESSIONS)
+    results = wait_all([spawn(shim, py + [srv.url, 2, 3]) for _ in range(2)])
+    for rc, o, e in results:
+        assert rc == 0 and last_json(o) == {"ok": 6, "bad": []}, (o, e)
+    assert srv.peak >= 4, srv.peak
+    e = shim.entry(srv.dest)
+    assert (e["requests_inflight"], e["requests_held"]) == (0, 0), e
+
+
+EXECS = """
+import os, socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))   # close-on-exec, as Python makes them
+s.sendall(b"GET /hold/60000 HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+print("sent", flush=True)
+sys.stdin.readline()
+os.execvp("sleep", ["sleep", "60"])
+"""
+
+
+@pytest.mark.shim
+def test_a_request_on_a_close_on_exec_socket_gives_its_place_back_at_exec(shim, inflight, tmp_path):
+    # the kernel closes the socket unseen at exec, and the new program has
+    # the same pid: the place is given back before, or it would be held
+    # while sleep runs (another process's request then refused after
+    # queue_timeout)
+    srv = inflight()
+    shim.policy("[defaults]\nmax_requests = 1\nqueue_timeout = 3s\n")
+    p = subprocess.Popen([str(BUILD / "shimrun"), "--policy", str(shim.policy_path), "--"]
+                         + py_script(tmp_path, EXECS) + [str(srv.port)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=base_env(shim.table, shim.policy_path))
+    try:
+        assert p.stdout.readline().strip() == "sent"
+        deadline = time.monotonic() + 30
+        while srv.total < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert shim.entry(srv.dest)["requests_inflight"] == 1
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        deadline = time.monotonic() + 30
+        while shim.entry(srv.dest)["requests_inflight"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        r = shim.run(py_script(tmp_path, SESSIONS) + [srv.url, 1, 1])
+        assert r.rc == 0 and r.last_json()["ok"] == 1, r.err
+        assert p.poll() is None   # sleep runs on, in the same process
+    finally:
+        p.kill()
+        p.wait()
