@@ -101,6 +101,38 @@ static int turn(struct ns_conn *c, struct ns_reqq *q, const struct ns_settings *
 	return p;
 }
 
+/* The request has its place. Under rate it takes a token now, a
+ * connection's first request too (under max_requests a connect takes none:
+ * Scrapy opened 32 connections, each with a token, then sent 26 requests in
+ * a second under rate = 10/s, and the connects' tokens made its crawl 3 s
+ * longer): it is left held (NS_C_PACED) for the rate step after this one,
+ * which counts its wait from since. */
+static void rate_next(struct ns_conn *c, const struct ns_settings *set, monotime since)
+{
+	if (!set->rate_interval_us || (LD(c->flags) & (NS_C_ANSWERED | NS_C_PACED)) == NS_C_ANSWERED)
+		return; /* (one after the first: the rate step knows it) */
+	__atomic_fetch_and(&c->flags, ~NS_C_TOKEN, __ATOMIC_RELAXED);
+	if (!(LD(c->flags) & NS_C_PACED))
+		ST(c->queue_start, since);
+	ST(c->pace_until, 0);
+	__atomic_fetch_or(&c->flags, NS_C_PACED, __ATOMIC_RELEASE);
+}
+
+/* The request waited for its place, and goes. */
+static void waited(struct ns_conn *c, int slot, const struct ns_settings *set, monotime now)
+{
+	if (set->rate_interval_us) {
+		ST(c->queue_start, LD(c->rq_since));
+		rate_next(c, set, LD(c->rq_since));
+		return;
+	}
+	ns_table_waited(&ns_breakers, slot, (uint64_t)(now - LD(c->rq_since)) / 1000000);
+	if (LD(c->flags) & NS_C_PACED) {
+		__atomic_fetch_and(&c->flags, ~NS_C_PACED, __ATOMIC_RELEASE);
+		__atomic_fetch_and(&c->expired, ~NS_ATTN_PACE, __ATOMIC_RELEASE);
+	}
+}
+
 /* queue_timeout passed: the request fails at its start. */
 static int turned_away(struct ns_conn *c, int slot, const struct ns_settings *set, monotime now)
 {
@@ -148,11 +180,7 @@ static __attribute__((noinline)) int held(int fd, struct ns_conn *c, struct ns_r
 		if (p >= 0) {
 			got(c, slot, self, p);
 			unqueue(c, q);
-			ns_table_waited(&ns_breakers, slot, (uint64_t)(now - LD(c->rq_since)) / 1000000);
-			if (LD(c->flags) & NS_C_PACED) {
-				__atomic_fetch_and(&c->flags, ~NS_C_PACED, __ATOMIC_RELEASE);
-				__atomic_fetch_and(&c->expired, ~NS_ATTN_PACE, __ATOMIC_RELEASE);
-			}
+			waited(c, slot, set, now);
 			return 0;
 		}
 		if (now >= deadline) {
@@ -192,6 +220,8 @@ int ns_req_start(int fd, struct ns_conn *c, int nonblock)
 	if (likely(!__atomic_load_n(&q->queued, __ATOMIC_ACQUIRE)) && !LD(c->rq_qword) &&
 	    (p = ns_reqq_take(q, set->max_requests, self)) >= 0) {
 		got(c, slot, self, p);
+		if (unlikely(set->rate_interval_us))
+			rate_next(c, set, ns_now());
 		return 0;
 	}
 	return held(fd, c, q, slot, set, self, nonblock);

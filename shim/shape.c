@@ -428,7 +428,9 @@ int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set, int slot,
 			waited = 1;
 		}
 	}
-	if (set->rate_interval_us) {
+	/* (under max_requests a connection's requests take rate's tokens, its
+	 * first too, when it has a place: reqs.c; a connect takes none) */
+	if (set->rate_interval_us && !set->max_requests) {
 		monotime due;
 
 		if (nonblock && (due = token_for(c, slot, set, now)) != 0) {
@@ -461,7 +463,7 @@ int ns_shape_due(struct ns_conn *c, monotime now, monotime *next)
 		}
 		ns_queued_before(c, slot, 0, now, 1);
 	}
-	if (set->rate_interval_us) {
+	if (set->rate_interval_us && !set->max_requests) {
 		monotime due = token_for(c, slot, set, now);
 
 		if (due) {

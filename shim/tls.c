@@ -349,6 +349,7 @@ static int pace(struct ns_conn *c, const void *buf, size_t n)
 			e = errno, r = -1;
 		goto out; /* (held: its socket's write answers EAGAIN) */
 	}
+	f = c ? LD(c->flags) : 0; /* (a wait for a place leaves it held for rate's token) */
 	if (c && (f & (NS_C_XNEXT | NS_C_H2 | NS_C_ANSWERED)) == (NS_C_XNEXT | NS_C_HTTP | NS_C_ANSWERED) &&
 	    ns_shape_request_admit(c) < 0) {
 		ns_req_done(c); /* (refused before a byte left: its place back) */
