@@ -437,3 +437,16 @@ def test_four_scrapy_crawls_share_two_places_and_ten_a_second_fairly(shim, infli
     span = times[-1] - times[0]
     assert span >= 21.9 * 0.99, span   # 219 tokens after the first: never faster than the rate
     print(f"4 x Scrapy: 220 pages, {span:.1f} s at the server, {took:.1f} s in all, at most {most} in a second")
+
+
+def test_check_notes_that_max_connections_auto_suits_programs_that_close_per_request(tmp_path):
+    # (issue 49: with sessions the connections' limit fell to 1 and starved
+    # processes) a note at the key's line, the policy still ok
+    pol = tmp_path / "p.conf"
+    pol.write_text("[defaults]\nread_timeout = 5s\n[host \"a.example\"]\nmax_connections = auto\n"
+                   "[host \"b.example\"]\nmax_requests = 4\n")
+    r = subprocess.run([str(BUILD / "shimctl"), "check", str(pol)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    notes = [l for l in r.stdout.splitlines() if "note:" in l]
+    assert len(notes) == 1 and notes[0].startswith(f"{pol}:4: note: max_connections = auto adapts connections"), r.stdout
+    assert "max_requests caps the requests in flight" in notes[0]

@@ -22,6 +22,24 @@ static int check_shadow(const char *file, const char *shadow, char *errs, size_t
 	return 1;
 }
 
+/* max_connections = auto learns from connections that carry one request
+ * each: a program that keeps its connections (a session, a pool, HTTP/2)
+ * holds its places while idle, and the limit it learns starves the others
+ * (8 processes with sessions: the limit fell to 1 and 3 of them got one
+ * page). Said where it is set; not an error. */
+static void auto_notes(const char *file, const struct ns_policy *p)
+{
+	for (int i = 0; i < p->nsections; i++) {
+		const struct ns_section *s = &p->sec[i];
+
+		if ((s->set & NS_KBIT(NS_K_MAX_CONNECTIONS)) && s->v.max_connections == NS_MAXCONN_AUTO)
+			printf("%s:%d: note: max_connections = auto adapts connections: it suits programs that close "
+			       "each connection after its request; one that keeps them open (a session, a pool, "
+			       "HTTP/2) holds its places while idle. max_requests caps the requests in flight\n",
+			       file, s->key_line[NS_K_MAX_CONNECTIONS]);
+	}
+}
+
 int ctl_cmd_check(char **files, int n)
 {
 	char *errs = malloc(65536);
@@ -39,6 +57,7 @@ int ctl_cmd_check(char **files, int n)
 		} else if (r == 0) {
 			printf("%s: ok (%d host section%s%s%s)\n", files[i], p.nsections - 1, p.nsections == 2 ? "" : "s",
 			       p.shadow[0] ? "; shadow policy " : "", p.shadow);
+			auto_notes(files[i], &p);
 			ns_policy_free(&p);
 		} else {
 			fputs(errs, stderr);
