@@ -373,6 +373,10 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 	out->adaptive = out->max_connections == NS_MAXCONN_AUTO;
 	if (out->adaptive)
 		out->max_connections = out->max_connections_max;
+	/* max_requests = auto, the same on requests (shaping.c) */
+	out->req_adaptive = out->max_requests == NS_MAXCONN_AUTO;
+	if (out->req_adaptive)
+		out->max_requests = out->max_requests_max;
 	/* one test on the connect path says whether any shaping applies (or
 	 * the keys of a name's addresses: their steps are taken there too) */
 	out->shaping = out->max_connections || out->rate_mph || out->retry_budget_bp || out->retry_budget_min_mps ||

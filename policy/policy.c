@@ -270,9 +270,11 @@ static int line_of(const struct ns_policy *p, const struct ns_section *s, int k)
 static void check_adaptive(struct perr *e, const struct ns_policy *p, const struct ns_section *s)
 {
 	int autocap = value_in(p, s, NS_K_MAX_CONNECTIONS) == NS_MAXCONN_AUTO;
+	int autoreq = value_in(p, s, NS_K_MAX_REQUESTS) == NS_MAXCONN_AUTO;
 
 	for (int k = NS_K_MAX_CONNECTIONS_MIN; k <= NS_K_ADAPTIVE_INTERVAL; k++)
-		if ((s->set & NS_KBIT(k)) && !autocap)
+		if ((s->set & NS_KBIT(k)) && !autocap &&
+		    !(autoreq && (k == NS_K_ADAPTIVE_BACKOFF || k == NS_K_ADAPTIVE_INTERVAL)))
 			ns_perr_add(
 				e, s->key_line[k],
 				"%s: shapes max_connections = auto, which this section (or [defaults]) does not set",
@@ -282,6 +284,19 @@ static void check_adaptive(struct perr *e, const struct ns_policy *p, const stru
 			ns_perr_add(e, s->key_line[k],
 				    "%s: shapes throttle = adaptive, which this section (or [defaults]) does not set",
 				    ns_key_names[k]);
+	for (int k = NS_K_MAX_REQUESTS_MIN; k <= NS_K_MAX_REQUESTS_MAX; k++)
+		if ((s->set & NS_KBIT(k)) && value_in(p, s, NS_K_MAX_REQUESTS) != NS_MAXCONN_AUTO)
+			ns_perr_add(e, s->key_line[k],
+				    "%s: shapes max_requests = auto, which this section (or [defaults]) does not set",
+				    ns_key_names[k]);
+	if ((s->set & (NS_KBIT(NS_K_MAX_REQUESTS_MIN) | NS_KBIT(NS_K_MAX_REQUESTS_MAX))) &&
+	    value_in(p, s, NS_K_MAX_REQUESTS_MIN) > value_in(p, s, NS_K_MAX_REQUESTS_MAX))
+		ns_perr_add(e,
+			    line_of(p, s,
+				    (s->set & NS_KBIT(NS_K_MAX_REQUESTS_MAX)) ? NS_K_MAX_REQUESTS_MAX
+									      : NS_K_MAX_REQUESTS_MIN),
+			    "max_requests_min (%u) is over max_requests_max (%u)",
+			    value_in(p, s, NS_K_MAX_REQUESTS_MIN), value_in(p, s, NS_K_MAX_REQUESTS_MAX));
 	if ((s->set & (NS_KBIT(NS_K_MAX_CONNECTIONS_MIN) | NS_KBIT(NS_K_MAX_CONNECTIONS_MAX))) &&
 	    value_in(p, s, NS_K_MAX_CONNECTIONS_MIN) > value_in(p, s, NS_K_MAX_CONNECTIONS_MAX))
 		ns_perr_add(e,

@@ -69,7 +69,13 @@ struct ns_settings {
 	uint64_t throttle_window_ms;       /* the requests and accepts it counts, over this */
 	uint64_t connect_total_timeout_ms; /* a name's connects over its addresses, one attempt: 0 = off */
 	uint32_t address_choice;           /* NS_ADDR_* (getaddrinfo's order for a governed name) */
-	uint32_t max_requests;             /* requests in flight at once, machine-wide (at most NS_PLACES); 0 = off */
+	uint32_t max_requests;             /* requests in flight at once, machine-wide (at most NS_PLACES); 0 = off;
+					    * in a section NS_MAXCONN_AUTO for auto, which ns_policy_resolve makes
+					    * max_requests_max with req_adaptive set */
+	uint32_t max_requests_min;         /* max_requests = auto: the limit's bounds */
+	uint32_t max_requests_max;
+	uint32_t req_adaptive; /* not a key: max_requests = auto */
+	uint32_t pad_req;
 	/* not keys (ns_policy_resolve): */
 	uint64_t rate_interval_us;  /* rate's interval between tokens, microseconds; 0 = no rate */
 	uint32_t shaping;           /* max_connections, rate, retry_budget, throttle, address_choice or
@@ -126,6 +132,8 @@ enum ns_key_id {
 	NS_K_CONNECT_TOTAL_TIMEOUT,
 	NS_K_ADDRESS_CHOICE,
 	NS_K_MAX_REQUESTS,
+	NS_K_MAX_REQUESTS_MIN,
+	NS_K_MAX_REQUESTS_MAX,
 	NS_K_COUNT
 };
 

@@ -7,6 +7,7 @@
  * clock from the caller. */
 #include "table.h"
 #include "slot.h"
+#include "reqq.h"
 
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -111,10 +112,16 @@ uint32_t ns_table_cap_now(const struct ns_table *t, int idx, uint32_t cap, uint6
 #define AD_IV(w)             (((w) >> 3) & AD_IV_MASK)
 #define AD_MAKE(lim, iv, fl) ((uint64_t)(lim) << 44 | ((iv)&AD_IV_MASK) << 3 | (fl))
 
+/* What a limit that adapts is of: its word, its bounds (a count). */
+struct ad {
+	uint64_t *word;
+	uint32_t min, max;
+};
+
 /* a limit (thousandths) within the bounds; 0, none yet: the minimum */
-static uint32_t ad_bound(uint32_t milli, const struct ns_settings *set)
+static uint32_t ad_bound(uint32_t milli, const struct ad *a)
 {
-	uint32_t lo = set->max_connections_min * 1000, hi = set->max_connections_max * 1000;
+	uint32_t lo = a->min * 1000, hi = a->max * 1000;
 
 	if (hi > NS_PLACES * 1000)
 		hi = NS_PLACES * 1000;
@@ -123,35 +130,58 @@ static uint32_t ad_bound(uint32_t milli, const struct ns_settings *set)
 	return milli < lo ? lo : milli > hi ? hi : milli;
 }
 
-uint32_t ns_table_limit(const struct ns_table *t, int idx, const struct ns_settings *set)
+/* max_connections' (req 0) or max_requests' (req 1) limit of slot s */
+static struct ad ad_of(struct ns_slot *s, const struct ns_settings *set, int req)
 {
-	struct ns_slot *s = slot_at(t, idx);
-	uint32_t m = ad_bound(s ? NS_ADAPT_LIMIT(LOAD(&s->adapt)) : 0, set) / 1000;
+	struct ad a = { NULL, 0, 0 };
+
+	if (s && !req)
+		a = (struct ad){ &s->adapt, set->max_connections_min, set->max_connections_max };
+	else if (s)
+		a = (struct ad){ &s->req.adapt, set->max_requests_min, set->max_requests_max };
+	return a;
+}
+
+static uint32_t ad_limit(const struct ad *a)
+{
+	uint32_t m = ad_bound(a->word ? NS_ADAPT_LIMIT(LOAD(a->word)) : 0, a) / 1000;
 
 	return m ? m : 1;
 }
 
-void ns_table_limit_event(struct ns_table *t, int idx, const struct ns_settings *set, int ev, int place,
-			  uint64_t now_ms)
+uint32_t ns_table_limit(const struct ns_table *t, int idx, const struct ns_settings *set)
 {
-	struct ns_slot *s = slot_at(t, idx);
+	struct ad a = ad_of(slot_at(t, idx), set, 0);
+
+	return ad_limit(&a);
+}
+
+uint32_t ns_table_req_limit(const struct ns_table *t, int idx, const struct ns_settings *set)
+{
+	struct ad a = ad_of(slot_at(t, idx), set, 1);
+
+	return ad_limit(&a);
+}
+
+static void ad_event(const struct ad *a, const struct ns_settings *set, int ev, int place, uint64_t now_ms)
+{
 	uint64_t iv = now_ms / (set->adaptive_interval_ms ? set->adaptive_interval_ms : 1000), old, nw;
 
-	if (!s)
+	if (!a->word)
 		return;
-	old = LOAD(&s->adapt);
+	old = LOAD(a->word);
 	/* the common cases, a success in an interval that has one, a connect
 	 * in one already busy (or either after a failure): nothing to write */
 	if (ev != NS_ADAPT_FAILURE && AD_IV(old) == (iv & AD_IV_MASK) && old >> 44 &&
 	    (old & (AD_FAILED | (ev == NS_ADAPT_SUCCESS ? AD_OK : AD_BUSY))))
 		return;
 	do {
-		uint32_t lim = ad_bound(NS_ADAPT_LIMIT(old), set);
+		uint32_t lim = ad_bound(NS_ADAPT_LIMIT(old), a);
 		uint64_t fl = AD_IV(old) == (iv & AD_IV_MASK) ? old & 7 : 0;
 
 		/* a new interval: the one before grows it if it earned that */
 		if (AD_IV(old) != (iv & AD_IV_MASK) && (old & 7) == (AD_BUSY | AD_OK))
-			lim = ad_bound(lim + 1000, set);
+			lim = ad_bound(lim + 1000, a);
 		if (ev == NS_ADAPT_FAILURE) {
 			/* by adaptive_backoff, and by one connection at least: a
 			 * limit that grew past the server's capacity by one is back
@@ -159,7 +189,7 @@ void ns_table_limit_event(struct ns_table *t, int idx, const struct ns_settings 
 			 * (5.7 x 0.9 is still 5) */
 			uint32_t by = (uint32_t)((uint64_t)lim * set->adaptive_backoff_milli / 1000);
 
-			lim = ad_bound(by < lim - 1000 ? by : lim > 1000 ? lim - 1000 : 0, set);
+			lim = ad_bound(by < lim - 1000 ? by : lim > 1000 ? lim - 1000 : 0, a);
 			fl = AD_FAILED;
 		} else if (ev == NS_ADAPT_SUCCESS && !(fl & AD_FAILED)) {
 			fl |= AD_OK;
@@ -167,7 +197,35 @@ void ns_table_limit_event(struct ns_table *t, int idx, const struct ns_settings 
 			fl |= AD_BUSY;
 		}
 		nw = AD_MAKE(lim, iv, fl);
-	} while (nw != old && !CAS(&s->adapt, &old, nw));
+	} while (nw != old && !CAS(a->word, &old, nw));
+}
+
+void ns_table_limit_event(struct ns_table *t, int idx, const struct ns_settings *set, int ev, int place,
+			  uint64_t now_ms)
+{
+	struct ad a = ad_of(slot_at(t, idx), set, 0);
+
+	ad_event(&a, set, ev, place, now_ms);
+}
+
+void ns_table_req_limit_event(struct ns_table *t, int idx, const struct ns_settings *set, int ev, int held,
+			      uint64_t now_ms)
+{
+	struct ad a = ad_of(slot_at(t, idx), set, 1);
+
+	ad_event(&a, set, ev, held, now_ms);
+}
+
+/* Limits that adapt (shaping.c): an outcome moves the limit, and is the
+ * throttle's request (a success its accept). */
+void ns_table_adapt_outcome(struct ns_table *t, int idx, const struct ns_settings *set, int failed, uint64_t now_ms)
+{
+	if (set->adaptive)
+		ns_table_limit_event(t, idx, set, failed ? NS_ADAPT_FAILURE : NS_ADAPT_SUCCESS, 0, now_ms);
+	if (set->req_adaptive)
+		ns_table_req_limit_event(t, idx, set, failed ? NS_ADAPT_FAILURE : NS_ADAPT_SUCCESS, 0, now_ms);
+	if (set->throttle)
+		ns_table_throttle_count(t, idx, set, !failed, now_ms);
 }
 
 /* The places of [0, span) held, and the first free one (-1: none). A
@@ -175,7 +233,7 @@ void ns_table_limit_event(struct ns_table *t, int idx, const struct ns_settings 
  * cost: where SSE2 is there (x86-64 always) the 32 words are read eight
  * vectors at once into a mask of the free ones, no loop and no branch.
  * Each word is read whole (aligned; only its being 0 matters, as LOAD). */
-static uint32_t places_held(const struct ns_slot *s, uint32_t span, int *first_free)
+static uint32_t places_held(const uint32_t *place, uint32_t span, int *first_free)
 {
 	uint32_t n = 0;
 
@@ -183,7 +241,7 @@ static uint32_t places_held(const struct ns_slot *s, uint32_t span, int *first_f
 #if defined(__SSE2__) && NS_PLACES == 32
 	{
 		const __m128i zero = _mm_setzero_si128();
-		const __m128i *v = (const __m128i *)(const void *)s->place;
+		const __m128i *v = (const __m128i *)(const void *)place;
 		uint32_t freem;
 
 		__atomic_thread_fence(__ATOMIC_ACQUIRE);
@@ -208,7 +266,7 @@ static uint32_t places_held(const struct ns_slot *s, uint32_t span, int *first_f
 	}
 #endif
 	for (uint32_t i = 0; i < span; i++) {
-		if (LOAD(&s->place[i]))
+		if (LOAD(&place[i]))
 			n++;
 		else if (*first_free < 0)
 			*first_free = (int)i;
@@ -216,12 +274,10 @@ static uint32_t places_held(const struct ns_slot *s, uint32_t span, int *first_f
 	return n;
 }
 
-int ns_table_place_take_under(struct ns_table *t, int idx, uint32_t cap, uint32_t span, uint32_t holder, uint32_t *held)
+static int take_under(uint32_t *place, uint32_t cap, uint32_t span, uint32_t holder, uint32_t *held)
 {
-	struct ns_slot *s = slot_at(t, idx);
-
 	*held = 0;
-	if (!s || !holder)
+	if (!holder)
 		return -1;
 	if (span > NS_PLACES)
 		span = NS_PLACES;
@@ -229,13 +285,26 @@ int ns_table_place_take_under(struct ns_table *t, int idx, uint32_t cap, uint32_
 		uint32_t free_ = 0;
 		int p;
 
-		*held = places_held(s, span, &p);
+		*held = places_held(place, span, &p);
 		if (*held >= cap || p < 0)
 			return -1;
-		if (CAS(&s->place[p], &free_, holder))
+		if (CAS(&place[p], &free_, holder))
 			return p;
 	}
 	return -1;
+}
+
+int ns_table_place_take_under(struct ns_table *t, int idx, uint32_t cap, uint32_t span, uint32_t holder, uint32_t *held)
+{
+	struct ns_slot *s = slot_at(t, idx);
+
+	*held = 0;
+	return s ? take_under(s->place, cap, span, holder, held) : -1;
+}
+
+int ns_reqq_take_under(struct ns_reqq *q, uint32_t cap, uint32_t span, uint32_t holder, uint32_t *held)
+{
+	return take_under(q->place, cap, span, holder, held);
 }
 
 uint32_t ns_table_cap_for(const struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms)

@@ -344,18 +344,6 @@ void ns_table_outcome(struct ns_table *t, int idx, int outcome, int err, uint64_
 	ns_table_outcome_at(t, idx, outcome, err, 0, now_ms, wall_ms, set, out);
 }
 
-/* Limits that adapt (shaping.c): an outcome moves the limit, and is the
- * throttle's request (a success its accept). */
-static inline __attribute__((always_inline)) void adapt_outcome(struct ns_table *t, int idx,
-								const struct ns_settings *set, int failed,
-								uint64_t now_ms)
-{
-	if (set->adaptive)
-		ns_table_limit_event(t, idx, set, failed ? NS_ADAPT_FAILURE : NS_ADAPT_SUCCESS, 0, now_ms);
-	if (set->throttle)
-		ns_table_throttle_count(t, idx, set, !failed, now_ms);
-}
-
 void ns_table_outcome_at(struct ns_table *t, int idx, int outcome, int err, uint64_t latency_us, uint64_t now_ms,
 			 uint64_t wall_ms, const struct ns_settings *set, struct ns_step *out)
 {
@@ -384,8 +372,8 @@ void ns_table_outcome_at(struct ns_table *t, int idx, int outcome, int err, uint
 		ADD(&s->slow_calls, 1);
 	if (!failed && latency_us)
 		lat_add(s, now_ms, set->window_ms, latency_us);
-	if (__builtin_expect(set->adaptive | set->throttle, 0))
-		adapt_outcome(t, idx, set, failed, now_ms);
+	if (__builtin_expect(set->adaptive | set->req_adaptive | set->throttle, 0))
+		ns_table_adapt_outcome(t, idx, set, failed, now_ms);
 	if (failed || set->slow_call_ms || set->latency_p99_ms) {
 		w = window_count(s, now_ms, set->window_ms, set->latency_p99_ms != 0);
 		w.reopens = LOAD(&s->open_level);

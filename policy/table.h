@@ -44,6 +44,7 @@ struct ns_reqq {
 	uint64_t throttled;           /* atomic: requests failed at their start after queue_timeout */
 	uint64_t held;                /* atomic: requests that waited for a place */
 	uint64_t queue[NS_REQ_QUEUE]; /* atomic */
+	uint64_t adapt;               /* atomic: max_requests = auto, as the slot's adapt is max_connections' */
 };
 
 struct ns_table_hdr {
@@ -172,7 +173,7 @@ struct ns_slot {
 	uint64_t thr[2]; /* atomic */
 	/* version 4 */
 	struct ns_reqq req;    /* max_requests */
-	uint8_t reserved[352]; /* zero: the fleet's shares (next) */
+	uint8_t reserved[344]; /* zero: the fleet's shares (next) */
 };
 
 enum ns_event_type {
@@ -265,6 +266,7 @@ struct ns_entry {
 	uint32_t inflight;          /* places held (max_connections) */
 	uint32_t req_inflight;      /* requests in flight (max_requests' places held) */
 	uint32_t req_queued;        /* requests waiting for one */
+	uint32_t req_limit;         /* max_requests = auto: the limit now (thousandths), 0 = none yet */
 	uint64_t req_throttled, req_held;
 	uint64_t throttled;
 	uint64_t waited_ms_p99;     /* waits for a place: their p99's upper bound, 0 = none */
@@ -640,7 +642,15 @@ enum { NS_ADAPT_SUCCESS, NS_ADAPT_FAILURE, NS_ADAPT_PLACE };
 uint32_t ns_table_limit(const struct ns_table *t, int idx, const struct ns_settings *set);
 void ns_table_limit_event(struct ns_table *t, int idx, const struct ns_settings *set, int ev, int place,
 			  uint64_t now_ms);
+/* ...max_requests = auto, the same on requests (max_requests_min/_max; held:
+ * the requests in flight before one that took a place) */
+uint32_t ns_table_req_limit(const struct ns_table *t, int idx, const struct ns_settings *set);
+void ns_table_req_limit_event(struct ns_table *t, int idx, const struct ns_settings *set, int ev, int held,
+			      uint64_t now_ms);
 #define NS_ADAPT_LIMIT(w) ((uint32_t)((w) >> 44)) /* the adapt word's limit (thousandths) */
+/* An outcome of the destination for the limits that adapt and the throttle
+ * (ns_table_outcome_at, when one of them is set). */
+void ns_table_adapt_outcome(struct ns_table *t, int idx, const struct ns_settings *set, int failed, uint64_t now_ms);
 /* A place under max_connections = auto: one of [0, span) (span: the
  * places the limit may reach) while fewer than cap are held there, else
  * -1; *held: how many were held before it. A limit that shrank leaves

@@ -43,6 +43,8 @@ const struct ns_settings ns_builtin_settings = {
 	.retry_after_max_ms = 600000,
 	.max_connections_min = 1,
 	.max_connections_max = NS_PLACES,
+	.max_requests_min = 1,
+	.max_requests_max = NS_PLACES,
 	.adaptive_backoff_milli = 900,
 	.adaptive_interval_ms = 1000,
 	.throttle_k_milli = 2000,
@@ -98,6 +100,8 @@ const char *const ns_key_names[NS_K_COUNT] = {
 	"connect_total_timeout",
 	"address_choice",
 	"max_requests",
+	"max_requests_min",
+	"max_requests_max",
 };
 
 #define OFF(f) offsetof(struct ns_settings, f)
@@ -154,7 +158,9 @@ const struct keydef ns_keydefs[NS_K_COUNT] = {
 	[NS_K_THROTTLE_WINDOW] = { T_DUR, OFF(throttle_window_ms), 1000, NS_MAX_DURATION_MS },
 	[NS_K_CONNECT_TOTAL_TIMEOUT] = { T_DUR, OFF(connect_total_timeout_ms), 1, NS_MAX_DURATION_MS },
 	[NS_K_ADDRESS_CHOICE] = { T_ADDRCHOICE, OFF(address_choice), 0, 0 },
-	[NS_K_MAX_REQUESTS] = { T_UINT, OFF(max_requests), 0, NS_PLACES },
+	[NS_K_MAX_REQUESTS] = { T_MAXCONN, OFF(max_requests), 0, NS_PLACES },
+	[NS_K_MAX_REQUESTS_MIN] = { T_UINT, OFF(max_requests_min), 1, NS_PLACES },
+	[NS_K_MAX_REQUESTS_MAX] = { T_UINT, OFF(max_requests_max), 1, NS_PLACES },
 };
 /* The two words of a two-way key: its value 0 or 1 (off/on, off/adaptive,
  * as-resolved/healthy-first). */
@@ -221,7 +227,7 @@ void ns_setting_format(int key, const struct ns_settings *s, char *buf, size_t l
 		break;
 	case T_MAXCONN:
 		if (*(const uint32_t *)(base + k->off) == NS_MAXCONN_AUTO ||
-		    (key == NS_K_MAX_CONNECTIONS && s->adaptive))
+		    (key == NS_K_MAX_CONNECTIONS && s->adaptive) || (key == NS_K_MAX_REQUESTS && s->req_adaptive))
 			snprintf(buf, len, "auto");
 		else
 			snprintf(buf, len, "%u", *(const uint32_t *)(base + k->off));
@@ -404,12 +410,6 @@ int ns_set_value(struct perr *e, int line, int key, const char *val, struct ns_s
 		if (k->type == T_MAXCONN && strcmp(val, "auto") == 0) {
 			*(uint32_t *)(base + k->off) = NS_MAXCONN_AUTO;
 			return 0;
-		}
-		if (key == NS_K_MAX_REQUESTS && strcmp(val, "auto") == 0) {
-			ns_perr_add(e, line,
-				    "max_requests: auto is not built yet: give the number of requests in flight "
-				    "(max_connections = auto adapts connections)");
-			return -1;
 		}
 		if (ns_parse_uint(val, &v) < 0) {
 			ns_perr_add(e, line, "%s: bad number '%s': expected a whole number%s", ns_key_names[key], val,

@@ -433,6 +433,8 @@ int ns_conn_cooldown(struct ns_conn *c, uint64_t asked_ms, int pushback)
 	ns_table_cooldown(&ns_breakers, slot, now_ms + ms);
 	if (set->adaptive) /* a cooldown is no failure of the breaker's, but the server said it is full */
 		ns_table_limit_event(&ns_breakers, slot, set, NS_ADAPT_FAILURE, 0, now_ms);
+	if (set->req_adaptive)
+		ns_table_req_limit_event(&ns_breakers, slot, set, NS_ADAPT_FAILURE, 0, now_ms);
 	ns_conn_key(c, key);
 	if (pushback)
 		snprintf(detail, sizeof(detail), "grpc-retry-pushback-ms: %llu ms asked, %llu ms kept",

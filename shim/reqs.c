@@ -66,6 +66,24 @@ static void got(struct ns_conn *c, int slot, uint32_t self, int p)
 	__atomic_store_n(&c->rq, (uint32_t)p + 1, __ATOMIC_RELEASE);
 }
 
+/* A place of the limit in force: max_requests, or under auto the limit
+ * the destination taught (a place taken with half of it or more in flight
+ * lets it grow). Its number, or -1. now: 0 when not read yet. */
+static int take(struct ns_reqq *q, int slot, const struct ns_settings *set, uint32_t self, monotime now)
+{
+	uint32_t held;
+	int p;
+
+	if (likely(!set->req_adaptive))
+		return ns_reqq_take(q, set->max_requests, self);
+	p = ns_reqq_take_under(q, ns_table_req_limit(&ns_breakers, slot, set), set->max_requests, self, &held);
+	if (p >= 0 && !now)
+		now = ns_now(); /* (the common case's caller reads no clock) */
+	if (p >= 0)
+		ns_table_req_limit_event(&ns_breakers, slot, set, NS_ADAPT_PLACE, (int)held, (uint64_t)(now / 1000000));
+	return p;
+}
+
 /* c's wait is over (a place, or not): its entry leaves the queue. */
 static void unqueue(struct ns_conn *c, struct ns_reqq *q)
 {
@@ -95,9 +113,9 @@ static int turn(struct ns_conn *c, struct ns_reqq *q, const struct ns_settings *
 		    ns_reqq_before(q, qi, w, (uint32_t)(now / 1000), stale_us) >= 0)
 			return -1;
 	}
-	p = ns_reqq_take(q, set->max_requests, self);
+	p = take(q, LD(c->rq_slot), set, self, now);
 	if (p < 0 && (look || look_due(now, &deep)) && ns_reqq_reclaim(q, set->max_requests, self, deep) > 0)
-		p = ns_reqq_take(q, set->max_requests, self);
+		p = take(q, LD(c->rq_slot), set, self, now);
 	return p;
 }
 
@@ -218,7 +236,7 @@ int ns_req_start(int fd, struct ns_conn *c, int nonblock)
 	if (LD(c->rq) && LD(c->rq_holder) == self)
 		return 0; /* the place its last request kept (its end unseen) serves this one */
 	if (likely(!__atomic_load_n(&q->queued, __ATOMIC_ACQUIRE)) && !LD(c->rq_qword) &&
-	    (p = ns_reqq_take(q, set->max_requests, self)) >= 0) {
+	    (p = take(q, slot, set, self, 0)) >= 0) {
 		got(c, slot, self, p);
 		if (unlikely(set->rate_interval_us))
 			rate_next(c, set, ns_now());

@@ -450,3 +450,103 @@ def test_check_notes_that_max_connections_auto_suits_programs_that_close_per_req
     notes = [l for l in r.stdout.splitlines() if "note:" in l]
     assert len(notes) == 1 and notes[0].startswith(f"{pol}:4: note: max_connections = auto adapts connections"), r.stdout
     assert "max_requests caps the requests in flight" in notes[0]
+
+
+class CapServer:
+    """HTTP/1.1 keep-alive: serves `cap` requests at once (each takes 0.1 s)
+    and answers 429 at once beyond that; heal() doubles the capacity."""
+
+    def __init__(self, cap=4):
+        self.cap = cap
+        self.lock = threading.Lock()
+        self.cur = 0
+        self.codes = {200: 0, 429: 0}
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(256)
+        self.port = self.sock.getsockname()[1]
+        self.dest = f"127.0.0.1:{self.port}"
+        accept_forever(self.sock, self._serve)
+
+    def heal(self):
+        with self.lock:
+            self.cap *= 2
+
+    def _serve(self, c):
+        try:
+            c.settimeout(60)
+            rest = b""
+            while True:
+                head, rest = read_head(c, rest)
+                if head is None:
+                    return
+                with self.lock:
+                    over = self.cur >= self.cap
+                    if not over:
+                        self.cur += 1
+                code = 429 if over else 200
+                if not over:
+                    time.sleep(0.1)
+                    with self.lock:
+                        self.cur -= 1
+                with self.lock:
+                    self.codes[code] += 1
+                c.sendall(b"HTTP/1.1 %d X\r\nContent-Length: 3\r\n\r\n%d" % (code, code))
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def stop(self):
+        stop_listener(self.sock)
+
+
+LOOP = """
+import collections, json, sys, time, requests
+s, c, t0 = requests.Session(), collections.Counter(), time.monotonic()
+while time.monotonic() - t0 < float(sys.argv[2]):
+    try:
+        c[str(s.get(sys.argv[1], timeout=60).status_code)] += 1
+    except requests.exceptions.ConnectionError:
+        c["refused"] += 1
+print(json.dumps(c))
+"""
+
+
+@pytest.mark.shim
+def test_max_requests_auto_finds_the_servers_capacity_and_follows_it_up(shim, tmp_path):
+    # 8 processes, each a requests.Session in a loop, against a server that
+    # serves 4 at once and answers 429 beyond (8 from the 8th second): the
+    # limit settles at 4 (3 for a second after a 429), grows once the
+    # server doubles, few 429s reach it, and every process is served (the
+    # same scenario under max_connections = auto: the limit fell to 1,
+    # 3 of 8 processes starved, 51-58 429s)
+    srv = CapServer(4)
+    try:
+        shim.policy("[defaults]\nmax_requests = auto\nmax_requests_max = 16\nfailure_threshold = 0\n"
+                    "queue_timeout = 30s\n")
+        py = py_script(tmp_path, LOOP)
+        t0 = time.monotonic()
+        procs = [spawn(shim, py + [f"http://127.0.0.1:{srv.port}/", 16]) for _ in range(8)]
+        time.sleep(max(0, t0 + 7.5 - time.monotonic()))
+        before = shim.entry(srv.dest)
+        srv.heal()
+        results = wait_all(procs)
+        after = shim.entry(srv.dest)
+    finally:
+        srv.stop()
+    served = []
+    for rc, o, e in results:
+        assert rc == 0, e
+        got = last_json(o)
+        assert "refused" not in got, (got, e)
+        served.append(got.get("200", 0))
+    assert 3 <= before["requests_limit"] < 5, before
+    assert after["requests_limit"] >= 7, after
+    total = srv.codes[200] + srv.codes[429]
+    assert srv.codes[429] < 0.02 * total, srv.codes
+    jain = sum(served) ** 2 / (len(served) * sum(x * x for x in served))
+    assert jain >= 0.9, served
+    print(f"auto: limit {before['requests_limit']} before the doubling, {after['requests_limit']} after; "
+          f"{srv.codes}; served per process {served}, Jain {jain:.3f}")

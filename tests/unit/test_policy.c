@@ -163,7 +163,7 @@ Test(policy, max_connections_auto_and_throttle_adaptive_resolve_and_write_back)
 		     "t.conf:4: max_connections_min: 33 is out of range (1 to 32)\n");
 }
 
-Test(policy, max_requests_is_a_number_of_requests_and_auto_says_it_is_not_built)
+Test(policy, max_requests_is_a_number_of_requests_or_auto)
 {
 	struct ns_policy p;
 	struct ns_settings s;
@@ -182,9 +182,23 @@ Test(policy, max_requests_is_a_number_of_requests_and_auto_says_it_is_not_built)
 	cr_assert_eq(s.max_requests, 0);
 	ns_policy_free(&p);
 	expect_error("[defaults]\nmax_requests = 33\n", "t.conf:2: max_requests: 33 is out of range (0 to 32)\n");
-	expect_error("[defaults]\n\nmax_requests = auto\n",
-		     "t.conf:3: max_requests: auto is not built yet: give the number of requests in flight "
-		     "(max_connections = auto adapts connections)\n");
+	cr_assert_eq(parse("[defaults]\nmax_requests = auto\nmax_requests_max = 8\nadaptive_interval = 2s\n", &p), 0,
+		     "%s", err);
+	d.addr[0] = 127;
+	ns_policy_resolve(&p, &d, &s, NULL);
+	cr_assert(s.req_adaptive && !s.adaptive);
+	cr_assert_eq(s.max_requests, 8, "auto spans max_requests_max's places");
+	cr_assert_eq(s.max_requests_min, 1);
+	cr_assert_eq(s.adaptive_interval_ms, 2000);
+	ns_setting_format(NS_K_MAX_REQUESTS, &s, back, sizeof(back));
+	cr_assert_str_eq(back, "auto");
+	ns_policy_free(&p);
+	expect_error(
+		"[defaults]\nmax_requests = 4\nmax_requests_min = 2\n",
+		"t.conf:3: max_requests_min: shapes max_requests = auto, which this section (or [defaults]) does not "
+		"set\n");
+	expect_error("[defaults]\nmax_requests = auto\nmax_requests_min = 9\nmax_requests_max = 4\n",
+		     "t.conf:4: max_requests_min (9) is over max_requests_max (4)\n");
 }
 
 Test(policy, zero_switches_a_limit_off_and_empty_file_is_builtin)

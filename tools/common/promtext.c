@@ -73,12 +73,12 @@ static void head(FILE *f, const char *metric, const char *help, const char *type
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", metric, help, metric, type);
 }
 
-/* The adaptive limit, a decimal (it is kept in thousandths). */
-static void limit_series(FILE *f, const struct ns_entry *e)
+/* An adaptive limit, a decimal (it is kept in thousandths). */
+static void limit_series(FILE *f, const char *metric, const struct ns_entry *e, uint32_t milli)
 {
-	fprintf(f, "netshim_limit{");
+	fprintf(f, "%s{", metric);
 	ctl_prom_dest_labels(f, e->key);
-	fprintf(f, "} %u.%03u\n", e->limit / 1000, e->limit % 1000);
+	fprintf(f, "} %u.%03u\n", milli / 1000, milli % 1000);
 }
 
 static void counter(FILE *f, const char *metric, const char *help, const char *type, const struct ns_entry *e,
@@ -194,7 +194,14 @@ void ctl_metrics_write(FILE *f, const struct ns_table *t)
 	     "gauge");
 	for (int i = 0; i < n; i++)
 		if (e[i].limit)
-			limit_series(f, &e[i]);
+			limit_series(f, "netshim_limit", &e[i], e[i].limit);
+	head(f, "netshim_requests_limit",
+	     "max_requests = auto: the limit in force now, as the destination taught it "
+	     "(requests in flight; only destinations that have one).",
+	     "gauge");
+	for (int i = 0; i < n; i++)
+		if (e[i].req_limit)
+			limit_series(f, "netshim_requests_limit", &e[i], e[i].req_limit);
 	counter(f, "netshim_paced_total", "Connects and requests that waited for a token of rate.", "counter", e, n,
 		OFFE(paced), 0);
 	head(f, "netshim_breaker_state", "1 for the destination's breaker state, 0 for the others.", "gauge");

@@ -49,6 +49,14 @@ void ctl_limits_line(const struct ns_entry *e)
 				      "; max_connections = auto: %u now (%u-%u), %u in flight",
 				      e->limit / 1000 ? e->limit / 1000 : 1, set.max_connections_min,
 				      set.max_connections_max, e->inflight);
+	if (set.req_adaptive && e->req_limit && n < sizeof(line))
+		n += (size_t)snprintf(line + n, sizeof(line) - n,
+				      "; max_requests = auto: %u now (%u-%u), %u in flight, %u waiting",
+				      e->req_limit / 1000 ? e->req_limit / 1000 : 1, set.max_requests_min,
+				      set.max_requests_max, e->req_inflight, e->req_queued);
+	else if (set.max_requests && (e->req_inflight || e->req_queued) && n < sizeof(line))
+		n += (size_t)snprintf(line + n, sizeof(line) - n, "; max_requests = %u: %u in flight, %u waiting",
+				      set.max_requests, e->req_inflight, e->req_queued);
 	if (set.throttle && e->thr_requests && n < sizeof(line)) {
 		unsigned pct = (unsigned)(ns_throttle_ppm(e->thr_requests, e->thr_accepts, set.throttle_k_milli) /
 					  10000);

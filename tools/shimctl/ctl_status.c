@@ -337,6 +337,10 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 			printf("null");
 		printf(", \"retry_throttled\": %llu, \"paced\": %llu", (unsigned long long)e->retry_throttled,
 		       (unsigned long long)e->paced);
+		if (e->req_limit)
+			printf(", \"requests_limit\": %u.%03u", e->req_limit / 1000, e->req_limit % 1000);
+		else
+			printf(", \"requests_limit\": null");
 		printf(", \"requests_inflight\": %u, \"requests_queued\": %u, \"requests_throttled\": %llu, "
 		       "\"requests_held\": %llu",
 		       e->req_inflight, e->req_queued, (unsigned long long)e->req_throttled,
