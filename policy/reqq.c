@@ -127,6 +127,7 @@ void ns_reqq_read(const struct ns_reqq *q, struct ns_entry *e)
 	e->req_queued = ns_reqq_queued(q);
 	e->req_throttled = LOAD(&q->throttled);
 	e->req_held = LOAD(&q->held);
+	e->req_over = LOAD(&q->over);
 	e->req_limit = NS_ADAPT_LIMIT(LOAD(&q->adapt));
 }
 

@@ -36,11 +36,11 @@
  * for a place, each 0 or its holder << 32 | when it began to wait (CLOCK_MONOTONIC
  * us, low 32 bits): a place that frees goes to the one that waited longest. */
 struct ns_reqq {
-	uint32_t place[NS_PLACES]; /* atomic */
-	uint32_t wake;             /* atomic: bumped when a place frees or the queue's first leaves (futex) */
-	uint32_t waiters;          /* atomic: threads blocked on wake */
-	uint32_t queued;           /* atomic: entries in queue (a dead waiter's is taken out by the next look) */
-	uint32_t pad;
+	uint32_t place[NS_PLACES];    /* atomic */
+	uint32_t wake;                /* atomic: bumped when a place frees or the queue's first leaves (futex) */
+	uint32_t waiters;             /* atomic: threads blocked on wake */
+	uint32_t queued;              /* atomic: entries in queue (a dead waiter's is taken out by the next look) */
+	uint32_t over;                /* atomic: h2 streams inside TLS let go over the limit (reqs.c) */
 	uint64_t throttled;           /* atomic: requests failed at their start after queue_timeout */
 	uint64_t held;                /* atomic: requests that waited for a place */
 	uint64_t queue[NS_REQ_QUEUE]; /* atomic */
@@ -267,6 +267,7 @@ struct ns_entry {
 	uint32_t req_inflight;      /* requests in flight (max_requests' places held) */
 	uint32_t req_queued;        /* requests waiting for one */
 	uint32_t req_limit;         /* max_requests = auto: the limit now (thousandths), 0 = none yet */
+	uint32_t req_over;          /* h2 streams inside TLS let go over max_requests */
 	uint64_t req_throttled, req_held;
 	uint64_t throttled;
 	uint64_t waited_ms_p99;     /* waits for a place: their p99's upper bound, 0 = none */

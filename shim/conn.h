@@ -207,10 +207,11 @@ struct ns_conn {
 	monotime pace_until;      /* atomic: rate's next token is due then (a queued connect, NS_C_PACED) */
 	uint64_t tok_tat;         /* the connect's token (NS_C_TOKEN): the bucket's time it left, */
 	uint64_t tok_base;        /* ...and the time it was counted from (us) */
-	/* max_requests (reqs.c): the place of the request in flight, 1 + its
-	 * number (0: none), taken at the request's start and given back at its
-	 * answer's framed end or the record's; its queue entry while it waits */
-	uint32_t rq;        /* atomic */
+	/* max_requests (reqs.c): the places of the requests in flight on it,
+	 * taken at a request's start (an h2 stream's HEADERS) and given back at
+	 * its answer's framed end (the stream's end) or the record's; its queue
+	 * entry while it waits */
+	uint32_t rq;        /* atomic: the places held, a bit each (HTTP/1: one; h2: one a stream) */
 	int32_t rq_slot;    /* the slot it is a place of */
 	uint32_t rq_holder; /* the process that took it */
 	uint32_t rq_qi;     /* 1 + its queue entry (0: none) */

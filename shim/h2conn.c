@@ -35,6 +35,7 @@
 #include "lock.h"
 #include "outcome.h"
 #include "shape.h"
+#include "reqs.h"
 
 struct ns_h2c {
 	uint32_t lock; /* atomic: 0, or the pid of the process a thread of which feeds it */
@@ -179,6 +180,7 @@ struct feedctx {
 	struct ns_h2c *x;
 	int kind, err; /* the connection's end (ns_h2c_end): how its open streams fail */
 	int failed;    /* streams failed by it */
+	uint32_t ends; /* streams that ended: their places (max_requests) back at the flush */
 	unsigned n;
 	struct qev q[QMAX];
 };
@@ -247,8 +249,11 @@ static void on_event(void *arg, const struct ns_h2_event *ev)
 		return;
 	}
 	case NS_H2_CANCELLED:
+		fc->ends++;
 		return; /* the program gave up on it: its business */
 	}
+	if (ev->type != NS_H2_HEADERS && ev->type != NS_H2_BLIND)
+		fc->ends++; /* DONE, FAILED, REJECTED, UNPROCESSED: the stream ended */
 	memset(&e, 0, sizeof(e));
 	e.type = ev->type;
 	e.grpc = ev->grpc;
@@ -399,6 +404,10 @@ static void flush(struct feedctx *fc)
 	for (unsigned i = 0; i < fc->n; i++)
 		count(fc, &fc->q[i]);
 	fc->n = 0;
+	if (fc->ends) {
+		ns_req_streams_done(fc->c, fc->ends); /* (no lock held here: a waiter may be woken) */
+		fc->ends = 0;
+	}
 	errno = saved;
 }
 
@@ -426,6 +435,7 @@ static void ctx_init(struct feedctx *fc, struct ns_conn *c, struct ns_h2c *x)
 	fc->kind = NS_OUT_FAILURE;
 	fc->err = 0;
 	fc->failed = 0;
+	fc->ends = 0;
 	fc->n = 0;
 }
 
@@ -641,7 +651,7 @@ int ns_h2c_before_write(int fd, struct ns_conn *c, const void *buf, const struct
 			int nonblock, int tls)
 {
 	struct ns_h2c *x = __atomic_load_n(&c->h2, __ATOMIC_ACQUIRE);
-	uint32_t f = LD(c->flags), opens;
+	uint32_t f = LD(c->flags), opens, placed = 0;
 	const struct ns_settings *set = ns_conn_set(c);
 	struct ns_h2_peek k;
 	struct feedctx fc;
@@ -680,6 +690,23 @@ int ns_h2c_before_write(int fd, struct ns_conn *c, const void *buf, const struct
 	 * as it holds HTTP/1 requests: until it ends */
 	if (opens > k.firsts && unlikely(ns_shape_cooling(c)) && ns_shape_cooldown(fd, c, tls ? 0 : nonblock) < 0)
 		return -1;
+	/* max_requests: a place for each stream it opens (reqs.c), one a write
+	 * where it can be cut (a short write, as the kernel's own) */
+	if (set->max_requests && opens) {
+		uint32_t i = 0;
+
+		if (!tls && opens >= 2 && k.second_at &&
+		    (buf || iov_segments(iov, iovcnt, k.second_at) <= NS_H2C_IOV_CUT)) {
+			*len = k.second_at;
+			opens = 1;
+		}
+		for (; i < opens; i++)
+			if (ns_req_stream(fd, c, tls ? 0 : nonblock, tls) < 0) {
+				ns_req_streams_done(c, i);
+				return -1;
+			}
+		placed = opens;
+	}
 	if (set->rate_interval_us) {
 		uint32_t need;
 
@@ -693,12 +720,16 @@ int ns_h2c_before_write(int fd, struct ns_conn *c, const void *buf, const struct
 		} else {
 			need = k.opened > k.firsts;
 		}
-		/* the connection's first bytes ride on its connect's token, a
-		 * held write takes the one it waited for, any other a new one */
-		if ((f & (NS_C_TOKEN | NS_C_PACED)) && ns_shape_request(fd, c, tls ? 0 : nonblock) < 0)
+		/* the connection's first bytes ride on its connect's token (under
+		 * max_requests a connect takes none), a held write takes the one
+		 * it waited for, any other a new one */
+		if (set->max_requests && k.opened)
+			need = 1;
+		if (((f & (NS_C_TOKEN | NS_C_PACED)) && ns_shape_request(fd, c, tls ? 0 : nonblock) < 0) ||
+		    (need && !(f & NS_C_PACED) && ns_shape_request(fd, c, tls ? 0 : nonblock) < 0)) {
+			ns_req_streams_done(c, placed); /* (not gone: their places back) */
 			return -1;
-		if (need && !(f & NS_C_PACED) && ns_shape_request(fd, c, tls ? 0 : nonblock) < 0)
-			return -1;
+		}
 	}
 	/* the streams it opens are open before it goes: an answer another
 	 * thread reads before this write's bytes are fed finds them */

@@ -63,7 +63,7 @@ static void mine(struct ns_conn *c, int slot, uint32_t self)
 static void got(struct ns_conn *c, int slot, uint32_t self, int p)
 {
 	mine(c, slot, self);
-	__atomic_store_n(&c->rq, (uint32_t)p + 1, __ATOMIC_RELEASE);
+	__atomic_fetch_or(&c->rq, 1u << (p & 31), __ATOMIC_RELEASE);
 }
 
 /* A place of the limit in force: max_requests, or under auto the limit
@@ -136,10 +136,11 @@ static void rate_next(struct ns_conn *c, const struct ns_settings *set, monotime
 	__atomic_fetch_or(&c->flags, NS_C_PACED, __ATOMIC_RELEASE);
 }
 
-/* The request waited for its place, and goes. */
-static void waited(struct ns_conn *c, int slot, const struct ns_settings *set, monotime now)
+/* The request waited for its place, and goes (h1: an HTTP/1 request, whose
+ * rate step follows; else an h2 stream, whose writer paces it itself). */
+static void waited(struct ns_conn *c, int slot, const struct ns_settings *set, monotime now, int h1)
 {
-	if (set->rate_interval_us) {
+	if (h1 && set->rate_interval_us) {
 		ST(c->queue_start, LD(c->rq_since));
 		rate_next(c, set, LD(c->rq_since));
 		return;
@@ -173,7 +174,7 @@ static int turned_away(struct ns_conn *c, int slot, const struct ns_settings *se
 
 /* ns_req_start past its common case: none free, or others wait. */
 static __attribute__((noinline)) int held(int fd, struct ns_conn *c, struct ns_reqq *q, int slot,
-					  const struct ns_settings *set, uint32_t self, int nonblock)
+					  const struct ns_settings *set, uint32_t self, int nonblock, int h1)
 {
 	monotime now = ns_now(), deadline, limit = 0;
 
@@ -198,7 +199,7 @@ static __attribute__((noinline)) int held(int fd, struct ns_conn *c, struct ns_r
 		if (p >= 0) {
 			got(c, slot, self, p);
 			unqueue(c, q);
-			waited(c, slot, set, now);
+			waited(c, slot, set, now, h1);
 			return 0;
 		}
 		if (now >= deadline) {
@@ -242,20 +243,78 @@ int ns_req_start(int fd, struct ns_conn *c, int nonblock)
 			rate_next(c, set, ns_now());
 		return 0;
 	}
-	return held(fd, c, q, slot, set, self, nonblock);
+	return held(fd, c, q, slot, set, self, nonblock, 1);
+}
+
+/* Does this process hold a place of q (a stream or request in flight)? */
+static int holds_one(const struct ns_reqq *q, uint32_t self)
+{
+	for (uint32_t p = 0; p < NS_PLACES; p++)
+		if (__atomic_load_n(&q->place[p], __ATOMIC_RELAXED) == self)
+			return 1;
+	return 0;
+}
+
+int ns_req_stream(int fd, struct ns_conn *c, int nonblock, int tls)
+{
+	const struct ns_settings *set = ns_conn_set(c);
+	int slot = LD(c->slot), p;
+	struct ns_reqq *q;
+	uint32_t self;
+
+	if (slot < 0 || !ns_tbl_on() || !(q = ns_reqq_of(&ns_breakers, slot)) || !(self = ns_shape_holder()))
+		return 0; /* nothing to count with: not kept */
+	if (likely(!__atomic_load_n(&q->queued, __ATOMIC_ACQUIRE)) && !LD(c->rq_qword) &&
+	    (p = take(q, slot, set, self, 0)) >= 0) {
+		got(c, slot, self, p);
+		return 0;
+	}
+	if (tls && holds_one(q, self)) {
+		/* inside a TLS library's write the wait blocks the thread, which
+		 * may be the one that would read the answers that free this
+		 * process's places (curl's one loop): the stream goes, over the
+		 * limit, in a place past it (counted in flight: the others wait
+		 * for it), or uncounted when none is free */
+		if ((p = ns_reqq_take(q, NS_PLACES, self)) >= 0)
+			got(c, slot, self, p);
+		__atomic_fetch_add(&q->over, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+	return held(fd, c, q, slot, set, self, nonblock, 0);
+}
+
+/* Up to n of c's places back (mask: every one), the waiters woken. */
+static void give_back(struct ns_conn *c, uint32_t n)
+{
+	uint32_t self = __atomic_load_n(&ns_shape_self, __ATOMIC_RELAXED), wake = 0, m;
+	struct ns_reqq *q;
+
+	/* a forked child's copy of its parent's record is not the holder */
+	if (!ns_breakers_ok || LD(c->rq_holder) != self || !(q = ns_reqq_of(&ns_breakers, LD(c->rq_slot))))
+		return;
+	if (n == UINT32_MAX && LD(c->rq_qword) && (uint32_t)(LD(c->rq_qword) >> 32) == self)
+		unqueue(c, q); /* (the record ends while it waits) */
+	for (m = LD(c->rq); m && n; n--) {
+		uint32_t bit = m & -m;
+
+		if (!__atomic_compare_exchange_n(&c->rq, &m, m & ~bit, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+			n++; /* (m is what it is now: again) */
+			continue;
+		}
+		wake |= (uint32_t)ns_reqq_release(q, __builtin_ctz(bit), self);
+		m &= ~bit;
+	}
+	if (wake)
+		ns_shape_futex_wake(&q->wake);
 }
 
 void ns_req_done(struct ns_conn *c)
 {
-	uint32_t p = __atomic_exchange_n(&c->rq, 0u, __ATOMIC_ACQ_REL);
-	struct ns_reqq *q;
+	give_back(c, UINT32_MAX);
+}
 
-	/* a forked child's copy of its parent's record is not the holder */
-	if (!ns_breakers_ok || LD(c->rq_holder) != __atomic_load_n(&ns_shape_self, __ATOMIC_RELAXED) ||
-	    !(q = ns_reqq_of(&ns_breakers, LD(c->rq_slot))))
-		return;
-	if (LD(c->rq_qword) && (uint32_t)(LD(c->rq_qword) >> 32) == LD(c->rq_holder))
-		unqueue(c, q); /* (the record ends while it waits) */
-	if (p && ns_reqq_release(q, (int)p - 1, LD(c->rq_holder)))
-		ns_shape_futex_wake(&q->wake);
+void ns_req_streams_done(struct ns_conn *c, uint32_t n)
+{
+	if (n && LD(c->rq))
+		give_back(c, n);
 }

@@ -30,6 +30,15 @@ static inline int ns_req_starts(const struct ns_conn *c, uint32_t f, uint32_t tl
 
 	return v == 1 || v < 0;
 }
+/* HTTP/2: a write that opens a new stream on c under max_requests: one
+ * place for it, as ns_req_start (nonblock: EAGAIN while held; in a TLS
+ * library's write, 0: it waits there; tls: there, a process that holds a
+ * place already does not wait, its stream goes over the limit, counted
+ * requests_over). ..._streams_done: n of c's streams
+ * ended (END_STREAM, a reset, the connection's end), or n that took a
+ * place did not go after all: n places back. */
+NS_HIDDEN int ns_req_stream(int fd, struct ns_conn *c, int nonblock, int tls);
+NS_HIDDEN void ns_req_streams_done(struct ns_conn *c, uint32_t n);
 /* The request's answer was read to its end (exchange.c), or it was never
  * sent (refused at its start): its place back, the next waiter woken. Also
  * the record's end (fdtab.c, through ns_req_end_hook). */

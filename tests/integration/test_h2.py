@@ -747,3 +747,39 @@ def test_answers_the_client_rejects_count_as_the_failures_they_are(shim, tmp_pat
     finally:
         srv.kill()
         srv.wait()
+
+
+# ---- max_requests: a stream is a request
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("client", ["nghttp-h2c", "curl-tls"])
+def test_max_requests_caps_the_streams_in_flight_on_one_connection(shim, h2srv, client):
+    # 8 streams at once on one connection. In clear text (nghttp -m) under
+    # max_requests = 2 the server never has more than 2 in flight: each
+    # stream waits for its place before its HEADERS leave (the write that
+    # opens it is held, EAGAIN; one new stream a write). Inside TLS (curl
+    # --parallel) a wait would block curl's one thread inside SSL_write,
+    # the thread that reads the answers that free the places (it hung
+    # until queue_timeout): a process that holds a place lets its further
+    # streams go over the limit, counted requests_over and in flight (a
+    # wait of another process's stays); every one is answered
+    srv = h2srv(client == "curl-tls")
+    shim.policy("[defaults]\nmax_requests = 2\nqueue_timeout = 30s\n")
+    url = srv.base + "/slow/150"
+    if client == "nghttp-h2c":
+        r = shim.run(["nghttp", "-n", "-m", "8", url])
+    else:
+        r = shim.run(["curl", "-sk", "--http2", "--parallel", "--parallel-max", "8", "--max-time", "60",
+                      "-w", "%{http_code}\\n"] + [url, "-o", "/dev/null"] * 8)
+        assert r.out.split() == ["200"] * 8, r.out
+    assert r.rc == 0, r.err
+    st = srv.stats()
+    e = shim.entry(srv.dest)
+    assert (e["requests_inflight"], e["requests_queued"], e["requests_throttled"]) == (0, 0, 0), e
+    assert e["exchanges"] == 8 and e["failures"] == 0, e
+    assert st["paths"].get("slow") == 8, st
+    if client == "nghttp-h2c":
+        assert st["slow_peak"] == 2 and e["requests_held"] > 0 and e["requests_over"] == 0, (st, e)
+    else:
+        assert e["requests_over"] == st["slow_peak"] - 2 and e["requests_over"] > 0, (st, e)

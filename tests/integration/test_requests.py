@@ -550,3 +550,46 @@ def test_max_requests_auto_finds_the_servers_capacity_and_follows_it_up(shim, tm
     assert jain >= 0.9, served
     print(f"auto: limit {before['requests_limit']} before the doubling, {after['requests_limit']} after; "
           f"{srv.codes}; served per process {served}, Jain {jain:.3f}")
+
+
+PARALLEL = """
+import json, sys, threading, requests
+ok, lock = [0], threading.Lock()
+def one():
+    s = requests.Session()
+    for _ in range(int(sys.argv[2])):
+        good = s.get(sys.argv[1], timeout=120).status_code == 200
+        with lock:
+            ok[0] += good
+ts = [threading.Thread(target=one) for _ in range(int(sys.argv[3]))]
+[t.start() for t in ts]
+[t.join() for t in ts]
+print(json.dumps({"ok": ok[0]}))
+"""
+
+
+@pytest.mark.shim
+def test_sixteen_processes_killed_one_every_100ms_leave_no_place_and_no_waiter(shim, inflight, tmp_path):
+    # 16 processes of 3 sessions each, over max_requests = 4, SIGKILLed one
+    # every 100 ms, some holding places, some waiting in the queue: then one
+    # process asks 4 at once 3 times and is served (only if every dead
+    # holder's place was freed), and nothing is left held or queued
+    srv = inflight(hold=0.05)
+    shim.policy("[defaults]\nmax_requests = 4\nqueue_timeout = 60s\n")
+    py = py_script(tmp_path, PARALLEL)
+    procs = [spawn(shim, py + [srv.url, 1000, 3]) for _ in range(16)]
+    deadline = time.monotonic() + 30
+    while srv.total < 40 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    before = shim.entry(srv.dest)
+    assert before["requests_queued"] > 0, before   # some were waiting when the killing began
+    for p in procs:
+        os.kill(p.pid, signal.SIGKILL)
+        time.sleep(0.1)
+    for p in procs:
+        p.wait()
+    r = shim.run(py + [srv.url, 3, 4])
+    assert r.rc == 0 and r.last_json() == {"ok": 12}, (r.out, r.err)
+    e = shim.entry(srv.dest)
+    assert (e["requests_inflight"], e["requests_queued"], e["requests_throttled"]) == (0, 0, 0), e
+    assert srv.peak == 4, srv.peak

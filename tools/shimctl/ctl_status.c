@@ -342,9 +342,9 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 		else
 			printf(", \"requests_limit\": null");
 		printf(", \"requests_inflight\": %u, \"requests_queued\": %u, \"requests_throttled\": %llu, "
-		       "\"requests_held\": %llu",
+		       "\"requests_held\": %llu, \"requests_over\": %u",
 		       e->req_inflight, e->req_queued, (unsigned long long)e->req_throttled,
-		       (unsigned long long)e->req_held);
+		       (unsigned long long)e->req_held, e->req_over);
 		printf(", \"cooldown_until\": ");
 		if (e->cooldown_left_ms) {
 			ctl_rfc3339(ctl_wall_ms() + e->cooldown_left_ms, ts, sizeof(ts));

@@ -14,7 +14,8 @@
 //   /close              the connection destroyed with the stream open
 //   /hang               no answer at all
 //   /stats              what it did, as JSON: streams per path, streams'
-//                       arrival times (ms, its own clock), connections
+//                       arrival times (ms, its own clock), connections, the
+//                       most /slow streams in flight at once (slow_peak)
 //
 // usage: node h2server.js [--tls CERT KEY]; prints "PORT n" when listening.
 'use strict';
@@ -22,7 +23,7 @@ const http2 = require('http2');
 const fs = require('fs');
 
 const args = process.argv.slice(2);
-const stats = { paths: {}, arrivals: [], sessions: 0 };
+const stats = { paths: {}, arrivals: [], sessions: 0, slow_inflight: 0, slow_peak: 0 };
 
 function handle(stream, headers) {
   const url = new URL(headers[':path'] || '/', 'http://x');
@@ -46,7 +47,9 @@ function handle(stream, headers) {
       break;
     }
     case 'slow':
+      stats.slow_peak = Math.max(stats.slow_peak, ++stats.slow_inflight);
       setTimeout(() => {
+        stats.slow_inflight--;   // (before its answer goes: the client cannot end it before)
         if (stream.destroyed) return;
         stream.respond({ ':status': 200 });
         stream.end('slow\n');
