@@ -3,11 +3,16 @@
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 
-/* A wait has begun: the others may go on (the word moved). */
+/* A place freed, or the queue's first left: the blocked waiters may go
+ * on. Each is counted in waiters before it reads the word and looks, so one
+ * not counted yet will see what changed; with none, nothing is written. 1:
+ * the caller wakes them. */
 static int woke(struct ns_reqq *q)
 {
+	if (!__atomic_load_n(&q->waiters, __ATOMIC_SEQ_CST))
+		return 0;
 	__atomic_fetch_add(&q->wake, 1, __ATOMIC_SEQ_CST);
-	return __atomic_load_n(&q->waiters, __ATOMIC_SEQ_CST) != 0;
+	return 1;
 }
 
 int ns_reqq_release(struct ns_reqq *q, int p, uint32_t holder)

@@ -41,6 +41,7 @@ uint64_t ns_cfg_once;
 static const struct ns_settings *cfg_fallback = &ns_builtin_settings;   /* atomic */
 
 uint64_t ns_tbl_once;
+int ns_req_any;
 
 /* Load the policy file into a new heap policy. Returns it, or NULL with the
  * first error line in err. */
@@ -56,8 +57,14 @@ static struct ns_policy *cfg_read(char *err, size_t len, int *nerr)
 	}
 	r = cfg_path[0] ? ns_policy_load(cfg_path, p, err, len) : (ns_policy_builtin(p) == 0 ? 0 : -1);
 	*nerr = r;
-	if (r == 0)
+	if (r == 0) {
+		/* (the data path asks for a request's place only once a policy
+		 * has had max_requests: one load when none has) */
+		for (int i = 0; i < p->nsections; i++)
+			if ((p->sec[i].set & NS_KBIT(NS_K_MAX_REQUESTS)) && p->sec[i].v.max_requests)
+				__atomic_store_n(&ns_req_any, 1, __ATOMIC_RELAXED);
 		return p;
+	}
 	nl = strchr(err, '\n');
 	if (nl)
 		*nl = '\0';

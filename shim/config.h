@@ -80,6 +80,7 @@ extern uint64_t ns_rng_state NS_HIDDEN;
 /* Write one event into the shared ring: a transition, a traced failure, or
  * a process-wide happening (key may then be ""; slot -1; st NULL). */
 /* This engine, as the core (policy/account.h) borrows it. */
+extern int ns_req_any NS_HIDDEN; /* atomic: a policy loaded here set max_requests (sticky) */
 extern const struct ns_engine ns_engine NS_HIDDEN;
 NS_HIDDEN void ns_emit(int type, int slot, const char *key, const struct ns_step *st, int err,
 		       const char *detail, int trace);

@@ -138,7 +138,8 @@ int ns_io_pre(struct ns_conn *c, struct io_req *q)
 		uint32_t f = LD(c->flags);
 
 		/* ...after a place under max_requests (reqs.c) */
-		if (unlikely(ns_req_starts(c, f, 0, q->buf, q->iov && q->iovcnt ? q->iov[0].iov_len : q->len)) &&
+		if (unlikely(__atomic_load_n(&ns_req_any, __ATOMIC_RELAXED)) &&
+		    ns_req_starts(c, f, 0, q->buf, q->iov && q->iovcnt ? q->iov[0].iov_len : q->len) &&
 		    ns_req_start(q->fd, c, (f & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) {
 			q->r = -1;
 			return IO_DONE;

@@ -192,10 +192,18 @@ static __attribute__((noinline)) int held(int fd, struct ns_conn *c, struct ns_r
 	if (!nonblock)
 		limit = ns_shape_send_limit(c, LD(c->rq_since));
 	for (;;) {
-		uint32_t seen = __atomic_load_n(&q->wake, __ATOMIC_ACQUIRE);
-		int p = turn(c, q, set, self, now);
+		uint32_t seen;
+		int p;
 		monotime end;
 
+		/* a blocked waiter is counted before it looks: a place that frees
+		 * after the look moves the word (reqq.c woke) */
+		if (!nonblock)
+			__atomic_fetch_add(&q->waiters, 1, __ATOMIC_SEQ_CST);
+		seen = __atomic_load_n(&q->wake, __ATOMIC_SEQ_CST);
+		p = turn(c, q, set, self, now);
+		if (!nonblock && (p >= 0 || now >= deadline || (limit && now >= limit)))
+			__atomic_fetch_sub(&q->waiters, 1, __ATOMIC_SEQ_CST);
 		if (p >= 0) {
 			got(c, slot, self, p);
 			unqueue(c, q);
@@ -218,7 +226,6 @@ static __attribute__((noinline)) int held(int fd, struct ns_conn *c, struct ns_r
 			return -1;
 		}
 		end = limit && limit < deadline ? limit : deadline;
-		__atomic_fetch_add(&q->waiters, 1, __ATOMIC_SEQ_CST);
 		ns_shape_futex_wait(&q->wake, seen, end - now < LOOK_NS ? end - now : LOOK_NS);
 		__atomic_fetch_sub(&q->waiters, 1, __ATOMIC_SEQ_CST);
 		now = ns_now();
@@ -294,6 +301,11 @@ static void give_back(struct ns_conn *c, uint32_t n)
 		return;
 	if (n == UINT32_MAX && LD(c->rq_qword) && (uint32_t)(LD(c->rq_qword) >> 32) == self)
 		unqueue(c, q); /* (the record ends while it waits) */
+	if (n == UINT32_MAX) {
+		for (m = __atomic_exchange_n(&c->rq, 0u, __ATOMIC_ACQ_REL); m; m &= m - 1)
+			wake |= (uint32_t)ns_reqq_release(q, __builtin_ctz(m), self);
+		n = 0;
+	}
 	for (m = LD(c->rq); m && n; n--) {
 		uint32_t bit = m & -m;
 

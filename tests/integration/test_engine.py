@@ -676,3 +676,18 @@ def test_a_socket_the_program_moved_is_still_reset_at_its_read_deadline(shim, se
     assert rep["read"] in (104, 32), (rep, r.err)   # ECONNRESET, or EPIPE for a blocked read
     near(rep["ms"], 1000)
     assert shim.entry(srv.dest)["timeouts"] == 1
+
+
+@pytest.mark.shim
+def test_the_seccomp_engine_says_at_start_that_it_keeps_no_max_requests(shim, server):
+    # (issue 49) it sees connects and closes, not requests: said once, at
+    # start, where the operator looks; the program runs as it would
+    srv = server("http")
+    shim.policy("[defaults]\nmax_requests = 2\n")
+    r = shim.run([BUILD / "fclient-static", srv.host, srv.port])
+    assert r.last_json()["connect"] == "OK", r.err
+    said = [l for l in r.err.splitlines() if "max_requests is not kept" in l]
+    assert len(said) == 1 and said[0].startswith("shimrun: "), r.err
+    shim.policy("[defaults]\nmax_connections = 2\n")
+    r = shim.run([BUILD / "fclient-static", srv.host, srv.port])
+    assert "max_requests" not in r.err, r.err

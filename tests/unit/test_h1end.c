@@ -103,3 +103,29 @@ Test(h1end, a_header_named_like_the_framing_ones_is_not_them)
 	same_everywhere("HTTP/1.1 200 OK\r\nX-Content-Length: 2\r\nContent-Length: 3\r\n\r\nabc", 0, NS_H1E_DONE);
 	same_everywhere("HTTP/1.1 200 OK\r\nTransfer-Encodin: chunked\r\nContent-Length: 1\r\n\r\na", 0, NS_H1E_DONE);
 }
+
+/* The readers of whole tokens at once (status line, a framing header's
+ * name and a Content-Length line, a line nobody reads, the blank line) give
+ * what the byte reader gives: each answer here is read whole (at once) and
+ * split everywhere (the byte reader where a token is cut). */
+Test(h1end, tokens_read_at_once_say_what_the_byte_reader_says)
+{
+	same_everywhere("HTTP/1.1 200 OK\r\nCONTENT-length:\t12 \t\r\n\r\nhello world!", 0, NS_H1E_DONE);
+	same_everywhere("HTTP/1.1 200 OK\r\nContent-Length: 1\r2\r\n\r\n123456789012", 0, NS_H1E_DONE);
+	same_everywhere("HTTP/1.1 200 OK\r\nContent-Length: \r3\r\n\r\nabc", 0, NS_H1E_DONE);
+	same_everywhere("HTTP/1.1 200 OK\r\nContent-Length: 3 4\r\n\r\nabc", 0, NS_H1E_UNKNOWN);
+	same_everywhere("HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\n", 0, NS_H1E_UNKNOWN);
+	same_everywhere("HTTP/1.1 200 OK\r\nContent\rLength: 3\r\n\r\nabc", 0, NS_H1E_UNKNOWN);
+	same_everywhere("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc", 0, NS_H1E_DONE);
+	same_everywhere("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabc", 0, NS_H1E_UNKNOWN);
+	same_everywhere("HTTP/1.1 200 OK\r\nTRANSFER-ENCODING: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 0,
+			NS_H1E_DONE);
+	same_everywhere("HTTP/1.1 200 OK\r\nTransfer\rEncoding: chunked\r\nContent-Length: 1\r\n\r\na", 0,
+			NS_H1E_UNKNOWN);
+	same_everywhere("HTTP/1.1 2000 OK\r\nContent-Length: 1\r\n\r\na", 0,
+			NS_H1E_DONE); /* (its first three digits) */
+	same_everywhere("HTTP/1.x 200 OK\r\nContent-Length: 1\r\n\r\na", 0, NS_H1E_UNKNOWN);
+	same_everywhere("HTTP/1.1 204 No Content\r\nServer: x\r\n\r\n", 0, NS_H1E_DONE);
+	same_everywhere("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 0, NS_H1E_DONE);
+	same_everywhere("HTTP/1.1 200 OK\r\n\r\r\n\r\n", 0, NS_H1E_UNKNOWN);
+}

@@ -50,9 +50,13 @@ Test(reqq, the_entry_that_waited_longest_goes_first_and_a_newcomer_after_all)
 	cr_assert_eq(ns_reqq_before(&q, a, W(7, 1000), 2000, 1000000), b);
 	cr_assert_eq(ns_reqq_before(&q, c, W(9, 1100), 2000, 1000000), b);
 	cr_assert_eq(ns_reqq_before(&q, -1, W(5, 2000), 2000, 1000000), b, "one with no entry is behind all");
-	cr_assert_eq(ns_reqq_leave(&q, b, W(8, 900)), 0);
+	cr_assert_eq(ns_reqq_leave(&q, b, W(8, 900)), 0, "no one blocked: no one to wake");
 	cr_assert_eq(q.queued, 2);
-	cr_assert_eq(q.wake, 1, "its leaving moves the word");
+	cr_assert_eq(q.wake, 0, "and the word is left as it is");
+	q.waiters = 1;
+	cr_assert_eq(ns_reqq_leave(&q, c, W(9, 1100)), 1);
+	cr_assert_eq(q.wake, 1, "a blocked waiter: the word moves");
+	cr_assert((c = ns_reqq_enqueue(&q, W(9, 1100))) >= 0, "(in the first free entry)");
 	cr_assert_eq(ns_reqq_before(&q, a, W(7, 1000), 2000, 1000000), -1);
 	/* leaving with another's word: nothing */
 	cr_assert_eq(ns_reqq_leave(&q, a, W(8, 1000)), 0);

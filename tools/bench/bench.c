@@ -36,6 +36,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <sys/select.h>
 #include <sys/resource.h>
 #include <stdio.h>
@@ -164,6 +166,102 @@ static int rtt(long n, int rw)
 	close(lfd);
 	if (n)
 		printf("rtt_ns %.0f\n", (double)(t1 - t0) / (double)n);
+	return 0;
+}
+
+/* max_requests = 1 passed between two processes (the caller's policy): each
+ * makes n keep-alive exchanges on its own connection; a place's hand-off is
+ * from the moment one process's answer was read (its place given back) to
+ * the moment the other's send, held for that place, returned. Prints the
+ * hand-offs' p50 and p99 in us. */
+#define HANDOFF_MAX 20000
+struct handoff {
+	long long rel[2]; /* atomic: each side's last answer read */
+	int ready;        /* atomic */
+	long ngap[2];
+	long long gap[2][HANDOFF_MAX];
+};
+
+static int ho_lfd, ho_fds[2];
+
+static void *ho_server(void *arg)
+{
+	pthread_t th[2];
+
+	(void)arg;
+	for (int k = 0; k < 2; k++) {
+		ho_fds[k] = accept(ho_lfd, NULL, NULL);
+		pthread_create(&th[k], NULL, answer, &ho_fds[k]);
+	}
+	for (int k = 0; k < 2; k++)
+		pthread_join(th[k], NULL);
+	return NULL;
+}
+
+static int handoff(long n)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t l = sizeof(a);
+	struct handoff *h = mmap(NULL, sizeof(*h), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	static long long all[2 * HANDOFF_MAX];
+	int one = 1, side, cfd;
+	pthread_t srv;
+	pid_t kid;
+	long m = 0;
+
+	ho_lfd = socket(AF_INET, SOCK_STREAM, 0);
+	if (n > HANDOFF_MAX)
+		n = HANDOFF_MAX;
+	if (h == MAP_FAILED || ho_lfd < 0 || bind(ho_lfd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+	    listen(ho_lfd, 4) < 0 || getsockname(ho_lfd, (struct sockaddr *)&a, &l) < 0) {
+		perror("bench: handoff");
+		return 1;
+	}
+	memset(h, 0, sizeof(*h));
+	kid = fork();
+	side = kid == 0;
+	if (!side)
+		pthread_create(&srv, NULL, ho_server, NULL);
+	cfd = socket(AF_INET, SOCK_STREAM, 0);
+	if (cfd < 0 || connect(cfd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		perror("bench: handoff connect");
+		return 1;
+	}
+	setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	__atomic_fetch_add(&h->ready, 1, __ATOMIC_SEQ_CST);
+	while (__atomic_load_n(&h->ready, __ATOMIC_SEQ_CST) < 2)
+		;
+	for (long i = 0; i < n; i++) {
+		char b[sizeof(ka_ans)];
+		size_t got = 0;
+		ssize_t r;
+		long long t0 = now_ns(), t1, rel;
+
+		if (send(cfd, ka_req, sizeof(ka_req) - 1, 0) != (ssize_t)sizeof(ka_req) - 1)
+			return 1;
+		t1 = now_ns();
+		rel = __atomic_load_n(&h->rel[!side], __ATOMIC_SEQ_CST);
+		if (rel > t0 && h->ngap[side] < HANDOFF_MAX) /* held until the other gave its place back */
+			h->gap[side][h->ngap[side]++] = t1 - rel;
+		while (got < sizeof(ka_ans) - 1 && (r = recv(cfd, b + got, sizeof(ka_ans) - 1 - got, 0)) > 0)
+			got += (size_t)r;
+		__atomic_store_n(&h->rel[side], now_ns(), __ATOMIC_SEQ_CST);
+	}
+	close(cfd);
+	if (side)
+		_exit(0);
+	waitpid(kid, NULL, 0);
+	pthread_join(srv, NULL);
+	for (int s2 = 0; s2 < 2; s2++)
+		for (long k = 0; k < h->ngap[s2]; k++)
+			all[m++] = h->gap[s2][k];
+	if (!m) {
+		printf("handoffs 0\n");
+		return 0;
+	}
+	qsort(all, (size_t)m, sizeof(all[0]), cmp_ll);
+	printf("handoffs %ld p50_us %.1f p99_us %.1f\n", m, (double)all[m / 2] / 1000,
+	       (double)all[m * 99 / 100] / 1000);
 	return 0;
 }
 
@@ -646,6 +744,8 @@ int main(int argc, char **argv)
 		return hold();
 	if (argc == 4 && strcmp(argv[1], "first") == 0)
 		return first(argv[2], atoi(argv[3]));
+	if (argc == 3 && strcmp(argv[1], "handoff") == 0)
+		return handoff(atol(argv[2]));
 	if (argc == 5 && strcmp(argv[1], "failfast") == 0)
 		return failfast(argv[2], atoi(argv[3]), atol(argv[4]));
 	fprintf(stderr, "usage: bench rtt N | bench keepalive N | bench poll N | bench epoll N | bench failfast ADDR PORT N\n");

@@ -76,6 +76,24 @@ if command -v valgrind >/dev/null; then
 	echo "$line"
 	c=$(awk -v a="$(awk '{print $NF}' <<<"$line")" -v p="$plain" 'BEGIN { printf "%.1f", a - p }')
 	echo "    rate adds $c per request (bar <= 100: $(bar "$c" 100 "<="))"
+	printf '[defaults]\nmax_requests = 8\n' >"$work/req.conf"
+	printf '[defaults]\nmax_requests = auto\n' >"$work/reqauto.conf"
+	for k in req reqauto; do
+		line=$(SHIM_ENV="NETSHIM_POLICY=$work/$k.conf" added "  the same with $(tail -1 "$work/$k.conf") (a place free)" 5000 - keepalive)
+		echo "$line"
+		c=$(awk -v a="$(awk '{print $NF}' <<<"$line")" -v p="$plain" 'BEGIN { printf "%.1f", a - p }')
+		echo "    $(tail -1 "$work/$k.conf") adds $c per request (bar <= 150: $(bar "$c" 150 "<="))"
+	done
+	printf '[defaults]\nmax_requests = 1\nqueue_timeout = 30s\n' >"$work/req1.conf"
+	read -r _ hn _ p50 _ p99 < <(NETSHIM_TABLE="$table.ho" NETSHIM_POLICY="$work/req1.conf" LD_PRELOAD="$LIB" "$BUILD/bench" handoff 5000)
+	rm -f "/dev/shm/$table.ho"
+	echo "    a held request's hand-off to the next (two processes, max_requests = 1, $hn hand-offs): p50 $p50 us (bar < 500: $(bar "$p50" 500 "<=")), p99 $p99 us (bar < 2000: $(bar "$p99" 2000 "<="))"
+	if command -v strace >/dev/null; then
+		# system calls of 2000 requests+answers, with and without a place to take
+		sc() { env "$@" strace -f -c -o "$work/sc" "$BUILD/bench" keepalive 2000 >/dev/null 2>&1; awk '$NF == "total" {print $4}' "$work/sc"; }
+		s0=$(sc NETSHIM_TABLE="$table" LD_PRELOAD="$LIB"); s1=$(sc NETSHIM_TABLE="$table" LD_PRELOAD="$LIB" NETSHIM_POLICY="$work/req.conf")
+		echo "    system calls of 2000 requests+answers: $s0 without max_requests, $s1 with (bar: the same: $(bar "$((s1 - s0))" 0 "<="))"
+	fi
 	for k in auto throttle; do
 		line=$(SHIM_ENV="NETSHIM_POLICY=$work/$k.conf" added "  the same with $(cat "$work/$k.conf" | tail -1)" 5000 - keepalive)
 		echo "$line"

@@ -11,7 +11,7 @@ NEW=$(cd "$2" && pwd)
 TOOLS=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 export NETSHIM_TABLE=netshim-compare.$$
-trap 'rm -rf "$work" /dev/shm/$NETSHIM_TABLE' EXIT
+trap 'rm -rf "$work" /dev/shm/$NETSHIM_TABLE /dev/shm/$NETSHIM_TABLE.old /dev/shm/$NETSHIM_TABLE.new' EXIT
 unset NETSHIM_POLICY NETSHIM_DISABLE LD_PRELOAD NETSHIM_TRACE
 bar() { :; }
 . "$TOOLS/irkit.sh"
@@ -26,9 +26,13 @@ while IFS='|' read -r label n policy args; do
 	env=""
 	[ -n "$policy" ] && env="NETSHIM_POLICY=$work/$policy"
 	# shellcheck disable=SC2086
-	a=$(BUILD=$OLD LIB=$OLD/libnetshim.so SHIM_ENV=$env added x "$n" - $args | awk '{print $NF}')
+	# (a table each: two builds of different table versions refuse each
+	# other's, and the second would run with none)
+	a=$(NETSHIM_TABLE=$NETSHIM_TABLE.old BUILD=$OLD LIB=$OLD/libnetshim.so SHIM_ENV=$env added x "$n" - $args |
+		awk '{print $NF}')
 	# shellcheck disable=SC2086
-	b=$(BUILD=$NEW LIB=$NEW/libnetshim.so SHIM_ENV=$env added x "$n" - $args | awk '{print $NF}')
+	b=$(NETSHIM_TABLE=$NETSHIM_TABLE.new BUILD=$NEW LIB=$NEW/libnetshim.so SHIM_ENV=$env added x "$n" - $args |
+		awk '{print $NF}')
 	awk -v l="$label" -v a="$a" -v b="$b" \
 		'BEGIN { printf "  %-46s %8.1f %8.1f %7.2f %%\n", l, a, b, a ? (b - a) / a * 100 : 0 }'
 done <<'EOF'

@@ -76,6 +76,15 @@ void ns_gacct_init(struct ns_gacct *a, struct ns_table *t, const struct ns_polic
 			level = i;
 	a->t = t;
 	the = a;
+	/* said once, at start: max_requests is kept by the library, which
+	 * reads requests; this engine sees connects and closes only */
+	for (int i = 0; i < live->nsections; i++)
+		if ((live->sec[i].set & NS_KBIT(NS_K_MAX_REQUESTS)) && live->sec[i].v.max_requests && level >= 2) {
+			fprintf(stderr,
+				"shimrun: max_requests is not kept for this program: the seccomp engine sees "
+				"its connects, not its requests (max_connections caps its connections)\n");
+			break;
+		}
 	if (!(path && *path) && live->shadow[0])
 		path = live->shadow;
 	if (!path || !*path || !t->hdr)
