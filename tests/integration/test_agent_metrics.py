@@ -144,9 +144,11 @@ DASHBOARD = BUILD.parent / "tools" / "agent" / "grafana" / "netshim.json"
 def test_every_dashboard_panel_query_returns_data_and_the_panels_render(metered, server, prometheus, tmp_path):
     node, port = metered
     ok, slow, bad = server("http"), server("http", delay=30), server("reset")
-    # the adaptive limit's panel: one destination under max_connections = auto
+    # the adaptive limits' panels: one destination under max_connections =
+    # auto, one under max_requests = auto
     pol = node.shim.policy_path
-    pol.write_text(pol.read_text() + f'\n[host "{ok.dest}"]\nmax_connections = auto\n')
+    pol.write_text(pol.read_text() + f'\n[host "{ok.dest}"]\nmax_connections = auto\n'
+                   f'\n[host "{slow.dest}"]\nmax_requests = auto\n')
     url = prometheus(port)
     assert wait_for(lambda: instant(url, "netshim_agent_redis_connected"), 20) is not None, "no scrape"
     trip(node, bad)
