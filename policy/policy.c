@@ -263,8 +263,17 @@ static int line_of(const struct ns_policy *p, const struct ns_section *s, int k)
 	return (s->set & NS_KBIT(k)) ? s->key_line[k] : p->sec[0].key_line[k];
 }
 
+/* A bound lo over its hi (either set in s): an error at the line of the one set. */
+static void bounds_in_order(struct perr *e, const struct ns_policy *p, const struct ns_section *s, int lo, int hi)
+{
+	if ((s->set & (NS_KBIT(lo) | NS_KBIT(hi))) && value_in(p, s, lo) > value_in(p, s, hi))
+		ns_perr_add(e, line_of(p, s, (s->set & NS_KBIT(hi)) ? hi : lo), "%s (%u) is over %s (%u)",
+			    ns_key_names[lo], value_in(p, s, lo), ns_key_names[hi], value_in(p, s, hi));
+}
+
 /* max_connections_min/_max, adaptive_backoff and adaptive_interval shape
- * max_connections = auto; throttle_k and throttle_window, throttle =
+ * max_connections = auto (max_requests_min/_max max_requests = auto, which
+ * the last two shape too); throttle_k and throttle_window, throttle =
  * adaptive: each set where its key is not in force is an error, and so is a
  * minimum over the maximum. */
 static void check_adaptive(struct perr *e, const struct ns_policy *p, const struct ns_section *s)
@@ -289,22 +298,8 @@ static void check_adaptive(struct perr *e, const struct ns_policy *p, const stru
 			ns_perr_add(e, s->key_line[k],
 				    "%s: shapes max_requests = auto, which this section (or [defaults]) does not set",
 				    ns_key_names[k]);
-	if ((s->set & (NS_KBIT(NS_K_MAX_REQUESTS_MIN) | NS_KBIT(NS_K_MAX_REQUESTS_MAX))) &&
-	    value_in(p, s, NS_K_MAX_REQUESTS_MIN) > value_in(p, s, NS_K_MAX_REQUESTS_MAX))
-		ns_perr_add(e,
-			    line_of(p, s,
-				    (s->set & NS_KBIT(NS_K_MAX_REQUESTS_MAX)) ? NS_K_MAX_REQUESTS_MAX
-									      : NS_K_MAX_REQUESTS_MIN),
-			    "max_requests_min (%u) is over max_requests_max (%u)",
-			    value_in(p, s, NS_K_MAX_REQUESTS_MIN), value_in(p, s, NS_K_MAX_REQUESTS_MAX));
-	if ((s->set & (NS_KBIT(NS_K_MAX_CONNECTIONS_MIN) | NS_KBIT(NS_K_MAX_CONNECTIONS_MAX))) &&
-	    value_in(p, s, NS_K_MAX_CONNECTIONS_MIN) > value_in(p, s, NS_K_MAX_CONNECTIONS_MAX))
-		ns_perr_add(e,
-			    line_of(p, s,
-				    (s->set & NS_KBIT(NS_K_MAX_CONNECTIONS_MAX)) ? NS_K_MAX_CONNECTIONS_MAX
-										 : NS_K_MAX_CONNECTIONS_MIN),
-			    "max_connections_min (%u) is over max_connections_max (%u)",
-			    value_in(p, s, NS_K_MAX_CONNECTIONS_MIN), value_in(p, s, NS_K_MAX_CONNECTIONS_MAX));
+	bounds_in_order(e, p, s, NS_K_MAX_REQUESTS_MIN, NS_K_MAX_REQUESTS_MAX);
+	bounds_in_order(e, p, s, NS_K_MAX_CONNECTIONS_MIN, NS_K_MAX_CONNECTIONS_MAX);
 }
 
 /* Keys that mean nothing without another: slow_start ramps max_connections

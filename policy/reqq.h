@@ -28,16 +28,7 @@ static inline struct ns_reqq *ns_reqq_of(struct ns_table *t, int idx)
 /* One of places [0, cap) for holder (never 0): its number, or -1. */
 static inline int ns_reqq_take(struct ns_reqq *q, uint32_t cap, uint32_t holder)
 {
-	if (cap > NS_PLACES)
-		cap = NS_PLACES;
-	for (uint32_t p = 0; p < cap; p++) {
-		uint32_t free_ = 0;
-
-		if (!__atomic_load_n(&q->place[p], __ATOMIC_RELAXED) &&
-		    __atomic_compare_exchange_n(&q->place[p], &free_, holder, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-			return (int)p;
-	}
-	return -1;
+	return ns_places_take(q->place, cap, holder);
 }
 
 /* ...under max_requests = auto: one of [0, span) while fewer than cap are

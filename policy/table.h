@@ -523,22 +523,29 @@ static inline struct ns_slot *ns_table_slot_(const struct ns_table *t, int idx)
 }
 
 /* (inline: a connect under max_connections takes one, its close gives it back) */
-static inline int ns_table_place_take(struct ns_table *t, int idx, uint32_t cap, uint32_t holder)
+/* One of places[0, cap) (at most NS_PLACES) for holder (never 0): its
+ * number, or -1 (max_connections' and max_requests' places alike). */
+static inline int ns_places_take(uint32_t *place, uint32_t cap, uint32_t holder)
 {
-	struct ns_slot *s = ns_table_slot_(t, idx);
-
-	if (!s || !holder)
+	if (!holder)
 		return -1;
 	if (cap > NS_PLACES)
 		cap = NS_PLACES;
 	for (uint32_t p = 0; p < cap; p++) {
 		uint32_t free_ = 0;
 
-		if (!__atomic_load_n(&s->place[p], __ATOMIC_RELAXED) &&
-		    __atomic_compare_exchange_n(&s->place[p], &free_, holder, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		if (!__atomic_load_n(&place[p], __ATOMIC_RELAXED) &&
+		    __atomic_compare_exchange_n(&place[p], &free_, holder, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 			return (int)p;
 	}
 	return -1;
+}
+
+static inline int ns_table_place_take(struct ns_table *t, int idx, uint32_t cap, uint32_t holder)
+{
+	struct ns_slot *s = ns_table_slot_(t, idx);
+
+	return s ? ns_places_take(s->place, cap, holder) : -1;
 }
 
 static inline int ns_table_place_release(struct ns_table *t, int idx, int p, uint32_t holder, uint32_t *waiters)

@@ -232,27 +232,6 @@ static __attribute__((noinline)) int held(int fd, struct ns_conn *c, struct ns_r
 	}
 }
 
-int ns_req_start(int fd, struct ns_conn *c, int nonblock)
-{
-	const struct ns_settings *set = ns_conn_set(c);
-	int slot = LD(c->slot), p;
-	struct ns_reqq *q;
-	uint32_t self;
-
-	if (slot < 0 || !ns_tbl_on() || !(q = ns_reqq_of(&ns_breakers, slot)) || !(self = ns_shape_holder()))
-		return 0; /* nothing to count with: not kept */
-	if (LD(c->rq) && LD(c->rq_holder) == self)
-		return 0; /* the place its last request kept (its end unseen) serves this one */
-	if (likely(!__atomic_load_n(&q->queued, __ATOMIC_ACQUIRE)) && !LD(c->rq_qword) &&
-	    (p = take(q, slot, set, self, 0)) >= 0) {
-		got(c, slot, self, p);
-		if (unlikely(set->rate_interval_us))
-			rate_next(c, set, ns_now());
-		return 0;
-	}
-	return held(fd, c, q, slot, set, self, nonblock, 1);
-}
-
 /* Does this process hold a place of q (a stream or request in flight)? */
 static int holds_one(const struct ns_reqq *q, uint32_t self)
 {
@@ -262,7 +241,11 @@ static int holds_one(const struct ns_reqq *q, uint32_t self)
 	return 0;
 }
 
-int ns_req_stream(int fd, struct ns_conn *c, int nonblock, int tls)
+/* What asks for a place: an HTTP/1 request, an h2 stream in clear text,
+ * one inside a TLS library's write. */
+enum { FOR_H1, FOR_STREAM, FOR_STREAM_TLS };
+
+static int place_for(int fd, struct ns_conn *c, int nonblock, int what)
 {
 	const struct ns_settings *set = ns_conn_set(c);
 	int slot = LD(c->slot), p;
@@ -271,12 +254,16 @@ int ns_req_stream(int fd, struct ns_conn *c, int nonblock, int tls)
 
 	if (slot < 0 || !ns_tbl_on() || !(q = ns_reqq_of(&ns_breakers, slot)) || !(self = ns_shape_holder()))
 		return 0; /* nothing to count with: not kept */
+	if (what == FOR_H1 && LD(c->rq) && LD(c->rq_holder) == self)
+		return 0; /* the place its last request kept (its end unseen) serves this one */
 	if (likely(!__atomic_load_n(&q->queued, __ATOMIC_ACQUIRE)) && !LD(c->rq_qword) &&
 	    (p = take(q, slot, set, self, 0)) >= 0) {
 		got(c, slot, self, p);
+		if (what == FOR_H1 && unlikely(set->rate_interval_us))
+			rate_next(c, set, ns_now());
 		return 0;
 	}
-	if (tls && holds_one(q, self)) {
+	if (what == FOR_STREAM_TLS && holds_one(q, self)) {
 		/* inside a TLS library's write the wait blocks the thread, which
 		 * may be the one that would read the answers that free this
 		 * process's places (curl's one loop): the stream goes, over the
@@ -287,7 +274,17 @@ int ns_req_stream(int fd, struct ns_conn *c, int nonblock, int tls)
 		__atomic_fetch_add(&q->over, 1, __ATOMIC_RELAXED);
 		return 0;
 	}
-	return held(fd, c, q, slot, set, self, nonblock, 0);
+	return held(fd, c, q, slot, set, self, nonblock, what == FOR_H1);
+}
+
+int ns_req_start(int fd, struct ns_conn *c, int nonblock)
+{
+	return place_for(fd, c, nonblock, FOR_H1);
+}
+
+int ns_req_stream(int fd, struct ns_conn *c, int nonblock, int tls)
+{
+	return place_for(fd, c, nonblock, tls ? FOR_STREAM_TLS : FOR_STREAM);
 }
 
 /* Up to n of c's places back (mask: every one), the waiters woken. */

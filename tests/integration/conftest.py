@@ -223,6 +223,34 @@ def redis_cluster(tmp_path_factory):
     c.close()
 
 
+def serve_on_loopback(serve, backlog=1024):
+    """A listener on 127.0.0.1 (a free port) whose connections serve(conn)
+    takes, each in a thread of its own: (the socket, its port)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(backlog)
+    accept_forever(sock, serve)
+    return sock, sock.getsockname()[1]
+
+
+def shimrun_spawn(shim, args, env=None):
+    """args started by shimrun under the test's policy and table, its
+    output piped (wait_all collects it)."""
+    cmd = [str(BUILD / "shimrun"), "--policy", str(shim.policy_path), "--"] + [str(a) for a in args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=base_env(shim.table, shim.policy_path, env))
+
+
+def wait_all(procs, timeout=120):
+    """Each process's (exit status, stdout, stderr), in order."""
+    out = []
+    for p in procs:
+        o, e = p.communicate(timeout=timeout)
+        out.append((p.returncode, o, e))
+    return out
+
+
 def accept_forever(sock, serve):
     """Each connection the listening sock accepts, served by serve(conn) in
     a thread of its own, until sock is stopped (stop_listener)."""

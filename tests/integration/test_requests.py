@@ -7,11 +7,9 @@ byte goes out, so before the client can read the answer's end and give
 its place back; a request let in over the cap overlaps the others' and is
 counted. Real programs (python requests with sessions, over HTTP and
 HTTPS; aiohttp; node) run under the shim in several processes at once."""
-import hashlib
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import threading
@@ -19,8 +17,8 @@ import time
 
 import pytest
 
-from conftest import (BUILD, NEGATIVE, accept_forever, base_env, each_stopped, py_script, read_head,
-                      stop_listener)
+from conftest import (BUILD, base_env, each_stopped, py_script, read_head, serve_on_loopback,
+                      shimrun_spawn as spawn, stop_listener, wait_all)
 
 BODY = bytes(range(256)) * 64   # 16 KiB, sent in pieces
 
@@ -51,14 +49,9 @@ class InflightServer:
         self.cur = self.peak = self.total = 0
         self.order = []
         self.log = []              # (when, path) of each request's head
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(1024)
-        self.port = self.sock.getsockname()[1]
+        self.sock, self.port = serve_on_loopback(self._serve)
         self.dest = f"127.0.0.1:{self.port}"
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}/"
-        accept_forever(self.sock, self._serve)
 
     def _serve(self, c):
         try:
@@ -119,20 +112,6 @@ def tls_pair(tmp_path_factory):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(d / "c.pem", d / "k.pem")
     return ctx
-
-
-def spawn(shim, args, env=None):
-    cmd = [str(BUILD / "shimrun"), "--policy", str(shim.policy_path), "--"] + [str(a) for a in args]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=base_env(shim.table, shim.policy_path, env))
-
-
-def wait_all(procs, timeout=240):
-    out = []
-    for p in procs:
-        o, e = p.communicate(timeout=timeout)
-        out.append((p.returncode, o, e))
-    return out
 
 
 def last_json(out):
@@ -424,7 +403,7 @@ def test_four_scrapy_crawls_share_two_places_and_ten_a_second_fairly(shim, infli
     shim.policy("[defaults]\nmax_requests = 2\nrate = 10/s\n")
     py = py_script(tmp_path, SCRAPY)
     t0 = time.monotonic()
-    results = wait_all([spawn(shim, py + [f"http://127.0.0.1:{srv.port}", i, 5]) for i in range(4)])
+    results = wait_all([spawn(shim, py + [f"http://127.0.0.1:{srv.port}", i, 5]) for i in range(4)], timeout=300)
     took = time.monotonic() - t0
     for rc, o, e in results:
         assert rc == 0 and last_json(o) == {"ok": 55, "bad": 0, "err": 0}, (o, e)
@@ -461,13 +440,8 @@ class CapServer:
         self.lock = threading.Lock()
         self.cur = 0
         self.codes = {200: 0, 429: 0}
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(256)
-        self.port = self.sock.getsockname()[1]
+        self.sock, self.port = serve_on_loopback(self._serve)
         self.dest = f"127.0.0.1:{self.port}"
-        accept_forever(self.sock, self._serve)
 
     def heal(self):
         with self.lock:

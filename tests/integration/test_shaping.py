@@ -18,7 +18,7 @@ import time
 import pytest
 
 from conftest import (BUILD, NEGATIVE, PY, accept_forever, base_env, each_stopped, open_breaker_by_failing,
-                      py_script, read_head, stop_listener)
+                      py_script, read_head, shimrun_spawn as spawn, stop_listener, wait_all)
 
 
 class CountingServer:
@@ -91,12 +91,6 @@ def counting():
     yield from each_stopped(CountingServer)
 
 
-def spawn(shim, args, env=None):
-    cmd = [str(BUILD / "shimrun"), "--policy", str(shim.policy_path), "--"] + [str(a) for a in args]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=base_env(shim.table, shim.policy_path, env))
-
-
 REQUESTS = """
 import json, sys, requests
 ok = 0
@@ -104,14 +98,6 @@ for _ in range(int(sys.argv[2])):
     ok += requests.get(sys.argv[1], timeout=60).status_code == 200
 print(json.dumps({"ok": ok}))
 """
-
-
-def wait_all(procs, timeout=120):
-    out = []
-    for p in procs:
-        o, e = p.communicate(timeout=timeout)
-        out.append((p.returncode, o, e))
-    return out
 
 
 @pytest.mark.shim
