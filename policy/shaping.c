@@ -119,7 +119,7 @@ struct ad {
 };
 
 /* a limit (thousandths) within the bounds; 0, none yet: the minimum */
-static uint32_t ad_bound(uint32_t milli, const struct ad *a)
+static inline __attribute__((always_inline)) uint32_t ad_bound(uint32_t milli, const struct ad *a)
 {
 	uint32_t lo = a->min * 1000, hi = a->max * 1000;
 
@@ -131,7 +131,7 @@ static uint32_t ad_bound(uint32_t milli, const struct ad *a)
 }
 
 /* max_connections' (req 0) or max_requests' (req 1) limit of slot s */
-static struct ad ad_of(struct ns_slot *s, const struct ns_settings *set, int req)
+static inline __attribute__((always_inline)) struct ad ad_of(struct ns_slot *s, const struct ns_settings *set, int req)
 {
 	struct ad a = { NULL, 0, 0 };
 
@@ -142,7 +142,7 @@ static struct ad ad_of(struct ns_slot *s, const struct ns_settings *set, int req
 	return a;
 }
 
-static uint32_t ad_limit(const struct ad *a)
+static inline __attribute__((always_inline)) uint32_t ad_limit(const struct ad *a)
 {
 	uint32_t m = ad_bound(a->word ? NS_ADAPT_LIMIT(LOAD(a->word)) : 0, a) / 1000;
 
@@ -163,7 +163,8 @@ uint32_t ns_table_req_limit(const struct ns_table *t, int idx, const struct ns_s
 	return ad_limit(&a);
 }
 
-static void ad_event(const struct ad *a, const struct ns_settings *set, int ev, int place, uint64_t now_ms)
+static inline __attribute__((always_inline)) void ad_event(const struct ad *a, const struct ns_settings *set, int ev,
+							   int place, uint64_t now_ms)
 {
 	uint64_t iv = now_ms / (set->adaptive_interval_ms ? set->adaptive_interval_ms : 1000), old, nw;
 
@@ -233,7 +234,7 @@ void ns_table_adapt_outcome(struct ns_table *t, int idx, const struct ns_setting
  * cost: where SSE2 is there (x86-64 always) the 32 words are read eight
  * vectors at once into a mask of the free ones, no loop and no branch.
  * Each word is read whole (aligned; only its being 0 matters, as LOAD). */
-static uint32_t places_held(const uint32_t *place, uint32_t span, int *first_free)
+static inline __attribute__((always_inline)) uint32_t places_held(const uint32_t *place, uint32_t span, int *first_free)
 {
 	uint32_t n = 0;
 
@@ -274,7 +275,8 @@ static uint32_t places_held(const uint32_t *place, uint32_t span, int *first_fre
 	return n;
 }
 
-static int take_under(uint32_t *place, uint32_t cap, uint32_t span, uint32_t holder, uint32_t *held)
+static inline __attribute__((always_inline)) int take_under(uint32_t *place, uint32_t cap, uint32_t span,
+							    uint32_t holder, uint32_t *held)
 {
 	*held = 0;
 	if (!holder)
