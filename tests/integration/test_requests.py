@@ -238,20 +238,25 @@ print(json.dumps({"ok": r.status_code == 200 and len(r.content) == 16384}))
 
 @pytest.mark.shim
 def test_the_place_that_frees_goes_to_the_request_that_waited_longest(shim, inflight, tmp_path):
-    # one place, held 1.5 s; six processes start their requests 0.15 s
-    # apart while it is held, each on its own connection: they are served
-    # in the order they began to wait (each then holds the place 0.2 s, in
-    # which every other waiter is woken and must let the oldest go)
+    # one place, held 3 s; six processes start their requests one after
+    # the other while it is held, each on its own connection (the next is
+    # started once the one before is in the queue, or served: a started
+    # process's request, on a loaded machine, may begin to wait after a
+    # later one's, which CI saw once with 0.15 s between starts): they are
+    # served in the order they began to wait (each then holds the place
+    # 0.2 s, in which every other waiter is woken and must let the oldest go)
     srv = inflight(hold=0.2)
     shim.policy("[defaults]\nmax_requests = 1\nqueue_timeout = 60s\n")
-    holder = spawn(shim, py_script(tmp_path, TAGGED.replace('"tag/" + sys.argv[2]', '"hold/1500"')) + [srv.url, "h"])
+    holder = spawn(shim, py_script(tmp_path, TAGGED.replace('"tag/" + sys.argv[2]', '"hold/3000"')) + [srv.url, "h"])
     deadline = time.monotonic() + 30
     while srv.total < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
     procs = []
     for i in range(6):
         procs.append(spawn(shim, py_script(tmp_path, TAGGED) + [srv.url, str(i)]))
-        time.sleep(0.15)
+        deadline = time.monotonic() + 60
+        while shim.entry(srv.dest)["requests_queued"] + len(srv.order) < i + 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
     for rc, o, e in wait_all([holder] + procs):
         assert rc == 0 and last_json(o)["ok"], e
     assert srv.order == [str(i) for i in range(6)], srv.order
