@@ -206,11 +206,12 @@ static uint32_t chunk_size_byte(struct ns_h1end *e, char ch)
 	return unknown(e);
 }
 
-/* Whole tokens within the bytes at hand, read at once (what the byte at a
- * time reader below does with them, in fewer steps: an answer's head was
- * ~29 instructions a byte): a status line's "HTTP/1.x NNN", a line nobody
- * reads to its end, a framing header's name. How many bytes it took (0:
- * none; the byte reader goes on). */
+/* The head's whole lines within the bytes at hand, read a line at a time
+ * (what the byte at a time reader below does with them, in fewer steps: an
+ * answer's head was ~29 instructions a byte, then ~20 steps of a token
+ * each): the status line's "HTTP/1.x NNN", a line nobody reads to its end,
+ * a framing header's name and a Content-Length value. Anything else, and
+ * a line not whole here, is left to the byte reader. */
 static uint64_t word_at(const char *b)
 {
 	uint64_t w;
@@ -219,105 +220,144 @@ static uint64_t word_at(const char *b)
 	return w;
 }
 
-/* b begins "content-length:" or "transfer-encoding:" in any case (H_CL,
- * H_TE), or neither (0); n bytes at hand, at least 18. A byte OR 0x20 is a
- * lower-case letter only for that letter in either case; for '-' it is '-'
- * or '\r' too, so the hyphen is looked at alone. */
-static uint32_t framing_name(const char *b)
-{
-	const uint64_t low = 0x2020202020202020ULL;
+#define LOW 0x2020202020202020ULL
 
-	if ((word_at(b) | low) == word_at("content-") && b[7] == '-' && (word_at(b + 6) | low) == word_at("t-length") &&
-	    b[14] == ':')
-		return H_CL;
-	if ((word_at(b) | low) == word_at("transfer") && b[8] == '-' && (word_at(b + 9) | low) == word_at("encoding") &&
-	    b[17] == ':')
-		return H_TE;
-	return 0;
+/* The first of 8 bytes where two words differ (8: none). */
+static uint32_t first_diff(uint64_t x)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	return x ? (uint32_t)__builtin_ctzll(x) >> 3 : 8;
+#else
+	uint32_t i = 0;
+
+	while (i < 8 && !(x >> (56 - 8 * i) & 0xff))
+		i++;
+	return i;
+#endif
+}
+
+/* How many bytes of b (18 at hand) spell the one framing name whose first
+ * letter b has (h: H_CL content-length, H_TE transfer-encoding), in any
+ * case. A byte OR 0x20 is a lower-case letter only for that letter in
+ * either case; for '-' it is '-' or '\r' too, so the hyphens are matched
+ * as they are. */
+static uint32_t name_match(const char *b, uint32_t h)
+{
+	uint32_t m;
+
+	if (h == H_CL) {
+		/* "content-" (its hyphen, byte 7, unmasked), "length" */
+		if ((m = first_diff((word_at(b) | (LOW >> 8)) ^ word_at("content-"))) < 8)
+			return m;
+		m = first_diff((word_at(b + 8) | LOW) ^ word_at("length\0\0"));
+		return m < 6 ? 8 + m : 14;
+	}
+	if ((m = first_diff((word_at(b) | LOW) ^ word_at("transfer"))) < 8)
+		return m;
+	if (b[8] != '-')
+		return 8;
+	m = first_diff((word_at(b + 9) | LOW) ^ word_at("encoding"));
+	return 9 + m;
 }
 
 /* A Content-Length value's line, whole in b[0, n) up to its "\n": the
- * byte reader's verdict on it (value_byte), at once. */
+ * byte reader's verdict on it (value_byte), at once, in one pass. 0: not
+ * whole here, or not plain digits (the byte reader says what). */
 static size_t cl_line(struct ns_h1end *e, const char *b, size_t n)
 {
-	const char *nl = memchr(b, '\n', n);
-	size_t j = 0, end;
+	size_t j = 0;
 	uint64_t v = 0;
 
-	if (!nl)
-		return 0;
-	end = (size_t)(nl - b);
-	while (j < end && (b[j] == ' ' || b[j] == '\t'))
+	while (j < n && (b[j] == ' ' || b[j] == '\t'))
 		j++;
-	if (j == end || b[j] < '0' || b[j] > '9')
-		return 0; /* (no digit, or junk: the byte reader says what) */
-	for (; j < end && b[j] >= '0' && b[j] <= '9'; j++) {
+	if (j == n || (unsigned char)(b[j] - '0') > 9)
+		return 0;
+	for (; j < n && (unsigned char)(b[j] - '0') <= 9; j++) {
 		if (v > (UINT64_MAX - 9) / 10)
 			return 0;
 		v = v * 10 + (uint64_t)(b[j] - '0');
 	}
-	while (j < end && (b[j] == ' ' || b[j] == '\t' || b[j] == '\r'))
+	while (j < n && (b[j] == ' ' || b[j] == '\t' || b[j] == '\r'))
 		j++;
-	if (j != end || (e->flags & F_CL && e->left != v))
+	if (j == n || b[j] != '\n' || (e->flags & F_CL && e->left != v))
 		return 0;
 	e->num = v;
 	e->flags |= F_DIGIT;
 	value_end(e);
-	return end + 1;
+	return j + 1;
 }
 
-static size_t at_once(struct ns_h1end *e, const char *b, size_t n)
+static int blank(char ch)
 {
-	const char *nl;
+	return ch == '\n' || ch == '\r' || ch == ' ' || ch == '\t';
+}
 
-	switch (e->st) {
-	case S_STATUS:
+/* e->st one of S_STATUS, S_STATUS_REST, S_LINE, S_SKIP: how many bytes
+ * the head's lines took (0: none; the byte reader goes on). */
+static size_t head_lines(struct ns_h1end *e, const char *b, size_t n)
+{
+	const char *p = b, *end = b + n, *nl;
+
+	if (e->st == S_STATUS) {
 		if (e->pos || n < 12 || memcmp(b, "HTTP/1.", 7) != 0 || b[7] < '0' || b[7] > '9' || b[8] != ' ' ||
 		    b[9] < '0' || b[9] > '9' || b[10] < '0' || b[10] > '9' || b[11] < '0' || b[11] > '9')
 			return 0;
 		e->code = (uint32_t)(b[9] - '0') * 100 + (uint32_t)(b[10] - '0') * 10 + (uint32_t)(b[11] - '0');
 		e->pos = 12;
 		e->st = S_STATUS_REST;
-		return 12;
-	case S_STATUS_REST:
-	case S_SKIP:
-		if (!(nl = memchr(b, '\n', n)))
-			return n;
-		e->st = S_LINE;
-		e->pos = 0;
-		return (size_t)(nl - b) + 1;
-	case S_LINE: {
-		char lc = b[0] >= 'A' && b[0] <= 'Z' ? (char)(b[0] + 32) : b[0];
-		uint32_t h;
+		p += 12;
+	}
+	for (;;) {
+		uint32_t h, m, len;
+		size_t took;
 
-		if (!e->pos && n >= 2 && b[0] == '\r' && b[1] == '\n') {
+		if (e->st != S_LINE) { /* S_STATUS_REST, S_SKIP: to the line's end */
+			if (!(nl = memchr(p, '\n', (size_t)(end - p))))
+				return n;
+			p = nl + 1;
+			e->st = S_LINE;
+			e->pos = 0;
+		}
+		if (e->pos || end - p < 2)
+			return (size_t)(p - b);
+		if (p[0] == '\r') {
+			if (p[1] != '\n')
+				return (size_t)(p - b);
 			headers_end(e); /* the blank line */
-			return 2;
+			return (size_t)(p + 2 - b);
 		}
-		if (e->pos || b[0] == '\n' || b[0] == '\r' || b[0] == ' ' || b[0] == '\t' || b[0] == ':')
-			return 0;
-		if (lc != 'c' && lc != 't') {
+		if ((p[0] | 0x20) != 'c' && (p[0] | 0x20) != 't') {
+			if (blank(p[0]) || p[0] == ':')
+				return (size_t)(p - b);
 			e->st = S_SKIP; /* a name no framing header has */
-			return 1;
+			p++;
+			continue;
 		}
-		h = n >= sizeof(te_name) ? framing_name(b) : 0;
-		if (h == H_CL) {
-			e->hdr = H_CL;
-			e->num = 0;
-			e->flags &= ~(uint32_t)(F_DIGIT | F_VEND);
-			e->st = S_VALUE;
-			return sizeof(cl_name) + cl_line(e, b + sizeof(cl_name), n - sizeof(cl_name));
+		if (end - p < 18)
+			return (size_t)(p - b);
+		h = (p[0] | 0x20) == 'c' ? H_CL : H_TE;
+		len = h == H_CL ? sizeof(cl_name) - 1 : sizeof(te_name) - 1;
+		m = name_match(p, h);
+		if (blank(p[m]))
+			return (size_t)(p - b); /* (the byte reader: not a header to trust) */
+		if (m < len || p[m] != ':') {
+			e->st = S_SKIP; /* another name (name_byte's verdict) */
+			p += m;
+			continue;
 		}
+		e->hdr = h;
+		e->st = S_VALUE;
 		if (h == H_TE) {
-			e->hdr = H_TE;
 			e->te = 0;
-			e->st = S_VALUE;
-			return sizeof(te_name);
+			return (size_t)(p + len + 1 - b);
 		}
-		return 0;
+		e->num = 0;
+		e->flags &= ~(uint32_t)(F_DIGIT | F_VEND);
+		p += len + 1;
+		if (!(took = cl_line(e, p, (size_t)(end - p))))
+			return (size_t)(p - b);
+		p += took; /* S_LINE again */
 	}
-	}
-	return 0;
 }
 
 uint32_t ns_h1end_feed(struct ns_h1end *e, const char *b, size_t n)
@@ -328,7 +368,8 @@ uint32_t ns_h1end_feed(struct ns_h1end *e, const char *b, size_t n)
 		char ch = b[i];
 		size_t took;
 
-		if (e->st <= S_SKIP && e->st != S_NAME && e->st != S_VALUE && (took = at_once(e, b + i, n - i)) != 0) {
+		if (e->st <= S_SKIP && e->st != S_NAME && e->st != S_VALUE &&
+		    (took = head_lines(e, b + i, n - i)) != 0) {
 			i += took;
 			continue;
 		}

@@ -129,3 +129,30 @@ Test(h1end, tokens_read_at_once_say_what_the_byte_reader_says)
 	same_everywhere("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 0, NS_H1E_DONE);
 	same_everywhere("HTTP/1.1 200 OK\r\n\r\r\n\r\n", 0, NS_H1E_UNKNOWN);
 }
+
+/* The line walker (a whole head in one read): names that begin as the
+ * framing ones do and part from them at each place, in any case, with a
+ * blank or a colon where they part, give what the byte reader gives. */
+Test(h1end, a_whole_head_read_line_by_line_says_what_the_byte_reader_says)
+{
+	same_everywhere("HTTP/1.1 200 OK\r\nServer: nginx/1.22.1\r\nDate: Sun, 06 Dec 2026 12:00:00 GMT\r\n"
+			"Content-Type: text/html; charset=utf-8\r\nContent-Length: 5\r\nConnection: keep-alive\r\n"
+			"Cache-Control: no-cache\r\nTrailer: x\r\nTE: y\r\nVary: Accept-Encoding\r\n\r\nhello",
+			0, NS_H1E_DONE);
+	same_everywhere("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+			"Connection: keep-alive\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+			0, NS_H1E_DONE);
+	same_everywhere("HTTP/1.1 200 OK\r\nContent-Length : 5\r\n\r\nhello", 0, NS_H1E_UNKNOWN);
+	same_everywhere("HTTP/1.1 200 OK\r\nContent-Len gth: 5\r\nContent-Length: 5\r\n\r\nhello", 0, NS_H1E_UNKNOWN);
+	same_everywhere("HTTP/1.1 200 OK\r\nContent-Lengt: 9\r\nContent-Length: 5\r\n\r\nhello", 0, NS_H1E_DONE);
+	same_everywhere("HTTP/1.1 200 OK\r\nContent:-Length: 9\r\ncontent-length: 5\r\n\r\nhello", 0, NS_H1E_DONE);
+	same_everywhere("HTTP/1.1 200 OK\r\nContent-LengthX: 9\r\nCONTENT-LENGTH: 5\r\n\r\nhello", 0, NS_H1E_DONE);
+	same_everywhere("HTTP/1.1 200 OK\r\nContent\r\n-Length: 9\r\n\r\nhello", 0, NS_H1E_UNKNOWN);
+	same_everywhere("HTTP/1.1 200 OK\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n", 0, NS_H1E_UNKNOWN);
+	same_everywhere("HTTP/1.1 200 OK\r\nTransfer_Encoding: chunked\r\nContent-Length: 1\r\n\r\na", 0, NS_H1E_DONE);
+	same_everywhere("HTTP/1.1 200 OK\r\nTransfer-EncodingZ: chunked\r\nContent-Length: 1\r\n\r\na", 0, NS_H1E_DONE);
+	same_everywhere("HTTP/1.1 200 OK\r\ntransfer-encoding: identity\r\n\r\nabc", 0, NS_H1E_UNKNOWN);
+	same_everywhere("HTTP/1.1 200 OK\r\nct\r\nContent-Length: 1\r\n\r\na", 0, NS_H1E_DONE);
+	same_everywhere("HTTP/1.1 200 OK\r\nc\r\nContent-Length: 1\r\n\r\na", 0, NS_H1E_UNKNOWN);
+	same_everywhere("HTTP/1.1 200 OK\r\nC: 1\r\nT: 2\r\nContent-Length: 1\r\n\r\na", 0, NS_H1E_DONE);
+}
