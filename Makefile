@@ -117,7 +117,7 @@ $(BUILD)/tools/shimrun/shimrun.o: tools/shimrun/shimrun.c $(wildcard policy/*.h)
 	$(CC) $(FINAL_CFLAGS) -DNS_LIBDIR='"$(LIBDIR)"' -c -o $@ $<
 
 $(BUILD)/shimrun: $(BUILD)/tools/shimrun/shimrun.o $(BUILD)/tools/shimrun/supervise.o $(BUILD)/tools/shimrun/govern.o \
-		$(BUILD)/tools/shimrun/govacct.o $(BUILD)/tools/shimrun/sockwatch.o $(POLICY_OBJ)
+		$(BUILD)/tools/shimrun/govacct.o $(BUILD)/tools/shimrun/govwait.o $(BUILD)/tools/shimrun/sockwatch.o $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
 
 $(BUILD)/faultsrv: $(BUILD)/tools/testsrv/faultsrv.o

@@ -22,8 +22,10 @@ int ns_admit_breaker(const struct ns_engine *e, struct ns_table *t, int slot, co
 
 void ns_admit_forked(struct ns_admitter *a)
 {
-	for (int i = 0; i < NS_SAID_WAYS; i++)
+	for (int i = 0; i < NS_SAID_WAYS; i++) {
 		__atomic_store_n(&a->said[i], 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&a->req_said[i], 0, __ATOMIC_RELAXED);
+	}
 }
 
 static int says(const struct ns_engine *e, int level)
@@ -127,27 +129,102 @@ int ns_admit_place(const struct ns_engine *e, struct ns_admitter *a, struct ns_t
 	return p;
 }
 
-void ns_admit_turned_away(const struct ns_engine *e, struct ns_admitter *a, struct ns_table *t, int slot,
-			  const struct ns_settings *set, const char *key, uint64_t now_ms, uint32_t pid)
+/* A connect's or (requests) a request's wait for a place found none. */
+static void turned_away(const struct ns_engine *e, struct ns_admitter *a, struct ns_table *t, int slot,
+			const struct ns_settings *set, const char *key, uint64_t now_ms, uint32_t pid, int requests)
 {
-	int machine = ns_table_throttled(t, slot, now_ms);
+	int machine = requests ? ns_reqq_throttled(t, slot, now_ms) : ns_table_throttled(t, slot, now_ms);
 
-	if (says(e, SAY_WARN) && ns_said_here(a->said, slot, now_ms)) {
+	if (says(e, SAY_WARN) && ns_said_here(requests ? a->req_said : a->said, slot, now_ms)) {
 		/* each process's first of a minute is said where its operator
 		 * looks: a connect refused for a cap is no network failure. The
 		 * limit named is the one in force (auto's now, slow_start's) */
 		char limit[48], line[NS_KEY_MAX + 200];
 
-		ns_cap_text(t, slot, set, now_ms, limit, sizeof(limit));
-		snprintf(line, sizeof(line),
-			 "%s: max_connections (%s) reached: connects turned away after queue_timeout (%llu ms), "
-			 "counted throttled (said at most once a minute)",
-			 key, limit, (unsigned long long)set->queue_timeout_ms);
+		if (requests)
+			snprintf(limit, sizeof(limit), "%u",
+				 set->req_adaptive ? ns_table_req_limit(t, slot, set) : set->max_requests);
+		else
+			ns_cap_text(t, slot, set, now_ms, limit, sizeof(limit));
+		snprintf(
+			line, sizeof(line),
+			requests
+				? "%s: max_requests (%s) reached: requests failed at their start after queue_timeout "
+				  "(%llu ms), counted throttled (said at most once a minute)"
+				: "%s: max_connections (%s) reached: connects turned away after queue_timeout (%llu ms), "
+				  "counted throttled (said at most once a minute)",
+			key, limit, (unsigned long long)set->queue_timeout_ms);
 		e->say(SAY_WARN, line);
 	}
 	if (machine)
 		ns_event_write(e, t, NS_E_THROTTLING, slot, key, NULL, 0,
-			       "max_connections reached: connects turned away", pid, NULL, 0);
+			       requests ? "max_requests reached: requests failed at their start"
+					: "max_connections reached: connects turned away",
+			       pid, NULL, 0);
+}
+
+void ns_admit_turned_away(const struct ns_engine *e, struct ns_admitter *a, struct ns_table *t, int slot,
+			  const struct ns_settings *set, const char *key, uint64_t now_ms, uint32_t pid)
+{
+	turned_away(e, a, t, slot, set, key, now_ms, pid, 0);
+}
+
+void ns_admit_request_turned_away(const struct ns_engine *e, struct ns_admitter *a, struct ns_table *t, int slot,
+				  const struct ns_settings *set, const char *key, uint64_t now_ms, uint32_t pid)
+{
+	turned_away(e, a, t, slot, set, key, now_ms, pid, 1);
+}
+
+/* May this engine look for dead request waiters and holders now (deep: a
+ * reused pid too)? One look per 50 ms, not per waiter. */
+static int req_look_due(struct ns_admitter *a, uint64_t ms, int *deep)
+{
+	uint64_t last = __atomic_load_n(&a->req_looked_ms, __ATOMIC_RELAXED);
+
+	if (ms < last + 50 ||
+	    !__atomic_compare_exchange_n(&a->req_looked_ms, &last, ms, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		return 0;
+	last = __atomic_load_n(&a->req_deep_ms, __ATOMIC_RELAXED);
+	*deep = ms >= last + 1000 &&
+		__atomic_compare_exchange_n(&a->req_deep_ms, &last, ms, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+	return 1;
+}
+
+int ns_admit_request(struct ns_admitter *a, struct ns_table *t, int slot, const struct ns_settings *set,
+		     uint32_t holder, int qi, uint64_t word, uint64_t now_ns)
+{
+	struct ns_reqq *q = ns_reqq_of(t, slot);
+	/* no wait lasts past queue_timeout (and a second): an entry older is a
+	 * waiter that is gone */
+	uint64_t stale = set->queue_timeout_ms * 1000 + 1000000, ms = now_ns / 1000000;
+	uint32_t stale_us = stale > 1800000000u ? 1800000000u : (uint32_t)stale, now_us = (uint32_t)(now_ns / 1000);
+	int deep = 0, look = 0, o, p;
+
+	if (!q)
+		return -1;
+	if ((o = ns_reqq_before(q, qi, word, now_us, stale_us)) >= 0) {
+		if (!(look = req_look_due(a, ms, &deep)) || !ns_reqq_drop_dead(q, o, holder, deep) ||
+		    ns_reqq_before(q, qi, word, now_us, stale_us) >= 0)
+			return -1;
+	}
+	p = ns_admit_request_now(t, slot, set, holder, ms);
+	if (p < 0 && (look || req_look_due(a, ms, &deep)) && ns_reqq_reclaim(q, set->max_requests, holder, deep) > 0)
+		p = ns_admit_request_now(t, slot, set, holder, ms);
+	return p;
+}
+
+uint32_t *ns_admit_request_release(struct ns_table *t, int slot, int place, uint32_t holder, int qi, uint64_t word)
+{
+	struct ns_reqq *q = ns_reqq_of(t, slot);
+	int wake = 0;
+
+	if (!q)
+		return NULL;
+	if (word && qi >= 0)
+		wake |= ns_reqq_leave(q, qi, word);
+	if (place >= 0)
+		wake |= ns_reqq_release(q, place, holder);
+	return wake ? &q->wake : NULL;
 }
 
 uint64_t ns_admit_token(struct ns_table *t, int slot, const struct ns_settings *set, uint64_t now_us, uint64_t *rng,

@@ -21,15 +21,19 @@
 #include <stdint.h>
 
 #include "account.h"
+#include "reqq.h"
 #include "table.h"
 
 #define NS_RECENT 256u /* retry_budget: the last failure per destination (a few share an entry) */
 
 /* One engine's own state for the questions (a process's, shimrun's). */
 struct ns_admitter {
-	uint64_t recent[NS_RECENT];  /* atomic: slot << 32 | CLOCK_MONOTONIC ms of its last failure here */
-	uint64_t said[NS_SAID_WAYS]; /* its lines, once a minute per destination (ns_said_here) */
-	uint64_t deep_ms;            /* atomic: its last look at /proc for a holder whose pid was reused */
+	uint64_t recent[NS_RECENT];      /* atomic: slot << 32 | CLOCK_MONOTONIC ms of its last failure here */
+	uint64_t said[NS_SAID_WAYS];     /* its lines, once a minute per destination (ns_said_here) */
+	uint64_t req_said[NS_SAID_WAYS]; /* ...max_requests' */
+	uint64_t deep_ms;                /* atomic: its last look at /proc for a holder whose pid was reused */
+	uint64_t req_looked_ms;          /* atomic: its last look for dead request waiters and holders */
+	uint64_t req_deep_ms;            /* ...the last of those that looked for reused pids too */
 };
 
 /* The breaker's answer to a connect to slot (key) from process pid:
@@ -109,6 +113,41 @@ static inline uint32_t *ns_admit_release(struct ns_table *t, int slot, int place
  * machine's first an event (pid: the process it came from). */
 void ns_admit_turned_away(const struct ns_engine *e, struct ns_admitter *a, struct ns_table *t, int slot,
 			  const struct ns_settings *set, const char *key, uint64_t now_ms, uint32_t pid);
+
+/* max_requests: a request's place of slot for holder now, of the limit
+ * in force (fixed, or auto's: a place taken with half of it or more in
+ * flight grows it), or -1. The fast path's try: no queue, no look. */
+static inline int ns_admit_request_now(struct ns_table *t, int slot, const struct ns_settings *set, uint32_t holder,
+				       uint64_t now_ms)
+{
+	struct ns_reqq *q = ns_reqq_of(t, slot);
+	uint32_t held;
+	int p;
+
+	if (!q)
+		return -1;
+	if (__builtin_expect(!set->req_adaptive, 1))
+		return ns_reqq_take(q, set->max_requests, holder);
+	p = ns_reqq_take_under(q, ns_table_req_limit(t, slot, set), set->max_requests, holder, &held);
+	if (p >= 0)
+		ns_table_req_limit_event(t, slot, set, NS_ADAPT_PLACE, (int)held, now_ms);
+	return p;
+}
+/* ...a waiting request's turn: a place if no one waited longer (qi, word:
+ * its queue entry, qi -1 when it has none; a waiter that died does not
+ * count) and one is free (a holder that died frees its). The dead are
+ * looked for at most every 50 ms per engine (reused pids once a second).
+ * Its index, or -1. */
+int ns_admit_request(struct ns_admitter *a, struct ns_table *t, int slot, const struct ns_settings *set,
+		     uint32_t holder, int qi, uint64_t word, uint64_t now_ns);
+/* A place given back by its holder (and its wait's entry, qi/word, when it
+ * still had one): the futex word to wake when someone waits, else NULL. */
+uint32_t *ns_admit_request_release(struct ns_table *t, int slot, int place, uint32_t holder, int qi, uint64_t word);
+/* A request (the seccomp engine: a connect) that waited queue_timeout for
+ * a place and found none: counted requests_throttled, said and an event as
+ * ns_admit_turned_away says a connect's. */
+void ns_admit_request_turned_away(const struct ns_engine *e, struct ns_admitter *a, struct ns_table *t, int slot,
+				  const struct ns_settings *set, const char *key, uint64_t now_ms, uint32_t pid);
 
 /* rate: a token of slot's bucket at now_us: 0 taken, else when one is due
  * (us). rng: the caller's state (slow_start, rate_jitter draw their step).

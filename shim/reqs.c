@@ -27,29 +27,12 @@
 #include <errno.h>
 
 #include "../policy/account.h"
+#include "../policy/admit.h"
 #include "../policy/reqq.h"
 #include "shape.h"
 
 #define LOOK_NS (50 * 1000000LL) /* a blocked waiter looks for the dead this often */
 #define TICK_NS (2 * 1000000LL)  /* a held non-blocking send is not writable this long */
-
-static uint64_t said[NS_SAID_WAYS]; /* the process's line once a minute */
-static uint64_t looked_ms, deep_ms; /* the last looks for the dead (one process-wide each 50 ms; deep each 1 s) */
-
-/* May this process look for dead waiters and holders now (deep: a reused
- * pid too)? One look per 50 ms for the process, not per waiter. */
-static int look_due(monotime now, int *deep)
-{
-	uint64_t ms = (uint64_t)(now / 1000000), last = __atomic_load_n(&looked_ms, __ATOMIC_RELAXED);
-
-	if (ms < last + LOOK_NS / 1000000 ||
-	    !__atomic_compare_exchange_n(&looked_ms, &last, ms, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		return 0;
-	last = __atomic_load_n(&deep_ms, __ATOMIC_RELAXED);
-	*deep = ms >= last + 1000 &&
-		__atomic_compare_exchange_n(&deep_ms, &last, ms, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-	return 1;
-}
 
 /* c's: its record's end gives back what it holds (fdtab.c) */
 static void mine(struct ns_conn *c, int slot, uint32_t self)
@@ -66,22 +49,13 @@ static void got(struct ns_conn *c, int slot, uint32_t self, int p)
 	__atomic_fetch_or(&c->rq, 1u << (p & 31), __ATOMIC_RELEASE);
 }
 
-/* A place of the limit in force: max_requests, or under auto the limit
- * the destination taught (a place taken with half of it or more in flight
- * lets it grow). Its number, or -1. now: 0 when not read yet. */
-static int take(struct ns_reqq *q, int slot, const struct ns_settings *set, uint32_t self, monotime now)
+/* A place of the limit in force (policy/admit.h), or -1. now: 0 when
+ * not read yet (the common case reads no clock: only auto wants one). */
+static int take(int slot, const struct ns_settings *set, uint32_t self, monotime now)
 {
-	uint32_t held;
-	int p;
-
-	if (likely(!set->req_adaptive))
-		return ns_reqq_take(q, set->max_requests, self);
-	p = ns_reqq_take_under(q, ns_table_req_limit(&ns_breakers, slot, set), set->max_requests, self, &held);
-	if (p >= 0 && !now)
-		now = ns_now(); /* (the common case's caller reads no clock) */
-	if (p >= 0)
-		ns_table_req_limit_event(&ns_breakers, slot, set, NS_ADAPT_PLACE, (int)held, (uint64_t)(now / 1000000));
-	return p;
+	if (unlikely(set->req_adaptive) && !now)
+		now = ns_now();
+	return ns_admit_request_now(&ns_breakers, slot, set, self, (uint64_t)(now / 1000000));
 }
 
 /* c's wait is over (a place, or not): its entry leaves the queue. */
@@ -93,30 +67,6 @@ static void unqueue(struct ns_conn *c, struct ns_reqq *q)
 	ST(c->rq_qi, 0u);
 	if (w && qi >= 0 && ns_reqq_leave(q, qi, w))
 		ns_shape_futex_wake(&q->wake);
-}
-
-/* The request's turn: a place if no one waited longer (a waiter that
- * died does not count) and one is free (a holder that died frees its):
- * its number, or -1. */
-static int turn(struct ns_conn *c, struct ns_reqq *q, const struct ns_settings *set, uint32_t self, monotime now)
-{
-	uint64_t w = LD(c->rq_qword);
-	int qi = (int)LD(c->rq_qi) - 1, deep = 0, look = 0, p;
-	/* no wait lasts past queue_timeout (and a second): an entry older is a
-	 * waiter that is gone */
-	uint64_t stale = set->queue_timeout_ms * 1000 + 1000000;
-	uint32_t stale_us = stale > 1800000000u ? 1800000000u : (uint32_t)stale;
-	int o = ns_reqq_before(q, qi, w, (uint32_t)(now / 1000), stale_us);
-
-	if (o >= 0) {
-		if (!(look = look_due(now, &deep)) || !ns_reqq_drop_dead(q, o, self, deep) ||
-		    ns_reqq_before(q, qi, w, (uint32_t)(now / 1000), stale_us) >= 0)
-			return -1;
-	}
-	p = take(q, LD(c->rq_slot), set, self, now);
-	if (p < 0 && (look || look_due(now, &deep)) && ns_reqq_reclaim(q, set->max_requests, self, deep) > 0)
-		p = take(q, LD(c->rq_slot), set, self, now);
-	return p;
 }
 
 /* The request has its place. Under rate it takes a token now, a
@@ -155,19 +105,11 @@ static void waited(struct ns_conn *c, int slot, const struct ns_settings *set, m
 /* queue_timeout passed: the request fails at its start. */
 static int turned_away(struct ns_conn *c, int slot, const struct ns_settings *set, monotime now)
 {
-	uint64_t ms = (uint64_t)(now / 1000000);
 	char key[NS_KEY_MAX];
-	int event = ns_reqq_throttled(&ns_breakers, slot, ms);
 
 	ns_conn_key(c, key);
-	if (ns_log_level >= NS_LOG_WARN && ns_said_here(said, slot, ms))
-		ns_log(NS_LOG_WARN,
-		       "%s: max_requests (%u) reached: requests failed at their start after queue_timeout (%llu ms), "
-		       "counted throttled (said at most once a minute)",
-		       key, set->max_requests, (unsigned long long)set->queue_timeout_ms);
-	if (event)
-		ns_event_write(&ns_engine, &ns_breakers, NS_E_THROTTLING, slot, key, NULL, 0,
-			       "max_requests reached: requests failed at their start", (uint32_t)ns_own_pid, NULL, 0);
+	ns_admit_request_turned_away(&ns_engine, &ns_admitter_here, &ns_breakers, slot, set, key,
+				     (uint64_t)(now / 1000000), (uint32_t)ns_own_pid);
 	errno = ECONNREFUSED;
 	return -1;
 }
@@ -201,7 +143,8 @@ static __attribute__((noinline)) int held(int fd, struct ns_conn *c, struct ns_r
 		if (!nonblock)
 			__atomic_fetch_add(&q->waiters, 1, __ATOMIC_SEQ_CST);
 		seen = __atomic_load_n(&q->wake, __ATOMIC_SEQ_CST);
-		p = turn(c, q, set, self, now);
+		p = ns_admit_request(&ns_admitter_here, &ns_breakers, slot, set, self, (int)LD(c->rq_qi) - 1,
+				     LD(c->rq_qword), (uint64_t)now);
 		if (!nonblock && (p >= 0 || now >= deadline || (limit && now >= limit)))
 			__atomic_fetch_sub(&q->waiters, 1, __ATOMIC_SEQ_CST);
 		if (p >= 0) {
@@ -257,7 +200,7 @@ static int place_for(int fd, struct ns_conn *c, int nonblock, int what)
 	if (what == FOR_H1 && LD(c->rq) && LD(c->rq_holder) == self)
 		return 0; /* the place its last request kept (its end unseen) serves this one */
 	if (likely(!__atomic_load_n(&q->queued, __ATOMIC_ACQUIRE)) && !LD(c->rq_qword) &&
-	    (p = take(q, slot, set, self, 0)) >= 0) {
+	    (p = take(slot, set, self, 0)) >= 0) {
 		got(c, slot, self, p);
 		if (what == FOR_H1 && unlikely(set->rate_interval_us))
 			rate_next(c, set, ns_now());

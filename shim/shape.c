@@ -54,7 +54,7 @@
 
 /* This process's own state for the core's questions (policy/admit.h):
  * its last failures (retry_budget), its lines once a minute. */
-static struct ns_admitter admitter;
+struct ns_admitter ns_admitter_here; /* the process's own state for the core's questions */
 
 uint32_t ns_shape_self;   /* atomic: this process's holder word, 0 until first needed */
 static uint64_t atfork_once; /* lock.h: a handler inside its own thread's set-up does without */
@@ -118,8 +118,8 @@ static int own_idle(void *ctx, int slot, uint32_t span, uint32_t holder)
  * itself. loop: the connect is an event loop's (non-blocking). */
 static int take(struct ns_conn *c, int slot, const struct ns_settings *set, uint32_t holder, int published, int loop)
 {
-	int p = ns_admit_place(&ns_engine, &admitter, &ns_breakers, slot, set, holder, (uint64_t)(ns_now() / 1000000),
-			       own_idle, &loop);
+	int p = ns_admit_place(&ns_engine, &ns_admitter_here, &ns_breakers, slot, set, holder,
+			       (uint64_t)(ns_now() / 1000000), own_idle, &loop);
 
 	if (p < 0)
 		return 0;
@@ -192,15 +192,15 @@ static void lines_mine(void)
 	int me = ns_own_pid, was = __atomic_load_n(&said_pid, __ATOMIC_RELAXED);
 
 	if (was != me && __atomic_compare_exchange_n(&said_pid, &was, me, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		ns_admit_forked(&admitter);
+		ns_admit_forked(&ns_admitter_here);
 }
 
 void ns_shape_throttled(int slot, const char *key, const struct ns_settings *set)
 {
 	lines_mine();
 	NS_LOG(NS_LOG_DEBUG, "%s: every place held (max_connections), connect turned away", key);
-	ns_admit_turned_away(&ns_engine, &admitter, &ns_breakers, slot, set, key, (uint64_t)(ns_now() / 1000000),
-			     (uint32_t)ns_own_pid);
+	ns_admit_turned_away(&ns_engine, &ns_admitter_here, &ns_breakers, slot, set, key,
+			     (uint64_t)(ns_now() / 1000000), (uint32_t)ns_own_pid);
 }
 
 /**** rate ****/
@@ -585,7 +585,7 @@ void ns_shape_exec_failed(struct ns_conn **list, int n)
 
 void ns_shape_note_failure(int slot, monotime now)
 {
-	ns_admit_note_failure(&admitter, slot, (uint64_t)(now / 1000000));
+	ns_admit_note_failure(&ns_admitter_here, slot, (uint64_t)(now / 1000000));
 }
 
 int ns_shape_throttle(int slot, const char *key, const struct ns_settings *set, monotime now)
@@ -598,8 +598,8 @@ int ns_shape_throttle(int slot, const char *key, const struct ns_settings *set, 
 		rng = (uint64_t)now ^
 			(uint64_t)getpid(); /* (seeded per thread; a forked child's draws go on from its parent's) */
 	lines_mine();
-	return ns_admit_throttle(&ns_engine, &admitter, &ns_breakers, slot, set, key, (uint64_t)(now / 1000000), &rng,
-				 (uint32_t)ns_own_pid);
+	return ns_admit_throttle(&ns_engine, &ns_admitter_here, &ns_breakers, slot, set, key, (uint64_t)(now / 1000000),
+				 &rng, (uint32_t)ns_own_pid);
 }
 
 int ns_shape_request_admit(struct ns_conn *c)
@@ -636,5 +636,5 @@ int ns_shape_retry(int slot, const struct ns_settings *set, monotime now)
 {
 	if (!ns_tbl_on())
 		return 0;
-	return ns_admit_retry(&admitter, &ns_breakers, slot, set, (uint64_t)(now / 1000000));
+	return ns_admit_retry(&ns_admitter_here, &ns_breakers, slot, set, (uint64_t)(now / 1000000));
 }

@@ -13,6 +13,10 @@
  * non-blocking connect waits for one (ns_shape_due, from the waits);
  * NS_SHAPE_REFUSE: turned away (throttled: ns_shape_throttled). */
 enum { NS_SHAPE_GO, NS_SHAPE_WAITED, NS_SHAPE_QUEUED, NS_SHAPE_REFUSE };
+struct ns_admitter;
+/* The process's own state for the core's questions (policy/admit.h). */
+extern NS_HIDDEN struct ns_admitter ns_admitter_here;
+
 NS_HIDDEN int ns_shape_connect(struct ns_conn *c, const struct ns_settings *set, int slot, int nonblock, monotime now);
 /* The common case, inline: max_connections alone (no slow_start, no rate)
  * and a place free. NS_SHAPE_GO, or -1: ns_shape_connect decides. */

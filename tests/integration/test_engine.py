@@ -679,15 +679,41 @@ def test_a_socket_the_program_moved_is_still_reset_at_its_read_deadline(shim, se
 
 
 @pytest.mark.shim
-def test_the_seccomp_engine_says_at_start_that_it_keeps_no_max_requests(shim, server):
+def test_the_seccomp_engine_says_at_start_that_max_requests_counts_its_connections(shim, server):
     # (issue 49) it sees connects and closes, not requests: said once, at
     # start, where the operator looks; the program runs as it would
     srv = server("http")
     shim.policy("[defaults]\nmax_requests = 2\n")
     r = shim.run([BUILD / "fclient-static", srv.host, srv.port])
     assert r.last_json()["connect"] == "OK", r.err
-    said = [l for l in r.err.splitlines() if "max_requests is not kept" in l]
+    said = [l for l in r.err.splitlines() if "max_requests counts this program's connections" in l]
     assert len(said) == 1 and said[0].startswith("shimrun: "), r.err
+    assert shim.entry(srv.dest)["requests_inflight"] == 0   # its place back at its close
     shim.policy("[defaults]\nmax_connections = 2\n")
     r = shim.run([BUILD / "fclient-static", srv.host, srv.port])
     assert "max_requests" not in r.err, r.err
+
+
+@pytest.mark.shim
+def test_max_requests_holds_across_two_go_processes_and_a_preloaded_python(shim, gobins, tmp_path):
+    # (issue 49, item 7) the seccomp engine sees no requests: a Go
+    # program's connection is its request, holding one of max_requests'
+    # places from its connect to its close, in the same places and the
+    # same queue as the preloaded python's requests: the server never has
+    # more than 2 requests in flight from the three processes, and each
+    # is served
+    from test_requests import InflightServer
+    srv = InflightServer(hold=0.05)
+    try:
+        shim.policy("[defaults]\nmax_requests = 2\nqueue_timeout = 30s\n")
+        _, _, oks = hammer_all(shim, gobins, tmp_path, srv.url, 6, 3)
+        assert all(n > 0 for n in oks), oks
+        assert srv.total == sum(oks), (srv.total, oks)
+        assert srv.peak == 2, f"the server had {srv.peak} requests in flight at once"
+        e = shim.entry(srv.dest)
+        assert e["failures"] == 0 and e["requests_throttled"] == 0, e
+        assert e["requests_inflight"] == 0 and e["requests_queued"] == 0, e   # every place given back
+        assert e["requests_held"] > 0, e   # they waited for each other
+        assert e["engines"] == ["preload", "seccomp"] and e["seccomp_calls"] == sum(oks[:2]), e
+    finally:
+        srv.stop()

@@ -35,7 +35,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -52,6 +51,7 @@
 #include "../../policy/table.h"
 #include "../../policy/admit.h"
 #include "govacct.h"
+#include "govwait.h"
 #include "sockwatch.h"
 
 #define CONNS           NS_GOV_POLLED /* connects and connections governed at once */
@@ -68,14 +68,14 @@ struct conn {
 	int pfd;         /* the program's descriptor */
 	pid_t tid, tgid; /* the thread that connected, its process (0: not known yet) */
 	int slot;
-	int place;       /* max_connections' place held, or -1 */
-	int blocking;    /* the program's socket blocks: its connect is answered when decided */
-	int settled;     /* its success counted (its first bytes back) */
-	int waits_place; /* C_QUEUED: counted among the slot's waiters */
-	int old_uto;     /* the socket's own TCP_USER_TIMEOUT (ms) */
-	int fl;          /* its file status flags (O_NONBLOCK...) */
-	int paced;       /* C_QUEUED: counted paced once */
-	uint64_t id;     /* the notification (C_QUEUED, and a blocking C_CONNECTING) */
+	struct ns_gwait w; /* the places it holds (max_connections', max_requests') */
+	int blocking;      /* the program's socket blocks: its connect is answered when decided */
+	int settled;       /* its success counted (its first bytes back) */
+	int waits_place;   /* C_QUEUED: counted among the slot's waiters */
+	int old_uto;       /* the socket's own TCP_USER_TIMEOUT (ms) */
+	int fl;            /* its file status flags (O_NONBLOCK...) */
+	int paced;         /* C_QUEUED: counted paced once */
+	uint64_t id;       /* the notification (C_QUEUED, and a blocking C_CONNECTING) */
 	uint64_t start_ms, queued_ms, queue_deadline_ms, next_ms, total_deadline_ms;
 	socklen_t len;
 	struct sockaddr_storage ss;
@@ -177,20 +177,6 @@ static int throttled(struct ns_gov *g, int slot, const struct ns_settings *set, 
 				 (uint32_t)tid); /* (its thread: the engine's pid_of names its process) */
 }
 
-static void futex_wake(uint32_t *word)
-{
-	syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
-}
-
-static void give_place(struct ns_gov *g, struct conn *c)
-{
-	uint32_t *wake = ns_admit_release(&g->t, c->slot, c->place, g->holder);
-
-	if (wake)
-		futex_wake(wake); /* preloaded processes blocked for a place */
-	c->place = -1;
-}
-
 static void conn_free(struct ns_gov *g, struct conn *c)
 {
 	if (c->state == C_QUEUED) {
@@ -202,7 +188,7 @@ static void conn_free(struct ns_gov *g, struct conn *c)
 	} else if (c->state == C_OPEN) {
 		g->nopen--;
 	}
-	give_place(g, c);
+	ns_gw_release(&c->w, &g->t, c->slot, g->holder);
 	if (c->fd >= 0)
 		close(c->fd);
 	c->fd = -1;
@@ -219,21 +205,13 @@ static struct conn *conn_new(struct ns_gov *g)
 			if (i >= g->hi)
 				g->hi = i + 1;
 			g->c[i].fd = -1;
-			g->c[i].place = -1;
+			ns_gw_init(&g->c[i].w);
 			return &g->c[i];
 		}
 	return NULL;
 }
 
 /**** places and tokens ****/
-
-/* Someone waits for a place of slot: shimrun, or a preloaded process. */
-static int place_wanted(struct ns_gov *g, int slot)
-{
-	struct ns_slot *s = ns_table_slot_(&g->t, slot);
-
-	return s && __atomic_load_n(&s->place_waiters, __ATOMIC_RELAXED) > 0;
-}
 
 static void look(struct ns_gov *g, struct conn *c, uint64_t now);
 
@@ -247,7 +225,7 @@ static int own_closed(void *ctx, int slot, uint32_t span, uint32_t holder)
 
 	(void)span, (void)holder;
 	for (int i = 0; i < g->hi; i++)
-		if (g->c[i].state == C_OPEN && g->c[i].slot == slot && g->c[i].place >= 0) {
+		if (g->c[i].state == C_OPEN && g->c[i].slot == slot && g->c[i].w.place >= 0) {
 			look(g, &g->c[i], mono_ms());
 			freed |= g->c[i].state == C_FREE;
 		}
@@ -257,8 +235,9 @@ static int own_closed(void *ctx, int slot, uint32_t span, uint32_t holder)
 /* A place of c's destination: 1 taken, 0 none free. */
 static int take_place(struct ns_gov *g, struct conn *c, uint64_t now)
 {
-	c->place = ns_admit_place(&ns_seccomp_engine, &g->adm, &g->t, c->slot, &c->set, g->holder, now, own_closed, g);
-	return c->place >= 0;
+	c->w.place = ns_admit_place(&ns_seccomp_engine, &g->adm, &g->t, c->slot, &c->set, g->holder, now, own_closed,
+				    g);
+	return c->w.place >= 0;
 }
 
 /* rate's token: 0 taken, else when one is due (CLOCK_MONOTONIC us). */
@@ -291,25 +270,30 @@ static void abandon(struct ns_gov *g, struct conn *c)
 static void try_turn(struct ns_gov *g, struct conn *c)
 {
 	uint64_t now_us = mono_us(), now = now_us / 1000, due;
+	int wait;
 
 	if (now > c->queued_ms && !g->valid(g->ctx, c->id)) {
 		abandon(g, c); /* its call interrupted (and made again), or its process gone */
 		return;
 	}
-	if (c->set.max_connections && g->holder && c->place < 0 && !take_place(g, c, now)) {
+	/* a place of max_connections, then (a connection is a request here)
+	 * of max_requests, in the machine's order of waiting */
+	if ((wait = c->set.max_connections && g->holder && c->w.place < 0 && !take_place(g, c, now)) ||
+	    (c->set.max_requests && g->holder &&
+	     !ns_gw_request(&c->w, &g->adm, &g->t, c->slot, &c->set, g->holder, now_us))) {
 		if (now >= c->queue_deadline_ms) {
 			char key[NS_KEY_MAX];
 
 			key_of(g, c->slot, key, sizeof(key));
-			ns_admit_turned_away(&ns_seccomp_engine, &g->adm, &g->t, c->slot, &c->set, key, now,
-					     (uint32_t)tgid_of(c));
+			(wait ? ns_admit_turned_away : ns_admit_request_turned_away)(
+				&ns_seccomp_engine, &g->adm, &g->t, c->slot, &c->set, key, now, (uint32_t)tgid_of(c));
 			g->answer(g->ctx, c->id, ECONNREFUSED, 0);
 			conn_free(g, c);
 			return;
 		}
-		if (!c->waits_place) {
-			c->waits_place = 1;
-			ns_table_place_waiting(&g->t, c->slot, 1);
+		if (wait != c->waits_place) { /* (counted among the place's waiters while it waits for one) */
+			c->waits_place = wait;
+			ns_table_place_waiting(&g->t, c->slot, wait ? 1 : -1);
 		}
 		c->next_ms = now + PLACE_LOOK_MS < c->queue_deadline_ms ? now + PLACE_LOOK_MS : c->queue_deadline_ms;
 		return;
@@ -414,7 +398,8 @@ void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const stru
 	c->shadow_slot = ns_gacct_shadow_attempt(&g->acct, &d, key, now, &c->shadow_set);
 	c->queued_ms = now;
 	c->queue_deadline_ms = now + set.queue_timeout_ms;
-	if (set.mode == NS_MODE_ENFORCE && ((set.max_connections && g->holder) || set.rate_interval_us)) {
+	if (set.mode == NS_MODE_ENFORCE &&
+	    (((set.max_connections || set.max_requests) && g->holder) || set.rate_interval_us)) {
 		try_turn(g, c); /* its turn now, or held */
 		return;
 	}
@@ -432,7 +417,7 @@ static void first_look(struct ns_gov *g, struct conn *c, uint64_t now)
 	c->next_ms = now + (rt ? rt : IDLE_LOOK_MS);
 	if (c->total_deadline_ms && c->total_deadline_ms < c->next_ms)
 		c->next_ms = c->total_deadline_ms;
-	if (c->place >= 0 && place_wanted(g, c->slot) && now + PLACE_LOOK_MS < c->next_ms)
+	if (ns_gw_wanted(&c->w, &g->t, c->slot) && now + PLACE_LOOK_MS < c->next_ms)
 		c->next_ms = now + PLACE_LOOK_MS;
 }
 
@@ -464,7 +449,9 @@ static void decided(struct ns_gov *g, struct conn *c, int err, uint64_t now)
 		return;
 	}
 	ns_table_latency(&g->t, c->slot, 0, (now - c->start_ms) * 1000);
-	watch = g->nl >= 0 && (c->place >= 0 || (enforce(c) && (c->set.read_timeout_ms || c->set.total_timeout_ms)));
+	watch = g->nl >= 0 &&
+		(c->w.place >= 0 || c->w.rq >= 0 ||
+		 (enforce(c) && (c->set.read_timeout_ms || c->set.total_timeout_ms)));
 	if (!watch || ns_sw_id(c->fd, (const struct sockaddr *)&c->ss, c->len, &c->sid) < 0) {
 		count(g, c, NS_OUT_SUCCESS, 0, 0, now);
 		conn_free(g, c);
@@ -662,7 +649,7 @@ static void look(struct ns_gov *g, struct conn *c, uint64_t now)
 	next = now + (rt ? (out ? rt - in.last_sent_ms : rt) : IDLE_LOOK_MS);
 	if (c->total_deadline_ms && c->total_deadline_ms < next)
 		next = c->total_deadline_ms;
-	if (c->place >= 0 && place_wanted(g, c->slot) && now + PLACE_LOOK_MS < next)
+	if (ns_gw_wanted(&c->w, &g->t, c->slot) && now + PLACE_LOOK_MS < next)
 		next = now + PLACE_LOOK_MS;
 	c->next_ms = next;
 }
@@ -697,7 +684,7 @@ int ns_gov_timeout(struct ns_gov *g)
 		if ((c->state == C_QUEUED || c->state == C_OPEN) && c->next_ms < first)
 			first = c->next_ms;
 		/* a place held: who waits for it is asked this often (run) */
-		if (c->state == C_OPEN && c->place >= 0 && now + WAITERS_LOOK_MS < first)
+		if (c->state == C_OPEN && (c->w.place >= 0 || c->w.rq >= 0) && now + WAITERS_LOOK_MS < first)
 			first = now + WAITERS_LOOK_MS;
 	}
 	return first == UINT64_MAX ? -1 : first > now ? (int)(first - now < INT32_MAX ? first - now : INT32_MAX) : 0;
@@ -721,12 +708,7 @@ void ns_gov_run(struct ns_gov *g, const struct pollfd *p, int n)
 		/* someone (a preloaded process, on the slot's futex) began to
 		 * wait for the place of a connection that may have ended since
 		 * it was last looked at */
-		if (c->state == C_OPEN && c->place >= 0 && c->next_ms > now + PLACE_LOOK_MS && place_wanted(g, c->slot))
-			c->next_ms = now + PLACE_LOOK_MS;
-		/* someone (a preloaded process, on the slot's futex) began to
-		 * wait for the place of a connection that may have ended since
-		 * it was last looked at */
-		if (c->state == C_OPEN && c->place >= 0 && c->next_ms > now + PLACE_LOOK_MS && place_wanted(g, c->slot))
+		if (c->state == C_OPEN && c->next_ms > now + PLACE_LOOK_MS && ns_gw_wanted(&c->w, &g->t, c->slot))
 			c->next_ms = now + PLACE_LOOK_MS;
 		if (c->state == C_OPEN && c->next_ms <= now)
 			look(g, c, now);
