@@ -207,9 +207,9 @@ int ns_admit_request(struct ns_admitter *a, struct ns_table *t, int slot, const 
 		    ns_reqq_before(q, qi, word, now_us, stale_us) >= 0)
 			return -1;
 	}
-	p = ns_admit_request_now(t, slot, set, holder, ms);
+	p = ns_admit_request_now(t, slot, q, set, holder, ms);
 	if (p < 0 && (look || req_look_due(a, ms, &deep)) && ns_reqq_reclaim(q, set->max_requests, holder, deep) > 0)
-		p = ns_admit_request_now(t, slot, set, holder, ms);
+		p = ns_admit_request_now(t, slot, q, set, holder, ms);
 	return p;
 }
 

@@ -116,16 +116,14 @@ void ns_admit_turned_away(const struct ns_engine *e, struct ns_admitter *a, stru
 
 /* max_requests: a request's place of slot for holder now, of the limit
  * in force (fixed, or auto's: a place taken with half of it or more in
- * flight grows it), or -1. The fast path's try: no queue, no look. */
-static inline int ns_admit_request_now(struct ns_table *t, int slot, const struct ns_settings *set, uint32_t holder,
-				       uint64_t now_ms)
+ * flight grows it), or -1. The fast path's try: no queue, no look (q:
+ * slot's, ns_reqq_of). */
+static inline int ns_admit_request_now(struct ns_table *t, int slot, struct ns_reqq *q, const struct ns_settings *set,
+				       uint32_t holder, uint64_t now_ms)
 {
-	struct ns_reqq *q = ns_reqq_of(t, slot);
 	uint32_t held;
 	int p;
 
-	if (!q)
-		return -1;
 	if (__builtin_expect(!set->req_adaptive, 1))
 		return ns_reqq_take(q, set->max_requests, holder);
 	p = ns_reqq_take_under(q, ns_table_req_limit(t, slot, set), set->max_requests, holder, &held);

@@ -115,7 +115,9 @@ enum { NS_EXP_NONE = 0, NS_EXP_CONNECT, NS_EXP_READ, NS_EXP_TOTAL };
 #define NS_C_OUTGOING 0x80000000u
 #define NS_FOLLOW_RA     1u
 #define NS_FOLLOW_END    2u
-#define NS_FOLLOW_NEVER  4u /* pipelined (a request sent before the last answer's end): never framed again */
+#define NS_FOLLOW_NEVER  4u  /* pipelined (a request sent before the last answer's end): never framed again */
+#define NS_FOLLOW_FRESH  8u  /* NS_FOLLOW_END's reader not begun: its first read begins it (h1end is MORE) */
+#define NS_FOLLOW_HEAD   16u /* ...its request was HEAD */
 /* A send or read that is a turn of the exchange (exchange.c) */
 #define NS_C_TURN        (NS_C_XNEXT | NS_C_PARSE | NS_C_SNIFF | NS_C_HDRS | NS_C_H2READ)
 #define NS_C_PRE (NS_C_TOTAL | NS_C_INTR | NS_C_EXPIRED | NS_C_FAULT | NS_C_RTCHECK | NS_C_GIVENUP)

@@ -207,8 +207,8 @@ static void end_store(struct ns_conn *c, const struct ns_h1end *e)
  * never ends for the reader: the safe side). */
 static void end_begin(struct ns_conn *c, const char *buf, size_t n)
 {
-	uint32_t fw = __atomic_fetch_and(&c->follow, ~(NS_FOLLOW_RA | NS_FOLLOW_END), __ATOMIC_RELAXED);
-	struct ns_h1end e;
+	uint32_t fw = __atomic_fetch_and(&c->follow, ~(NS_FOLLOW_RA | NS_FOLLOW_END | NS_FOLLOW_FRESH | NS_FOLLOW_HEAD),
+					 __ATOMIC_RELAXED);
 
 	if (fw & NS_FOLLOW_END) {
 		fw |= NS_FOLLOW_NEVER;
@@ -220,26 +220,40 @@ static void end_begin(struct ns_conn *c, const char *buf, size_t n)
 				 __ATOMIC_RELEASE);
 		return;
 	}
-	ns_h1end_start(&e, buf && n >= 5 && memcmp(buf, "HEAD ", 5) == 0);
-	end_store(c, &e);
-	__atomic_fetch_or(&c->follow, NS_FOLLOW_END, __ATOMIC_RELAXED);
+	/* the reader begins at the answer's first read (end_feed): here only
+	 * what says it is due */
+	__atomic_store_n(&c->h1end.result, (uint32_t)NS_H1E_MORE, __ATOMIC_RELEASE);
+	__atomic_fetch_or(&c->follow,
+			  NS_FOLLOW_END | NS_FOLLOW_FRESH |
+				  (buf && n >= 5 && memcmp(buf, "HEAD ", 5) == 0 ? NS_FOLLOW_HEAD : 0),
+			  __ATOMIC_RELAXED);
 	__atomic_fetch_or(&c->flags, NS_C_HDRS, __ATOMIC_RELAXED);
 }
 
 /* Bytes the program read of the answer (buf NULL: bytes it was not shown,
- * a vector's or a splice's: its end can no longer be known). */
+ * a vector's or a splice's: its end can no longer be known). Once the
+ * answer's end is known only its result is kept. */
 static void end_feed(struct ns_conn *c, const char *buf, size_t n)
 {
+	uint32_t fw = LD(c->follow);
 	struct ns_h1end e;
 
-	end_load(c, &e);
+	if (fw & NS_FOLLOW_FRESH) {
+		__atomic_fetch_and(&c->follow, ~NS_FOLLOW_FRESH, __ATOMIC_RELAXED);
+		ns_h1end_start(&e, (fw & NS_FOLLOW_HEAD) != 0);
+	} else {
+		end_load(c, &e);
+	}
 	if (!buf)
 		e.result = NS_H1E_UNKNOWN;
 	else if (e.result == NS_H1E_MORE)
 		ns_h1end_feed(&e, buf, n);
-	end_store(c, &e);
-	if (e.result != NS_H1E_MORE)
-		follow_done(c, NS_FOLLOW_END);
+	if (e.result == NS_H1E_MORE) {
+		end_store(c, &e);
+		return;
+	}
+	__atomic_store_n(&c->h1end.result, e.result, __ATOMIC_RELEASE);
+	follow_done(c, NS_FOLLOW_END);
 	if (e.result == NS_H1E_DONE && LD(c->rq))
 		ns_req_done(c); /* the request's answer read to its end: its place back (reqs.c) */
 }

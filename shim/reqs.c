@@ -51,11 +51,11 @@ static void got(struct ns_conn *c, int slot, uint32_t self, int p)
 
 /* A place of the limit in force (policy/admit.h), or -1. now: 0 when
  * not read yet (the common case reads no clock: only auto wants one). */
-static int take(int slot, const struct ns_settings *set, uint32_t self, monotime now)
+static int take(struct ns_reqq *q, int slot, const struct ns_settings *set, uint32_t self, monotime now)
 {
 	if (unlikely(set->req_adaptive) && !now)
 		now = ns_now();
-	return ns_admit_request_now(&ns_breakers, slot, set, self, (uint64_t)(now / 1000000));
+	return ns_admit_request_now(&ns_breakers, slot, q, set, self, (uint64_t)(now / 1000000));
 }
 
 /* c's wait is over (a place, or not): its entry leaves the queue. */
@@ -200,7 +200,7 @@ static int place_for(int fd, struct ns_conn *c, int nonblock, int what)
 	if (what == FOR_H1 && LD(c->rq) && LD(c->rq_holder) == self)
 		return 0; /* the place its last request kept (its end unseen) serves this one */
 	if (likely(!__atomic_load_n(&q->queued, __ATOMIC_ACQUIRE)) && !LD(c->rq_qword) &&
-	    (p = take(slot, set, self, 0)) >= 0) {
+	    (p = take(q, slot, set, self, 0)) >= 0) {
 		got(c, slot, self, p);
 		if (what == FOR_H1 && unlikely(set->rate_interval_us))
 			rate_next(c, set, ns_now());

@@ -25,7 +25,7 @@ int ns_gw_request(struct ns_gwait *w, struct ns_admitter *a, struct ns_table *t,
 	if (w->rq >= 0 || !q)
 		return 1;
 	if (!w->qword && !__atomic_load_n(&q->queued, __ATOMIC_ACQUIRE) &&
-	    (w->rq = ns_admit_request_now(t, slot, set, holder, now_us / 1000)) >= 0)
+	    (w->rq = ns_admit_request_now(t, slot, q, set, holder, now_us / 1000)) >= 0)
 		return 1; /* (no one waits, one is free) */
 	if (!w->qword) {  /* its wait begins: an entry in the machine's queue */
 		w->qword = (uint64_t)holder << 32 | (uint32_t)now_us;
