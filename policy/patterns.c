@@ -4,6 +4,7 @@
 #include "internal.h"
 
 #include "policy.h"
+#include "polimage.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -307,10 +308,16 @@ int ns_pattern_match(const struct ns_section *sec, const struct ns_dest *d)
 	return match_score(sec, d) >= 0;
 }
 
+static int unlikely_mapped(const struct ns_policy *p)
+{
+	return __builtin_expect(p->img_mapped, 0);
+}
+
 void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 		       struct ns_settings *out, struct ns_origin *origin)
 {
-	int best[NS_K_COUNT], score[NS_K_COUNT];
+	int best[NS_K_COUNT], score[NS_K_COUNT], nc;
+	uint32_t cand[NS_PIMG_CANDIDATES];
 
 	for (int k = 0; k < NS_K_COUNT; k++) {
 		best[k] = -1;
@@ -320,8 +327,15 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 			score[k] = 0;
 		}
 	}
-	for (int i = 1; i < p->nsections; i++) {
-		int sc = match_score(&p->sec[i], d);
+	/* through the index, the sections that can match (polimage.c); else
+	 * every one */
+	nc = ns_pimg_candidates(p, d, cand, NS_PIMG_CANDIDATES);
+	for (int j = 0, n = nc >= 0 ? nc : p->nsections - 1; j < n; j++) {
+		int i = nc >= 0 ? (int)cand[j] : j + 1, sc;
+
+		if (unlikely_mapped(p) && !ns_pimg_section_ok(p, i))
+			continue;
+		sc = match_score(&p->sec[i], d);
 
 		if (sc < 0)
 			continue;

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -230,6 +231,8 @@ static void parse_keyline(struct perr *e, int line, char *s, struct ns_policy *p
 			p->has_faults = 1;
 		if (k == NS_K_ADDRESS_CHOICE && p->sec[cur].v.address_choice)
 			p->has_addr_choice = 1;
+		if (k == NS_K_MAX_REQUESTS && p->sec[cur].v.max_requests)
+			p->has_max_requests = 1;
 	}
 }
 
@@ -456,7 +459,17 @@ int ns_policy_load(const char *path, struct ns_policy *out, char *err, size_t er
 
 void ns_policy_free(struct ns_policy *p)
 {
-	free(p->sec);
+	/* indexed, its sections are its image's (polimage.c) */
+	if (p->img && p->img_mapped)
+		munmap(p->img, p->img_len);
+	else if (p->img)
+		free(p->img);
+	else
+		free(p->sec);
+	p->img = NULL;
+	p->idx = NULL;
+	p->img_len = 0;
+	p->img_mapped = 0;
 	p->sec = NULL;
 	p->nsections = 0;
 }

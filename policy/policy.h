@@ -163,7 +163,15 @@ struct ns_policy {
 	int nsections;              /* section 0 is [defaults], always present */
 	int has_faults;             /* some section sets `fault` */
 	int has_addr_choice;        /* some section sets address_choice = healthy-first */
+	int has_max_requests;       /* some section sets max_requests */
 	struct ns_section *sec;
+	/* polimage.c: the index of the sections by name (NULL: every section
+	 * is looked at), and the image it lives in (heap or mapped: then sec
+	 * is the image's, read-only) */
+	const struct ns_pidx *idx;
+	void *img;
+	size_t img_len;
+	int img_mapped;
 };
 
 /* A destination as the shim sees it: a host name if the program resolved

@@ -17,6 +17,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "../policy/polimage.h"
 #include "conn.h"
 #include "faultcfg.h"
 #include "real.h"
@@ -49,20 +50,24 @@ static struct ns_policy *cfg_read(char *err, size_t len, int *nerr)
 {
 	struct ns_policy *p = calloc(1, sizeof(*p));
 	char *nl;
-	int r;
+	int r, mapped = 0;
 
 	if (!p) {
 		snprintf(err, len, "out of memory");
 		return NULL;
 	}
-	r = cfg_path[0] ? ns_policy_load(cfg_path, p, err, len) : (ns_policy_builtin(p) == 0 ? 0 : -1);
+	/* the machine's compiled image of the file when there is one (mapped,
+	 * shared), else the file parsed and its image left for the next
+	 * process (policy/polimage.h) */
+	r = cfg_path[0] ? ns_policy_load_shared(cfg_path, p, err, len, &mapped) : (ns_policy_builtin(p) == 0 ? 0 : -1);
 	*nerr = r;
 	if (r == 0) {
+		ns_log(NS_LOG_DEBUG, "policy %s: %s", cfg_path[0] ? cfg_path : "(built in)",
+		       mapped ? "its compiled image mapped" : "parsed");
 		/* (the data path asks for a request's place only once a policy
 		 * has had max_requests: one load when none has) */
-		for (int i = 0; i < p->nsections; i++)
-			if ((p->sec[i].set & NS_KBIT(NS_K_MAX_REQUESTS)) && p->sec[i].v.max_requests)
-				__atomic_store_n(&ns_req_any, 1, __ATOMIC_RELAXED);
+		if (p->has_max_requests)
+			__atomic_store_n(&ns_req_any, 1, __ATOMIC_RELAXED);
 		return p;
 	}
 	nl = strchr(err, '\n');

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../../policy/policy.h"
+#include "../../policy/polimage.h"
 #include "shimctl.h"
 
 /* A policy's shadow_policy is loaded by every governed program: a broken
@@ -40,7 +41,21 @@ static void auto_notes(const char *file, const struct ns_policy *p)
 	}
 }
 
-int ctl_cmd_check(char **files, int n)
+/* --install: the file compiled into the machine's image, which every
+ * program's first connect then maps instead of parsing it (polimage.h). */
+static int install_image(const char *file, struct ns_policy *p)
+{
+	char name[256], why[400];
+
+	if (ns_policy_index(p) != 0 || ns_pimg_publish(p, file, name, sizeof(name), why, sizeof(why)) != 0) {
+		warnx("%s: not installed: %s", file, p->idx ? why : "out of memory");
+		return -1;
+	}
+	printf("%s: installed as %s (%d sections, %zu bytes)\n", file, name, p->nsections, p->img_len);
+	return 0;
+}
+
+int ctl_cmd_check(char **files, int n, int install)
 {
 	char *errs = malloc(65536);
 	int bad = 0;
@@ -58,6 +73,8 @@ int ctl_cmd_check(char **files, int n)
 			printf("%s: ok (%d host section%s%s%s)\n", files[i], p.nsections - 1, p.nsections == 2 ? "" : "s",
 			       p.shadow[0] ? "; shadow policy " : "", p.shadow);
 			auto_notes(files[i], &p);
+			if (install && install_image(files[i], &p) != 0)
+				bad = 1;
 			ns_policy_free(&p);
 		} else {
 			fputs(errs, stderr);

@@ -29,7 +29,7 @@ int ctl_cmd_inject(const char *name, int argc, char **argv, const char *for_text
 int ctl_cmd_faults(const char *name, const char *policy, int json);
 
 /* ctl_policy.c: shimctl check FILE..., shimctl explain DEST. */
-int ctl_cmd_check(char **files, int n);
+int ctl_cmd_check(char **files, int n, int install);
 int ctl_cmd_explain(const char *policy, const char *dest);
 /* ctl_history.c: shimctl history, backtest, suggest, report (their own
  * options); the default history file for a table. */

@@ -78,14 +78,11 @@ void ns_gacct_init(struct ns_gacct *a, struct ns_table *t, const struct ns_polic
 	the = a;
 	/* said once, at start: the library reads requests; this engine sees
 	 * connects and closes only, so a connection is its request */
-	for (int i = 0; i < live->nsections; i++)
-		if ((live->sec[i].set & NS_KBIT(NS_K_MAX_REQUESTS)) && live->sec[i].v.max_requests && level >= 2) {
-			fprintf(stderr,
-				"shimrun: max_requests counts this program's connections, not its requests: the "
-				"seccomp engine sees its connects, not its requests (a connection holds a request's "
-				"place from its connect to its close)\n");
-			break;
-		}
+	if (live->has_max_requests && level >= 2)
+		fprintf(stderr,
+			"shimrun: max_requests counts this program's connections, not its requests: the "
+			"seccomp engine sees its connects, not its requests (a connection holds a request's "
+			"place from its connect to its close)\n");
 	if (!(path && *path) && live->shadow[0])
 		path = live->shadow;
 	if (!path || !*path || !t->hdr)

@@ -48,6 +48,7 @@
 #include "../../policy/breaker.h"
 #include "../../policy/destaddr.h"
 #include "../../policy/policy.h"
+#include "../../policy/polimage.h"
 #include "../../policy/table.h"
 #include "../../policy/admit.h"
 #include "govacct.h"
@@ -742,12 +743,13 @@ struct ns_gov *ns_gov_new(const char *policy, const char *table, ns_gov_answer_f
 	struct ns_gov *g = calloc(1, sizeof(*g));
 	char err[8192], name[256];
 	unsigned pid = (unsigned)getpid();
+	int mapped;
 
 	if (!g) {
 		snprintf(why, whylen, "out of memory");
 		return NULL;
 	}
-	if (policy && *policy ? ns_policy_load(policy, &g->pol, err, sizeof(err)) != 0
+	if (policy && *policy ? ns_policy_load_shared(policy, &g->pol, err, sizeof(err), &mapped) != 0
 			      : ns_policy_builtin(&g->pol) != 0) {
 		snprintf(why, whylen, "the policy did not load");
 		free(g);

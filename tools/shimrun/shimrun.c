@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../../policy/policy.h"
+#include "../../policy/polimage.h"
 #include "../../policy/scenario.h"
 #include "../../policy/table.h"
 #include "supervise.h"
@@ -283,15 +284,18 @@ static int checked_policy_and_table(struct run *o)
 		o->policy = ns_policy_path();
 	if (o->policy && *o->policy) {
 		struct ns_policy p;
+		int mapped;
 
-		if (ns_policy_load(o->policy, &p, errs, sizeof(errs)) != 0) {
+		/* (as the library will read it: by its real path, its compiled
+		 * image when there is one; policy/polimage.h) */
+		if (!realpath(o->policy, abspol))
+			err(2, "%s", o->policy);
+		if (ns_policy_load_shared(abspol, &p, errs, sizeof(errs), &mapped) != 0) {
 			fputs(errs, stderr);
 			fprintf(stderr, "shimrun: %s: policy has errors; not starting %s\n", o->policy, o->argv[0]);
 			return 2;
 		}
 		ns_policy_free(&p);
-		if (!realpath(o->policy, abspol))
-			err(2, "%s", o->policy);
 		setenv("NETSHIM_POLICY", abspol, 1);
 	}
 	if (o->table) {
