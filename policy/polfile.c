@@ -45,9 +45,11 @@ static int same_file(const struct ns_pidx *h, const struct stat *st)
 		h->mtime_ns == now.mtime_ns && h->ctime_s == now.ctime_s && h->ctime_ns == now.ctime_ns;
 }
 
-/* The image of the file st is, mapped into out: 0, or -1 (none, another
- * file's, not sound, not only its owner's to write). */
-static int map_image_of(const char *path, unsigned uid, const struct stat *st, struct ns_policy *out)
+/* The image of the file st is, mapped into out: 0; -1 none, or another
+ * version of the file's; -2 not sound (why says how: not only its owner's
+ * to write, cut short, its header or first section broken). */
+static int map_image_of(const char *path, unsigned uid, const struct stat *st, struct ns_policy *out, char *why,
+			size_t whylen)
 {
 	const struct ns_pidx *h;
 	char name[200];
@@ -60,15 +62,22 @@ static int map_image_of(const char *path, unsigned uid, const struct stat *st, s
 	if (fstat(fd, &is) < 0 || !S_ISREG(is.st_mode) || is.st_uid != uid || (is.st_mode & 022) ||
 	    is.st_size < (off_t)sizeof(struct ns_pidx) || (uint64_t)is.st_size > PIMG_MAX) {
 		close(fd);
-		return -1;
+		snprintf(why, whylen, "%s: not a file only its owner (uid %u) may write, or of no image's size", name,
+			 uid);
+		return -2;
 	}
 	m = mmap(NULL, (size_t)is.st_size, PROT_READ, MAP_SHARED, fd, 0);
 	close(fd);
 	if (m == MAP_FAILED)
 		return -1;
-	if (!ns_pimg_header_ok(m, (uint64_t)is.st_size) || !same_file(m, st)) {
+	if (!ns_pimg_header_ok(m, (uint64_t)is.st_size)) {
 		munmap(m, (size_t)is.st_size);
-		return -1;
+		snprintf(why, whylen, "%s: its header is broken, or it is cut short", name);
+		return -2;
+	}
+	if (!same_file(m, st)) {
+		munmap(m, (size_t)is.st_size);
+		return -1; /* (the file changed since: it is written again) */
 	}
 	h = m;
 	memset(out, 0, sizeof(*out));
@@ -85,19 +94,22 @@ static int map_image_of(const char *path, unsigned uid, const struct stat *st, s
 	out->img_mapped = 1;
 	if (!ns_pimg_section_ok(out, 0)) {
 		ns_policy_free(out);
-		return -1;
+		snprintf(why, whylen, "%s: its [defaults] section is broken", name);
+		return -2;
 	}
 	return 0;
 }
 
 /* ...the process's user's, else root's (shimctl check --install as root,
- * for every user that may read the file) */
-static int map_image(const char *path, const struct stat *st, struct ns_policy *out)
+ * for every user that may read the file): as map_image_of. */
+static int map_image(const char *path, const struct stat *st, struct ns_policy *out, char *why, size_t whylen)
 {
-	return map_image_of(path, (unsigned)geteuid(), st, out) == 0 ||
-			(geteuid() != 0 && map_image_of(path, 0, st, out) == 0)
-		? 0
-		: -1;
+	int r = map_image_of(path, (unsigned)geteuid(), st, out, why, whylen), r0;
+
+	if (r == 0 || geteuid() == 0)
+		return r;
+	r0 = map_image_of(path, 0, st, out, why, whylen);
+	return r0 == 0 ? 0 : r == -2 ? -2 : r0;
 }
 
 /* Write p's image as the file st is: to a name of its own, then renamed
@@ -171,16 +183,21 @@ int ns_pimg_publish(const struct ns_policy *p, const char *path, char *name, siz
 int ns_policy_load_shared(const char *path, struct ns_policy *out, char *err, size_t errlen, int *mapped)
 {
 	struct stat before, after;
-	char name[200], why[300];
-	int have = stat(path, &before) == 0 && S_ISREG(before.st_mode), r;
+	char name[200], why[300] = "";
+	int have = stat(path, &before) == 0 && S_ISREG(before.st_mode), r, m = -1;
 
 	*mapped = 0;
-	if (have && map_image(path, &before, out) == 0) {
+	if (have && (m = map_image(path, &before, out, why, sizeof(why))) == 0) {
 		*mapped = 1;
 		return 0;
 	}
 	if ((r = ns_policy_load(path, out, err, errlen)) != 0)
 		return r;
+	if (m == -2) { /* said by the caller; the image is written again below */
+		*mapped = -1;
+		if (err && errlen)
+			snprintf(err, errlen, "%s", why);
+	}
 	/* published only when it is worth a file (parsing takes ~2 us a
 	 * section) and the file did not change while it was read */
 	if (out->nsections >= NS_PIMG_MIN_SECTIONS && ns_policy_index(out) == 0 && have && stat(path, &after) == 0) {

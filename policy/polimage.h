@@ -66,7 +66,9 @@ struct ns_pentry {
 /* Load path as the programs do: its compiled image when one matches the
  * file as it is now, mapped (*mapped 1); else the file parsed and indexed
  * (*mapped 0), and its image written for the next process (best effort,
- * silent). Returns as ns_policy_load. */
+ * silent). *mapped -1: an image was there and was not sound (err says
+ * which and how: the caller says it once); it was written again. Returns
+ * as ns_policy_load. */
 int ns_policy_load_shared(const char *path, struct ns_policy *out, char *err, size_t errlen, int *mapped);
 /* Index a parsed policy (its sections move into a heap image): 0, or -1
  * when memory ran out (it is then resolved without one). */

@@ -62,8 +62,12 @@ static struct ns_policy *cfg_read(char *err, size_t len, int *nerr)
 	r = cfg_path[0] ? ns_policy_load_shared(cfg_path, p, err, len, &mapped) : (ns_policy_builtin(p) == 0 ? 0 : -1);
 	*nerr = r;
 	if (r == 0) {
+		if (mapped < 0)
+			ns_log(NS_LOG_WARN,
+			       "policy image %s: not used, the policy file read instead and its image written again",
+			       err);
 		ns_log(NS_LOG_DEBUG, "policy %s: %s", cfg_path[0] ? cfg_path : "(built in)",
-		       mapped ? "its compiled image mapped" : "parsed");
+		       mapped > 0 ? "its compiled image mapped" : "parsed");
 		/* (the data path asks for a request's place only once a policy
 		 * has had max_requests: one load when none has) */
 		if (p->has_max_requests)

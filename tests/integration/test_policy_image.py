@@ -124,3 +124,24 @@ def test_check_install_compiles_the_policy_for_every_process(shim, big_policy, t
     assert run_client(shim, tmp_path, port, strace=log) == ["ECONNREFUSED", "ECONNREFUSED"]
     opened = log.read_text()
     assert image_path(path) in opened and f'"{path}"' not in opened, opened[-2000:]
+
+
+@pytest.mark.shim
+def test_a_cut_short_image_is_said_once_never_used_and_written_again(shim, big_policy, tmp_path):
+    path, port = big_policy
+    assert run_client(shim, tmp_path, port) == ["ECONNREFUSED", "ECONNREFUSED"]
+    image = image_path(path)
+    size = os.path.getsize(image)
+    os.chmod(image, 0o600)
+    os.truncate(image, size // 2)
+    os.chmod(image, 0o400)
+    script = tmp_path / "client.py"
+    env = base_env(shim.table, shim.policy_path, {"LD_PRELOAD": str(BUILD / "libnetshim.so")})
+    said = []
+    for _ in range(2):
+        r = subprocess.run(["/usr/bin/python3", str(script), str(port)], capture_output=True, text=True, timeout=60,
+                           env=env)
+        said.append([l for l in r.stderr.splitlines() if "policy image" in l])
+    assert len(said[0]) == 1 and image in said[0][0] and "cut short" in said[0][0], said
+    assert said[1] == [], said   # written again: the next process maps it, nothing to say
+    assert os.path.getsize(image) == size

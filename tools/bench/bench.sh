@@ -448,6 +448,14 @@ for i, label in ((1, "10 sections"), (2, "10,000 sections, its image mapped")):
 big = [x[2] - x[1] for x in r]
 ok = "met" if q(big, .9) <= 1000 else "MISSED"
 print(f"    10,000 sections over 10: p90 {q(big, .9):.0f} us (bar <= 1000: {ok})")'
+# connects flat in the policy's size: 500 socket+connect+close (callgrind)
+if command -v valgrind >/dev/null; then
+	c10=$(SHIM_ENV="NETSHIM_POLICY=$work/p10.conf" added "x" 500 - calls connect-client | awk '{print $NF}')
+	c10k=$(SHIM_ENV="NETSHIM_POLICY=$work/p10000.conf" added "x" 500 - calls connect-client | awk '{print $NF}')
+	awk -v a="$c10" -v b="$c10k" 'BEGIN { d = a ? (b - a) / a * 100 : 0; if (d < 0) d = -d
+		printf "  socket+connect+close, instructions added: %.1f with a 10-section policy, %.1f with 10,000 " \
+			"(%.1f %% apart; bar <= 5 %%: %s)\n", a, b, d, d <= 5 ? "met" : "MISSED" }'
+fi
 [ -n "$img" ] && rm -f "$img"
 startup() {   # startup LABEL CMD...: 40 alternating runs (tools/bench/startup.py)
 	local label=$1 r; shift
