@@ -49,6 +49,13 @@ NS_HIDDEN const char *ns_getenv(const char *name);
 /* ...kept by the constructor, before anything reads one (env.c). */
 NS_HIDDEN void ns_env_keep(void);
 NS_HIDDEN void ns_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* startup.c: NETSHIM_STARTUP=1, the one-time steps of a first connect
+ * timed: a step's start (0 when off), its end (how: what the policy step
+ * did; the table's end says the line) */
+enum { NS_SU_POLICY, NS_SU_TABLE, NS_SU_N };
+extern NS_HIDDEN monotime ns_fdtab_made_ns; /* fdtab.c: the fd table's making */
+NS_HIDDEN monotime ns_startup_begin(void);
+NS_HIDDEN void ns_startup_end(int step, monotime t0, const char *how);
 #define NS_LOG(level, ...) do { if (unlikely(ns_log_level >= (level))) ns_log((level), __VA_ARGS__); } while (0)
 
 #endif

@@ -137,6 +137,7 @@ static void shadow_wanted(const struct ns_policy *p)
 
 void ns_cfg_load_once(void)
 {
+	monotime t0 = ns_startup_begin();
 	const char *disable = ns_getenv("NETSHIM_DISABLE");
 	const char *path = ns_policy_path_env(ns_getenv("NETSHIM_POLICY"));
 	struct ns_policy *p;
@@ -165,6 +166,11 @@ void ns_cfg_load_once(void)
 	__atomic_store_n(&ns_cfg_cur, p, __ATOMIC_RELEASE);
 	ns_fault_config(p);
 	shadow_wanted(p);
+	ns_startup_end(NS_SU_POLICY, t0,
+		       !cfg_path[0]            ? "built in"
+			       : p->img_mapped ? "its image mapped"
+			       : p->idx        ? "parsed, indexed"
+					       : "parsed");
 }
 
 /* For the lookup faults (fault.c): the policy's faults for d, none when
@@ -221,6 +227,7 @@ void ns_cfg_maybe_reload(monotime now)
 
 void ns_tbl_load_once(void)
 {
+	monotime t0 = ns_startup_begin();
 	const char *name = ns_getenv("NETSHIM_TABLE");
 	const char *slots = ns_getenv("NETSHIM_TABLE_SLOTS");
 	const char *events = ns_getenv("NETSHIM_TABLE_EVENTS");
@@ -246,6 +253,7 @@ void ns_tbl_load_once(void)
 	ns_breakers_ok = 1;
 	/* shimctl inject moves it: the one thing a connect checks for faults */
 	__atomic_store_n(&ns_fault_genp, &ns_breakers.hdr->flt_gen, __ATOMIC_RELEASE);
+	ns_startup_end(NS_SU_TABLE, t0, NULL);
 }
 
 /* The table shrank under us (see ns_table_broken): say so once and leave

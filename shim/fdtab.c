@@ -26,6 +26,7 @@ uintptr_t *ns_fdtab;
 unsigned ns_fdmax;
 unsigned ns_fdhi;
 int ns_fdtab_failed;
+monotime ns_fdtab_made_ns; /* how long the fd table took to make (once: two clock reads) */
 /* the epoll registry's (conn.h) */
 unsigned ns_ep_count;
 void (*ns_fd_watch_note)(int fd);
@@ -160,6 +161,7 @@ int ns_vfork_pid_differs(void)
 
 static void fd_table_make(void)
 {
+	monotime t0 = ns_now();
 	struct rlimit rl;
 	rlim_t n = 65536;
 	void *p;
@@ -179,6 +181,7 @@ static void fd_table_make(void)
 	ns_fdtab = p;
 	ns_own_pid = getpid(); /* (and in every fork child: config.c) */
 	__atomic_store_n(&ns_fdmax, (unsigned)n, __ATOMIC_RELEASE);
+	ns_fdtab_made_ns = ns_now() - t0; /* (said by NETSHIM_STARTUP: startup.c) */
 }
 
 /* Made by the first socket (or connect) of the process, not at start: a

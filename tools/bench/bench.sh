@@ -448,6 +448,28 @@ for i, label in ((1, "10 sections"), (2, "10,000 sections, its image mapped")):
 big = [x[2] - x[1] for x in r]
 ok = "met" if q(big, .9) <= 1000 else "MISSED"
 print(f"    10,000 sections over 10: p90 {q(big, .9):.0f} us (bar <= 1000: {ok})")'
+# where a first connect's time goes: the shim's one-time steps, timed by
+# the library itself (NETSHIM_STARTUP=1), medians of 21 each
+for pol in "" "$work/p10.conf" "$work/p10000.conf"; do
+	label="no policy file"
+	[ -n "$pol" ] && label="$(basename "$pol" .conf | sed 's/^p//') sections"
+	for i in $(seq 1 21); do
+		b=$("$BUILD/bench" first 127.0.0.1 "$hport" | field first_connect_us)
+		s=$(NETSHIM_STARTUP=1 NETSHIM_POLICY=$pol LD_PRELOAD=$LIB "$BUILD/bench" first 127.0.0.1 "$hport" 2>&1)
+		echo "$b $(field first_connect_us <<<"$s") $(sed -n 's/.*startup: fd table \([0-9]*\) us, policy \([0-9]*\) us (\(.*\)), table \([0-9]*\) us.*/\1 \2 \4 \3/p' <<<"$s")"
+	done | "$PY" -c '
+import statistics as st, sys
+rows = [l.split(None, 5) for l in sys.stdin if len(l.split()) >= 6]
+label = sys.argv[1]
+if not rows:
+    print(f"  where the time goes ({label}): not said (NETSHIM_STARTUP gave no line)")
+    sys.exit()
+m = lambda i: st.median(float(r[i]) for r in rows)
+rest = st.median(float(r[1]) - float(r[0]) - float(r[2]) - float(r[3]) - float(r[4]) for r in rows)
+print(f"  where a first connect goes over bare ({label}): fd table {m(2):.0f} us, policy {m(3):.0f} us "
+      f"({rows[0][5].strip()}), breaker table {m(4):.0f} us, the rest (the first connect itself, its page faults) {rest:.0f} us")
+' "$label"
+done
 # connects flat in the policy's size: 500 socket+connect+close (callgrind)
 if command -v valgrind >/dev/null; then
 	c10=$(SHIM_ENV="NETSHIM_POLICY=$work/p10.conf" added "x" 500 - calls connect-client | awk '{print $NF}')
