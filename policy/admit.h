@@ -88,15 +88,9 @@ int ns_admit_place(const struct ns_engine *e, struct ns_admitter *a, struct ns_t
 static inline int ns_admit_place_now(struct ns_table *t, int slot, const struct ns_settings *set, uint32_t holder,
 				     uint64_t now_ms)
 {
-	uint32_t held;
-	int p;
-
 	if (__builtin_expect(!set->adaptive, 1))
 		return ns_table_place_take(t, slot, set->max_connections, holder);
-	p = ns_table_place_take_under(t, slot, ns_table_limit(t, slot, set), set->max_connections, holder, &held);
-	if (p >= 0) /* in flight at half the limit or more grows it */
-		ns_table_limit_event(t, slot, set, NS_ADAPT_PLACE, (int)held, now_ms);
-	return p;
+	return ns_table_place_take_auto(t, slot, set, holder, now_ms, 0);
 }
 /* A place given back by its holder: the futex word to wake when someone
  * waits for one (the engine wakes it: a system call of its own), else NULL. */
@@ -121,15 +115,9 @@ void ns_admit_turned_away(const struct ns_engine *e, struct ns_admitter *a, stru
 static inline int ns_admit_request_now(struct ns_table *t, int slot, struct ns_reqq *q, const struct ns_settings *set,
 				       uint32_t holder, uint64_t now_ms)
 {
-	uint32_t held;
-	int p;
-
 	if (__builtin_expect(!set->req_adaptive, 1))
 		return ns_reqq_take(q, set->max_requests, holder);
-	p = ns_reqq_take_under(q, ns_table_req_limit(t, slot, set), set->max_requests, holder, &held);
-	if (p >= 0)
-		ns_table_req_limit_event(t, slot, set, NS_ADAPT_PLACE, (int)held, now_ms);
-	return p;
+	return ns_table_place_take_auto(t, slot, set, holder, now_ms, 1);
 }
 /* ...a waiting request's turn: a place if no one waited longer (qi, word:
  * its queue entry, qi -1 when it has none; a waiter that died does not

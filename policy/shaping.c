@@ -172,9 +172,11 @@ static inline __attribute__((always_inline)) void ad_event(const struct ad *a, c
 		return;
 	old = LOAD(a->word);
 	/* the common cases, a success in an interval that has one, a connect
-	 * in one already busy (or either after a failure): nothing to write */
+	 * in one already busy (or either after a failure), a connect that
+	 * finds less than half the limit in flight: nothing to write */
 	if (ev != NS_ADAPT_FAILURE && AD_IV(old) == (iv & AD_IV_MASK) && old >> 44 &&
-	    (old & (AD_FAILED | (ev == NS_ADAPT_SUCCESS ? AD_OK : AD_BUSY))))
+	    ((old & (AD_FAILED | (ev == NS_ADAPT_SUCCESS ? AD_OK : AD_BUSY))) ||
+	     (ev == NS_ADAPT_PLACE && (uint32_t)(place + 1) * 2000 < ad_bound(NS_ADAPT_LIMIT(old), a))))
 		return;
 	do {
 		uint32_t lim = ad_bound(NS_ADAPT_LIMIT(old), a);
@@ -296,6 +298,23 @@ static inline __attribute__((always_inline)) int take_under(uint32_t *place, uin
 	return -1;
 }
 
+int ns_table_place_take_auto(struct ns_table *t, int idx, const struct ns_settings *set, uint32_t holder,
+			     uint64_t now_ms, int req)
+{
+	struct ns_slot *s = slot_at(t, idx);
+	struct ad a = ad_of(s, set, req);
+	uint32_t held;
+	int p;
+
+	if (!s)
+		return -1;
+	p = take_under(req ? s->req.place : s->place, ad_limit(&a), req ? set->max_requests : set->max_connections,
+		       holder, &held);
+	if (p >= 0) /* in flight at half the limit or more grows it */
+		ad_event(&a, set, NS_ADAPT_PLACE, (int)held, now_ms);
+	return p;
+}
+
 int ns_table_place_take_under(struct ns_table *t, int idx, uint32_t cap, uint32_t span, uint32_t holder, uint32_t *held)
 {
 	struct ns_slot *s = slot_at(t, idx);
@@ -318,9 +337,10 @@ uint32_t ns_table_cap_for(const struct ns_table *t, int idx, const struct ns_set
 
 /**** throttle = adaptive ****/
 
-#define TH_NUM(w)        ((uint32_t)((w) >> 48))
-#define TH_REQ(w)        ((uint32_t)((w) >> 24) & 0xffffffu)
-#define TH_ACC(w)        ((uint32_t)(w)&0xffffffu)
+/* (a window's word: table.h, NS_TH_*) */
+#define TH_NUM(w)        NS_TH_NUM(w)
+#define TH_REQ(w)        NS_TH_REQ(w)
+#define TH_ACC(w)        NS_TH_ACC(w)
 #define TH_MAKE(n, r, a) ((uint64_t)((n)&0xffffu) << 48 | (uint64_t)(r) << 24 | (uint64_t)(a))
 
 /* The window's counts, estimated over the last window: this one's, and the
@@ -374,15 +394,8 @@ int ns_table_throttle(struct ns_table *t, int idx, const struct ns_settings *set
 
 	if (!s)
 		return 0;
-	/* each window's words within K accepts a request: so is any share of
-	 * them, and nothing is refused (a healthy destination: no division) */
-	{
-		uint64_t w0 = LOAD(&s->thr[0]), w1 = LOAD(&s->thr[1]);
-
-		if ((uint64_t)TH_REQ(w0) * 1000 <= (uint64_t)TH_ACC(w0) * set->throttle_k_milli &&
-		    (uint64_t)TH_REQ(w1) * 1000 <= (uint64_t)TH_ACC(w1) * set->throttle_k_milli)
-			return 0;
-	}
+	if (ns_throttle_healthy(s, set))
+		return 0;
 	th_counts(s, now_ms, set->throttle_window_ms ? set->throttle_window_ms : 120000, &req, &acc);
 	ppm = ns_throttle_ppm(req, acc, set->throttle_k_milli);
 	/* (a healthy destination draws nothing) */

@@ -665,6 +665,12 @@ void ns_table_adapt_outcome(struct ns_table *t, int idx, const struct ns_setting
  * places above it held: a connect may not take a lower one that is free
  * while they are (a place's number is no count). Two connects that count
  * at once may both take one: the limit is a guide there, not a bound. */
+/* ...the limit of max_connections = auto (req 0) or max_requests = auto
+ * (req 1) read, a place taken under it and the taking counted (half the
+ * limit or more in flight grows it), in one look at the slot: its index,
+ * or -1 */
+int ns_table_place_take_auto(struct ns_table *t, int idx, const struct ns_settings *set, uint32_t holder,
+			     uint64_t now_ms, int req);
 int ns_table_place_take_under(struct ns_table *t, int idx, uint32_t cap, uint32_t span, uint32_t holder,
 			      uint32_t *held);
 /* max_connections (auto: the limit now), under slow_start's ramp. */
@@ -679,6 +685,20 @@ uint32_t ns_table_cap_for(const struct ns_table *t, int idx, const struct ns_set
  * through, so few accepts against many requests), nor is a connection that
  * ends with no outcome. */
 int ns_table_throttle(struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms, uint64_t *rng);
+/* A throttle window's word: its number, requests, accepts. */
+#define NS_TH_NUM(w) ((uint32_t)((w) >> 48))
+#define NS_TH_REQ(w) ((uint32_t)((w) >> 24) & 0xffffffu)
+#define NS_TH_ACC(w) ((uint32_t)(w)&0xffffffu)
+/* ...each window's words within K accepts a request: so is any share of
+ * them, and nothing is refused (a healthy destination: no division, no
+ * draw; the connect path asks this inline first) */
+static inline int ns_throttle_healthy(const struct ns_slot *s, const struct ns_settings *set)
+{
+	uint64_t w0 = __atomic_load_n(&s->thr[0], __ATOMIC_RELAXED), w1 = __atomic_load_n(&s->thr[1], __ATOMIC_RELAXED);
+
+	return (uint64_t)NS_TH_REQ(w0) * 1000 <= (uint64_t)NS_TH_ACC(w0) * set->throttle_k_milli &&
+		(uint64_t)NS_TH_REQ(w1) * 1000 <= (uint64_t)NS_TH_ACC(w1) * set->throttle_k_milli;
+}
 /* ...the share it refuses, in millionths, of req requests with acc accepted
  * (K = k_milli / 1000): (req - K acc) / (req + 1), 0 when req <= K acc
  * (shimctl status says it too). */

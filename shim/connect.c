@@ -605,6 +605,15 @@ static inline __attribute__((always_inline)) int make(struct attempt *a, int sav
 	return r;
 }
 
+/* throttle = adaptive: the destination accepts what it is sent (the
+ * common case, asked here inline: nothing drawn, nothing refused) */
+static inline int throttle_healthy(const struct attempt *a)
+{
+	const struct ns_slot *s = ns_tbl_on() ? ns_table_slot_(&ns_breakers, a->slot) : NULL;
+
+	return !s || ns_throttle_healthy(s, a->sp);
+}
+
 /* The steps that may refuse a connect before its place: connect_total_timeout
  * spent on the name's other addresses (ETIMEDOUT), a retry beyond
  * retry_budget, a connect the adaptive throttle turns away. */
@@ -622,7 +631,7 @@ static __attribute__((noinline)) int refused_first(struct attempt *a, int *r)
 		return STEP_DONE;
 	}
 	if (((a->sp->retry_budget_bp | a->sp->retry_budget_min_mps) && ns_shape_retry(a->slot, a->sp, a->now) < 0) ||
-	    (a->sp->throttle && ns_shape_throttle(a->slot, a->kp, a->sp, a->now))) {
+	    (a->sp->throttle && !throttle_healthy(a) && ns_shape_throttle(a->slot, a->kp, a->sp, a->now))) {
 		NS_LOG(NS_LOG_DEBUG, "%s: %s, refused", a->kp,
 		       a->sp->throttle ? "throttled here (throttle = adaptive), or a retry beyond retry_budget"
 				       : "a retry beyond retry_budget");
@@ -633,20 +642,14 @@ static __attribute__((noinline)) int refused_first(struct attempt *a, int *r)
 	return STEP_ON;
 }
 
-/* Shaping (shape.c): a retry beyond retry_budget, or a connect the
- * adaptive throttle turns away, refused; then, for a
- * destination with max_connections or rate, a place and a token taken
+/* Shaping (shape.c), after refused_first: for a destination with
+ * max_connections or rate, a place and a token taken
  * before the record is filled in (a blocking connect may wait for them
  * here, before its clock starts), or a non-blocking one to be held until
  * its turn (shaped_record). One turned away is throttled: refused as an
  * open breaker refuses, counted apart, never a failure. */
 static __attribute__((noinline)) int shaped(struct attempt *a, int *r)
 {
-	/* connect_total_timeout, retry_budget, throttle: one test for them all */
-	if (unlikely(a->sp->shaping_first) && refused_first(a, r) == STEP_DONE)
-		return STEP_DONE;
-	if (!a->sp->max_connections && !a->sp->rate_interval_us)
-		return STEP_ON;   /* (a->shape stays -1: no place, no token) */
 	a->shape = ns_shape_connect_fast(a->c, a->sp, a->slot, a->now);
 	if (a->shape < 0)
 		a->shape = ns_shape_connect(a->c, a->sp, a->slot, (a->v & NS_TAG_NONBLOCK) != 0, a->now);
@@ -766,7 +769,12 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 	if (unlikely(a.sp->shaping)) { /* (or the keys of a name's addresses) */
 		a.shape = -1;
 		if (a.enforce && a.slot >= 0) {
-			if (shaped(&a, &r) == STEP_DONE)
+			/* connect_total_timeout, retry_budget, throttle: one test
+			 * for them all; then max_connections' place, rate's token
+			 * (else a.shape stays -1: no place, no token) */
+			if (unlikely(a.sp->shaping_first) && refused_first(&a, &r) == STEP_DONE)
+				return r;
+			if ((a.sp->max_connections || a.sp->rate_interval_us) && shaped(&a, &r) == STEP_DONE)
 				return r;
 		} else if (a.sp->connect_total_timeout_ms) {
 			ns_budget_forget(); /* (no slot, or not enforced: no attempt, no budget) */
