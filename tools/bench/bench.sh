@@ -560,6 +560,23 @@ d90 = st.median(x[3] - x[1] for x in r) / 1000
 ok = "met" if d50 <= 60 else "MISSED"
 print(f"  a connect answered by shimrun ({len(r)} rounds of 2,000, interleaved): bare median {m(0):.0f} us, p90 {m(1):.0f} us;"
       f" governed median {m(2):.0f} us, p90 {m(3):.0f} us; added +{d50:.0f} us median (bar <= +60: {ok}), +{d90:.0f} us p90")'
+# shimrun's own start: a static C client's whole run (one connect, a short
+# exchange), 21 each way interleaved
+"$PY" - "$BUILD" "$hport" <<'PYEOF'
+import statistics as st, subprocess, sys, time
+build, port = sys.argv[1], sys.argv[2]
+client = [f"{build}/fclient-static", "127.0.0.1", port]
+def run(cmd):
+    t = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return (time.perf_counter() - t) * 1e6
+r = [(run(client), run([f"{build}/shimrun", "--"] + client)) for _ in range(21)]
+d = sorted(s - b for b, s in r)
+ok = "met" if st.median(d) <= 1000 else "MISSED"
+print(f"  a static C client's whole run, 21 interleaved: bare {st.median(b for b, _ in r):.0f} us, "
+      f"under shimrun {st.median(s for _, s in r):.0f} us: +{st.median(d):.0f} us median (bar <= +1000: {ok}), "
+      f"+{d[int(0.9 * len(d))]:.0f} us p90")
+PYEOF
 # every other call: not seen at all (the filter sends connect alone)
 if command -v go >/dev/null && command -v strace >/dev/null; then
 	(cd "$TOOLS" && GOCACHE="$work/gocache" GOPATH="$work/gopath" GO111MODULE=off CGO_ENABLED=0 \

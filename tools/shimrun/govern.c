@@ -777,7 +777,7 @@ struct ns_gov *ns_gov_new(const char *policy, const char *table, ns_gov_answer_f
 			strerror(errno));
 	g->holder = pid <= NS_PLACE_PID_MAX && g->nl >= 0 ? ns_place_holder(pid, ns_proc_start_time(pid, NULL)) : 0;
 	g->rng = mono_us() ^ pid;
-	for (int i = 0; i < CONNS; i++)
-		g->c[i].fd = -1;
+	/* (a record is made ready when it is taken, conn_new: the 4096 of
+	 * them, ~5 MB, were 1,300 pages touched at every start) */
 	return g;
 }

@@ -86,27 +86,32 @@ enum { ENGINE_AUTO, ENGINE_PRELOAD, ENGINE_SECCOMP };
  * its system calls itself, cgo or not, so LD_PRELOAD governs none of them. */
 static int go_binary(int fd, const Elf64_Ehdr *eh)
 {
-	Elf64_Shdr sh, strsh;
-	char name[24];
+	size_t nsh = eh->e_shnum, tlen = nsh * sizeof(Elf64_Shdr);
+	Elf64_Shdr *sh = NULL;
+	char *names = NULL;
+	int go = 0;
 
-	if (eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shnum == 0 || eh->e_shnum >= 65280 ||
-	    eh->e_shstrndx >= eh->e_shnum ||
-	    pread(fd, &strsh, sizeof(strsh), (off_t)(eh->e_shoff + eh->e_shstrndx * sizeof(sh))) != (ssize_t)sizeof(strsh))
-		return 0;
-	for (unsigned i = 0; i < eh->e_shnum; i++) {
-		ssize_t n;
+	/* the section headers in one read, their names in another (a read a
+	 * section was ~70 system calls at every start) */
+	if (eh->e_shentsize != sizeof(Elf64_Shdr) || nsh == 0 || nsh >= 65280 || eh->e_shstrndx >= nsh ||
+	    !(sh = malloc(tlen)) || pread(fd, sh, tlen, (off_t)eh->e_shoff) != (ssize_t)tlen ||
+	    sh[eh->e_shstrndx].sh_size == 0 || sh[eh->e_shstrndx].sh_size > (1u << 20) ||
+	    !(names = malloc(sh[eh->e_shstrndx].sh_size + 1)) ||
+	    pread(fd, names, sh[eh->e_shstrndx].sh_size, (off_t)sh[eh->e_shstrndx].sh_offset) !=
+		    (ssize_t)sh[eh->e_shstrndx].sh_size)
+		goto out;
+	names[sh[eh->e_shstrndx].sh_size] = '\0';
+	for (size_t i = 0; i < nsh && !go; i++) {
+		const char *name = names + sh[i].sh_name;
 
-		if (pread(fd, &sh, sizeof(sh), (off_t)(eh->e_shoff + i * sizeof(sh))) != (ssize_t)sizeof(sh) ||
-		    sh.sh_name >= strsh.sh_size)
+		if (sh[i].sh_name >= sh[eh->e_shstrndx].sh_size)
 			continue;
-		n = pread(fd, name, sizeof(name) - 1, (off_t)(strsh.sh_offset + sh.sh_name));
-		if (n <= 0)
-			continue;
-		name[n] = '\0';
-		if (strcmp(name, ".note.go.buildid") == 0 || strcmp(name, ".go.buildinfo") == 0)
-			return 1;
+		go = strcmp(name, ".note.go.buildid") == 0 || strcmp(name, ".go.buildinfo") == 0;
 	}
-	return 0;
+out:
+	free(names);
+	free(sh);
+	return go;
 }
 
 /* Can LD_PRELOAD reach the program (found as execvp would)? Not an ELF
@@ -136,16 +141,18 @@ static int reach(const char *prog)
 		return errno == EACCES ? REACH_UNREAD : REACH_OK;
 	if (pread(fd, &eh, sizeof(eh), 0) == (ssize_t)sizeof(eh) && memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
 	    eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_phentsize == sizeof(Elf64_Phdr) && eh.e_phnum > 0) {
-		r = REACH_STATIC;
-		for (unsigned i = 0; i < eh.e_phnum && eh.e_phnum < 4096; i++) {
-			Elf64_Phdr ph;
+		Elf64_Phdr ph[64];
+		size_t n = eh.e_phnum < 64 ? eh.e_phnum : 64;
 
-			if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + i * sizeof(ph))) != (ssize_t)sizeof(ph) ||
-			    ph.p_type == PT_INTERP) {
+		/* the program headers in one read: an interpreter among them is a
+		 * dynamically linked program (one that cannot be read is taken
+		 * for one: LD_PRELOAD is tried) */
+		r = REACH_STATIC;
+		if (eh.e_phnum > 64 || pread(fd, ph, n * sizeof(*ph), (off_t)eh.e_phoff) != (ssize_t)(n * sizeof(*ph)))
+			r = REACH_OK;
+		for (size_t i = 0; r == REACH_STATIC && i < n; i++)
+			if (ph[i].p_type == PT_INTERP)
 				r = REACH_OK;
-				break;
-			}
-		}
 		if (go_binary(fd, &eh))
 			r = REACH_GO;
 	}
