@@ -42,8 +42,10 @@ def generate(report_text):
     lines = report_text.splitlines()
     head = [l for l in lines[:4] if l.strip()]
     secs = sections(lines)
-    out = [BEGIN, "", "### The last run", "", "```text", *head, "```", "", "### Every bar of the run", "",
-           "| section | measure and figure | bar | |", "| --- | --- | --- | --- |"]
+    missed = [" ".join(m.group("what").split()) for m in map(BAR.match, lines) if m and m.group("verdict") == "MISSED"]
+    out = [BEGIN, "", "### The last run", "", "```text", *head, "```", "",
+           ("Bars this run missed: " + "; ".join(missed) + "." if missed else "This run met every bar."), "",
+           "### Every bar of the run", "", "| section | measure and figure | bar | |", "| --- | --- | --- | --- |"]
     for name, body in secs.items():
         for line in body:
             m = BAR.match(line)
