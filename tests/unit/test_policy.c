@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../../policy/policy.h"
+#include "testdest.h"
 
 static char err[4096];
 
@@ -22,21 +23,6 @@ static void expect_error(const char *text, const char *msg)
 
 	cr_assert_gt(r, 0, "expected an error for: %s", text);
 	cr_assert_str_eq(err, msg, "for input:\n%s", text);
-}
-
-static struct ns_dest dest(const char *name, const char *addr, int port)
-{
-	struct ns_dest d;
-
-	memset(&d, 0, sizeof(d));
-	if (name)
-		snprintf(d.name, sizeof(d.name), "%s", name);
-	if (inet_pton(AF_INET, addr, d.addr) == 1)
-		d.family = AF_INET;
-	else if (inet_pton(AF_INET6, addr, d.addr) == 1)
-		d.family = AF_INET6;
-	d.port = (uint16_t)port;
-	return d;
 }
 
 Test(policy, the_design_example_parses)

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../../policy/polimage.h"
+#include "testdest.h"
 
 static char err[4096];
 
@@ -40,21 +41,6 @@ static char *policy_text(int n)
 				 "[host \"::1\"]\nretry_after = off\n"
 				 "[host \"API.Other.Org\"]\nfault = reset 50%%\n");
 	return t;
-}
-
-static struct ns_dest dest(const char *name, const char *addr, int port)
-{
-	struct ns_dest d;
-
-	memset(&d, 0, sizeof(d));
-	if (name)
-		snprintf(d.name, sizeof(d.name), "%s", name);
-	if (inet_pton(AF_INET, addr, d.addr) == 1)
-		d.family = AF_INET;
-	else if (inet_pton(AF_INET6, addr, d.addr) == 1)
-		d.family = AF_INET6;
-	d.port = (uint16_t)port;
-	return d;
 }
 
 static const struct {
