@@ -372,6 +372,8 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 			break;
 		}
 	}
+	if (unlikely_mapped(p))
+		ns_pimg_settings_sane(out);
 	/* a queued connect is a slow connect: unset, queue_timeout is the
 	 * destination's connect_timeout (the built-in one where that is off);
 	 * 0 set still refuses at once */

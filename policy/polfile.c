@@ -133,8 +133,8 @@ static int publish_as(const struct ns_policy *p, const char *path, const struct 
 		return -1;
 	}
 	(void)unlink(tmp); /* (a dead process's of the same pid) */
-	/* readable by whom the policy file is, written by no one */
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, st->st_mode & 0444)) < 0) {
+	/* readable by whom the policy file is (its owner always), written by no one */
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, (st->st_mode & 0444) | 0400)) < 0) {
 		snprintf(why, whylen, "%s: %s", tmp, strerror(errno));
 		return -1;
 	}
@@ -160,7 +160,7 @@ static int publish_as(const struct ns_policy *p, const char *path, const struct 
 		b = (const char *)p->img + sizeof(h);
 		left = p->img_len - sizeof(h);
 	}
-	left = fchmod(fd, st->st_mode & 0444) < 0; /* (past the umask) */
+	left = fchmod(fd, (st->st_mode & 0444) | 0400) < 0; /* (past the umask) */
 	if (close(fd) < 0 || left || rename(tmp, name) < 0) {
 		snprintf(why, whylen, "%s: %s", name, strerror(errno));
 		unlink(tmp);

@@ -154,6 +154,22 @@ int ns_pimg_candidates(const struct ns_policy *p, const struct ns_dest *d, uint3
 	return n;
 }
 
+void ns_pimg_settings_sane(struct ns_settings *s)
+{
+	/* (what was checked in a section may have changed since in a mapped
+	 * image its owner rewrote: nothing taken from one indexes past its
+	 * array, nor names a choice that is not one) */
+	if (s->fault.n > NS_FAULTS_MAX)
+		s->fault.n = 0;
+	for (uint32_t f = 0; f < s->fault.n; f++)
+		if (s->fault.f[f].kind >= NS_F_KINDS)
+			s->fault.n = 0;
+	if (s->mode > NS_MODE_BYPASS)
+		s->mode = NS_MODE_ENFORCE;
+	if (s->recovery > NS_RECOVERY_MANUAL)
+		s->recovery = NS_RECOVERY_AUTO;
+}
+
 int ns_pimg_section_ok(const struct ns_policy *p, int i)
 {
 	const struct ns_section *s;

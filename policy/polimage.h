@@ -85,6 +85,9 @@ uint64_t ns_pimg_hash(const char *s, size_t n);
 /* Is the header of an image of len bytes sound: its format this build's,
  * every array it names within it? */
 int ns_pimg_header_ok(const struct ns_pidx *h, uint64_t len);
+/* Settings resolved from a mapped image made sound again (a count past its
+ * array, a choice out of range: none, the default). */
+void ns_pimg_settings_sane(struct ns_settings *s);
 /* Is section i of p sound to take values from (always, without an image
  * mapped)? */
 int ns_pimg_section_ok(const struct ns_policy *p, int i);

@@ -307,3 +307,29 @@ Test(polimage, an_image_that_is_not_sound_is_not_used_and_never_crashes)
 	ns_policy_free(&parsed);
 	free(t);
 }
+
+/* What a mapped image's owner may rewrite after a section was checked:
+ * settings taken from it never index past an array nor name a choice that
+ * is not one. */
+Test(polimage, settings_taken_from_an_image_are_made_sound)
+{
+	struct ns_settings s = ns_builtin_settings;
+
+	s.fault.n = 1000;
+	s.mode = 7;
+	s.recovery = 9;
+	ns_pimg_settings_sane(&s);
+	cr_assert_eq(s.fault.n, 0);
+	cr_assert_eq(s.mode, NS_MODE_ENFORCE);
+	cr_assert_eq(s.recovery, NS_RECOVERY_AUTO);
+	s.fault.n = 1;
+	s.fault.f[0].kind = NS_F_KINDS + 3;
+	ns_pimg_settings_sane(&s);
+	cr_assert_eq(s.fault.n, 0);
+	s.fault.n = 1;
+	s.fault.f[0].kind = NS_F_RESET;
+	s.mode = NS_MODE_MONITOR;
+	ns_pimg_settings_sane(&s);
+	cr_assert_eq(s.fault.n, 1);
+	cr_assert_eq(s.mode, NS_MODE_MONITOR);
+}
