@@ -31,9 +31,7 @@ static inline int ns_reqq_take(struct ns_reqq *q, uint32_t cap, uint32_t holder)
 	return ns_places_take(q->place, cap, holder);
 }
 
-/* ...under max_requests = auto: one of [0, span) while fewer than cap are
- * held there (*held: how many), as ns_table_place_take_under */
-int ns_reqq_take_under(struct ns_reqq *q, uint32_t cap, uint32_t span, uint32_t holder, uint32_t *held);
+/* (under max_requests = auto: ns_table_place_take_auto, table.h) */
 /* Place p freed if holder holds it: 1 when a waiter is blocked on q->wake
  * (the caller wakes it), else 0. */
 int ns_reqq_release(struct ns_reqq *q, int p, uint32_t holder);

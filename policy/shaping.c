@@ -323,11 +323,6 @@ int ns_table_place_take_under(struct ns_table *t, int idx, uint32_t cap, uint32_
 	return s ? take_under(s->place, cap, span, holder, held) : -1;
 }
 
-int ns_reqq_take_under(struct ns_reqq *q, uint32_t cap, uint32_t span, uint32_t holder, uint32_t *held)
-{
-	return take_under(q->place, cap, span, holder, held);
-}
-
 uint32_t ns_table_cap_for(const struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms)
 {
 	uint32_t cap = set->adaptive ? ns_table_limit(t, idx, set) : set->max_connections;
