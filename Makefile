@@ -46,7 +46,7 @@ LIB := $(BUILD)/libnetshim.so
 TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench $(BUILD)/tablebench \
 	$(BUILD)/netshim-agent $(BUILD)/fleetbench $(BUILD)/fleetscale $(BUILD)/h2bench
 CLIENTS := $(BUILD)/fclient $(BUILD)/tracee $(BUILD)/vforkclose $(BUILD)/mmsg $(BUILD)/hammer \
-	$(BUILD)/fclient-static $(BUILD)/sigconnect $(BUILD)/siglocks $(BUILD)/sigstorm $(BUILD)/escapes $(BUILD)/escapes-static $(BUILD)/sslhost $(BUILD)/deepbind $(BUILD)/libdeeplib.so $(BUILD)/libdeeplib-now.so $(BUILD)/libdeeplib-addr.so
+	$(BUILD)/fclient-static $(BUILD)/sigconnect $(BUILD)/siglocks $(BUILD)/sigstorm $(BUILD)/escapes $(BUILD)/escapes-static $(BUILD)/sslhost $(BUILD)/deepbind $(BUILD)/libdeeplib.so $(BUILD)/libdeeplib-now.so $(BUILD)/libdeeplib-addr.so $(BUILD)/x86walk
 
 .PHONY: compile_commands.json all test unit integration negative install uninstall bench bench-fleet bench-fleet-scale demo deps clean tsan fuzz compat deb
 
@@ -117,7 +117,9 @@ $(BUILD)/tools/shimrun/shimrun.o: tools/shimrun/shimrun.c $(wildcard policy/*.h)
 	$(CC) $(FINAL_CFLAGS) -DNS_LIBDIR='"$(LIBDIR)"' -c -o $@ $<
 
 $(BUILD)/shimrun: $(BUILD)/tools/shimrun/shimrun.o $(BUILD)/tools/shimrun/supervise.o $(BUILD)/tools/shimrun/govern.o \
-		$(BUILD)/tools/shimrun/govacct.o $(BUILD)/tools/shimrun/govwait.o $(BUILD)/tools/shimrun/sockwatch.o $(POLICY_OBJ)
+		$(BUILD)/tools/shimrun/govacct.o $(BUILD)/tools/shimrun/govwait.o $(BUILD)/tools/shimrun/sockwatch.o \
+		$(BUILD)/tools/shimrun/goexec.o $(BUILD)/tools/shimrun/gohook.o $(BUILD)/tools/shimrun/goelf.o \
+		$(BUILD)/tools/shimrun/gostat.o $(BUILD)/tools/shimrun/x86len.o $(POLICY_OBJ)
 	$(CC) -o $@ $^ $(FINAL_LDFLAGS)
 
 $(BUILD)/faultsrv: $(BUILD)/tools/testsrv/faultsrv.o
@@ -184,8 +186,13 @@ $(BUILD)/tracee: tests/clients/tracee.c
 	$(CC) -g -O0 -Wall -o $@ $<
 
 # shim/settings.c stands alone (no libc wrapper in it): tested here directly
-$(BUILD)/unit_tests: $(UNIT_SRC) $(POLICY_OBJ) shim/settings.c tools/agent/hmac.c
-	$(CC) $(FINAL_CFLAGS) -o $@ $(UNIT_SRC) shim/settings.c tools/agent/hmac.c $(POLICY_OBJ) -lcriterion $(FINAL_LDFLAGS)
+UNIT_TOOLS := shim/settings.c tools/agent/hmac.c tools/shimrun/gohook.c tools/shimrun/gostat.c tools/shimrun/x86len.c
+$(BUILD)/unit_tests: $(UNIT_SRC) $(POLICY_OBJ) $(UNIT_TOOLS) $(wildcard tools/shimrun/*.h)
+	$(CC) $(FINAL_CFLAGS) -o $@ $(UNIT_SRC) $(UNIT_TOOLS) $(POLICY_OBJ) -lcriterion $(FINAL_LDFLAGS)
+
+# the instruction walker against objdump (test_gostatus.py)
+$(BUILD)/x86walk: tests/clients/x86walk.c tools/shimrun/x86len.c tools/shimrun/x86len.h
+	$(CC) $(FINAL_CFLAGS) -o $@ tests/clients/x86walk.c tools/shimrun/x86len.c $(FINAL_LDFLAGS)
 
 $(BUILD)/stress: tests/clients/stress.c
 	@mkdir -p $(dir $@)

@@ -22,6 +22,11 @@
 static int level = 2;        /* warn: shimrun's lines (NETSHIM_LOG as the library reads it) */
 static struct ns_gacct *the; /* the engine's one accounting (one thread) */
 
+int ns_gacct_level(void)
+{
+	return level;
+}
+
 static void say_line(int lv, const char *line)
 {
 	(void)lv;
@@ -168,4 +173,39 @@ void ns_gacct_outcome(struct ns_gacct *a, int slot, const struct ns_settings *se
 	o->shadow.set = shadow_set;
 	o->shadow.slot = shadow_slot;
 	ns_account(&ns_seccomp_engine, a->t, slot, set, o, st);
+}
+
+int ns_gacct_status(struct ns_gacct *a, const struct ns_policy *pol, const struct ns_dest *d, pid_t pid,
+		    unsigned status, uint64_t now_ms, struct ns_gostat *go)
+{
+	struct ns_settings set;
+	struct ns_answer ans;
+	struct ns_outcome o;
+	struct ns_step st;
+	char key[NS_KEY_MAX];
+	uint64_t own_ms;
+	int slot, fails;
+
+	if (ns_dest_key(d, key, sizeof(key)) < 0)
+		return -1;
+	ns_policy_resolve(pol, d, &set, NULL);
+	if (set.mode == NS_MODE_BYPASS || (slot = ns_table_find(a->t, key, 1, now_ms)) < 0)
+		return -1;
+	/* the connection's own success (its first bytes back) is taken back
+	 * by its first answer: from then its answers are its outcomes, as the
+	 * library counts an exchange */
+	if (go && ns_gostat_own_take(go, pid, slot, &own_ms))
+		ns_table_success_undo(a->t, slot, own_ms, set.window_ms);
+	fails = ns_status_fails(&set, status);
+	memset(&ans, 0, sizeof(ans));
+	ans.status = ans.http_status = status;
+	ans.http_fails = fails;
+	memset(&o, 0, sizeof(o));
+	o.kind = fails ? NS_OUT_FAILURE : NS_OUT_SUCCESS;
+	o.ans = &ans;
+	o.sent = 1;
+	o.now_ms = now_ms;
+	o.now_ns = o.from_ns = o.conn_ns = now_ms * 1000000; /* (when it was asked is not read: no latency) */
+	ns_gacct_outcome(a, slot, &set, &o, pid, NULL, -1, &st);
+	return fails ? slot : -1;
 }

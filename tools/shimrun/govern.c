@@ -52,6 +52,7 @@
 #include "../../policy/table.h"
 #include "../../policy/admit.h"
 #include "govacct.h"
+#include "gostat.h"
 #include "govwait.h"
 #include "sockwatch.h"
 
@@ -103,6 +104,7 @@ struct ns_gov {
 	uint64_t rng;
 	struct ns_admitter adm; /* its own state for the core's questions (policy/admit.h) */
 	struct ns_gacct acct;   /* the core's accounting, as this engine lends it (govacct.c) */
+	struct ns_gostat *go;   /* the Go programs hooked (gostat.c), or NULL */
 	struct conn c[CONNS];
 };
 
@@ -164,9 +166,27 @@ static void count(struct ns_gov *g, struct conn *c, int kind, int err, int sent,
 	o.from_ns = o.conn_ns = c->start_ms * 1000000;
 	o.conn = (uintptr_t)(c - g->c) << 6;
 	o.conn_gen = c->gen;
+	/* a hooked Go program's connection: its answers' statuses decide */
+	if ((o.own = kind == NS_OUT_SUCCESS && g->go && ns_gostat_is_hooked(g->go, tgid_of(c))) &&
+	    ns_gostat_own_add(g->go, tgid_of(c), c->slot, now))
+		return;
 	ns_gacct_outcome(&g->acct, c->slot, &c->set, &o, tgid_of(c), &c->shadow_set, c->shadow_slot, &st);
 	if (kind != NS_OUT_SUCCESS)
 		ns_admit_note_failure(&g->adm, c->slot, now);
+}
+
+void ns_gov_hooks(struct ns_gov *g, struct ns_gostat *go)
+{
+	g->go = go;
+}
+
+void ns_gov_status(struct ns_gov *g, const struct ns_dest *d, pid_t tgid, unsigned status)
+{
+	uint64_t now = mono_ms();
+	int slot = g->tbl_ok ? ns_gacct_status(&g->acct, &g->pol, d, tgid, status, now, g->go) : -1;
+
+	if (slot >= 0)
+		ns_admit_note_failure(&g->adm, slot, now);
 }
 
 /* throttle = adaptive: this connect refused here (counted throttled, the

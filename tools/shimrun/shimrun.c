@@ -17,6 +17,7 @@
 #include "../../policy/polimage.h"
 #include "../../policy/scenario.h"
 #include "../../policy/table.h"
+#include "goexec.h"
 #include "supervise.h"
 
 static void usage(FILE *f)
@@ -118,6 +119,8 @@ out:
  * file without an interpreter (statically linked), nor a Go program. shimrun
  * says so rather than let it run ungoverned in silence. Anything
  * unreadable or not ELF (a script) is REACH_OK. */
+static char found[PATH_MAX]; /* the program's file, as reach() found it */
+
 static int reach(const char *prog)
 {
 	char path[PATH_MAX];
@@ -139,6 +142,7 @@ static int reach(const char *prog)
 	}
 	if (fd < 0)
 		return errno == EACCES ? REACH_UNREAD : REACH_OK;
+	snprintf(found, sizeof(found), "%s", strchr(prog, '/') ? prog : path);
 	if (pread(fd, &eh, sizeof(eh), 0) == (ssize_t)sizeof(eh) && memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
 	    eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_phentsize == sizeof(Elf64_Phdr) && eh.e_phnum > 0) {
 		Elf64_Phdr ph[64];
@@ -384,8 +388,8 @@ static void said_unreached(const char *prog, int r)
  * engine could not start (said: the program then runs under the library). */
 static int seccomp_run(struct run *o, int r)
 {
-	char why[256];
-	int rc;
+	char why[256], go[160];
+	int rc, hooked = r == REACH_GO && found[0] && ns_goexec_probe(found, go, sizeof(go)) == 1;
 
 	/* the program's connects are shimrun's to answer: not the library's
 	 * too (a dynamic program would be counted twice) */
@@ -395,11 +399,13 @@ static int seccomp_run(struct run *o, int r)
 		unsetenv("LD_PRELOAD");
 	fprintf(stderr,
 		"shimrun: %s%s: governed by the seccomp engine (its connects and their deadlines, "
-		"caps and pacing; not its bytes, HTTP status or TLS)\n",
+		"caps and pacing; %s%s%s)\n",
 		o->argv[0],
 		r == REACH_STATIC       ? " (statically linked)"
 			: r == REACH_GO ? " (a Go program)"
-					: "");
+					: "",
+		hooked ? "HTTP status read from net/http, " : "", hooked ? go : "",
+		hooked ? "; not its bytes or TLS" : "not its bytes, HTTP status or TLS");
 	rc = ns_sup_run(o->argv, getenv("NETSHIM_POLICY"), o->table, why, sizeof(why));
 	if (rc < 0)
 		fprintf(stderr, "shimrun: %s; %s runs ungoverned\n", why, o->argv[0]);

@@ -33,6 +33,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "goexec.h"
+#include "govacct.h"
 #include "govern.h"
 #include "sockwatch.h"
 
@@ -56,7 +58,8 @@
  * kernel without Fast Open does, and a program connects instead. Another
  * architecture's calls (x32, i386 through int 0x80) are killed, since
  * their numbers mean other calls. */
-#define ARG_LO(i) (offsetof(struct seccomp_data, args) + 8 * (i)) /* (little-endian: the low word) */
+#define GO_LOOK_MS 10 /* a hooked Go program's answers are read at least this often */
+#define ARG_LO(i)  (offsetof(struct seccomp_data, args) + 8 * (i)) /* (little-endian: the low word) */
 static int install_filter(unsigned flags)
 {
 	struct sock_filter f[] = {
@@ -67,6 +70,9 @@ static int install_filter(unsigned flags)
 		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1), /* x32 */
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_connect, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_execve, 1, 0), /* (a Go program's hook: goexec.c) */
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_execveat, 0, 1),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
@@ -191,6 +197,8 @@ static void forward_signals(pid_t pid)
 struct sup {
 	int lfd;
 	struct ns_gov *gov;
+	struct ns_gostat go;   /* the Go programs hooked, */
+	struct ns_goexec exec; /* ...at their exec */
 };
 
 static void answer(void *ctx, uint64_t id, int err, int cont)
@@ -268,12 +276,37 @@ static void not_inet(struct sup *s, const struct seccomp_notif *n, const struct 
 }
 
 /* One notified call of the child. */
+static void go_on(void *ctx, uint64_t id)
+{
+	answer(ctx, id, 0, 1);
+}
+
+/* One answer a hooked Go program read: counted on its destination's entry. */
+static void go_answer(void *ctx, pid_t tgid, const struct ns_goslot *a)
+{
+	struct sup *s = ctx;
+	struct ns_dest d;
+	int r = ns_gostat_dest(a, &d);
+
+	if (r == 0)
+		ns_gov_status(s->gov, &d, tgid, (unsigned)a->status);
+	else if (r > 0 && !s->go.said_dns++)
+		fprintf(stderr,
+			"shimrun: a Go program's answer from a host only DNS names (%.*s) is not counted: shimrun "
+			"resolves names from /etc/hosts alone\n",
+			(int)((a->flags >> 8) & 0x3f), a->host);
+}
+
 static void on_call(struct sup *s, const struct seccomp_notif *n)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = 0;
 	int got;
 
+	if (n->data.nr == __NR_execve || n->data.nr == __NR_execveat) {
+		ns_goexec(&s->exec, n, go_on, s);
+		return;
+	}
 	if (n->data.nr != __NR_connect) {
 		answer(s, n->id, 0, 1);
 		return;
@@ -315,7 +348,11 @@ static int serve(struct sup *s, pid_t pid)
 		pa[1].events = POLLIN;
 		pa[1].revents = 0;
 		np = ns_gov_pollfds(s->gov, pa + 2, NS_GOV_POLLED);
-		r = poll(pa, (nfds_t)(2 + np), ns_gov_timeout(s->gov));
+		r = ns_gov_timeout(s->gov);
+		if (s->go.n && (r < 0 || r > GO_LOOK_MS)) /* (hooked programs' answers read this often) */
+			r = GO_LOOK_MS;
+		r = poll(pa, (nfds_t)(2 + np), r);
+		ns_gostat_drain(&s->go, go_answer, s, r == 0);
 		ns_gov_run(s->gov, pa + 2, np);
 		if (!done && (child < 0 || pa[1].revents) && waitpid(pid, &status, WNOHANG) == pid)
 			done = 1;
@@ -332,6 +369,7 @@ static int serve(struct sup *s, pid_t pid)
 		if (r < 0 && errno != EINTR)
 			break;
 	}
+	ns_gostat_drain(&s->go, go_answer, s, 0);
 	ns_gov_finish(s->gov);
 	free(n);
 	if (child >= 0)
@@ -358,6 +396,9 @@ int ns_sup_run(char **argv, const char *policy, const char *table, char *why, si
 	s.lfd = -1;
 	if (!(s.gov = ns_gov_new(policy, table, answer, still_valid, &s, why, whylen)))
 		return -1;
+	s.exec.go = &s.go;
+	s.exec.level = ns_gacct_level();
+	ns_gov_hooks(s.gov, &s.go);
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
 		snprintf(why, whylen, "socketpair: %s", strerror(errno));
 		return -1;

@@ -1,0 +1,63 @@
+/* gohook.h -- the statuses a Go program's net/http receives, read at the
+ * return sites of net/http.(*Transport).roundTrip (gohook.c, goelf.c).
+ *
+ * shimrun stops the program once, at its exec, before any of its code has
+ * run: it maps a page of code (one trampoline per return site) and a ring
+ * shared with shimrun, moves each return's epilogue into its trampoline
+ * and leaves a jmp in its place, then lets go (no tracer stays). A
+ * trampoline runs in the goroutine that returns: it makes no call, no
+ * system call and no allocation; it reads *Response (its status, whether
+ * TLS carried it, its request's URL.Host) and writes one slot of the ring,
+ * then runs the moved epilogue, which returns as before. */
+#ifndef NS_GOHOOK_H
+#define NS_GOHOOK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "goelf.h"
+
+#define NS_GOHOOK_FUNC  "net/http.(*Transport).roundTrip"
+#define NS_GORING_MAGIC 0x676e6972746f676eull /* "ngotring" */
+#define NS_GORING_SLOTS 512u                  /* (a power of two) */
+#define NS_GOHOST_MAX   63
+
+/* One answer: written by a trampoline, seq last (head + 1). */
+struct ns_goslot {
+	uint64_t seq;
+	uint64_t status; /* Response.StatusCode */
+	uint64_t flags;  /* bit 0: TLS carried it; bits 8-15: the host's length */
+	char host[64];   /* Request.URL.Host, as much as fits */
+	uint64_t pad[5];
+};
+
+struct ns_goring {
+	uint64_t magic;
+	uint64_t head; /* slots claimed (lock xadd) */
+	uint64_t pad[6];
+	struct ns_goslot slot[NS_GORING_SLOTS];
+};
+
+/* Go 1.19-1.23's layouts: Response.StatusCode, .Request, .TLS; Request.URL;
+ * URL.Host (a string: pointer, length) */
+enum {
+	NS_GO_RESP_STATUS = 16,
+	NS_GO_RESP_REQUEST = 128,
+	NS_GO_RESP_TLS = 136,
+	NS_GO_REQ_URL = 16,
+	NS_GO_URL_HOST = 40
+};
+
+/* The trampoline of one return site: the hook, then the moved epilogue
+ * (ep, eplen bytes ending in its ret), for a ring at ring_at. Its length
+ * written at out (cap bytes), or -1. */
+int ns_gohook_tramp(unsigned char *out, size_t cap, uint64_t ring_at, const unsigned char *ep, size_t eplen);
+
+/* Hook the program pid, stopped at its exec (PTRACE_EVENT_EXEC, seized by
+ * shimrun), whose file g describes: its ring is memfd (shimrun's
+ * descriptor, opened by the program through /proc). 0 when hooked, else -1
+ * and why. The program is left as it was stopped (the caller detaches). */
+int ns_gohook_inject(pid_t pid, const struct ns_goelf *g, int memfd, char *why, size_t wl);
+
+#endif
