@@ -23,6 +23,10 @@ php-cli php-curl busybox libhiredis-dev redis-server redis-tools
 libssl-dev patchelf debhelper lintian fakeroot python3-aiohttp python3-httpx python3-twisted python3-openssl python3-scrapy
 prometheus sqlite3 chromium clang clang-format libclang-rt-14-dev libnghttp2-dev nghttp2-server nghttp2-client
 python3-grpcio python3-h2 golang-go debootstrap"
+	# every Go Debian 12 offers builds the clients whose HTTP statuses
+	# shimrun reads (1.19 is golang-go's; 1.21-1.23 are bookworm-backports')
+	GO_BACKPORTS="golang-1.21-go golang-1.22-go golang-1.23-go"
+	PKGS="$PKGS $GO_BACKPORTS"
 fi
 # make compat: the clients of the compatibility matrix and their servers,
 # only when asked (COMPAT=1)
@@ -50,6 +54,15 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "install-deps: installing$missing"
 export DEBIAN_FRONTEND=noninteractive
+# bookworm-backports, in a sources file of its own, when a Go of it is missing
+case "$missing" in
+*golang-1.2*)
+	src=/etc/apt/sources.list.d/netshim-bookworm-backports.sources
+	[ -e "$src" ] || printf '%s\n' "Types: deb" "URIs: http://deb.debian.org/debian" \
+		"Suites: bookworm-backports" "Components: main" \
+		"Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" >"$src"
+	;;
+esac
 apt-get update -q
 # the demo's few packages without their recommendations (a fresh machine
 # gets it running in well under two minutes); the rest as Debian means them

@@ -202,6 +202,17 @@ static int epilogue_insn(const unsigned char *c, size_t n)
 		return 4;
 	if (n >= 1 && c[0] == 0x5d)
 		return 1;
+	{
+		/* a NOP the assembler put for alignment (Go 1.21: between pop rbp and ret) */
+		size_t p = 0;
+		struct ns_x86 x;
+
+		while (p < n && p < 8 && (c[p] == 0x66 || c[p] == 0x2e))
+			p++;
+		if (p < n && (c[p] == 0x90 || (p + 1 < n && c[p] == 0x0f && c[p + 1] == 0x1f)) &&
+		    ns_x86_insn(c, n, &x) > 0)
+			return x.len;
+	}
 	return 0;
 }
 

@@ -27,17 +27,10 @@
 #include <unistd.h>
 
 #include "gohook.h"
+#include "govern.h"
 #include "sockwatch.h"
 
 #define EXEC_WAIT_MS 3000 /* an exec that failed after shimrun let it go: the tracer leaves then */
-
-static uint64_t mono_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
 
 /* a string of process pid at addr (read page by page: it may end at a
  * page's end), into buf */
@@ -103,10 +96,10 @@ static void say_once(struct ns_goexec *x, const char *path, const char *why)
  * exec (it failed): 0, the process still traced */
 static int exec_stop(pid_t tid, pid_t tgid)
 {
-	uint64_t until = mono_us() + EXEC_WAIT_MS * 1000ull;
+	uint64_t until = ns_gov_mono_us() + EXEC_WAIT_MS * 1000ull;
 	int st;
 
-	while (mono_us() < until) {
+	while (ns_gov_mono_us() < until) {
 		pid_t w = waitpid(tgid, &st, __WALL | WNOHANG);
 
 		if (w == 0 ||
@@ -167,7 +160,7 @@ void ns_goexec(struct ns_goexec *x, const struct seccomp_notif *n, ns_goexec_con
 		return;
 	}
 	tgid = ns_sw_tgid(tid);
-	t0 = mono_us();
+	t0 = ns_gov_mono_us();
 	if (ptrace(PTRACE_SEIZE, tid, 0, (void *)(uintptr_t)PTRACE_O_TRACEEXEC) < 0) {
 		snprintf(why, sizeof(why), "shimrun cannot trace it at its exec (%s)", strerror(errno));
 		say_once(x, path, why);
@@ -191,7 +184,7 @@ void ns_goexec(struct ns_goexec *x, const struct seccomp_notif *n, ns_goexec_con
 		ns_gostat_hooked(x->go, tgid, ok);
 	}
 	(void)ptrace(PTRACE_DETACH, tgid, 0, 0);
-	took = mono_us() - t0;
+	took = ns_gov_mono_us() - t0;
 	if (took > x->max_stop_us)
 		x->max_stop_us = took;
 	if (!ok)

@@ -108,19 +108,6 @@ struct ns_gov {
 	struct conn c[CONNS];
 };
 
-static uint64_t mono_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
-static uint64_t mono_ms(void)
-{
-	return mono_us() / 1000;
-}
-
 static int enforce(const struct conn *c)
 {
 	return c->set.mode == NS_MODE_ENFORCE;
@@ -182,7 +169,7 @@ void ns_gov_hooks(struct ns_gov *g, struct ns_gostat *go)
 
 void ns_gov_status(struct ns_gov *g, const struct ns_dest *d, pid_t tgid, unsigned status)
 {
-	uint64_t now = mono_ms();
+	uint64_t now = ns_gov_mono_us() / 1000;
 	int slot = g->tbl_ok ? ns_gacct_status(&g->acct, &g->pol, d, tgid, status, now, g->go) : -1;
 
 	if (slot >= 0)
@@ -247,7 +234,7 @@ static int own_closed(void *ctx, int slot, uint32_t span, uint32_t holder)
 	(void)span, (void)holder;
 	for (int i = 0; i < g->hi; i++)
 		if (g->c[i].state == C_OPEN && g->c[i].slot == slot && g->c[i].w.place >= 0) {
-			look(g, &g->c[i], mono_ms());
+			look(g, &g->c[i], ns_gov_mono_us() / 1000);
 			freed |= g->c[i].state == C_FREE;
 		}
 	return freed ? NS_ADMIT_OWN_AGAIN : -1;
@@ -290,7 +277,7 @@ static void abandon(struct ns_gov *g, struct conn *c)
  * passed: throttled. */
 static void try_turn(struct ns_gov *g, struct conn *c)
 {
-	uint64_t now_us = mono_us(), now = now_us / 1000, due;
+	uint64_t now_us = ns_gov_mono_us(), now = now_us / 1000, due;
 	int wait;
 
 	if (now > c->queued_ms && !g->valid(g->ctx, c->id)) {
@@ -369,7 +356,7 @@ void ns_gov_connect(struct ns_gov *g, uint64_t id, pid_t tid, int fd, const stru
 	struct ns_dest d;
 	struct ns_settings set, shadow_set;
 	char key[NS_KEY_MAX];
-	uint64_t now = mono_ms();
+	uint64_t now = ns_gov_mono_us() / 1000;
 	struct conn *c;
 	int slot;
 
@@ -546,7 +533,7 @@ static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now)
 	/* decided at once: connected, or refused */
 	restore(c);
 	g->answer(g->ctx, c->id, e, 0);
-	decided(g, c, e ? as_outcome(e) : 0, mono_ms());
+	decided(g, c, e ? as_outcome(e) : 0, ns_gov_mono_us() / 1000);
 }
 
 /* A connect in progress whose socket polled revents: decided (answered,
@@ -695,7 +682,7 @@ int ns_gov_pollfds(struct ns_gov *g, struct pollfd *p, int max)
 
 int ns_gov_timeout(struct ns_gov *g)
 {
-	uint64_t now = mono_ms(), first = UINT64_MAX;
+	uint64_t now = (ns_gov_mono_us() / 1000), first = UINT64_MAX;
 
 	if (g->nconnecting)
 		first = now + 1000; /* (let_go_stale) */
@@ -713,7 +700,7 @@ int ns_gov_timeout(struct ns_gov *g)
 
 void ns_gov_run(struct ns_gov *g, const struct pollfd *p, int n)
 {
-	uint64_t now = mono_ms();
+	uint64_t now = ns_gov_mono_us() / 1000;
 
 	for (int k = 0; k < n && g->nconnecting; k++) {
 		struct conn *c = &g->c[g->polled[k]];
@@ -751,7 +738,7 @@ void ns_gov_finish(struct ns_gov *g)
 		struct conn *c = &g->c[i];
 
 		if (c->state == C_OPEN)
-			look(g, c, mono_ms()); /* its process ended: the socket with it */
+			look(g, c, ns_gov_mono_us() / 1000); /* its process ended: the socket with it */
 		if (c->state != C_FREE)
 			abandon(g, c);
 	}
@@ -796,7 +783,7 @@ struct ns_gov *ns_gov_new(const char *policy, const char *table, ns_gov_answer_f
 			"or total deadline, max_connections not kept)\n",
 			strerror(errno));
 	g->holder = pid <= NS_PLACE_PID_MAX && g->nl >= 0 ? ns_place_holder(pid, ns_proc_start_time(pid, NULL)) : 0;
-	g->rng = mono_us() ^ pid;
+	g->rng = ns_gov_mono_us() ^ pid;
 	/* (a record is made ready when it is taken, conn_new: the 4096 of
 	 * them, ~5 MB, were 1,300 pages touched at every start) */
 	return g;

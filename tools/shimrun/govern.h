@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <time.h>
 
 /* How a held connect is answered: err 0 and cont: the kernel makes the
  * call as the program asked; else the call fails with err (0: it
@@ -20,6 +21,15 @@ typedef void ns_gov_answer_fn(void *ctx, uint64_t id, int err, int cont);
 typedef int ns_gov_valid_fn(void *ctx, uint64_t id);
 
 struct ns_gov;
+
+/* CLOCK_MONOTONIC in microseconds: shimrun's clock */
+static inline uint64_t ns_gov_mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
 
 /* The policy at policy (NULL or "": the built-in one), the table name
  * (NULL: NETSHIM_TABLE, else the default). NULL when the policy does not

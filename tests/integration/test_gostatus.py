@@ -1,0 +1,337 @@
+"""What a Go program is told (issue 50, docs/design.md part 5, "Statuses from
+Go"): shimrun hooks net/http.(*Transport).roundTrip's return sites at the
+program's exec (tools/shimrun/goexec.c, gohook.c, goelf.c) and counts each
+answer's HTTP status through the core's accounting, on the destination its
+connects were counted on.
+
+The clients: tests/clients/go/get.go built by every Go Debian 12 offers
+(golang-1.19-go; golang-1.21/1.22/1.23-go from bookworm-backports), each
+static (CGO_ENABLED=0), with cgo, as a PIE, and stripped (-s -w); servers:
+tools/testsrv/kaserver.py (HTTP/1.1, clear and TLS) and node's http2 (HTTP/2
+over TLS). Each run under shimrun with no engine flag."""
+import bisect
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import BUILD, ROOT, NEGATIVE, base_env
+
+GO = ROOT / "tests" / "clients" / "go"
+KASERVER = ROOT / "tools" / "testsrv" / "kaserver.py"
+VERSIONS = ["1.19", "1.21", "1.22", "1.23"]
+MODES = ["static", "cgo", "pie", "stripped"]
+
+
+def go_tool(version):
+    path = f"/usr/lib/go-{version}/bin/go"
+    if not os.path.exists(path):
+        pytest.fail(f"{path} is needed (tools/install-deps.sh --all installs golang-{version}-go)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def gets():
+    """get.go built each way by each Go: {(version, mode): path}, in a
+    directory anyone may read (the uid 65534 test runs them)."""
+    d = pathlib.Path(tempfile.mkdtemp(prefix="netshim-goget."))
+    os.chmod(d, 0o755)
+    env = dict(os.environ, GOCACHE=str(d / "cache"), GOPATH=str(d / "path"), GO111MODULE="off", GOFLAGS="")
+    out = {}
+    for v in VERSIONS:
+        go = go_tool(v)
+        for m in MODES:
+            args = {"static": (["-o"], "0"), "cgo": (["-o"], "1"), "pie": (["-buildmode=pie", "-o"], "1"),
+                    "stripped": (["-ldflags=-s -w", "-o"], "0")}[m]
+            p = d / f"get-{v}-{m}"
+            subprocess.run([go, "build"] + args[0] + [p, GO / "get.go"], check=True, capture_output=True,
+                           env=dict(env, CGO_ENABLED=args[1]))
+            out[(v, m)] = p
+    yield out
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def ka(tmp_path):
+    procs = []
+
+    def start(script, tls=False):
+        extra = []
+        if tls:
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+                            "-keyout", tmp_path / "key.pem", "-out", tmp_path / "cert.pem", "-days", "2"],
+                           check=True, capture_output=True)
+            extra = [str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")]
+        p = subprocess.Popen(["/usr/bin/python3", str(KASERVER), script] + extra, stdout=subprocess.PIPE, text=True)
+        procs.append(p)
+        return int(p.stdout.readline().split()[1])
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def statuses(r):
+    return [int(m) for m in re.findall(r"^status (\d+) ", r.out, re.M)]
+
+
+def counts(e):
+    return (e["successes"], e["failures"], e["http_failures"], e["last_status"])
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("mode", MODES)
+def test_each_answer_s_status_is_counted_exactly(shim, gets, ka, version, mode):
+    port = ka("503;503;404;200;503")
+    url = f"http://127.0.0.1:{port}/"
+    shim.policy("[defaults]\nfailure_threshold = 100\n")
+    r = shim.run([gets[(version, mode)]] + [url] * 5)
+    assert statuses(r) == [503, 503, 404, 200, 503], (r.out, r.err)
+    assert f"HTTP status read from net/http, go{version}" in r.err, r.err
+    # 404 and 200 never fail; the connection's own success is taken back
+    # by its first answer (the answers are its outcomes, as the library's)
+    assert counts(shim.entry(f"127.0.0.1:{port}")) == (2, 3, 3, 503)
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("version", ["1.19", "1.23"])
+def test_503s_open_the_breaker_then_a_preloaded_curl_and_the_next_go_run_are_refused(shim, gets, ka, version):
+    port = ka("503")
+    url = f"http://127.0.0.1:{port}/"
+    shim.policy("[defaults]\nfailure_threshold = 3\nopen_duration = 30s\n")
+    r = shim.run([gets[(version, "static")]] + [url] * 3)
+    assert statuses(r) == [503] * 3, (r.out, r.err)
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert (e["state"], e["http_failures"], e["calls"]) == ("open", 3, 1), e
+    r = shim.run(["curl", "-s", "-o", "/dev/null", url])
+    assert r.rc == 7, (r.rc, r.err)   # couldn't connect: refused at once
+    r = shim.run([gets[(version, "stripped")], url])
+    assert "connection refused" in r.out, r.out
+    assert shim.entry(f"127.0.0.1:{port}")["calls"] == 1
+
+
+@pytest.mark.shim
+def test_failure_status_applies_and_a_name_of_etc_hosts_is_its_address(shim, gets, ka):
+    port = ka("404;500;429")
+    shim.policy("[defaults]\nfailure_threshold = 100\nfailure_status = 404\n")
+    r = shim.run([gets[("1.22", "static")]] + [f"http://localhost:{port}/"] * 3)
+    assert statuses(r) == [404, 500, 429], (r.out, r.err)
+    # only 404 fails here; localhost is 127.0.0.1 (/etc/hosts), where the
+    # connects were counted
+    assert counts(shim.entry(f"127.0.0.1:{port}")) == (2, 1, 1, 429)
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("version", VERSIONS)
+def test_https_answers_over_http_1_1_are_counted_on_their_port(shim, gets, ka, version):
+    port = ka("503;200", tls=True)
+    url = f"https://127.0.0.1:{port}/"
+    shim.policy("[defaults]\nfailure_threshold = 100\n")
+    r = shim.run([gets[(version, "cgo")], url, url], env={"GET_INSECURE": "1"})
+    assert statuses(r) == [503, 200], (r.out, r.err)
+    assert counts(shim.entry(f"127.0.0.1:{port}")) == (1, 1, 1, 200)
+
+
+H2SERVER = r"""
+const http2 = require('http2'), fs = require('fs');
+const s = http2.createSecureServer({key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[3])},
+  (req, res) => { res.writeHead(parseInt(req.url.slice(1)) || 200); res.end('x'.repeat(100)); });
+s.listen(0, '127.0.0.1', () => console.log('PORT', s.address().port));
+"""
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("version", ["1.19", "1.23"])
+def test_http2_answers_over_tls_are_counted_each(shim, gets, tmp_path, version):
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+                    "-keyout", tmp_path / "key.pem", "-out", tmp_path / "cert.pem", "-days", "2"],
+                   check=True, capture_output=True)
+    (tmp_path / "h2.js").write_text(H2SERVER)
+    srv = subprocess.Popen(["node", tmp_path / "h2.js", tmp_path / "key.pem", tmp_path / "cert.pem"],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(srv.stdout.readline().split()[1])
+        base = f"https://127.0.0.1:{port}"
+        shim.policy("[defaults]\nfailure_threshold = 100\n")
+        r = shim.run([gets[(version, "static")], f"{base}/503", f"{base}/200", f"{base}/502"],
+                     env={"GET_INSECURE": "1", "GET_PROTO": "1"})
+        assert statuses(r) == [503, 200, 502] and r.out.count("proto HTTP/2.0") == 3, (r.out, r.err)
+        assert counts(shim.entry(f"127.0.0.1:{port}")) == (1, 2, 2, 502)
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def patched(src, dst, old, new, at=None):
+    b = bytearray(src.read_bytes())
+    i = b.find(old) if at is None else at
+    assert i >= 0 and b[i:i + len(old)] == old, (old, i)
+    b[i:i + len(new)] = new
+    dst.write_bytes(bytes(b))
+    os.chmod(dst, 0o755)
+    return dst
+
+
+def roundtrip_offset(path):
+    """The file offset of roundTrip (a symbol of the unstripped build)."""
+    nm = subprocess.run(["nm", path], capture_output=True, text=True, check=True).stdout
+    addr = int(re.search(r"^([0-9a-f]+) T net/http\.\(\*Transport\)\.roundTrip$", nm, re.M).group(1), 16)
+    ph = subprocess.run(["readelf", "-lW", path], capture_output=True, text=True, check=True).stdout
+    for m in re.finditer(r"LOAD\s+0x([0-9a-f]+) 0x([0-9a-f]+) 0x[0-9a-f]+ 0x([0-9a-f]+)", ph):
+        off, va, size = (int(x, 16) for x in m.groups())
+        if va <= addr < va + size:
+            return addr - va + off
+    raise AssertionError("roundTrip not in a segment")
+
+
+@pytest.mark.parametrize("what", ["version", "section", "prologue"])
+def test_a_binary_the_hook_does_not_match_runs_unhooked_and_shimrun_says_why(shim, gets, ka, tmp_path, what):
+    src = gets[("1.19", "static")]
+    if what == "version":     # a Go whose net/http layout is not known
+        prog = patched(src, tmp_path / "get", b"\x08go1.19", b"\x08go1.20")
+        why = "Go version go1.20"
+    elif what == "section":   # no .gopclntab to find functions by
+        prog = patched(src, tmp_path / "get", b".gopclntab\x00", b".xopclntab\x00")
+        why = "no .gopclntab section"
+    else:                     # the same instruction encoded otherwise (SIB 0x64 for 0x24)
+        at = roundtrip_offset(src)
+        prog = patched(src, tmp_path / "get", b"\x4c\x8d\xa4\x24", b"\x4c\x8d\xa4\x64", at=at)
+        why = "its prologue is not Go's register-ABI stack check"
+    port = ka("503")
+    shim.policy("[defaults]\nfailure_threshold = 100\n")
+    r = shim.run([prog, f"http://127.0.0.1:{port}/"])
+    assert statuses(r) == [503], (r.out, r.err)    # the program as it was
+    assert "HTTP status read" not in r.err, r.err
+    if not NEGATIVE:
+        said = [l for l in r.err.splitlines() if "HTTP statuses are not read" in l]
+        assert len(said) == 1 and why in said[0], r.err
+        assert shim.entry(f"127.0.0.1:{port}")["http_failures"] == 0
+
+
+@pytest.mark.shim
+def test_a_descendant_is_hooked_and_no_tracer_stays_after_its_start(shim, gets, ka, tmp_path):
+    port = ka("200;silent")
+    pidf = tmp_path / "pid"
+    shim.policy("[defaults]\nfailure_threshold = 100\n")
+    env = base_env(shim.table, shim.policy_path, {"GET_PID_FILE": str(pidf), "NETSHIM_LOG": "info"})
+    url = f"http://127.0.0.1:{port}/"
+    p = subprocess.Popen([BUILD / "shimrun", "--engine", "seccomp", "--", "sh", "-c",
+                          f"{gets[('1.21', 'pie')]} {url} {url}"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    pid = None
+    try:
+        for _ in range(200):
+            if pidf.exists() and pidf.read_text() and shim.status().get(f"127.0.0.1:{port}", {}).get(
+                    "successes") == 1:
+                break
+            time.sleep(0.05)
+        pid = int(pidf.read_text())
+        tracer = re.search(r"TracerPid:\s+(\d+)", open(f"/proc/{pid}/status").read()).group(1)
+        assert tracer == "0"
+        # a debugger can attach now (strace attaches and lets go)
+        s = subprocess.run(["timeout", "-s", "INT", "1", "strace", "-p", str(pid), "-e", "trace=none"],
+                           capture_output=True, text=True)
+        assert f"Process {pid} attached" in s.stderr, s.stderr
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=30)
+    m = re.search(r"HTTP status read \(\d+ return sites .* hooked; stopped (\d+) us\)", err)
+    assert m and int(m.group(1)) < 1000000, err
+    assert counts(shim.entry(f"127.0.0.1:{port}"))[:3] == (1, 0, 0)
+
+
+@pytest.mark.shim
+def test_as_uid_65534_with_no_capabilities(shim, gets, ka, tmp_path):
+    if not shutil.which("setpriv"):
+        pytest.fail("setpriv (util-linux) is needed")
+    port = ka("503;200")
+    pol = gets[("1.23", "stripped")].parent / f"p.{os.getpid()}.conf"
+    pol.write_text("[defaults]\nfailure_threshold = 100\n")
+    os.chmod(pol, 0o644)
+    env = base_env(shim.table, pol, {})
+    url = f"http://127.0.0.1:{port}/"
+    nobody = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--inh-caps=-all",
+              "--bounding-set=-all"]
+    r = subprocess.run(nobody + [BUILD / "shimrun", "--", gets[("1.23", "stripped")], url, url],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert re.findall(r"^status (\d+) ", r.stdout, re.M) == ["503", "200"], (r.stdout, r.stderr)
+    assert "HTTP status read from net/http" in r.stderr, r.stderr
+    # (the table is the unprivileged user's: read as that user)
+    st = subprocess.run(nobody + [BUILD / "shimctl", "--table", shim.table, "status", "--json"], env=env,
+                        capture_output=True, text=True, timeout=30)
+    e = {x["destination"]: x for x in json.loads(st.stdout)["entries"]}[f"127.0.0.1:{port}"]
+    assert counts(e) == (1, 1, 1, 200)
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("version", VERSIONS)
+def test_twenty_thousand_answers_with_a_busy_goroutine_and_a_cpu_profile_change_nothing(shim, gets, ka, tmp_path,
+                                                                                       version):
+    port = ka("200")
+    shim.policy("[defaults]\nfailure_threshold = 100\n")
+    url = f"http://127.0.0.1:{port}/"
+    r = shim.run([gets[(version, "static")], url], timeout=300,
+                 env={"GET_REPEAT": "20000", "GET_BUSY": "1", "GET_PROF": str(tmp_path / "prof")})
+    assert r.rc == 0 and r.out.strip() == "count 200 20000", (r.out[-500:], r.err)
+    assert (tmp_path / "prof").stat().st_size > 0   # SIGPROF ran through the hooked code
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert (e["successes"], e["failures"]) == (20000, 0), e
+
+
+def test_the_walker_agrees_with_objdump_on_every_function_of_each_go(gets):
+    """tools/shimrun/x86len.c, which finds the return sites, against
+    objdump: the same instruction starts in every function, or a stop
+    where objdump sees no instruction either (data in the text)."""
+    for v in VERSIONS:
+        path = str(gets[(v, "static")])
+        dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-j", ".text", path], capture_output=True,
+                             text=True, check=True).stdout
+        ref = {}
+        for line in dis.splitlines():
+            m = re.match(r"\s+([0-9a-f]+):\s+(\S.*)?$", line)
+            if m:
+                ref[int(m.group(1), 16)] = m.group(2) or ""
+        sec = subprocess.run(["readelf", "-SW", path], capture_output=True, text=True, check=True).stdout
+        va, off = (int(x, 16) for x in re.search(r"\.text\s+PROGBITS\s+([0-9a-f]+)\s+([0-9a-f]+)", sec).groups())
+        funcs = []
+        for line in subprocess.run(["nm", "-S", "--defined-only", path], capture_output=True, text=True,
+                                   check=True).stdout.splitlines():
+            f = line.split()
+            if len(f) >= 4 and f[2] in "Tt" and int(f[1], 16) > 0:
+                funcs.append((int(f[0], 16), int(f[1], 16)))
+        w = subprocess.run([BUILD / "x86walk", path, str(off), str(va)], capture_output=True, text=True,
+                           input="".join(f"{a:x} {s:x}\n" for a, s in funcs), check=True).stdout.splitlines()
+        mine, bad = [], []
+        for x in w:
+            if x.startswith("BAD"):
+                bad.append(int(x.split()[1], 16))
+            else:
+                mine.append(int(x, 16))
+        mine.sort()
+        refs = sorted(ref)
+        bad_at = {b for b in refs if "(bad)" in ref[b]}
+        differ = []
+        for a, s in funcs:
+            want = refs[bisect.bisect_left(refs, a):bisect.bisect_left(refs, a + s)]
+            got = mine[bisect.bisect_left(mine, a):bisect.bisect_left(mine, a + s)]
+            stop = next((b for b in bad if a <= b < a + s), None)
+            # the same starts up to where either stops: objdump at bytes that
+            # are no instruction (data in the text), the walker at one it
+            # does not know, which must then be no instruction to objdump
+            lim = min([k for k in want if k in bad_at] + [stop if stop is not None else a + s])
+            if [k for k in want if k < lim] != [k for k in got if k < lim] or (
+                    stop is not None and stop == lim and ref.get(stop, "int3") != "int3"
+                    and stop not in bad_at):
+                differ.append(hex(a))
+        assert len(funcs) > 4000 and not differ, (v, differ[:10])
