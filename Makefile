@@ -44,7 +44,7 @@ UNIT_SRC := $(wildcard tests/unit/test_*.c)
 
 LIB := $(BUILD)/libnetshim.so
 TOOLS := $(BUILD)/shimctl $(BUILD)/shimrun $(BUILD)/faultsrv $(BUILD)/bench $(BUILD)/tablebench \
-	$(BUILD)/netshim-agent $(BUILD)/fleetbench $(BUILD)/fleetscale $(BUILD)/h2bench
+	$(BUILD)/netshim-agent $(BUILD)/fleetbench $(BUILD)/fleetscale $(BUILD)/h2bench $(BUILD)/gohookbench
 CLIENTS := $(BUILD)/fclient $(BUILD)/tracee $(BUILD)/vforkclose $(BUILD)/mmsg $(BUILD)/hammer \
 	$(BUILD)/fclient-static $(BUILD)/sigconnect $(BUILD)/siglocks $(BUILD)/sigstorm $(BUILD)/escapes $(BUILD)/escapes-static $(BUILD)/sslhost $(BUILD)/deepbind $(BUILD)/libdeeplib.so $(BUILD)/libdeeplib-now.so $(BUILD)/libdeeplib-addr.so $(BUILD)/x86walk
 
@@ -189,6 +189,10 @@ $(BUILD)/tracee: tests/clients/tracee.c
 UNIT_TOOLS := shim/settings.c tools/agent/hmac.c tools/shimrun/gohook.c tools/shimrun/gostat.c tools/shimrun/x86len.c
 $(BUILD)/unit_tests: $(UNIT_SRC) $(POLICY_OBJ) $(UNIT_TOOLS) $(wildcard tools/shimrun/*.h)
 	$(CC) $(FINAL_CFLAGS) -o $@ $(UNIT_SRC) $(UNIT_TOOLS) $(POLICY_OBJ) -lcriterion $(FINAL_LDFLAGS)
+
+# the Go hook's cost per answer (make bench, section 11)
+$(BUILD)/gohookbench: tools/bench/gohookbench.c tools/shimrun/gohook.c tools/shimrun/gohook.h tools/shimrun/goelf.h
+	$(CC) $(FINAL_CFLAGS) -o $@ tools/bench/gohookbench.c tools/shimrun/gohook.c $(FINAL_LDFLAGS)
 
 # the instruction walker against objdump (test_gostatus.py)
 $(BUILD)/x86walk: tests/clients/x86walk.c tools/shimrun/x86len.c tools/shimrun/x86len.h

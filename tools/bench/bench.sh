@@ -619,6 +619,62 @@ if command -v go >/dev/null && command -v strace >/dev/null; then
 else
 	echo "  go or strace not installed: the Go program's system calls not counted"
 fi
+# a Go program's HTTP statuses (the hook on net/http's returns): what each
+# answer costs, and what hooking costs a process once
+if command -v valgrind >/dev/null; then
+	cgi() { local o; o=$(mktemp); valgrind --tool=callgrind --callgrind-out-file="$o" "$BUILD/gohookbench" "$1" "$2" \
+		>/dev/null 2>&1; awk '/^summary:/ {print $2}' "$o"; rm -f "$o"; }
+	hi=$(awk -v h1="$(cgi hook 100000)" -v h0="$(cgi hook 0)" -v b1="$(cgi bare 100000)" -v b0="$(cgi bare 0)" \
+		'BEGIN { printf "%.0f", ((h1 - h0) - (b1 - b0)) / 100000 }')
+	hb=""; hh=""
+	for _ in 1 2 3 4 5; do
+		hb="$hb $("$BUILD/gohookbench" bare 20000000 | awk '{print $2}')"
+		hh="$hh $("$BUILD/gohookbench" hook 20000000 | awk '{print $2}')"
+	done
+	hb=$(echo $hb | tr ' ' '\n' | median); hh=$(echo $hh | tr ' ' '\n' | median)
+	echo "  the Go hook per answer (its trampoline run natively, a host of 14 bytes, tools/bench/gohookbench.c):" \
+		"+$hi instructions, +$(awk -v a="$hh" -v b="$hb" 'BEGIN { printf "%.1f", a - b }') ns" \
+		"(bare epilogue $hb ns, hooked $hh ns; bar <= 500 ns: $(bar "$(awk -v a="$hh" -v b="$hb" 'BEGIN { print a - b }')" 500 "<="))," \
+		"no system call in its code (loads, stores, one lock xadd)"
+fi
+if command -v go >/dev/null; then
+	(cd "$TOOLS/../../tests/clients/go" && GOCACHE="$work/gocache" GOPATH="$work/gopath" GO111MODULE=off CGO_ENABLED=0 \
+		go build -o "$work/goget" get.go) 2>/dev/null
+	start_server GKP "$PY" "$TOOLS/../testsrv/kaserver.py" 200
+	"$PY" - "$BUILD" "$work/goget" "$GKP" <<'PYEOF'
+import os, re, statistics as st, subprocess, sys, time
+build, prog, port = sys.argv[1:]
+url = f"http://127.0.0.1:{port}/"
+def run(off, env_extra, args):
+    env = dict(os.environ, NETSHIM_LOG="info", NETSHIM_GO_STATUS="off" if off else "on", **env_extra)
+    t0 = time.monotonic()
+    p = subprocess.run([f"{build}/shimrun", "--", prog] + args, env=env, capture_output=True, text=True)
+    return time.monotonic() - t0, p.stderr
+stops, whole = [], []
+for i in range(21):
+    on, err = run(False, {}, [url])
+    off, _ = run(True, {}, [url])
+    m = re.search(r"stopped (\d+) us", err)
+    if m:
+        stops.append(int(m.group(1)))
+    whole.append((off * 1e6, on * 1e6))
+stops.sort()
+d = sorted(b - a for a, b in whole)
+p99 = stops[min(len(stops) - 1, int(0.99 * len(stops)))] if stops else 0
+print(f"  hooking a Go program once (its one stop at exec, 21 runs): p50 {st.median(stops) if stops else 0:.0f} us, "
+      f"p99 {p99} us (bar p99 < 10000 us: {'met' if stops and p99 < 10000 else 'MISSED'}); its whole run of one "
+      f"request, hooked vs NETSHIM_GO_STATUS=off interleaved: +{st.median(d):.0f} us median")
+per = []
+for i in range(5):
+    for off in (True, False):
+        t, _ = run(off, {"GET_REPEAT": "3000"}, [url])
+        per.append((off, t / 3000 * 1e6))
+b = st.median(t for off, t in per if off)
+h = st.median(t for off, t in per if not off)
+print(f"  a Go program's 3,000 keep-alive requests (5 alternating rounds): {b:.1f} us/request unhooked, {h:.1f} hooked "
+      f"({h / b:.3f} of unhooked)")
+PYEOF
+fi
 # the watch over open connections: shimrun's own CPU time (schedstat) while
 # N idle connections stay open 10 s with read_timeout 2 s
 for n in 1 1000; do

@@ -13,6 +13,7 @@
 struct ns_goexec {
 	struct ns_gostat *go;
 	int level;            /* NETSHIM_LOG's (3: info says each program hooked) */
+	int off;              /* NETSHIM_GO_STATUS=off: no program is hooked */
 	uint64_t max_stop_us; /* the longest a program was stopped to be hooked */
 	unsigned nsaid;
 	unsigned said[64]; /* the refusals said (their reasons' hashes) */
