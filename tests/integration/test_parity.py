@@ -246,3 +246,82 @@ def test_each_writer_of_an_event_wakes_the_serving_agent_at_once(tmp_path, gobin
         hold.close()
     assert seen == {"library": 1, "shimctl": 1, "seccomp": 1}, seen
     shim.cleanup()
+
+
+STATUS_POLICY = """[defaults]
+failure_threshold = 3
+open_duration = 30s
+shadow_policy = shadow.conf
+"""
+
+
+def status_scenario(tmp, engine, gobins, ka_port):
+    """Four requests answered 503 (the breaker opens at the third, the
+    shadow's at the second): what the events, the history, the hooks and
+    the entry said."""
+    shim = Shim(tmp)
+    (tmp / "shadow.conf").write_text("[defaults]\nfailure_threshold = 2\nopen_duration = 30s\n")
+    shim.policy(STATUS_POLICY)
+    hooks = tmp / "hooks.out"
+    (tmp / "hook.sh").write_text(HOOK.format(out=hooks))
+    (tmp / "hook.sh").chmod(0o755)
+    shim.ctl("status")
+    rec = Recorder(shim, tmp / "history.db", "--on-event", str(tmp / "hook.sh"))
+    dest = f"127.0.0.1:{ka_port}"
+    try:
+        if engine == "preload":
+            r = shim.run(py_script(tmp, GET) + [ka_port] + ["/"] * 3)
+        else:
+            r = shim.run([gobins["get-static"]] + [f"http://{dest}/"] * 3)
+        deadline = time.monotonic() + (3 if NEGATIVE else 30)
+        while not (hooks.exists() and "opened|" in hooks.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        rec.stop()
+    evs = [json.loads(l) for l in shim.ctl("events", "--json", dest).stdout.splitlines()]
+    e = shim.entry(dest) or {}
+    out = {
+        "statuses": [l.split(" ")[1] for l in r.out.splitlines() if l.startswith("status")],
+        "events": [(v["event"], v["rule"], v["failures_in_window"], v["consecutive_failures"], v["detail"])
+                   for v in evs],
+        "history": rows(tmp / "history.db", "SELECT kind, status FROM outcome_rows ORDER BY at_us")
+        if (tmp / "history.db").exists() else [],
+        "hooks": [tuple(l.split("|")[::2]) for l in hooks.read_text().splitlines()] if hooks.exists() else [],
+        "entry": {k: e.get(k) for k in ("state", "failures", "http_failures", "last_status", "shadow_state")},
+    }
+    shim.cleanup()
+    return out
+
+
+@pytest.mark.shim
+@pytest.mark.agent
+def test_a_go_programs_503s_are_seen_as_a_preloaded_ones(tmp_path, gobins):  # noqa: F811
+    # issue 50, item 5: the statuses the Go hook reads enter the same
+    # accounting: the same events (the rule, its figures, the status in the
+    # detail), history rows with the status, hooks and entry
+    if NO_AGENT:
+        pytest.skip("the recorder and the hooks are the agent's")
+    import subprocess
+    import sys
+    from conftest import ROOT
+    kas = []
+    for _ in range(2):
+        p = subprocess.Popen([sys.executable, str(ROOT / "tools" / "testsrv" / "kaserver.py"), "503"],
+                             stdout=subprocess.PIPE, text=True)
+        kas.append((p, int(p.stdout.readline().split()[1])))
+    try:
+        (tmp_path / "p").mkdir()
+        (tmp_path / "s").mkdir()
+        pre = status_scenario(tmp_path / "p", "preload", gobins, kas[0][1])
+        sec = status_scenario(tmp_path / "s", "seccomp", gobins, kas[1][1])
+    finally:
+        for p, _ in kas:
+            p.kill()
+            p.wait()
+    assert pre["statuses"] == sec["statuses"] == ["503"] * 3, (pre, sec)
+    assert pre["events"] and [e[0] for e in pre["events"]] == ["shadow_opened", "opened"], pre["events"]
+    assert sec["events"] == pre["events"], (pre["events"], sec["events"])
+    assert sec["history"] == pre["history"] and len(pre["history"]) == 3, (pre["history"], sec["history"])
+    assert sec["hooks"] == pre["hooks"] == [("opened", "failure_threshold")], (pre["hooks"], sec["hooks"])
+    assert sec["entry"] == pre["entry"] == {"state": "open", "failures": 3, "http_failures": 3,
+                                            "last_status": 503, "shadow_state": "open"}, (pre["entry"], sec["entry"])

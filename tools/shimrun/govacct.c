@@ -178,24 +178,34 @@ void ns_gacct_outcome(struct ns_gacct *a, int slot, const struct ns_settings *se
 int ns_gacct_status(struct ns_gacct *a, const struct ns_policy *pol, const struct ns_dest *d, pid_t pid,
 		    unsigned status, uint64_t now_ms, struct ns_gostat *go)
 {
-	struct ns_settings set;
+	struct ns_settings set, sset;
 	struct ns_answer ans;
 	struct ns_outcome o;
 	struct ns_step st;
 	char key[NS_KEY_MAX];
 	uint64_t own_ms;
-	int slot, fails;
+	int slot, fails, sslot = -1;
 
 	if (ns_dest_key(d, key, sizeof(key)) < 0)
 		return -1;
 	ns_policy_resolve(pol, d, &set, NULL);
 	if (set.mode == NS_MODE_BYPASS || (slot = ns_table_find(a->t, key, 1, now_ms)) < 0)
 		return -1;
+	/* the shadow's breaker judges the answer too (its connect was judged
+	 * at the connect) */
+	if (a->shadow_on && !ns_table_broken(&a->stbl)) {
+		ns_policy_resolve(&a->shadow, d, &sset, NULL);
+		if (sset.mode != NS_MODE_BYPASS)
+			sslot = ns_table_find(&a->stbl, key, 1, now_ms);
+	}
 	/* the connection's own success (its first bytes back) is taken back
 	 * by its first answer: from then its answers are its outcomes, as the
 	 * library counts an exchange */
-	if (go && ns_gostat_own_take(go, pid, slot, &own_ms))
+	if (go && ns_gostat_own_take(go, pid, slot, &own_ms)) {
 		ns_table_success_undo(a->t, slot, own_ms, set.window_ms);
+		if (sslot >= 0)
+			ns_table_success_undo(&a->stbl, sslot, own_ms, sset.window_ms);
+	}
 	fails = ns_status_fails(&set, status);
 	memset(&ans, 0, sizeof(ans));
 	ans.status = ans.http_status = status;
@@ -206,6 +216,6 @@ int ns_gacct_status(struct ns_gacct *a, const struct ns_policy *pol, const struc
 	o.sent = 1;
 	o.now_ms = now_ms;
 	o.now_ns = o.from_ns = o.conn_ns = now_ms * 1000000; /* (when it was asked is not read: no latency) */
-	ns_gacct_outcome(a, slot, &set, &o, pid, NULL, -1, &st);
+	ns_gacct_outcome(a, slot, &set, &o, pid, &sset, sslot, &st);
 	return fails ? slot : -1;
 }
