@@ -193,17 +193,19 @@ def py_script(tmp_path, body):
 KASERVER = ROOT / "tools" / "testsrv" / "kaserver.py"
 
 
+def self_signed(d):
+    """A self-signed certificate for localhost made in d: (cert, key)."""
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+                    "-keyout", d / "key.pem", "-out", d / "cert.pem", "-days", "2"], check=True, capture_output=True)
+    return d / "cert.pem", d / "key.pem"
+
+
 @pytest.fixture
 def http_server(tmp_path):
     procs = []
 
     def start(script, tls=False):
-        extra = []
-        if tls:   # a self-signed certificate, made here
-            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
-                            "-keyout", tmp_path / "key.pem", "-out", tmp_path / "cert.pem", "-days", "2"],
-                           check=True, capture_output=True)
-            extra = [str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")]
+        extra = [str(f) for f in self_signed(tmp_path)] if tls else []
         proc = subprocess.Popen([sys.executable, str(KASERVER), script] + extra, stdout=subprocess.PIPE, text=True)
         procs.append(proc)
         port = int(proc.stdout.readline().split()[1])

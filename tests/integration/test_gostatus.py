@@ -16,17 +16,15 @@ import pathlib
 import re
 import shutil
 import signal
-import stat
 import subprocess
 import tempfile
 import time
 
 import pytest
 
-from conftest import BUILD, ROOT, NEGATIVE, base_env
+from conftest import BUILD, ROOT, NEGATIVE, base_env, self_signed
 
 GO = ROOT / "tests" / "clients" / "go"
-KASERVER = ROOT / "tools" / "testsrv" / "kaserver.py"
 VERSIONS = ["1.19", "1.21", "1.22", "1.23"]
 MODES = ["static", "cgo", "pie", "stripped"]
 
@@ -60,23 +58,9 @@ def gets():
 
 
 @pytest.fixture
-def ka(tmp_path):
-    procs = []
-
-    def start(script, tls=False):
-        extra = []
-        if tls:
-            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
-                            "-keyout", tmp_path / "key.pem", "-out", tmp_path / "cert.pem", "-days", "2"],
-                           check=True, capture_output=True)
-            extra = [str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")]
-        p = subprocess.Popen(["/usr/bin/python3", str(KASERVER), script] + extra, stdout=subprocess.PIPE, text=True)
-        procs.append(p)
-        return int(p.stdout.readline().split()[1])
-    yield start
-    for p in procs:
-        p.kill()
-        p.wait()
+def ka(http_server):
+    """kaserver.py with its script (conftest's http_server)."""
+    return http_server
 
 
 def statuses(r):
@@ -152,11 +136,9 @@ s.listen(0, '127.0.0.1', () => console.log('PORT', s.address().port));
 @pytest.mark.shim
 @pytest.mark.parametrize("version", ["1.19", "1.23"])
 def test_http2_answers_over_tls_are_counted_each(shim, gets, tmp_path, version):
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
-                    "-keyout", tmp_path / "key.pem", "-out", tmp_path / "cert.pem", "-days", "2"],
-                   check=True, capture_output=True)
+    cert, key = self_signed(tmp_path)
     (tmp_path / "h2.js").write_text(H2SERVER)
-    srv = subprocess.Popen(["node", tmp_path / "h2.js", tmp_path / "key.pem", tmp_path / "cert.pem"],
+    srv = subprocess.Popen(["node", tmp_path / "h2.js", key, cert],
                            stdout=subprocess.PIPE, text=True)
     try:
         port = int(srv.stdout.readline().split()[1])

@@ -150,7 +150,7 @@ void ns_goexec(struct ns_goexec *x, const struct seccomp_notif *n, ns_goexec_con
 	pid_t tid = (pid_t)n->pid, tgid;
 	struct stat st;
 	uint64_t t0, took;
-	int memfd, ok, r, read = 0;
+	int memfd, ok, r, read = 0, sig = 0;
 
 	if (x->off) {
 		cont(ctx, n->id);
@@ -184,10 +184,10 @@ void ns_goexec(struct ns_goexec *x, const struct seccomp_notif *n, ns_goexec_con
 	else if ((memfd = ns_gostat_ring(x->go, tgid)) < 0)
 		snprintf(why, sizeof(why), "%d Go programs are hooked already", NS_GOSTAT_PROCS);
 	else {
-		ok = ns_gohook_inject(tgid, &g, memfd, why, sizeof(why)) == 0;
+		ok = ns_gohook_inject(tgid, &g, memfd, &sig, why, sizeof(why)) == 0;
 		ns_gostat_hooked(x->go, tgid, ok);
 	}
-	(void)ptrace(PTRACE_DETACH, tgid, 0, 0);
+	(void)ptrace(PTRACE_DETACH, tgid, 0, (void *)(uintptr_t)sig);
 	took = ns_gov_mono_us() - t0;
 	if (took > x->max_stop_us)
 		x->max_stop_us = took;

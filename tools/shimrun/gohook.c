@@ -131,6 +131,7 @@ int ns_gohook_tramp(unsigned char *out, size_t cap, uint64_t ring_at, const unsi
 struct tracee {
 	pid_t pid;
 	int mem; /* /proc/pid/mem */
+	int sig; /* a signal that came during the stop: delivered at the detach */
 	struct user_regs_struct saved;
 	uint64_t at; /* where the system call instruction was put */
 	unsigned char was[2];
@@ -146,14 +147,26 @@ static int poke(struct tracee *t, uint64_t addr, const void *buf, size_t n)
 	return pwrite(t->mem, buf, n, (off_t)addr) == (ssize_t)n ? 0 : -1;
 }
 
-static int stopped(pid_t pid)
+/* the single step's trap; a signal that comes first is kept for the
+ * detach and the step asked again */
+static int stepped(struct tracee *t)
 {
 	int st;
 
-	while (waitpid(pid, &st, __WALL) < 0)
-		if (errno != EINTR)
+	for (;;) {
+		if (waitpid(t->pid, &st, __WALL) < 0) {
+			if (errno == EINTR)
+				continue;
 			return -1;
-	return WIFSTOPPED(st) && WSTOPSIG(st) == SIGTRAP ? 0 : -1; /* (else it ended, or a signal came) */
+		}
+		if (!WIFSTOPPED(st))
+			return -1; /* (it ended) */
+		if (WSTOPSIG(st) == SIGTRAP)
+			return 0;
+		t->sig = WSTOPSIG(st);
+		if (ptrace(PTRACE_SINGLESTEP, t->pid, 0, 0) < 0)
+			return -1;
+	}
 }
 
 /* one system call made by the tracee at t->at: its result, or -errno */
@@ -172,7 +185,7 @@ static long inject(struct tracee *t, long nr, uint64_t a0, uint64_t a1, uint64_t
 	r.r8 = a4;
 	r.r9 = a5;
 	if (ptrace(PTRACE_SETREGS, t->pid, 0, &r) < 0 || ptrace(PTRACE_SINGLESTEP, t->pid, 0, 0) < 0 ||
-	    stopped(t->pid) < 0 || ptrace(PTRACE_GETREGS, t->pid, 0, &r) < 0)
+	    stepped(t) < 0 || ptrace(PTRACE_GETREGS, t->pid, 0, &r) < 0)
 		return -EIO;
 	return (long)r.rax;
 }
@@ -200,7 +213,7 @@ static int bias_of(pid_t pid, const struct ns_goelf *g, uint64_t *bias)
 
 #define CODE_SIZE 65536
 
-int ns_gohook_inject(pid_t pid, const struct ns_goelf *g, int memfd, char *why, size_t wl)
+int ns_gohook_inject(pid_t pid, const struct ns_goelf *g, int memfd, int *sig, char *why, size_t wl)
 {
 	static unsigned char code[CODE_SIZE], have[NS_GOELF_MAX_FUNC];
 	struct tracee t = { .pid = pid, .mem = -1 };
@@ -225,7 +238,7 @@ int ns_gohook_inject(pid_t pid, const struct ns_goelf *g, int memfd, char *why, 
 	}
 	/* one instruction of the program's own start run, so that its
 	 * registers are a plain stop's (not the exec call's return) */
-	if (ptrace(PTRACE_SINGLESTEP, pid, 0, 0) < 0 || stopped(pid) < 0 ||
+	if (ptrace(PTRACE_SINGLESTEP, pid, 0, 0) < 0 || stepped(&t) < 0 ||
 	    ptrace(PTRACE_GETREGS, pid, 0, &t.saved) < 0) {
 		snprintf(why, wl, "cannot stop it at its start (%s)", strerror(errno));
 		goto out;
@@ -301,5 +314,6 @@ out:
 	}
 	if (t.mem >= 0)
 		close(t.mem);
+	*sig = t.sig;
 	return rc;
 }

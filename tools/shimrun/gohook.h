@@ -57,7 +57,8 @@ int ns_gohook_tramp(unsigned char *out, size_t cap, uint64_t ring_at, const unsi
 /* Hook the program pid, stopped at its exec (PTRACE_EVENT_EXEC, seized by
  * shimrun), whose file g describes: its ring is memfd (shimrun's
  * descriptor, opened by the program through /proc). 0 when hooked, else -1
- * and why. The program is left as it was stopped (the caller detaches). */
-int ns_gohook_inject(pid_t pid, const struct ns_goelf *g, int memfd, char *why, size_t wl);
+ * and why. The program is left as it was stopped (the caller detaches,
+ * delivering *sig: a signal that came meanwhile, or 0). */
+int ns_gohook_inject(pid_t pid, const struct ns_goelf *g, int memfd, int *sig, char *why, size_t wl);
 
 #endif

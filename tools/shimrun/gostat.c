@@ -23,6 +23,15 @@ int ns_gostat_ring(struct ns_gostat *s, pid_t tgid)
 	for (unsigned i = 0; i < NS_GOSTAT_PROCS && !p; i++)
 		if (!s->p[i].ring)
 			p = &s->p[i];
+	/* all in use: a program gone whose ring was read to its end gives its own */
+	for (unsigned i = 0; i < NS_GOSTAT_PROCS && !p; i++)
+		if (s->p[i].hooked && s->p[i].tail == __atomic_load_n(&s->p[i].ring->head, __ATOMIC_ACQUIRE) &&
+		    kill(s->p[i].tgid, 0) < 0) {
+			munmap(s->p[i].ring, sizeof(struct ns_goring));
+			s->p[i].ring = NULL;
+			s->n--;
+			p = &s->p[i];
+		}
 	if (!p)
 		return -1;
 	if ((fd = memfd_create("netshim-goring", MFD_CLOEXEC)) < 0)
