@@ -317,3 +317,21 @@ def test_the_walker_agrees_with_objdump_on_every_function_of_each_go(gets):
                     and stop not in bad_at):
                 differ.append(hex(a))
         assert len(funcs) > 4000 and not differ, (v, differ[:10])
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_time_to_each_answer_feeds_the_slow_call_rule_and_the_first_byte_percentiles(shim, gets, ka, version):
+    # roundTrip's time, from the goroutine's entry to its answer (the
+    # entry's trampoline keeps the TSC by g): three answers 300 ms late
+    # open the breaker by slow_call_rate, as a preloaded client's would
+    port = ka("200,delay=300")
+    url = f"http://127.0.0.1:{port}/"
+    shim.policy("[defaults]\nfailure_threshold = 100\nslow_call = 200ms\nslow_call_rate = 50%\nmin_calls = 3\n")
+    r = shim.run([gets[(version, "stripped")]] + [url] * 3)
+    assert statuses(r) == [200] * 3, (r.out, r.err)
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert (e["state"], e["successes"], e["slow_calls"]) == ("open", 3, 3), e
+    assert "opened by rule slow_call_rate" in r.err, r.err
+    # (the histogram's bucket: 300 ms is within 250-500)
+    assert e["first_byte_ms_p50"] is not None and 250 <= e["first_byte_ms_p50"] <= 500, e

@@ -39,19 +39,49 @@ _Static_assert(offsetof(struct response, tls) == NS_GO_RESP_TLS, "TLS");
 _Static_assert(offsetof(struct url, host) == NS_GO_URL_HOST, "Host");
 
 static struct ns_goring ring;
-typedef uint64_t hook_fn(struct response *r);
+typedef uint64_t hook_fn(struct response *r, uint64_t g);
 
-/* mov rax, rdi (the answer where Go returns it), the trampoline, whose
- * moved epilogue is a bare ret back to here */
-static hook_fn *make_hook(void)
+/* A call from C into code written for Go's register ABI: r12-r14 kept
+ * (C's callee-saved registers, which the trampolines may use), g into r14,
+ * the answer into rax, then a call to the code at +64 (whose ret comes
+ * back here). */
+static const unsigned char prelude[] = {
+	0x41, 0x54, 0x41, 0x55, 0x41, 0x56, /* push r12; push r13; push r14 */
+	0x49, 0x89, 0xf6,                   /* mov r14, rsi */
+	0x48, 0x89, 0xf8,                   /* mov rax, rdi */
+	0xe8, 47,   0,    0,    0,          /* call +64 */
+	0x41, 0x5e, 0x41, 0x5d, 0x41, 0x5c, /* pop r14; pop r13; pop r12 */
+	0xc3,
+};
+
+static unsigned char *page(void)
 {
 	unsigned char *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	int n;
 
 	cr_assert(m != MAP_FAILED);
-	memcpy(m, "\x48\x89\xf8", 3);
-	n = ns_gohook_tramp(m + 3, 4093, (uint64_t)(uintptr_t)&ring, (const unsigned char *)"\xc3", 1);
-	cr_assert(n > 0);
+	memcpy(m, prelude, sizeof(prelude));
+	return m;
+}
+
+/* the return site's trampoline, whose moved epilogue is a bare ret */
+static hook_fn *make_hook(void)
+{
+	unsigned char *m = page();
+
+	cr_assert(ns_gohook_tramp(m + 64, 4096 - 64, (uint64_t)(uintptr_t)&ring, (const unsigned char *)"\xc3", 1) > 0);
+	return (hook_fn *)(void *)m;
+}
+
+/* the entry's trampoline: its moved instruction lea r12,[rsp+0], then
+ * back to a ret */
+static hook_fn *make_entry(void)
+{
+	unsigned char *m = page();
+
+	m[4000] = 0xc3;
+	cr_assert(ns_gohook_entry(m + 64, 512, (uint64_t)(uintptr_t)(m + 64), (uint64_t)(uintptr_t)&ring,
+				  (const unsigned char *)"\x4c\x8d\xa4\x24\x00\x00\x00\x00", 8,
+				  (uint64_t)(uintptr_t)(m + 4000)) > 0);
 	return (hook_fn *)(void *)m;
 }
 
@@ -81,7 +111,7 @@ Test(gohook, a_response_s_status_tls_and_host_land_in_the_ring_and_rax_is_kept)
 	struct ns_dest d;
 
 	memset(&ring, 0, sizeof(ring));
-	cr_assert_eq(hook(&r), (uint64_t)(uintptr_t)&r, "RAX, the result, is the program's");
+	cr_assert_eq(hook(&r, 0x1000), (uint64_t)(uintptr_t)&r, "RAX, the result, is the program's");
 	cr_assert_eq(ring.head, 1);
 	cr_assert_eq(ring.slot[0].seq, 1);
 	cr_assert_eq(ring.slot[0].status, 503);
@@ -113,13 +143,13 @@ Test(gohook, a_nil_response_writes_nothing_a_long_host_is_cut_a_missing_request_
 	struct ns_goslot *sl;
 
 	memset(&ring, 0, sizeof(ring));
-	cr_assert_eq(hook(NULL), 0);
+	cr_assert_eq(hook(NULL, 0x1000), 0);
 	cr_assert_eq(ring.head, 0, "an error's nil *Response: nothing");
 	memset(longhost, 'a', sizeof(longhost));
 	memset(&u, 0, sizeof(u));
 	u.host.p = longhost;
 	u.host.n = sizeof(longhost);
-	hook(&r);
+	hook(&r, 0x1000);
 	sl = &ring.slot[0];
 	cr_assert_eq(sl->seq, 1);
 	cr_assert_eq((sl->flags >> 8) & 0xff, NS_GOHOST_MAX);
@@ -128,10 +158,33 @@ Test(gohook, a_nil_response_writes_nothing_a_long_host_is_cut_a_missing_request_
 	cr_assert_eq(sl->host[NS_GOHOST_MAX], 0, "nothing past the 63 bytes");
 	r.req = NULL;
 	r.status = 404;
-	hook(&r);
+	hook(&r, 0x1000);
 	cr_assert_eq(ring.slot[1].seq, 2);
 	cr_assert_eq(ring.slot[1].status, 404);
 	cr_assert_eq(ring.slot[1].flags, 0);
+}
+
+Test(gohook, the_time_from_a_goroutines_entry_to_its_answer_is_its_own)
+{
+	hook_fn *entry = make_entry(), *hook = make_hook();
+	struct url u = { .host = { "127.0.0.1:80", 12 } };
+	struct request q = { .url = &u };
+	struct response r = { .status = 200, .req = &q };
+	uint64_t t0;
+
+	memset(&ring, 0, sizeof(ring));
+	cr_assert_eq(entry((struct response *)0x1234, 0x7000), 0x1234, "RAX, the receiver, is kept");
+	t0 = __builtin_ia32_rdtsc();
+	while (__builtin_ia32_rdtsc() - t0 < 1000000)
+		;
+	hook(&r, 0x7000);
+	cr_assert_geq(ring.slot[0].ticks, 1000000, "at least the spin between entry and return");
+	cr_assert_lt(ring.slot[0].ticks, 1000000000ull);
+	hook(&r, 0x7000);
+	cr_assert_eq(ring.slot[1].ticks, 0, "an entry is taken once");
+	entry(&r, 0x7000);
+	hook(&r, 0x7040); /* another goroutine (its g hashes to another entry) */
+	cr_assert_eq(ring.slot[2].ticks, 0, "another goroutine's time is not this one's");
 }
 
 Test(gohook, a_host_is_an_address_a_bracketed_v6_or_a_name_of_etc_hosts_else_not_counted)

@@ -632,10 +632,11 @@ if command -v valgrind >/dev/null; then
 		hh="$hh $("$BUILD/gohookbench" hook 20000000 | awk '{print $2}')"
 	done
 	hb=$(echo $hb | tr ' ' '\n' | median); hh=$(echo $hh | tr ' ' '\n' | median)
-	echo "  the Go hook per answer (its trampoline run natively, a host of 14 bytes, tools/bench/gohookbench.c):" \
+	echo "  the Go hook per answer (its entry's and return's trampolines run natively, a host of 14 bytes," \
+		"tools/bench/gohookbench.c):" \
 		"+$hi instructions, +$(awk -v a="$hh" -v b="$hb" 'BEGIN { printf "%.1f", a - b }') ns" \
-		"(bare epilogue $hb ns, hooked $hh ns; bar <= 500 ns: $(bar "$(awk -v a="$hh" -v b="$hb" 'BEGIN { print a - b }')" 500 "<="))," \
-		"no system call in its code (loads, stores, one lock xadd)"
+		"(bare $hb ns, hooked $hh ns; bar <= 500 ns: $(bar "$(awk -v a="$hh" -v b="$hb" 'BEGIN { print a - b }')" 500 "<="))," \
+		"no system call in their code (loads, stores, two rdtsc, one lock xadd)"
 fi
 if command -v go >/dev/null; then
 	(cd "$TOOLS/../../tests/clients/go" && GOCACHE="$work/gocache" GOPATH="$work/gopath" GO111MODULE=off CGO_ENABLED=0 \

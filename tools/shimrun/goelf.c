@@ -230,6 +230,9 @@ static int sites(struct ns_goelf *g, const unsigned char *c, char *why, size_t w
 		snprintf(why, wl, "its prologue is not Go's register-ABI stack check");
 		return -1;
 	}
+	/* its first instruction moves to the entry's trampoline when it is the
+	 * lea r12,[rsp+d] of a large frame (5 bytes at least; position-free) */
+	g->entry_len = c[3] == 0x24 && c[2] == 0xa4 ? 8 : c[3] == 0x24 && c[2] == 0x64 ? 5 : 0;
 	for (uint64_t at = 0; at < n;) {
 		struct ns_x86 x;
 
@@ -278,6 +281,9 @@ static int sites(struct ns_goelf *g, const unsigned char *c, char *why, size_t w
 		}
 		at += (uint64_t)x.len;
 	}
+	for (unsigned j = 0; j < nt; j++)
+		if (targets[j] > 0 && targets[j] < g->entry_len)
+			g->entry_len = 0; /* (a branch inside it: no entry hook, no latency) */
 	for (unsigned i = 0; i < g->nsites; i++)
 		for (unsigned j = 0; j < nt; j++)
 			if (targets[j] > g->site[i].off && targets[j] < g->site[i].off + g->site[i].len) {

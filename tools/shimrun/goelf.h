@@ -25,6 +25,7 @@ struct ns_goelf {
 	uint64_t addr;                         /* the function's link address, */
 	uint64_t size;                         /* ...its length, */
 	unsigned char code[NS_GOELF_MAX_FUNC]; /* ...and its bytes */
+	unsigned entry_len; /* its first instruction, moved to the entry's trampoline (0: no entry hook) */
 	unsigned nsites;
 	struct ns_gosite site[NS_GOELF_MAX_SITES];
 };

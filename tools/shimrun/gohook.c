@@ -14,6 +14,8 @@
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -67,42 +69,97 @@ static void aim32(struct emit *e, size_t after, size_t to)
 		memcpy(e->b + after - 4, &rel, 4);
 }
 
+/* rdx = the TSC; rax = the offset of g's (r14's) entry in the ring's
+ * starts (rax and rdx clobbered) */
+static void tsc_slot(struct emit *e)
+{
+	PUT(e, 0x0f, 0x31);                                                   /* rdtsc */
+	PUT(e, 0x48, 0xc1, 0xe2, 0x20);                                       /* shl rdx, 32 */
+	PUT(e, 0x48, 0x09, 0xc2);                                             /* or rdx, rax */
+	PUT(e, 0x4c, 0x89, 0xf0);                                             /* mov rax, r14 */
+	PUT(e, 0x48, 0xc1, 0xe8, 0x06);                                       /* shr rax, 6 */
+	PUT(e, 0x25, (NS_GOSTARTS - 1) & 0xff, (NS_GOSTARTS - 1) >> 8, 0, 0); /* and eax, N-1 */
+	PUT(e, 0x48, 0xc1, 0xe0, 0x04);                                       /* shl rax, 4 */
+}
+
+int ns_gohook_entry(unsigned char *out, size_t cap, uint64_t out_at, uint64_t ring_at, const unsigned char *first,
+		    size_t len, uint64_t back_at)
+{
+	struct emit e = { out, 0, cap, 0 };
+	uint64_t starts = ring_at + offsetof(struct ns_goring, start);
+	unsigned char imm[8], j[5] = { 0xe9 };
+	int64_t rel;
+
+	/* at a Go function's entry RAX and RBX hold roundTrip's arguments;
+	 * RDX (no closure: a method), R12 and R13 are free */
+	PUT(&e, 0x49, 0x89, 0xc5); /* mov r13, rax */
+	tsc_slot(&e);
+	PUT(&e, 0x49, 0xbc); /* mov r12, starts */
+	memcpy(imm, &starts, 8);
+	put(&e, imm, 8);
+	PUT(&e, 0x49, 0x89, 0x54, 0x04, 0x08); /* mov [r12+rax+8], rdx: when */
+	PUT(&e, 0x4d, 0x89, 0x34, 0x04);       /* mov [r12+rax], r14: whose */
+	PUT(&e, 0x4c, 0x89, 0xe8);             /* mov rax, r13 */
+	put(&e, first, len);                   /* the moved first instruction (lea r12, ...) */
+	rel = (int64_t)back_at - (int64_t)(out_at + e.n + 5);
+	if (rel != (int32_t)rel)
+		return -1;
+	memcpy(j + 1, &(int32_t){ (int32_t)rel }, 4);
+	put(&e, j, 5); /* jmp back */
+	return e.bad ? -1 : (int)e.n;
+}
+
 int ns_gohook_tramp(unsigned char *out, size_t cap, uint64_t ring_at, const unsigned char *ep, size_t eplen)
 {
 	struct emit e = { out, 0, cap, 0 };
 	size_t j_out, j_noreq, j_nourl, copy, j_done, nohost;
 	unsigned char imm[8];
+	uint64_t starts = ring_at + offsetof(struct ns_goring, start);
 
 	PUT(&e, 0x48, 0x85, 0xc0); /* test rax, rax */
 	j_out = jcc32(&e, 0x84);   /* jz out: no answer (an error: counted at the connection) */
-	PUT(&e, 0x48, 0xba);       /* mov rdx, ring */
+	/* the time since this goroutine entered roundTrip (r11; 0: not known) */
+	PUT(&e, 0x49, 0x89, 0xc4); /* mov r12, rax */
+	tsc_slot(&e);              /* rdx = TSC, rax = this g's entry's offset */
+	PUT(&e, 0x49, 0xbd);       /* mov r13, starts */
+	memcpy(imm, &starts, 8);
+	put(&e, imm, 8);
+	PUT(&e, 0x45, 0x31, 0xdb);                         /* xor r11d, r11d */
+	PUT(&e, 0x4d, 0x39, 0x74, 0x05, 0x00);             /* cmp [r13+rax], r14 */
+	PUT(&e, 0x75, 0x11);                               /* jne +17 */
+	PUT(&e, 0x49, 0x89, 0xd3);                         /* mov r11, rdx */
+	PUT(&e, 0x4d, 0x2b, 0x5c, 0x05, 0x08);             /* sub r11, [r13+rax+8] */
+	PUT(&e, 0x49, 0xc7, 0x44, 0x05, 0x00, 0, 0, 0, 0); /* mov qword [r13+rax], 0: taken */
+	PUT(&e, 0x4c, 0x89, 0xe0);                         /* mov rax, r12 */
+	PUT(&e, 0x48, 0xba);                               /* mov rdx, ring */
 	memcpy(imm, &ring_at, 8);
 	put(&e, imm, 8);
 	PUT(&e, 0xbf, 0x01, 0x00, 0x00, 0x00);       /* mov edi, 1 */
 	PUT(&e, 0xf0, 0x48, 0x0f, 0xc1, 0x7a, 0x08); /* lock xadd [rdx+8], rdi: rdi = the slot's number */
 	PUT(&e, 0x48, 0x89, 0xfe);                   /* mov rsi, rdi */
 	PUT(&e, 0x81, 0xe6, (NS_GORING_SLOTS - 1) & 0xff, (NS_GORING_SLOTS - 1) >> 8, 0x00, 0x00); /* and esi, N-1 */
-	PUT(&e, 0x48, 0xc1, 0xe6, 0x07);                          /* shl rsi, 7 (128 bytes a slot) */
-	PUT(&e, 0x48, 0x8d, 0x74, 0x32, 0x40);                    /* lea rsi, [rdx+rsi+64] */
-	PUT(&e, 0x4c, 0x8b, 0x40, NS_GO_RESP_STATUS);             /* mov r8, [rax+StatusCode] */
-	PUT(&e, 0x4c, 0x89, 0x46, 0x08);                          /* mov [rsi+8], r8 */
-	PUT(&e, 0x45, 0x31, 0xc9);                                /* xor r9d, r9d */
-	PUT(&e, 0x48, 0x83, 0xb8, NS_GO_RESP_TLS, 0, 0, 0, 0x00); /* cmp qword [rax+TLS], 0 */
-	PUT(&e, 0x41, 0x0f, 0x95, 0xc1);                          /* setne r9b */
-	PUT(&e, 0x4c, 0x8b, 0x80, NS_GO_RESP_REQUEST, 0, 0, 0);   /* mov r8, [rax+Request] */
-	PUT(&e, 0x4d, 0x85, 0xc0);                                /* test r8, r8 */
-	j_noreq = jcc32(&e, 0x84);                                /* jz nohost */
-	PUT(&e, 0x4d, 0x8b, 0x40, NS_GO_REQ_URL);                 /* mov r8, [r8+URL] */
-	PUT(&e, 0x4d, 0x85, 0xc0);                                /* test r8, r8 */
-	j_nourl = jcc32(&e, 0x84);                                /* jz nohost */
-	PUT(&e, 0x4d, 0x8b, 0x50, NS_GO_URL_HOST + 8);            /* mov r10, [r8+Host.len] */
-	PUT(&e, 0x4d, 0x8b, 0x40, NS_GO_URL_HOST);                /* mov r8, [r8+Host.ptr] */
-	PUT(&e, 0x49, 0x83, 0xfa, NS_GOHOST_MAX);                 /* cmp r10, 63 */
-	PUT(&e, 0x76, 0x06);                                      /* jbe +6 */
-	PUT(&e, 0x41, 0xba, NS_GOHOST_MAX, 0, 0, 0);              /* mov r10d, 63 */
-	PUT(&e, 0x4d, 0x89, 0xd3);                                /* mov r11, r10 */
-	PUT(&e, 0x49, 0xc1, 0xe3, 0x08);                          /* shl r11, 8 */
-	PUT(&e, 0x4d, 0x09, 0xd9);                                /* or r9, r11 */
+	PUT(&e, 0x48, 0xc1, 0xe6, 0x07);                              /* shl rsi, 7 (128 bytes a slot) */
+	PUT(&e, 0x48, 0x8d, 0x74, 0x32, 0x40);                        /* lea rsi, [rdx+rsi+64] */
+	PUT(&e, 0x4c, 0x89, 0x5e, offsetof(struct ns_goslot, ticks)); /* mov [rsi+ticks], r11 */
+	PUT(&e, 0x4c, 0x8b, 0x40, NS_GO_RESP_STATUS);                 /* mov r8, [rax+StatusCode] */
+	PUT(&e, 0x4c, 0x89, 0x46, 0x08);                              /* mov [rsi+8], r8 */
+	PUT(&e, 0x45, 0x31, 0xc9);                                    /* xor r9d, r9d */
+	PUT(&e, 0x48, 0x83, 0xb8, NS_GO_RESP_TLS, 0, 0, 0, 0x00);     /* cmp qword [rax+TLS], 0 */
+	PUT(&e, 0x41, 0x0f, 0x95, 0xc1);                              /* setne r9b */
+	PUT(&e, 0x4c, 0x8b, 0x80, NS_GO_RESP_REQUEST, 0, 0, 0);       /* mov r8, [rax+Request] */
+	PUT(&e, 0x4d, 0x85, 0xc0);                                    /* test r8, r8 */
+	j_noreq = jcc32(&e, 0x84);                                    /* jz nohost */
+	PUT(&e, 0x4d, 0x8b, 0x40, NS_GO_REQ_URL);                     /* mov r8, [r8+URL] */
+	PUT(&e, 0x4d, 0x85, 0xc0);                                    /* test r8, r8 */
+	j_nourl = jcc32(&e, 0x84);                                    /* jz nohost */
+	PUT(&e, 0x4d, 0x8b, 0x50, NS_GO_URL_HOST + 8);                /* mov r10, [r8+Host.len] */
+	PUT(&e, 0x4d, 0x8b, 0x40, NS_GO_URL_HOST);                    /* mov r8, [r8+Host.ptr] */
+	PUT(&e, 0x49, 0x83, 0xfa, NS_GOHOST_MAX);                     /* cmp r10, 63 */
+	PUT(&e, 0x76, 0x06);                                          /* jbe +6 */
+	PUT(&e, 0x41, 0xba, NS_GOHOST_MAX, 0, 0, 0);                  /* mov r10d, 63 */
+	PUT(&e, 0x4d, 0x89, 0xd3);                                    /* mov r11, r10 */
+	PUT(&e, 0x49, 0xc1, 0xe3, 0x08);                              /* shl r11, 8 */
+	PUT(&e, 0x4d, 0x09, 0xd9);                                    /* or r9, r11 */
 	copy = e.n;
 	PUT(&e, 0x4d, 0x85, 0xd2);             /* copy: test r10, r10 */
 	j_done = jcc32(&e, 0x84);              /* jz nohost */
@@ -219,7 +276,7 @@ int ns_gohook_inject(pid_t pid, const struct ns_goelf *g, int memfd, int *sig, c
 	struct tracee t = { .pid = pid, .mem = -1 };
 	uint64_t bias, fn, page = 0, ring = 0;
 	char path[64];
-	size_t used = 0;
+	size_t used = 0, entry_at = SIZE_MAX;
 	long r, fd = -1;
 	int rc = -1, put_back = 0;
 	uint64_t patch_at[NS_GOELF_MAX_SITES];
@@ -293,9 +350,31 @@ int ns_gohook_inject(pid_t pid, const struct ns_goelf *g, int memfd, int *sig, c
 		memcpy(patch[i] + 1, &(int32_t){ (int32_t)rel }, 4);
 		used += (size_t)n;
 	}
+	if (g->entry_len) {
+		int n = ns_gohook_entry(code + used, CODE_SIZE - 64 - used, page + used, ring, g->code, g->entry_len,
+					fn + g->entry_len);
+		int64_t rel = (int64_t)(page + used) - (int64_t)(fn + 5);
+
+		if (n > 0 && rel == (int32_t)rel) {
+			entry_at = used;
+			used += (size_t)n;
+		}
+	}
 	if (poke(&t, page, code, used) < 0) {
 		snprintf(why, wl, "cannot write its trampolines (%s)", strerror(errno));
 		goto out;
+	}
+	if (entry_at != SIZE_MAX) {
+		/* the entry's jmp (the rest of the moved instruction int3: never reached) */
+		unsigned char j[8];
+
+		memset(j, 0xcc, sizeof(j));
+		j[0] = 0xe9;
+		memcpy(j + 1, &(int32_t){ (int32_t)((int64_t)(page + entry_at) - (int64_t)(fn + 5)) }, 4);
+		if (poke(&t, fn, j, g->entry_len) < 0) {
+			snprintf(why, wl, "cannot write its entry (%s)", strerror(errno));
+			goto out;
+		}
 	}
 	for (unsigned i = 0; i < g->nsites; i++)
 		if (poke(&t, patch_at[i], patch[i], g->site[i].len) < 0) {

@@ -29,14 +29,21 @@ struct ns_goslot {
 	uint64_t status; /* Response.StatusCode */
 	uint64_t flags;  /* bit 0: TLS carried it; bits 8-15: the host's length */
 	char host[64];   /* Request.URL.Host, as much as fits */
-	uint64_t pad[5];
+	uint64_t ticks;  /* roundTrip's time in TSC ticks (0: not known) */
+	uint64_t pad[4];
 };
+
+#define NS_GOSTARTS 256u /* (a power of two) */
 
 struct ns_goring {
 	uint64_t magic;
 	uint64_t head; /* slots claimed (lock xadd) */
 	uint64_t pad[6];
 	struct ns_goslot slot[NS_GORING_SLOTS];
+	/* when each goroutine (its g, hashed) entered roundTrip: its TSC */
+	struct {
+		uint64_t g, tsc;
+	} start[NS_GOSTARTS];
 };
 
 /* Go 1.19-1.23's layouts: Response.StatusCode, .Request, .TLS; Request.URL;
@@ -53,6 +60,11 @@ enum {
  * (ep, eplen bytes ending in its ret), for a ring at ring_at. Its length
  * written at out (cap bytes), or -1. */
 int ns_gohook_tramp(unsigned char *out, size_t cap, uint64_t ring_at, const unsigned char *ep, size_t eplen);
+/* The entry's trampoline, at out_at in the program: the goroutine's start
+ * time kept (TSC, by g), the moved first instruction (first, len bytes),
+ * then a jmp back to back_at. Its length, or -1. */
+int ns_gohook_entry(unsigned char *out, size_t cap, uint64_t out_at, uint64_t ring_at, const unsigned char *first,
+		    size_t len, uint64_t back_at);
 
 /* Hook the program pid, stopped at its exec (PTRACE_EVENT_EXEC, seized by
  * shimrun), whose file g describes: its ring is memfd (shimrun's

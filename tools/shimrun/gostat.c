@@ -12,7 +12,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000 + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t ns_gostat_us(const struct ns_gostat *s, uint64_t ticks)
+{
+	uint64_t ns = mono_ns(), tsc = __builtin_ia32_rdtsc();
+
+	if (!ticks || !s->ns0 || ns - s->ns0 < 2000000 || tsc <= s->tsc0 || ticks > tsc - s->tsc0)
+		return 0; /* (a start older than the first ring: not this run's) */
+	return (uint64_t)((double)ticks * (double)(ns - s->ns0) / (double)(tsc - s->tsc0) / 1000.0);
+}
 
 int ns_gostat_ring(struct ns_gostat *s, pid_t tgid)
 {
@@ -34,6 +52,10 @@ int ns_gostat_ring(struct ns_gostat *s, pid_t tgid)
 		}
 	if (!p)
 		return -1;
+	if (!s->ns0) {
+		s->ns0 = mono_ns();
+		s->tsc0 = __builtin_ia32_rdtsc();
+	}
 	if ((fd = memfd_create("netshim-goring", MFD_CLOEXEC)) < 0)
 		return -1;
 	if (ftruncate(fd, sizeof(struct ns_goring)) < 0 ||

@@ -31,6 +31,7 @@ struct ns_gostat {
 	} own[NS_GOSTAT_OWNS]; /* hooked programs' connections' own successes, not yet taken back */
 	uint64_t lost;         /* answers overwritten before they were read */
 	unsigned said_dns;     /* an answer from a host only DNS names: said once */
+	uint64_t tsc0, ns0;    /* the TSC and CLOCK_MONOTONIC at the first ring: its rate since */
 	struct ns_goproc p[NS_GOSTAT_PROCS];
 };
 
@@ -44,6 +45,11 @@ typedef void ns_gostat_fn(void *ctx, pid_t tgid, const struct ns_goslot *answer)
 /* Every answer written since the last drain, in order per program; reap:
  * also free the rings of programs gone (a system call per ring). */
 void ns_gostat_drain(struct ns_gostat *s, ns_gostat_fn *fn, void *ctx, int reap);
+
+/* ticks of the TSC (an answer's time in roundTrip) in microseconds, at
+ * the rate the TSC kept against CLOCK_MONOTONIC since the first ring (0:
+ * not known, or not yet 2 ms of it) */
+uint64_t ns_gostat_us(const struct ns_gostat *s, uint64_t ticks);
 
 /* Is tgid a hooked program? */
 int ns_gostat_is_hooked(const struct ns_gostat *s, pid_t tgid);

@@ -176,7 +176,7 @@ void ns_gacct_outcome(struct ns_gacct *a, int slot, const struct ns_settings *se
 }
 
 int ns_gacct_status(struct ns_gacct *a, const struct ns_policy *pol, const struct ns_dest *d, pid_t pid,
-		    unsigned status, uint64_t now_ms, struct ns_gostat *go)
+		    unsigned status, uint64_t latency_us, uint64_t now_ms, struct ns_gostat *go)
 {
 	struct ns_settings set, sset;
 	struct ns_answer ans;
@@ -215,7 +215,11 @@ int ns_gacct_status(struct ns_gacct *a, const struct ns_policy *pol, const struc
 	o.ans = &ans;
 	o.sent = 1;
 	o.now_ms = now_ms;
-	o.now_ns = o.from_ns = o.conn_ns = now_ms * 1000000; /* (when it was asked is not read: no latency) */
+	o.now_ns = o.conn_ns = now_ms * 1000000;
+	o.latency_us = fails ? 0 : latency_us; /* (as the library's: a success's) */
+	if (latency_us) /* (its answer's head, as the library's first byte: status's first_byte_ms) */
+		ns_table_latency(a->t, slot, 1, latency_us);
+	o.from_ns = o.now_ns - (latency_us * 1000 < o.now_ns ? latency_us * 1000 : 0);
 	ns_gacct_outcome(a, slot, &set, &o, pid, &sset, sslot, &st);
 	return fails ? slot : -1;
 }

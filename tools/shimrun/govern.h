@@ -62,11 +62,12 @@ int ns_gov_timeout(struct ns_gov *g);
 void ns_gov_run(struct ns_gov *g, const struct pollfd *p, int n);
 /* The Go programs hooked (gostat.h): their connections' own successes
  * are taken back by their answers. An answer hooked program tgid read
- * from d (its HTTP status) is counted as the library counts an exchange. */
+ * from d (its HTTP status; latency_us: its time in roundTrip, 0 when not
+ * known) is counted as the library counts an exchange. */
 struct ns_gostat;
 struct ns_dest;
 void ns_gov_hooks(struct ns_gov *g, struct ns_gostat *go);
-void ns_gov_status(struct ns_gov *g, const struct ns_dest *d, pid_t tgid, unsigned status);
+void ns_gov_status(struct ns_gov *g, const struct ns_dest *d, pid_t tgid, unsigned status, uint64_t latency_us);
 /* Every governed process is gone: what is left is settled. */
 void ns_gov_finish(struct ns_gov *g);
 

@@ -289,7 +289,7 @@ static void go_answer(void *ctx, pid_t tgid, const struct ns_goslot *a)
 	int r = ns_gostat_dest(a, &d);
 
 	if (r == 0)
-		ns_gov_status(s->gov, &d, tgid, (unsigned)a->status);
+		ns_gov_status(s->gov, &d, tgid, (unsigned)a->status, ns_gostat_us(&s->go, a->ticks));
 	else if (r > 0 && !s->go.said_dns++)
 		fprintf(stderr,
 			"shimrun: a Go program's answer from a host only DNS names (%.*s) is not counted: shimrun "

@@ -10,7 +10,8 @@ interim 100's lines end in a bare LF, as some servers send), "silent" (never
 answers) or "stallbody" (a 200 whose body ends with the stream: 1,000 bytes
 of it, then nothing), with ",drip" to send it a byte at a time, ",close" to close
 after it (saying so: "Connection: close"), ",ra=N" to add "Retry-After: N"
-(",radate=N": the HTTP date N seconds from now), and ",drop" to close after it
+(",radate=N": the HTTP date N seconds from now), ",delay=N" to answer N ms
+after the request, and ",drop" to close after it
 without saying so, as a server does with a keep-alive connection whose idle
 time ran out (the client's next request on it meets the end of the stream);
 steps are separated by ";". Prints "PORT n" once listening."""
@@ -46,6 +47,8 @@ def serve(c):
         for opt in step[1:]:
             if opt.startswith("ra="):
                 ra += b"Retry-After: %s\r\n" % opt[3:].encode()
+            elif opt.startswith("delay="):   # the answer after N ms
+                time.sleep(int(opt[6:]) / 1000)
             elif opt.startswith("radate="):
                 import email.utils
                 ra += b"Retry-After: %s\r\n" % email.utils.formatdate(time.time() + float(opt[7:]),
