@@ -335,3 +335,22 @@ def test_the_time_to_each_answer_feeds_the_slow_call_rule_and_the_first_byte_per
     assert "opened by rule slow_call_rate" in r.err, r.err
     # (the histogram's bucket: 300 ms is within 250-500)
     assert e["first_byte_ms_p50"] is not None and 250 <= e["first_byte_ms_p50"] <= 500, e
+
+
+@pytest.mark.shim
+def test_the_race_detectors_build_is_hooked_and_answers_counted_exactly(shim, gets, ka):
+    # -race (cgo, ThreadSanitizer's runtime beside Go's): its roundTrip is
+    # instrumented code, still hooked as Go 1.19 writes it
+    d = gets[("1.19", "static")].parent
+    prog = d / "get-1.19-race"
+    env = dict(os.environ, GOCACHE=str(d / "cache"), GOPATH=str(d / "path"), GO111MODULE="off", GOFLAGS="",
+               CGO_ENABLED="1")
+    if not prog.exists():
+        subprocess.run([go_tool("1.19"), "build", "-race", "-o", prog, GO / "get.go"], check=True,
+                       capture_output=True, env=env)
+    port = ka("503;200")
+    shim.policy("[defaults]\nfailure_threshold = 1000\n")
+    r = shim.run([prog, f"http://127.0.0.1:{port}/"], timeout=300, env={"GET_REPEAT": "1000", "GET_BUSY": "1"})
+    assert r.rc == 0 and r.out.split("\n")[:2] == ["count 200 999", "count 503 1"], (r.out, r.err)
+    assert "HTTP status read from net/http, go1.19" in r.err, r.err
+    assert counts(shim.entry(f"127.0.0.1:{port}")) == (999, 1, 1, 200)
