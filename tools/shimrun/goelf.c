@@ -130,7 +130,7 @@ static int function(const struct file *f, const char *name, struct ns_goelf *g, 
 	pcln = u64(t + 64);
 	if (!textstart && text)
 		textstart = text->sh_addr; /* (a PIE's is relocated at load: 0 in the file) */
-	if (nameoff >= sz || pcln >= sz || nfunc > (sz - pcln) / 8 - 1) {
+	if (nameoff >= sz || pcln >= sz || nfunc >= (sz - pcln) / 8) {
 		snprintf(why, wl, ".gopclntab's header is out of its section");
 		return -1;
 	}
