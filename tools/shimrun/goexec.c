@@ -94,7 +94,7 @@ static void say_once(struct ns_goexec *x, const char *path, const char *why)
 
 /* the exec's stop, within EXEC_WAIT_MS: 1; the process ended: -1; no
  * exec (it failed): 0, the process still traced */
-static int exec_stop(pid_t tid, pid_t tgid)
+static int exec_stop(struct ns_goexec *x, pid_t tid, pid_t tgid)
 {
 	uint64_t until = ns_gov_mono_us() + EXEC_WAIT_MS * 1000ull;
 	int st;
@@ -109,10 +109,18 @@ static int exec_stop(pid_t tid, pid_t tgid)
 			nanosleep(&ts, NULL);
 			continue;
 		}
-		if (w < 0)
-			return errno == EINTR ? 0 : -1;
-		if (WIFEXITED(st) || WIFSIGNALED(st))
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
 			return -1;
+		}
+		if (WIFEXITED(st) || WIFSIGNALED(st)) {
+			if (w == x->child) { /* (reaped here: its status kept for shimrun's own exit) */
+				x->child_status = st;
+				x->child_done = 1;
+			}
+			return -1;
+		}
 		if (WIFSTOPPED(st) && (st >> 8) == (SIGTRAP | (PTRACE_EVENT_EXEC << 8)))
 			return 1;
 		/* a signal that came meanwhile: delivered as it was */
@@ -172,7 +180,7 @@ void ns_goexec(struct ns_goexec *x, const struct seccomp_notif *n, ns_goexec_con
 		return;
 	}
 	cont(ctx, n->id);
-	if ((r = exec_stop(tid, tgid)) <= 0) {
+	if ((r = exec_stop(x, tid, tgid)) <= 0) {
 		if (r == 0)
 			leave(tid);
 		return; /* (the exec failed, or the process ended: nothing to hook) */

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/syscall.h>
+#include <sys/types.h>
 
 #include "gostat.h"
 
@@ -15,6 +16,9 @@ struct ns_goexec {
 	int level;            /* NETSHIM_LOG's (3: info says each program hooked) */
 	int off;              /* NETSHIM_GO_STATUS=off: no program is hooked */
 	uint64_t max_stop_us; /* the longest a program was stopped to be hooked */
+	pid_t child;          /* shimrun's own child, */
+	int child_done;       /* ...reaped while an exec was waited for, */
+	int child_status;     /* ...with this status */
 	unsigned nsaid;
 	unsigned said[64]; /* the refusals said (their reasons' hashes) */
 };

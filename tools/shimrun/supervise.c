@@ -354,6 +354,10 @@ static int serve(struct sup *s, pid_t pid)
 		r = poll(pa, (nfds_t)(2 + np), r);
 		ns_gostat_drain(&s->go, go_answer, s, r == 0);
 		ns_gov_run(s->gov, pa + 2, np);
+		if (!done && s->exec.child_done) {
+			status = s->exec.child_status;
+			done = 1;
+		}
 		if (!done && (child < 0 || pa[1].revents) && waitpid(pid, &status, WNOHANG) == pid)
 			done = 1;
 		if (r > 0 && (pa[0].revents & POLLIN)) {
@@ -374,7 +378,9 @@ static int serve(struct sup *s, pid_t pid)
 	free(n);
 	if (child >= 0)
 		close(child);
-	if (!done)
+	if (!done && s->exec.child_done)
+		status = s->exec.child_status;
+	else if (!done)
 		waitpid(pid, &status, 0);
 	return WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 126;
 }
@@ -415,6 +421,7 @@ int ns_sup_run(char **argv, const char *policy, const char *table, char *why, si
 		child(sp[1], argv, parent);
 	}
 	close(sp[1]);
+	s.exec.child = pid;
 	forward_signals(pid);
 	/* shimrun holds a copy of each socket whose connect is in progress:
 	 * its own soft limit up to the hard one (the program keeps its own) */
