@@ -316,6 +316,9 @@ int ns_goelf_read(const char *path, const char *func, struct ns_goelf *g, char *
 	}
 	g->dev = st.st_dev;
 	g->ino = st.st_ino;
+	g->fsize = st.st_size;
+	g->mtime = st.st_mtim;
+	g->ctime = st.st_ctim;
 	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
 	if (m == MAP_FAILED) {

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #define NS_GOELF_MAX_FUNC  65536
 #define NS_GOELF_MAX_SITES 48
@@ -19,8 +20,10 @@ struct ns_goelf {
 	char version[32]; /* "go1.19.8" */
 	int minor;        /* 19, or -1 */
 	int is_go;        /* it has a .gopclntab */
-	dev_t dev;        /* the file read */
+	dev_t dev;        /* the file read: its identity */
 	ino_t ino;
+	off_t fsize;
+	struct timespec mtime, ctime;
 	uint64_t entry;                        /* e_entry (a PIE's load bias: AT_ENTRY less this) */
 	uint64_t addr;                         /* the function's link address, */
 	uint64_t size;                         /* ...its length, */

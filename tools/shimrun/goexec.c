@@ -138,22 +138,48 @@ static void leave(pid_t pid)
 		(void)ptrace(PTRACE_DETACH, pid, 0, 0);
 }
 
+/* The last file read and what its reading gave (the program shimrun
+ * starts is read at its start line and again at its exec; a program
+ * exec'd again and again is read once): read anew when the file at path
+ * is not that one (its identity, size and times). */
+static struct ns_goelf g;
+static int g_rc = -2; /* -2: none read yet */
+static char g_why[160];
+
+static int go_read(const char *path, const struct stat *st, char *why, size_t wl)
+{
+	if (g_rc == -2 || st->st_dev != g.dev || st->st_ino != g.ino || st->st_size != g.fsize ||
+	    st->st_mtim.tv_sec != g.mtime.tv_sec || st->st_mtim.tv_nsec != g.mtime.tv_nsec ||
+	    st->st_ctim.tv_sec != g.ctime.tv_sec || st->st_ctim.tv_nsec != g.ctime.tv_nsec)
+		g_rc = ns_goelf_read(path, NS_GOHOOK_FUNC, &g, g_why, sizeof(g_why));
+	snprintf(why, wl, "%s", g_why);
+	return g_rc;
+}
+
+int ns_goexec_off(void)
+{
+	const char *v = getenv("NETSHIM_GO_STATUS");
+
+	return v && strcmp(v, "off") == 0;
+}
+
 int ns_goexec_probe(const char *path, char *what, size_t len)
 {
-	static struct ns_goelf g;
-	char why[160];
+	struct stat st;
 
-	if (ns_goelf_read(path, NS_GOHOOK_FUNC, &g, why, sizeof(why)) == 0) {
+	if (stat(path, &st) < 0) {
+		snprintf(what, len, "cannot read it");
+		return -1;
+	}
+	if (go_read(path, &st, what, len) == 0) {
 		snprintf(what, len, "%s", g.version);
 		return 1;
 	}
-	snprintf(what, len, "%s", why);
 	return g.is_go ? 0 : -1;
 }
 
 void ns_goexec(struct ns_goexec *x, const struct seccomp_notif *n, ns_goexec_cont_fn *cont, void *ctx)
 {
-	static struct ns_goelf g;
 	char path[4200], why[200];
 	pid_t tid = (pid_t)n->pid, tgid;
 	struct stat st;
@@ -165,7 +191,7 @@ void ns_goexec(struct ns_goexec *x, const struct seccomp_notif *n, ns_goexec_con
 		return;
 	}
 	if (exec_path(n, path, sizeof(path)) < 0 || stat(path, &st) < 0 || !S_ISREG(st.st_mode) ||
-	    !(st.st_mode & 0111) || (read = 1, ns_goelf_read(path, NS_GOHOOK_FUNC, &g, why, sizeof(why))) < 0) {
+	    !(st.st_mode & 0111) || (read = 1, go_read(path, &st, why, sizeof(why))) < 0) {
 		if (read && g.is_go)
 			say_once(x, path, why);
 		cont(ctx, n->id);

@@ -31,6 +31,9 @@ typedef void ns_goexec_cont_fn(void *ctx, uint64_t id);
  * file is one the hook knows. */
 void ns_goexec(struct ns_goexec *x, const struct seccomp_notif *n, ns_goexec_cont_fn *cont, void *ctx);
 
+/* NETSHIM_GO_STATUS=off: no Go program is hooked */
+int ns_goexec_off(void);
+
 /* path's file: 1 when its HTTP statuses can be read (what: its Go
  * version), 0 for a Go program they cannot (what: why), -1 for a program
  * that is not Go. */

@@ -32,6 +32,20 @@ uint64_t ns_gostat_us(const struct ns_gostat *s, uint64_t ticks)
 	return (uint64_t)((double)ticks * (double)(ns - s->ns0) / (double)(tsc - s->tsc0) / 1000.0);
 }
 
+/* p's place freed (its ring unmapped) */
+static void ring_free(struct ns_gostat *s, struct ns_goproc *p)
+{
+	munmap(p->ring, sizeof(struct ns_goring));
+	p->ring = NULL;
+	s->n--;
+}
+
+/* p's program is gone and its ring read to its end (a system call) */
+static int spent(const struct ns_goproc *p)
+{
+	return p->hooked && p->tail == __atomic_load_n(&p->ring->head, __ATOMIC_ACQUIRE) && kill(p->tgid, 0) < 0;
+}
+
 int ns_gostat_ring(struct ns_gostat *s, pid_t tgid)
 {
 	struct ns_goproc *p = NULL;
@@ -43,11 +57,8 @@ int ns_gostat_ring(struct ns_gostat *s, pid_t tgid)
 			p = &s->p[i];
 	/* all in use: a program gone whose ring was read to its end gives its own */
 	for (unsigned i = 0; i < NS_GOSTAT_PROCS && !p; i++)
-		if (s->p[i].hooked && s->p[i].tail == __atomic_load_n(&s->p[i].ring->head, __ATOMIC_ACQUIRE) &&
-		    kill(s->p[i].tgid, 0) < 0) {
-			munmap(s->p[i].ring, sizeof(struct ns_goring));
-			s->p[i].ring = NULL;
-			s->n--;
+		if (spent(&s->p[i])) {
+			ring_free(s, &s->p[i]);
 			p = &s->p[i];
 		}
 	if (!p)
@@ -84,13 +95,10 @@ void ns_gostat_hooked(struct ns_gostat *s, pid_t tgid, int ok)
 		 * descriptor is no longer needed for it to open */
 		close(p->fd);
 		p->fd = -1;
-		if (ok) {
+		if (ok)
 			p->hooked = 1;
-		} else {
-			munmap(p->ring, sizeof(struct ns_goring));
-			p->ring = NULL;
-			s->n--;
-		}
+		else
+			ring_free(s, p);
 	}
 }
 
@@ -130,11 +138,8 @@ void ns_gostat_drain(struct ns_gostat *s, ns_gostat_fn *fn, void *ctx, int reap)
 			continue;
 		drain_one(s, p, fn, ctx);
 		/* a program gone (its ring read to its end): its place freed */
-		if (reap && p->tail == __atomic_load_n(&p->ring->head, __ATOMIC_ACQUIRE) && kill(p->tgid, 0) < 0) {
-			munmap(p->ring, sizeof(struct ns_goring));
-			p->ring = NULL;
-			s->n--;
-		}
+		if (reap && spent(p))
+			ring_free(s, p);
 	}
 }
 

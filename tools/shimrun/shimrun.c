@@ -389,10 +389,7 @@ static void said_unreached(const char *prog, int r)
 static int seccomp_run(struct run *o, int r)
 {
 	char why[256], go[160];
-	const char *gs = getenv("NETSHIM_GO_STATUS");
-	int rc,
-		hooked = r == REACH_GO && found[0] && !(gs && strcmp(gs, "off") == 0) &&
-		ns_goexec_probe(found, go, sizeof(go)) == 1;
+	int rc, hooked = r == REACH_GO && found[0] && !ns_goexec_off() && ns_goexec_probe(found, go, sizeof(go)) == 1;
 
 	/* the program's connects are shimrun's to answer: not the library's
 	 * too (a dynamic program would be counted twice) */

@@ -404,7 +404,7 @@ int ns_sup_run(char **argv, const char *policy, const char *table, char *why, si
 		return -1;
 	s.exec.go = &s.go;
 	s.exec.level = ns_gacct_level();
-	s.exec.off = getenv("NETSHIM_GO_STATUS") && strcmp(getenv("NETSHIM_GO_STATUS"), "off") == 0;
+	s.exec.off = ns_goexec_off();
 	ns_gov_hooks(s.gov, &s.go);
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
 		snprintf(why, whylen, "socketpair: %s", strerror(errno));
