@@ -306,6 +306,33 @@ void ns_account_attempt(const struct ns_engine *e, struct ns_table *t, int slot,
 	ns_event_write(e, t, NS_E_HALF_OPEN, slot, key, st, 0, NULL, pid, program, 0);
 }
 
+int ns_account_cooldown(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_settings *set,
+			const char *key, uint64_t asked_ms, int pushback, uint64_t now_ms, uint32_t pid,
+			const char *program)
+{
+	uint64_t ms = asked_ms;
+	char detail[96];
+
+	if (!asked_ms || slot < 0)
+		return 0;
+	if (set->retry_after_max_ms && ms > set->retry_after_max_ms)
+		ms = set->retry_after_max_ms;
+	ns_table_cooldown(t, slot, now_ms + ms);
+	if (set->adaptive) /* a cooldown is no failure of the breaker's, but the server said it is full */
+		ns_table_limit_event(t, slot, set, NS_ADAPT_FAILURE, 0, now_ms);
+	if (set->req_adaptive)
+		ns_table_req_limit_event(t, slot, set, NS_ADAPT_FAILURE, 0, now_ms);
+	if (pushback)
+		snprintf(detail, sizeof(detail), "grpc-retry-pushback-ms: %llu ms asked, %llu ms kept",
+			 (unsigned long long)asked_ms, (unsigned long long)ms);
+	else
+		snprintf(detail, sizeof(detail), "Retry-After: %llu s asked, %llu s kept",
+			 (unsigned long long)(asked_ms / 1000), (unsigned long long)(ms / 1000));
+	say(e, SAY_INFO, "%s: %s", key, detail);
+	ns_event_write(e, t, NS_E_COOLDOWN, slot, key, NULL, 0, detail, pid, program, 0);
+	return 1;
+}
+
 void ns_account_rejected(const struct ns_engine *e, struct ns_table *t, int slot, uint64_t now_us, uint32_t pid)
 {
 	uint64_t now_ms = now_us / 1000;

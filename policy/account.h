@@ -134,6 +134,14 @@ static inline __attribute__((always_inline)) void ns_account_at(const struct ns_
  * half-open step is said and written as an event. */
 void ns_account_attempt(const struct ns_engine *e, struct ns_table *t, int slot, const char *key,
 			const struct ns_step *st, uint32_t pid, const char *program);
+/* A server asked for time (a 429/503's Retry-After, or with pushback 1
+ * gRPC's grpc-retry-pushback-ms): slot of t in cooldown for asked_ms, at
+ * most set's retry_after_max; the adaptive limits told the server is full
+ * (no failure of the breaker's); said at info and written as an event
+ * (key, pid, program). 1: a cooldown began; 0: asked_ms is 0. */
+int ns_account_cooldown(const struct ns_engine *e, struct ns_table *t, int slot, const struct ns_settings *set,
+			const char *key, uint64_t asked_ms, int pushback, uint64_t now_ms, uint32_t pid,
+			const char *program);
 /* A connect a breaker turned away: the history's record of it. */
 void ns_account_rejected(const struct ns_engine *e, struct ns_table *t, int slot, uint64_t now_us, uint32_t pid);
 

@@ -2,6 +2,9 @@
  * bytes say, its answer's status line, a 429 or 503's Retry-After. */
 #include "h1.h"
 
+#include <stdio.h>
+#include <time.h>
+
 int ns_h1_looks(const char *b, size_t n)
 {
 	static const char *const methods[] = { "GET ",     "HEAD ",  "POST ",  "PUT ",    "DELETE ",
@@ -114,4 +117,53 @@ int ns_h1ra_feed(struct ns_h1ra *r, const char *b, size_t n, char out[NS_H1RA_MA
 		}
 	}
 	return NS_H1RA_MORE;
+}
+
+/* An HTTP date ("Sun, 06 Nov 1994 08:49:37 GMT") as seconds since the
+ * epoch, or -1. */
+static int64_t http_date(const char *s)
+{
+	static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+	char mon[4], zone[4];
+	int day, year, h, m, sec, used = 0;
+	struct tm tm;
+	const char *p;
+
+	if (strlen(s) < 29 || s[3] != ',' ||
+	    sscanf(s + 4, " %2d %3s %4d %2d:%2d:%2d %3s%n", &day, mon, &year, &h, &m, &sec, zone, &used) != 7 ||
+	    strcmp(zone, "GMT") != 0 || (p = strstr(months, mon)) == NULL || (p - months) % 3 != 0)
+		return -1;
+	memset(&tm, 0, sizeof(tm));
+	tm.tm_mday = day;
+	tm.tm_mon = (int)((p - months) / 3);
+	tm.tm_year = year - 1900;
+	tm.tm_hour = h;
+	tm.tm_min = m;
+	tm.tm_sec = sec;
+	if (day < 1 || day > 31 || h > 23 || m > 59 || sec > 60 || year < 1970)
+		return -1;
+	return (int64_t)timegm(&tm);
+}
+
+uint64_t ns_retry_after_ms(const char *value, uint64_t wall_ms)
+{
+	int64_t secs = -1;
+
+	if (value[0] >= '0' && value[0] <= '9') {
+		const char *v = value;
+
+		/* any number of digits: past 10^8 s it only grows beyond
+		 * every retry_after_max, so it stops growing there */
+		for (secs = 0; *v >= '0' && *v <= '9'; v++)
+			if (secs < 100000000)
+				secs = secs * 10 + (*v - '0');
+		if (*v && *v != ' ' && *v != '\t')
+			secs = -1;
+	} else {
+		int64_t at = http_date(value);
+
+		if (at >= 0)
+			secs = at - (int64_t)(wall_ms / 1000);
+	}
+	return secs > 0 ? (uint64_t)secs * 1000 : 0; /* now, the past, or no date at all: nothing to wait for */
 }

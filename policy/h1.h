@@ -124,5 +124,11 @@ static inline void ns_h1ra_start(struct ns_h1ra *r)
  * (leading blanks and "\r" left out, at most NS_H1RA_MAX bytes) with a NUL
  * to out. Not to be fed after it said. */
 int ns_h1ra_feed(struct ns_h1ra *r, const char *b, size_t n, char out[NS_H1RA_MAX + 1]);
+/* A Retry-After's value (seconds, or an HTTP date, IMF-fixdate: the
+ * obsolete forms are not taken) as the milliseconds it asks to wait from
+ * wall_ms (CLOCK_REALTIME ms); 0: now, the past, or no value at all. Both
+ * engines read a value through it (the library from the bytes it saw,
+ * shimrun from a Go program's header map). */
+uint64_t ns_retry_after_ms(const char *value, uint64_t wall_ms);
 
 #endif

@@ -365,85 +365,26 @@ int ns_breaker_admit(const char *key, int hint, int *slotp, const struct ns_sett
 
 /**** Retry-After ****/
 
-/* An HTTP date (IMF-fixdate: "Sun, 06 Nov 1994 08:49:37 GMT") as seconds
- * since the epoch, or -1. The obsolete forms are not taken. */
-static int64_t http_date(const char *s)
-{
-	static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
-	char mon[4], zone[4];
-	int day, year, h, m, sec, used = 0;
-	struct tm tm;
-	const char *p;
-
-	if (strlen(s) < 29 || s[3] != ',' ||
-	    sscanf(s + 4, " %2d %3s %4d %2d:%2d:%2d %3s%n", &day, mon, &year, &h, &m, &sec, zone, &used) != 7 ||
-	    strcmp(zone, "GMT") != 0 || (p = strstr(months, mon)) == NULL || (p - months) % 3 != 0)
-		return -1;
-	memset(&tm, 0, sizeof(tm));
-	tm.tm_mday = day;
-	tm.tm_mon = (int)((p - months) / 3);
-	tm.tm_year = year - 1900;
-	tm.tm_hour = h;
-	tm.tm_min = m;
-	tm.tm_sec = sec;
-	if (day < 1 || day > 31 || h > 23 || m > 59 || sec > 60 || year < 1970)
-		return -1;
-	return (int64_t)timegm(&tm);
-}
-
 int ns_conn_retry_after(struct ns_conn *c, const char *value)
 {
 	int saved = errno;
-	int64_t secs = -1;
+	uint64_t ms = ns_retry_after_ms(value, ns_wall_ms());
 
-	if (value[0] >= '0' && value[0] <= '9') {
-		const char *v = value;
-
-		/* any number of digits: past 10^8 s it only grows beyond
-		 * every retry_after_max, so it stops growing there */
-		for (secs = 0; *v >= '0' && *v <= '9'; v++)
-			if (secs < 100000000)
-				secs = secs * 10 + (*v - '0');
-		if (*v && *v != ' ' && *v != '\t')
-			secs = -1;
-	} else {
-		int64_t at = http_date(value);
-
-		if (at >= 0)
-			secs = at - (int64_t)(ns_wall_ms() / 1000);
-	}
 	errno = saved;
-	if (secs <= 0)
-		return 0; /* now, the past, or no date at all: nothing to wait for */
-	return ns_conn_cooldown(c, (uint64_t)secs * 1000, 0);
+	return ns_conn_cooldown(c, ms, 0);
 }
 
 int ns_conn_cooldown(struct ns_conn *c, uint64_t asked_ms, int pushback)
 {
-	const struct ns_settings *set = ns_conn_set(c);
-	int slot = LD(c->slot), saved = errno;
-	uint64_t ms = asked_ms, now_ms;
-	char key[NS_KEY_MAX], detail[96];
+	int slot = LD(c->slot), saved = errno, began;
+	char key[NS_KEY_MAX];
 
 	if (!asked_ms || slot < 0 || !ns_breakers_ok)
 		return 0;
-	if (set->retry_after_max_ms && ms > set->retry_after_max_ms)
-		ms = set->retry_after_max_ms;
-	now_ms = (uint64_t)(ns_now() / 1000000);
-	ns_table_cooldown(&ns_breakers, slot, now_ms + ms);
-	if (set->adaptive) /* a cooldown is no failure of the breaker's, but the server said it is full */
-		ns_table_limit_event(&ns_breakers, slot, set, NS_ADAPT_FAILURE, 0, now_ms);
-	if (set->req_adaptive)
-		ns_table_req_limit_event(&ns_breakers, slot, set, NS_ADAPT_FAILURE, 0, now_ms);
 	ns_conn_key(c, key);
-	if (pushback)
-		snprintf(detail, sizeof(detail), "grpc-retry-pushback-ms: %llu ms asked, %llu ms kept",
-			 (unsigned long long)asked_ms, (unsigned long long)ms);
-	else
-		snprintf(detail, sizeof(detail), "Retry-After: %llu s asked, %llu s kept",
-			 (unsigned long long)(asked_ms / 1000), (unsigned long long)(ms / 1000));
-	NS_LOG(NS_LOG_INFO, "%s: %s", key, detail);
-	ns_emit(NS_E_COOLDOWN, slot, key, NULL, 0, detail, 0);
+	began = ns_account_cooldown(&ns_engine, &ns_breakers, slot, ns_conn_set(c), key, asked_ms, pushback,
+				    (uint64_t)(ns_now() / 1000000), (uint32_t)ns_own_pid,
+				    program_invocation_short_name);
 	errno = saved;
-	return 1;
+	return began;
 }

@@ -80,7 +80,7 @@ def test_each_answer_s_status_is_counted_exactly(shim, gets, ka, version, mode):
     shim.policy("[defaults]\nfailure_threshold = 100\n")
     r = shim.run([gets[(version, mode)]] + [url] * 5)
     assert statuses(r) == [503, 503, 404, 200, 503], (r.out, r.err)
-    assert f"HTTP status read from net/http, go{version}" in r.err, r.err
+    assert f"HTTP status and Retry-After read from net/http, go{version}" in r.err, r.err
     # 404 and 200 never fail; the connection's own success is taken back
     # by its first answer (the answers are its outcomes, as the library's)
     assert counts(shim.entry(f"127.0.0.1:{port}")) == (2, 3, 3, 503)
@@ -128,7 +128,8 @@ def test_https_answers_over_http_1_1_are_counted_on_their_port(shim, gets, ka, v
 H2SERVER = r"""
 const http2 = require('http2'), fs = require('fs');
 const s = http2.createSecureServer({key: fs.readFileSync(process.argv[2]), cert: fs.readFileSync(process.argv[3])},
-  (req, res) => { res.writeHead(parseInt(req.url.slice(1)) || 200); res.end('x'.repeat(100)); });
+  (req, res) => { res.writeHead(parseInt(req.url.slice(1)) || 200, req.url.endsWith('ra') ? {'retry-after': '30'} : {});
+                  res.end('x'.repeat(100)); });
 s.listen(0, '127.0.0.1', () => console.log('PORT', s.address().port));
 """
 
@@ -151,6 +152,81 @@ def test_http2_answers_over_tls_are_counted_each(shim, gets, tmp_path, version):
     finally:
         srv.kill()
         srv.wait()
+
+
+def cooldown_events(shim):
+    evs = [json.loads(l) for l in shim.ctl("events", "--json").stdout.splitlines()]
+    return [e for e in evs if e["event"] == "cooldown"]
+
+
+@pytest.mark.shim
+@pytest.mark.parametrize("version,mode,ra", [("1.19", "static", "ra=30"), ("1.21", "pie", "radate=30"),
+                                             ("1.22", "cgo", "ra=30"), ("1.23", "stripped", "ra=30")])
+def test_a_429_s_retry_after_starts_the_cooldown_that_refuses_the_next_go_run_and_a_preloaded_curl(
+        shim, gets, ka, version, mode, ra):
+    port = ka(f"429,{ra},close;200,close")
+    url = f"http://127.0.0.1:{port}/"
+    # one failure would open the breaker: a Retry-After honoured is a
+    # cooldown, not also a failure
+    shim.policy("[defaults]\nfailure_threshold = 1\n")
+    r = shim.run([gets[(version, mode)], url])
+    assert statuses(r) == [429], (r.out, r.err)
+    assert "HTTP status and Retry-After read from net/http" in r.err, r.err
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert (e["state"], e["http_failures"], e["failures"], e["last_status"]) == ("cooldown", 0, 0, 429), e
+    cd = cooldown_events(shim)
+    assert len(cd) == 1 and re.search(r"Retry-After: (29|30) s asked", cd[0]["detail"]), cd
+    assert cd[0]["program"] == f"get-{version}-{mode}"[:15], cd   # (its comm) the Go program that was told
+    r = shim.run([gets[(version, "static")], url])
+    assert "connection refused" in r.out and r.elapsed < 2, (r.out, r.elapsed)
+    r = shim.run(["curl", "-s", "-o", "/dev/null", url])
+    assert r.rc == 7, (r.rc, r.err)
+    assert shim.entry(f"127.0.0.1:{port}")["rejected"] == 2
+
+
+@pytest.mark.shim
+def test_a_503_s_retry_after_over_http2_is_read_too_and_capped_by_retry_after_max(shim, gets, tmp_path):
+    cert, key = self_signed(tmp_path)
+    (tmp_path / "h2.js").write_text(H2SERVER)
+    srv = subprocess.Popen(["node", tmp_path / "h2.js", key, cert], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(srv.stdout.readline().split()[1])
+        shim.policy("[defaults]\nfailure_threshold = 1\nretry_after_max = 2s\n")
+        r = shim.run([gets[("1.23", "static")], f"https://127.0.0.1:{port}/503ra"],
+                     env={"GET_INSECURE": "1", "GET_PROTO": "1"})
+        assert statuses(r) == [503] and "proto HTTP/2.0" in r.out, (r.out, r.err)
+        e = shim.entry(f"127.0.0.1:{port}")
+        assert (e["state"], e["http_failures"]) == ("cooldown", 0), e
+        cd = cooldown_events(shim)
+        assert len(cd) == 1 and "Retry-After: 30 s asked, 2 s kept" in cd[0]["detail"], cd
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+@pytest.mark.shim
+def test_a_429_without_retry_after_or_with_retry_after_off_counts_by_the_breaker_s_rules(shim, gets, ka):
+    port = ka("429;503,ra=30")
+    url = f"http://127.0.0.1:{port}/"
+    shim.policy("[defaults]\nfailure_threshold = 100\nretry_after = off\n")
+    r = shim.run([gets[("1.22", "static")], url, url])
+    assert statuses(r) == [429, 503], (r.out, r.err)
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert (e["state"], e["http_failures"]) == ("closed", 2), e
+    assert cooldown_events(shim) == []
+
+
+@pytest.mark.shim
+def test_a_header_block_too_large_to_read_whole_is_said_once_and_counts_by_the_breaker_s_rules(shim, gets, ka):
+    port = ka("429,ra=30,hdrs=400")
+    url = f"http://127.0.0.1:{port}/"
+    shim.policy("[defaults]\nfailure_threshold = 100\n")
+    r = shim.run([gets[("1.19", "static")], url, url])
+    assert statuses(r) == [429, 429], (r.out, r.err)
+    assert r.err.count("its headers could not be read whole") == 1, r.err
+    e = shim.entry(f"127.0.0.1:{port}")
+    assert (e["state"], e["http_failures"]) == ("closed", 2), e
+    assert cooldown_events(shim) == []
 
 
 def patched(src, dst, old, new, at=None):
@@ -248,7 +324,7 @@ def test_as_uid_65534_with_no_capabilities(shim, gets, ka, tmp_path):
     r = subprocess.run(nobody + [BUILD / "shimrun", "--", gets[("1.23", "stripped")], url, url],
                        env=env, capture_output=True, text=True, timeout=60)
     assert re.findall(r"^status (\d+) ", r.stdout, re.M) == ["503", "200"], (r.stdout, r.stderr)
-    assert "HTTP status read from net/http" in r.stderr, r.stderr
+    assert "HTTP status and Retry-After read from net/http" in r.stderr, r.stderr
     # (the table is the unprivileged user's: read as that user)
     st = subprocess.run(nobody + [BUILD / "shimctl", "--table", shim.table, "status", "--json"], env=env,
                         capture_output=True, text=True, timeout=30)
@@ -352,5 +428,5 @@ def test_the_race_detectors_build_is_hooked_and_answers_counted_exactly(shim, ge
     shim.policy("[defaults]\nfailure_threshold = 1000\n")
     r = shim.run([prog, f"http://127.0.0.1:{port}/"], timeout=300, env={"GET_REPEAT": "1000", "GET_BUSY": "1"})
     assert r.rc == 0 and r.out.split("\n")[:2] == ["count 200 999", "count 503 1"], (r.out, r.err)
-    assert "HTTP status read from net/http, go1.19" in r.err, r.err
+    assert "HTTP status and Retry-After read from net/http, go1.19" in r.err, r.err
     assert counts(shim.entry(f"127.0.0.1:{port}")) == (999, 1, 1, 200)

@@ -25,13 +25,45 @@ struct request {
 	struct gostr method;
 	struct url *url;
 };
+struct goslice {
+	struct gostr *p;
+	int64_t n, cap;
+};
+/* a bucket of a map[string][]string, and the map (runtime/map.go) */
+struct bucket {
+	uint8_t top[8];
+	struct gostr key[8];
+	struct goslice val[8];
+	struct bucket *overflow;
+};
+struct hmap {
+	int64_t count;
+	uint8_t flags, b;
+	uint16_t noverflow;
+	uint32_t hash0;
+	struct bucket *buckets, *oldbuckets;
+	uintptr_t nevacuate;
+	void *extra;
+};
 struct response {
 	char pad0[16];
 	int64_t status;
-	char pad1[128 - 24];
+	char pad1[56 - 24];
+	struct hmap *header;
+	char pad2[128 - 64];
 	struct request *req;
 	void *tls;
 };
+
+_Static_assert(offsetof(struct response, header) == NS_GO_RESP_HEADER, "Header");
+_Static_assert(offsetof(struct hmap, b) == NS_GO_HMAP_B, "B");
+_Static_assert(offsetof(struct hmap, buckets) == NS_GO_HMAP_BUCKETS, "buckets");
+_Static_assert(offsetof(struct hmap, oldbuckets) == NS_GO_HMAP_OLDBUCKETS, "oldbuckets");
+_Static_assert(offsetof(struct bucket, key) == NS_GO_BUCKET_KEYS, "keys");
+_Static_assert(offsetof(struct bucket, val) == NS_GO_BUCKET_VALUES, "values");
+_Static_assert(offsetof(struct bucket, overflow) == NS_GO_BUCKET_OVERFLOW, "overflow");
+_Static_assert(sizeof(struct bucket) == NS_GO_BUCKET_SIZE, "a bucket");
+_Static_assert(sizeof(struct ns_goslot) == 128, "a slot");
 
 _Static_assert(offsetof(struct response, status) == NS_GO_RESP_STATUS, "StatusCode");
 _Static_assert(offsetof(struct response, req) == NS_GO_RESP_REQUEST, "Request");
@@ -115,7 +147,8 @@ Test(gohook, a_response_s_status_tls_and_host_land_in_the_ring_and_rax_is_kept)
 	cr_assert_eq(ring.head, 1);
 	cr_assert_eq(ring.slot[0].seq, 1);
 	cr_assert_eq(ring.slot[0].status, 503);
-	cr_assert_eq(ring.slot[0].flags, 1 | 14 << 8);
+	cr_assert_eq(ring.slot[0].flags, 1 | NS_GOSLOT_HDRS | 14 << 8,
+		     "TLS, a 503 whose headers (none) were read, the host");
 	cr_assert(memcmp(ring.slot[0].host, "127.0.0.1:8443", 14) == 0);
 	/* read back as shimrun reads it */
 	memset(&s, 0, sizeof(s));
@@ -185,6 +218,152 @@ Test(gohook, the_time_from_a_goroutines_entry_to_its_answer_is_its_own)
 	entry(&r, 0x7000);
 	hook(&r, 0x7040); /* another goroutine (its g hashes to another entry) */
 	cr_assert_eq(ring.slot[2].ticks, 0, "another goroutine's time is not this one's");
+}
+
+/* A header map of 2^b buckets, each with chain - 1 overflow buckets,
+ * holding n keys spread over them; Retry-After (value ra, if not NULL) put
+ * at the last cell of the last bucket's chain. */
+static struct bucket pool[300];
+static struct gostr vals[300];
+
+static struct hmap *headers(struct hmap *h, int b, int chain, const char *key, const char *ra)
+{
+	int nb = 1 << b, used = 0;
+	static const char *const names[] = { "Content-Type", "Content-Length", "Date",
+					     "Retry-Aftex",  "Server",         "Retry-After-X" };
+
+	memset(h, 0, sizeof(*h));
+	memset(pool, 0, sizeof(pool));
+	cr_assert(nb * chain <= 300);
+	h->b = (uint8_t)b;
+	h->buckets = pool;
+	used = nb;
+	for (int i = 0; i < nb; i++) {
+		struct bucket *k = &pool[i];
+
+		for (int c = 1; c < chain; c++) {
+			k->overflow = &pool[used++];
+			k = k->overflow;
+		}
+	}
+	/* a few other keys, in the first bucket and its first cells */
+	for (int i = 0; i < 6; i++) {
+		pool[0].top[i] = (uint8_t)(NS_GO_TOPHASH_MIN + i);
+		pool[0].key[i] = (struct gostr){ names[i], (int64_t)strlen(names[i]) };
+		vals[i] = (struct gostr){ "9", 1 };
+		pool[0].val[i] = (struct goslice){ &vals[i], 1, 1 };
+		h->count++;
+	}
+	if (key) {
+		struct bucket *k = &pool[nb - 1];
+
+		while (k->overflow)
+			k = k->overflow;
+		k->top[7] = 200;
+		k->key[7] = (struct gostr){ key, (int64_t)strlen(key) };
+		vals[299] = (struct gostr){ ra, ra ? (int64_t)strlen(ra) : 0 };
+		k->val[7] = (struct goslice){ &vals[299], ra ? 1 : 0, 1 };
+		h->count++;
+	}
+	return h;
+}
+
+static struct ns_goslot *answer(hook_fn *hook, int64_t status, struct hmap *h)
+{
+	struct url u = { .host = { "127.0.0.1:80", 12 } };
+	struct request q = { .url = &u };
+	struct response r = { .status = status, .req = &q, .header = h };
+
+	memset(&ring, 0, sizeof(ring));
+	cr_assert_eq(hook(&r, 0x1000), (uint64_t)(uintptr_t)&r, "RAX, the result, is the program's");
+	cr_assert_eq(ring.slot[0].seq, 1);
+	return &ring.slot[0];
+}
+
+Test(gohook, a_429_s_or_503_s_retry_after_is_read_from_its_header_map_wherever_it_sits)
+{
+	hook_fn *hook = make_hook();
+	struct hmap h;
+	struct ns_goslot *sl;
+	char ra[NS_GORA_MAX + 1];
+	static const char date[] = "Sun, 06 Dec 2026 18:54:45 GMT";
+
+	sl = answer(hook, 503, headers(&h, 0, 1, "Retry-After", "7"));
+	cr_assert_eq(sl->flags, NS_GOSLOT_HDRS | 12 << 8 | 1 << 16);
+	cr_assert_eq(ns_gostat_retry_after(sl, ra), 1);
+	cr_assert_str_eq(ra, "7");
+	/* the last bucket of 32, at the end of an overflow chain of 8 */
+	sl = answer(hook, 429, headers(&h, NS_GO_MAP_BMAX, NS_GO_MAP_CHAIN, "Retry-After", date));
+	cr_assert_eq(sl->flags, NS_GOSLOT_HDRS | 12 << 8 | 29 << 16);
+	cr_assert_eq(ns_gostat_retry_after(sl, ra), 1);
+	cr_assert_str_eq(ra, date);
+	/* a value longer than the slot keeps: its length, 32 of its bytes */
+	sl = answer(hook, 429, headers(&h, 1, 2, "Retry-After", "1234567890123456789012345678901234567890"));
+	cr_assert_eq((sl->flags >> 16) & 0xff, 40);
+	cr_assert_eq(ns_gostat_retry_after(sl, ra), 1);
+	cr_assert_str_eq(ra, "12345678901234567890123456789012");
+	/* a key with no value */
+	sl = answer(hook, 503, headers(&h, 0, 1, "Retry-After", NULL));
+	cr_assert_eq(sl->flags, NS_GOSLOT_HDRS | 12 << 8);
+	cr_assert_eq(ns_gostat_retry_after(sl, ra), 1);
+	cr_assert_str_eq(ra, "");
+}
+
+Test(gohook, a_map_without_retry_after_is_read_and_says_none_other_statuses_are_not_walked)
+{
+	hook_fn *hook = make_hook();
+	struct hmap h;
+	struct ns_goslot *sl;
+	char ra[NS_GORA_MAX + 1];
+
+	/* only keys like it (Retry-Aftex, Retry-After-X) */
+	sl = answer(hook, 429, headers(&h, 3, 2, NULL, NULL));
+	cr_assert_eq(sl->flags, NS_GOSLOT_HDRS | 12 << 8);
+	cr_assert_eq(ns_gostat_retry_after(sl, ra), 1);
+	cr_assert_str_eq(ra, "");
+	/* a cell emptied (its tophash below 5) keeps its old key: not read */
+	headers(&h, 0, 1, "Retry-After", "7");
+	pool[0].top[7] = 1;
+	sl = answer(hook, 503, &h);
+	cr_assert_eq(sl->flags, NS_GOSLOT_HDRS | 12 << 8);
+	/* no header map at all; an empty one */
+	sl = answer(hook, 503, NULL);
+	cr_assert_eq(sl->flags, NS_GOSLOT_HDRS | 12 << 8);
+	headers(&h, 0, 1, NULL, NULL);
+	h.count = 0;
+	h.buckets = NULL;
+	sl = answer(hook, 503, &h);
+	cr_assert_eq(sl->flags, NS_GOSLOT_HDRS | 12 << 8);
+	/* a 200 or a 500 with a Retry-After: its headers are not walked */
+	sl = answer(hook, 200, headers(&h, 0, 1, "Retry-After", "7"));
+	cr_assert_eq(sl->flags, 12 << 8);
+	cr_assert_eq(ns_gostat_retry_after(sl, ra), 1, "nothing to read");
+	sl = answer(hook, 500, &h);
+	cr_assert_eq(sl->flags, 12 << 8);
+}
+
+Test(gohook, a_map_that_grows_or_is_larger_than_any_header_block_is_left_unread)
+{
+	hook_fn *hook = make_hook();
+	struct hmap h;
+	struct ns_goslot *sl;
+	char ra[NS_GORA_MAX + 1];
+
+	headers(&h, 2, 1, "Retry-After", "7");
+	h.oldbuckets = &pool[299];
+	sl = answer(hook, 503, &h);
+	cr_assert_eq(sl->flags, 12 << 8, "growing: its old buckets are not read");
+	cr_assert_eq(ns_gostat_retry_after(sl, ra), 0, "said unread");
+	sl = answer(hook, 429, headers(&h, NS_GO_MAP_BMAX, NS_GO_MAP_CHAIN + 1, "Retry-After", "7"));
+	cr_assert_eq(sl->flags, 12 << 8, "a chain of 9 buckets");
+	headers(&h, 0, 1, "Retry-After", "7");
+	h.b = NS_GO_MAP_BMAX + 1;
+	sl = answer(hook, 429, &h);
+	cr_assert_eq(sl->flags, 12 << 8, "64 buckets");
+	headers(&h, 0, 1, "Retry-After", "7");
+	h.buckets = NULL;
+	sl = answer(hook, 429, &h);
+	cr_assert_eq(sl->flags, 12 << 8, "keys and no buckets");
 }
 
 Test(gohook, a_host_is_an_address_a_bracketed_v6_or_a_name_of_etc_hosts_else_not_counted)

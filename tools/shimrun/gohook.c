@@ -69,6 +69,122 @@ static void aim32(struct emit *e, size_t after, size_t to)
 		memcpy(e->b + after - 4, &rel, 4);
 }
 
+/* a jmp rel32 to be aimed later: its place */
+static size_t jmp32(struct emit *e)
+{
+	PUT(e, 0xe9, 0, 0, 0, 0);
+	return e->n;
+}
+
+/* copy r10 bytes from [r8] to [rsi+at] (r10, r11 clobbered) */
+static void copy_out(struct emit *e, unsigned char at)
+{
+	PUT(e, 0x4d, 0x85, 0xd2);       /* copy: test r10, r10 */
+	PUT(e, 0x74, 0x0e);             /* jz done */
+	PUT(e, 0x49, 0xff, 0xca);       /* dec r10 */
+	PUT(e, 0x47, 0x8a, 0x1c, 0x10); /* mov r11b, [r8+r10] */
+	PUT(e, 0x46, 0x88, 0x5c, 0x16); /* mov [rsi+r10+at], r11b */
+	put(e, &at, 1);
+	PUT(e, 0xeb, 0xed); /* jmp copy */
+} /* done: */
+
+/* A 429 or 503 (RAX: *Response; RSI: its slot; R9: its flags, kept in
+ * R9): its header map walked for "Retry-After" (Go's canonical key), the
+ * first value copied to the slot, bit 1 set when the whole map was read.
+ * Every pointer followed is the map's own, of a map no one writes (the
+ * answer was handed to this goroutine whole); a map that grows, or is
+ * larger than any header block, is left unread. RDX, R8 and R10-R13 are
+ * clobbered. */
+static void retry_after(struct emit *e)
+{
+	size_t walk, flags[6], looked[3], bucket, chain, slot, next[6], nbucket, j;
+
+	PUT(e, 0x4c, 0x8b, 0x40, NS_GO_RESP_STATUS);      /* mov r8, [rax+StatusCode] */
+	PUT(e, 0x49, 0x81, 0xf8, 0xad, 0x01, 0x00, 0x00); /* cmp r8, 429 */
+	walk = jcc32(e, 0x84);                            /* je walk */
+	PUT(e, 0x49, 0x81, 0xf8, 0xf7, 0x01, 0x00, 0x00); /* cmp r8, 503 */
+	flags[0] = jcc32(e, 0x85);                        /* jne flags */
+	aim32(e, walk, e->n);
+	PUT(e, 0x48, 0x8b, 0x50, NS_GO_RESP_HEADER);           /* walk: mov rdx, [rax+Header] */
+	PUT(e, 0x48, 0x85, 0xd2);                              /* test rdx, rdx */
+	looked[0] = jcc32(e, 0x84);                            /* jz looked: no headers */
+	PUT(e, 0x48, 0x83, 0x7a, NS_GO_HMAP_COUNT, 0x00);      /* cmp qword [rdx+count], 0 */
+	looked[1] = jcc32(e, 0x84);                            /* je looked */
+	PUT(e, 0x48, 0x83, 0x7a, NS_GO_HMAP_OLDBUCKETS, 0x00); /* cmp qword [rdx+oldbuckets], 0 */
+	flags[1] = jcc32(e, 0x85);                             /* jne flags: it grows */
+	PUT(e, 0x44, 0x0f, 0xb6, 0x52, NS_GO_HMAP_B);          /* movzx r10d, byte [rdx+B] */
+	PUT(e, 0x41, 0x83, 0xfa, NS_GO_MAP_BMAX);              /* cmp r10d, BMAX */
+	flags[2] = jcc32(e, 0x87);                             /* ja flags */
+	PUT(e, 0x45, 0x31, 0xe4);                              /* xor r12d, r12d */
+	PUT(e, 0x4d, 0x0f, 0xab, 0xd4);                        /* bts r12, r10: 2^B buckets */
+	PUT(e, 0x4c, 0x8b, 0x6a, NS_GO_HMAP_BUCKETS);          /* mov r13, [rdx+buckets] */
+	PUT(e, 0x4d, 0x85, 0xed);                              /* test r13, r13 */
+	flags[3] = jcc32(e, 0x84);                             /* jz flags */
+	bucket = e->n;
+	PUT(e, 0x4c, 0x89, 0xea);                     /* bucket: mov rdx, r13 */
+	PUT(e, 0x41, 0xba, NS_GO_MAP_CHAIN, 0, 0, 0); /* mov r10d, CHAIN */
+	chain = e->n;
+	PUT(e, 0x45, 0x31, 0xdb); /* chain: xor r11d, r11d */
+	slot = e->n;
+	PUT(e, 0x42, 0x80, 0x3c, 0x1a, NS_GO_TOPHASH_MIN);         /* slot: cmp byte [rdx+r11], 5 */
+	next[0] = jcc32(e, 0x82);                                  /* jb next: empty or moved */
+	PUT(e, 0x4d, 0x89, 0xd8);                                  /* mov r8, r11 */
+	PUT(e, 0x49, 0xc1, 0xe0, 0x04);                            /* shl r8, 4 */
+	PUT(e, 0x4a, 0x83, 0x7c, 0x02, NS_GO_BUCKET_KEYS + 8, 11); /* cmp qword [rdx+r8+key.len], 11 */
+	next[1] = jcc32(e, 0x85);                                  /* jne next */
+	PUT(e, 0x4e, 0x8b, 0x44, 0x02, NS_GO_BUCKET_KEYS);         /* mov r8, [rdx+r8+key.ptr] */
+	PUT(e, 0x41, 0x81, 0x38, 'R', 'e', 't', 'r');              /* cmp dword [r8], "Retr" */
+	next[2] = jcc32(e, 0x85);
+	PUT(e, 0x41, 0x81, 0x78, 0x04, 'y', '-', 'A', 'f'); /* cmp dword [r8+4], "y-Af" */
+	next[3] = jcc32(e, 0x85);
+	PUT(e, 0x66, 0x41, 0x81, 0x78, 0x08, 't', 'e'); /* cmp word [r8+8], "te" */
+	next[4] = jcc32(e, 0x85);
+	PUT(e, 0x41, 0x80, 0x78, 0x0a, 'r'); /* cmp byte [r8+10], "r" */
+	next[5] = jcc32(e, 0x85);
+	/* found: its []string (24 bytes a value) */
+	PUT(e, 0x4f, 0x8d, 0x04, 0x5b);                                   /* lea r8, [r11+r11*2] */
+	PUT(e, 0x4e, 0x8b, 0x94, 0xc2, NS_GO_BUCKET_VALUES + 8, 0, 0, 0); /* mov r10, [rdx+r8*8+values.len] */
+	PUT(e, 0x4d, 0x85, 0xd2);                                         /* test r10, r10 */
+	looked[2] = jcc32(e, 0x84);                                       /* jz looked */
+	PUT(e, 0x4e, 0x8b, 0x84, 0xc2, NS_GO_BUCKET_VALUES, 0, 0, 0);     /* mov r8, [rdx+r8*8+values.ptr] */
+	PUT(e, 0x4d, 0x8b, 0x50, 0x08);                                   /* mov r10, [r8+8]: the string's length */
+	PUT(e, 0x4d, 0x8b, 0x00);                                         /* mov r8, [r8]: its bytes */
+	PUT(e, 0x49, 0x83, 0xc9, NS_GOSLOT_HDRS);                         /* or r9, HDRS */
+	PUT(e, 0x49, 0x81, 0xfa, 0xff, 0x00, 0x00, 0x00);                 /* cmp r10, 255 */
+	PUT(e, 0x76, 0x06);                                               /* jbe +6 */
+	PUT(e, 0x41, 0xba, 0xff, 0x00, 0x00, 0x00);                       /* mov r10d, 255 */
+	PUT(e, 0x4d, 0x89, 0xd3);                                         /* mov r11, r10 */
+	PUT(e, 0x49, 0xc1, 0xe3, 0x10);                                   /* shl r11, 16 */
+	PUT(e, 0x4d, 0x09, 0xd9);                                         /* or r9, r11 */
+	PUT(e, 0x49, 0x83, 0xfa, NS_GORA_MAX);                            /* cmp r10, 32 */
+	PUT(e, 0x76, 0x06);                                               /* jbe +6 */
+	PUT(e, 0x41, 0xba, NS_GORA_MAX, 0, 0, 0);                         /* mov r10d, 32 */
+	copy_out(e, offsetof(struct ns_goslot, ra));
+	flags[4] = jmp32(e); /* jmp flags */
+	for (j = 0; j < 6; j++)
+		aim32(e, next[j], e->n);
+	PUT(e, 0x49, 0xff, 0xc3);       /* next: inc r11 */
+	PUT(e, 0x49, 0x83, 0xfb, 0x08); /* cmp r11, 8 */
+	aim32(e, jcc32(e, 0x82), slot); /* jb slot */
+	PUT(e, 0x48, 0x8b, 0x92);       /* mov rdx, [rdx+overflow] */
+	PUT(e, NS_GO_BUCKET_OVERFLOW & 0xff, NS_GO_BUCKET_OVERFLOW >> 8, 0, 0);
+	PUT(e, 0x48, 0x85, 0xd2);        /* test rdx, rdx */
+	nbucket = jcc32(e, 0x84);        /* jz nextbucket */
+	PUT(e, 0x49, 0xff, 0xca);        /* dec r10 */
+	aim32(e, jcc32(e, 0x85), chain); /* jnz chain */
+	flags[5] = jmp32(e);             /* jmp flags: a chain too long */
+	aim32(e, nbucket, e->n);
+	PUT(e, 0x49, 0x81, 0xc5, NS_GO_BUCKET_SIZE & 0xff, NS_GO_BUCKET_SIZE >> 8, 0,
+	    0);                           /* nextbucket: add r13, size */
+	PUT(e, 0x49, 0xff, 0xcc);         /* dec r12 */
+	aim32(e, jcc32(e, 0x85), bucket); /* jnz bucket */
+	for (j = 0; j < 3; j++)
+		aim32(e, looked[j], e->n);
+	PUT(e, 0x49, 0x83, 0xc9, NS_GOSLOT_HDRS); /* looked: or r9, HDRS */
+	for (j = 0; j < 6; j++)
+		aim32(e, flags[j], e->n); /* flags: */
+}
+
 /* rdx = the TSC; rax = the offset of g's (r14's) entry in the ring's
  * starts (rax and rdx clobbered) */
 static void tsc_slot(struct emit *e)
@@ -112,7 +228,7 @@ int ns_gohook_entry(unsigned char *out, size_t cap, uint64_t out_at, uint64_t ri
 int ns_gohook_tramp(unsigned char *out, size_t cap, uint64_t ring_at, const unsigned char *ep, size_t eplen)
 {
 	struct emit e = { out, 0, cap, 0 };
-	size_t j_out, j_noreq, j_nourl, copy, j_done, nohost;
+	size_t j_out, j_noreq, j_nourl, nohost;
 	unsigned char imm[8];
 	uint64_t starts = ring_at + offsetof(struct ns_goring, start);
 
@@ -160,24 +276,14 @@ int ns_gohook_tramp(unsigned char *out, size_t cap, uint64_t ring_at, const unsi
 	PUT(&e, 0x4d, 0x89, 0xd3);                                    /* mov r11, r10 */
 	PUT(&e, 0x49, 0xc1, 0xe3, 0x08);                              /* shl r11, 8 */
 	PUT(&e, 0x4d, 0x09, 0xd9);                                    /* or r9, r11 */
-	copy = e.n;
-	PUT(&e, 0x4d, 0x85, 0xd2);             /* copy: test r10, r10 */
-	j_done = jcc32(&e, 0x84);              /* jz nohost */
-	PUT(&e, 0x49, 0xff, 0xca);             /* dec r10 */
-	PUT(&e, 0x47, 0x8a, 0x1c, 0x10);       /* mov r11b, [r8+r10] */
-	PUT(&e, 0x46, 0x88, 0x5c, 0x16, 0x18); /* mov [rsi+r10+24], r11b */
-	{
-		unsigned char jmp[2] = { 0xeb, (unsigned char)(int8_t)((int64_t)copy - (int64_t)(e.n + 2)) };
-
-		put(&e, jmp, 2); /* jmp copy */
-	}
+	copy_out(&e, offsetof(struct ns_goslot, host));
 	nohost = e.n;
-	PUT(&e, 0x4c, 0x89, 0x4e, 0x10); /* nohost: mov [rsi+16], r9 */
+	retry_after(&e);                 /* nohost: a 429's or 503's Retry-After */
+	PUT(&e, 0x4c, 0x89, 0x4e, 0x10); /* mov [rsi+16], r9: the flags */
 	PUT(&e, 0x48, 0xff, 0xc7);       /* inc rdi */
 	PUT(&e, 0x48, 0x89, 0x3e);       /* mov [rsi], rdi: the slot is whole (x86 keeps stores in order) */
 	aim32(&e, j_noreq, nohost);
 	aim32(&e, j_nourl, nohost);
-	aim32(&e, j_done, nohost);
 	aim32(&e, j_out, e.n);
 	put(&e, ep, eplen); /* out: the epilogue, as it was */
 	return e.bad ? -1 : (int)e.n;

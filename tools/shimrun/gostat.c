@@ -271,3 +271,19 @@ int ns_gostat_own_take(struct ns_gostat *s, pid_t tgid, int slot, uint64_t *at_m
 		own_put(s, tgid, slot, 0); /* its connection's success, when it comes, is not counted */
 	return 0;
 }
+
+int ns_gostat_retry_after(const struct ns_goslot *answer, char ra[NS_GORA_MAX + 1])
+{
+	size_t n = (answer->flags >> 16) & 0xff;
+
+	ra[0] = '\0';
+	if (answer->status != 429 && answer->status != 503)
+		return 1;
+	if (!(answer->flags & NS_GOSLOT_HDRS))
+		return 0;
+	if (n > NS_GORA_MAX)
+		n = NS_GORA_MAX; /* (cut: as the library keeps a value) */
+	memcpy(ra, answer->ra, n);
+	ra[n] = '\0';
+	return 1;
+}

@@ -31,6 +31,7 @@ struct ns_gostat {
 	} own[NS_GOSTAT_OWNS]; /* hooked programs' connections' own successes, not yet taken back */
 	uint64_t lost;         /* answers overwritten before they were read */
 	unsigned said_dns;     /* an answer from a host only DNS names: said once */
+	unsigned said_ra;      /* a 429's or 503's headers not read: said once */
 	uint64_t tsc0, ns0;    /* the TSC and CLOCK_MONOTONIC at the first ring: its rate since */
 	struct ns_goproc p[NS_GOSTAT_PROCS];
 };
@@ -67,5 +68,8 @@ int ns_gostat_own_take(struct ns_gostat *s, pid_t tgid, int slot, uint64_t *at_m
  * /etc/hosts; no port: the scheme's): 0, 1 for a name only DNS knows, -1
  * for a host that is none. */
 int ns_gostat_dest(const struct ns_goslot *answer, struct ns_dest *d);
+/* An answer's Retry-After, with a NUL, at ra ("" none; only a 429's or a
+ * 503's is read): 1, or 0 when its headers could not be read. */
+int ns_gostat_retry_after(const struct ns_goslot *answer, char ra[NS_GORA_MAX + 1]);
 
 #endif

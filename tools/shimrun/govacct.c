@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../policy/h1.h"
 #include "sockwatch.h"
 
 static int level = 2;        /* warn: shimrun's lines (NETSHIM_LOG as the library reads it) */
@@ -176,7 +177,8 @@ void ns_gacct_outcome(struct ns_gacct *a, int slot, const struct ns_settings *se
 }
 
 int ns_gacct_status(struct ns_gacct *a, const struct ns_policy *pol, const struct ns_dest *d, pid_t pid,
-		    unsigned status, uint64_t latency_us, uint64_t now_ms, struct ns_gostat *go)
+		    unsigned status, uint64_t latency_us, const char *retry_after, uint64_t now_ms,
+		    struct ns_gostat *go)
 {
 	struct ns_settings set, sset;
 	struct ns_answer ans;
@@ -184,7 +186,7 @@ int ns_gacct_status(struct ns_gacct *a, const struct ns_policy *pol, const struc
 	struct ns_step st;
 	char key[NS_KEY_MAX];
 	uint64_t own_ms;
-	int slot, fails, sslot = -1;
+	int slot, fails, sslot = -1, honoured = 0;
 
 	if (ns_dest_key(d, key, sizeof(key)) < 0)
 		return -1;
@@ -206,7 +208,13 @@ int ns_gacct_status(struct ns_gacct *a, const struct ns_policy *pol, const struc
 		if (sslot >= 0)
 			ns_table_success_undo(&a->stbl, sslot, own_ms, sset.window_ms);
 	}
-	fails = ns_status_fails(&set, status);
+	/* a server that says when to come back asks for a cooldown, not for
+	 * the breaker (as the library settles an exchange) */
+	if ((status == 429 || status == 503) && set.retry_after && retry_after && *retry_after)
+		honoured = ns_account_cooldown(&ns_seccomp_engine, a->t, slot, &set, key,
+					       ns_retry_after_ms(retry_after, wall_ms()), 0, now_ms, (uint32_t)pid,
+					       program(a, pid));
+	fails = ns_status_fails(&set, status) && !honoured;
 	memset(&ans, 0, sizeof(ans));
 	ans.status = ans.http_status = status;
 	ans.http_fails = fails;

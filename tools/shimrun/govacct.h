@@ -39,14 +39,16 @@ int ns_gacct_shadow_attempt(struct ns_gacct *a, const struct ns_dest *d, const c
  * engine's fields (pid, program, shadow: shadow_slot under shadow_set). */
 void ns_gacct_outcome(struct ns_gacct *a, int slot, const struct ns_settings *set, struct ns_outcome *o, pid_t pid,
 		      const struct ns_settings *shadow_set, int shadow_slot, struct ns_step *st);
-/* An answer a hooked Go program (pid) read from d, with its HTTP status
- * and its time to the answer (latency_us, 0: not known; a success's feeds
- * the slow-call and p99 rules),
- * counted on d's entry as the library counts an exchange's (go: the own
- * successes its first answer takes back, or NULL): the slot when it was a
- * failure, else -1. */
+/* An answer a hooked Go program (pid) read from d, with its HTTP status,
+ * its time to the answer (latency_us, 0: not known; a success's feeds the
+ * slow-call and p99 rules) and a 429's or 503's Retry-After (retry_after:
+ * its value, "" none, NULL its headers unread), counted on d's entry as
+ * the library counts an exchange's (go: the own successes its first
+ * answer takes back, or NULL): a Retry-After honoured is a cooldown, not
+ * also a failure. The slot when it was a failure, else -1. */
 int ns_gacct_status(struct ns_gacct *a, const struct ns_policy *pol, const struct ns_dest *d, pid_t pid,
-		    unsigned status, uint64_t latency_us, uint64_t now_ms, struct ns_gostat *go);
+		    unsigned status, uint64_t latency_us, const char *retry_after, uint64_t now_ms,
+		    struct ns_gostat *go);
 /* NETSHIM_LOG's level as shimrun reads it (after ns_gacct_init) */
 int ns_gacct_level(void);
 extern const struct ns_engine ns_seccomp_engine;

@@ -167,10 +167,12 @@ void ns_gov_hooks(struct ns_gov *g, struct ns_gostat *go)
 	g->go = go;
 }
 
-void ns_gov_status(struct ns_gov *g, const struct ns_dest *d, pid_t tgid, unsigned status, uint64_t latency_us)
+void ns_gov_status(struct ns_gov *g, const struct ns_dest *d, pid_t tgid, unsigned status, uint64_t latency_us,
+		   const char *retry_after)
 {
 	uint64_t now = ns_gov_mono_us() / 1000;
-	int slot = g->tbl_ok ? ns_gacct_status(&g->acct, &g->pol, d, tgid, status, latency_us, now, g->go) : -1;
+	int slot = g->tbl_ok ? ns_gacct_status(&g->acct, &g->pol, d, tgid, status, latency_us, retry_after, now, g->go)
+			     : -1;
 
 	if (slot >= 0)
 		ns_admit_note_failure(&g->adm, slot, now);

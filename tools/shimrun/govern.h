@@ -63,11 +63,13 @@ void ns_gov_run(struct ns_gov *g, const struct pollfd *p, int n);
 /* The Go programs hooked (gostat.h): their connections' own successes
  * are taken back by their answers. An answer hooked program tgid read
  * from d (its HTTP status; latency_us: its time in roundTrip, 0 when not
- * known) is counted as the library counts an exchange. */
+ * known; a 429's or 503's Retry-After, "" none, NULL not read) is counted
+ * as the library counts an exchange. */
 struct ns_gostat;
 struct ns_dest;
 void ns_gov_hooks(struct ns_gov *g, struct ns_gostat *go);
-void ns_gov_status(struct ns_gov *g, const struct ns_dest *d, pid_t tgid, unsigned status, uint64_t latency_us);
+void ns_gov_status(struct ns_gov *g, const struct ns_dest *d, pid_t tgid, unsigned status, uint64_t latency_us,
+		   const char *retry_after);
 /* Every governed process is gone: what is left is settled. */
 void ns_gov_finish(struct ns_gov *g);
 

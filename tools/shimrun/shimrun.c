@@ -404,9 +404,8 @@ static int seccomp_run(struct run *o, int r)
 		r == REACH_STATIC       ? " (statically linked)"
 			: r == REACH_GO ? " (a Go program)"
 					: "",
-		hooked ? "HTTP status read from net/http, " : "", hooked ? go : "",
-		hooked ? " (not its headers: a Retry-After starts no cooldown); not its bytes or TLS"
-		       : "not its bytes, HTTP status or TLS");
+		hooked ? "HTTP status and Retry-After read from net/http, " : "", hooked ? go : "",
+		hooked ? "; not its bytes or TLS" : "not its bytes, HTTP status or TLS");
 	rc = ns_sup_run(o->argv, getenv("NETSHIM_POLICY"), o->table, why, sizeof(why));
 	if (rc < 0)
 		fprintf(stderr, "shimrun: %s; %s runs ungoverned\n", why, o->argv[0]);

@@ -286,10 +286,17 @@ static void go_answer(void *ctx, pid_t tgid, const struct ns_goslot *a)
 {
 	struct sup *s = ctx;
 	struct ns_dest d;
-	int r = ns_gostat_dest(a, &d);
+	char ra[NS_GORA_MAX + 1];
+	int r = ns_gostat_dest(a, &d), read = ns_gostat_retry_after(a, ra);
 
 	if (r == 0)
-		ns_gov_status(s->gov, &d, tgid, (unsigned)a->status, ns_gostat_us(&s->go, a->ticks));
+		ns_gov_status(s->gov, &d, tgid, (unsigned)a->status, ns_gostat_us(&s->go, a->ticks), read ? ra : NULL);
+	if (r == 0 && !read && !s->go.said_ra++)
+		fprintf(stderr,
+			"shimrun: a Go program's %u answer from %.*s: its headers could not be read whole (a header "
+			"map that grows, or larger than any header block): its Retry-After is not known, and the "
+			"answer counts by the breaker's rules\n",
+			(unsigned)a->status, (int)((a->flags >> 8) & 0x3f), a->host);
 	else if (r > 0 && !s->go.said_dns++)
 		fprintf(stderr,
 			"shimrun: a Go program's answer from a host only DNS names (%.*s) is not counted: shimrun "

@@ -11,7 +11,7 @@ answers) or "stallbody" (a 200 whose body ends with the stream: 1,000 bytes
 of it, then nothing), with ",drip" to send it a byte at a time, ",close" to close
 after it (saying so: "Connection: close"), ",ra=N" to add "Retry-After: N"
 (",radate=N": the HTTP date N seconds from now), ",delay=N" to answer N ms
-after the request, and ",drop" to close after it
+after the request, ",hdrs=N" to add N headers more ("X-Pad-i: i"), and ",drop" to close after it
 without saying so, as a server does with a keep-alive connection whose idle
 time ran out (the client's next request on it meets the end of the stream);
 steps are separated by ";". Prints "PORT n" once listening."""
@@ -47,6 +47,8 @@ def serve(c):
         for opt in step[1:]:
             if opt.startswith("ra="):
                 ra += b"Retry-After: %s\r\n" % opt[3:].encode()
+            elif opt.startswith("hdrs="):
+                ra += b"".join(b"X-Pad-%d: %d\r\n" % (i, i) for i in range(int(opt[5:])))
             elif opt.startswith("delay="):   # the answer after N ms
                 time.sleep(int(opt[6:]) / 1000)
             elif opt.startswith("radate="):
