@@ -366,6 +366,30 @@ Test(gohook, a_map_that_grows_or_is_larger_than_any_header_block_is_left_unread)
 	cr_assert_eq(sl->flags, 12 << 8, "keys and no buckets");
 }
 
+Test(gohook, answers_written_past_a_whole_ring_before_a_drain_are_counted_lost_the_rest_read_in_order)
+{
+	hook_fn *hook = make_hook();
+	struct url u = { .host = { "127.0.0.1:80", 12 } };
+	struct request q = { .url = &u };
+	struct response r = { .status = 200, .req = &q };
+	struct ns_gostat s;
+	struct got g = { 0 };
+
+	memset(&ring, 0, sizeof(ring));
+	memset(&s, 0, sizeof(s));
+	s.n = 1;
+	s.p[0].ring = &ring;
+	s.p[0].hooked = 1;
+	for (unsigned i = 0; i < NS_GORING_SLOTS + 10; i++) {
+		r.status = 100 + i % 400;
+		hook(&r, 0x1000);
+	}
+	ns_gostat_drain(&s, took, &g, 0);
+	cr_assert_eq(s.lost, 10);
+	cr_assert_eq(g.n, NS_GORING_SLOTS);
+	cr_assert_eq(g.last.status, 100 + (NS_GORING_SLOTS + 9) % 400, "the last written is the last read");
+}
+
 Test(gohook, a_host_is_an_address_a_bracketed_v6_or_a_name_of_etc_hosts_else_not_counted)
 {
 	struct ns_goslot a;

@@ -5,7 +5,10 @@
  * from callgrind over this program (N calls less N = 0); the time from a
  * loop of N calls.
  *
- *   gohookbench hook|bare N     prints "ns_per_call X" */
+ *   gohookbench hook|bare N [503]   prints "ns_per_call X"
+ *
+ * With 503 the answer is a 503 whose header map (two buckets of 8) holds
+ * 15 headers and a Retry-After last: the walk a 429 or 503 takes. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +24,32 @@ struct gostr {
 };
 
 static struct ns_goring ring;
+
+/* a header map of two buckets: 15 headers, then Retry-After: 120 */
+static void headers(int64_t *hmap, unsigned char bk[2][NS_GO_BUCKET_SIZE])
+{
+	static struct gostr val[16];
+	static char names[15][9];
+
+	for (int i = 0; i < 16; i++) {
+		unsigned char *b = bk[i / 8];
+		int c = i % 8;
+		struct gostr k = { names[i < 15 ? i : 0], 8 };
+		int64_t v[3] = { (int64_t)(uintptr_t)&val[i], 1, 1 };
+
+		if (i < 15)
+			snprintf(names[i], sizeof(names[i]), "X-Hdr-%02d", i);
+		else
+			k = (struct gostr){ "Retry-After", 11 };
+		val[i] = (struct gostr){ i < 15 ? "x" : "120", i < 15 ? 1 : 3 };
+		b[c] = (unsigned char)(NS_GO_TOPHASH_MIN + i);
+		memcpy(b + NS_GO_BUCKET_KEYS + 16 * c, &k, sizeof(k));
+		memcpy(b + NS_GO_BUCKET_VALUES + 24 * c, v, sizeof(v));
+	}
+	hmap[NS_GO_HMAP_COUNT / 8] = 16;
+	((unsigned char *)hmap)[NS_GO_HMAP_B] = 1;
+	hmap[NS_GO_HMAP_BUCKETS / 8] = (int64_t)(uintptr_t)bk;
+}
 
 /* C's call into code for Go's register ABI: r12-r14 kept, g (rsi) into
  * r14, the answer (rdi) into rax; a call to the entry's code at +64, then
@@ -39,7 +68,8 @@ static const unsigned char prelude[] = {
 
 int main(int argc, char **argv)
 {
-	static int64_t url[8], req[4], resp[18];
+	static int64_t url[8], req[4], resp[18], hmap[6];
+	static unsigned char bk[2][NS_GO_BUCKET_SIZE] __attribute__((aligned(8)));
 	typedef uint64_t fn(void *, uint64_t);
 	unsigned char *m;
 	long n;
@@ -47,7 +77,7 @@ int main(int argc, char **argv)
 	fn *f;
 	struct timespec a, b;
 
-	if (argc != 3)
+	if (argc != 3 && argc != 4)
 		return 2;
 	hook = strcmp(argv[1], "hook") == 0;
 	n = atol(argv[2]);
@@ -60,6 +90,11 @@ int main(int argc, char **argv)
 	req[NS_GO_REQ_URL / 8] = (int64_t)(uintptr_t)url;
 	resp[NS_GO_RESP_STATUS / 8] = 200;
 	resp[NS_GO_RESP_REQUEST / 8] = (int64_t)(uintptr_t)req;
+	if (argc == 4) {
+		resp[NS_GO_RESP_STATUS / 8] = 503;
+		resp[NS_GO_RESP_HEADER / 8] = (int64_t)(uintptr_t)hmap;
+		headers(hmap, bk);
+	}
 	memcpy(m, prelude, sizeof(prelude));
 	m[4000] = 0xc3;
 	if (hook) {
@@ -81,5 +116,8 @@ int main(int argc, char **argv)
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	printf("ns_per_call %.2f\n",
 	       n ? ((b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / (double)n : 0.0);
-	return ring.head == (hook ? (uint64_t)n : 0) && (!hook || !n || ring.slot[0].ticks) ? 0 : 1;
+	return ring.head == (hook ? (uint64_t)n : 0) && (!hook || !n || ring.slot[0].ticks) &&
+			(argc == 3 || !hook || !n || memcmp(ring.slot[0].ra, "120", 3) == 0)
+		? 0
+		: 1;
 }

@@ -21,7 +21,7 @@
 
 #define NS_GOHOOK_FUNC  "net/http.(*Transport).roundTrip"
 #define NS_GORING_MAGIC 0x676e6972746f676eull /* "ngotring" */
-#define NS_GORING_SLOTS 512u                  /* (a power of two) */
+#define NS_GORING_SLOTS 4096u                 /* (a power of two): 40 ms of answers at 100,000 a second */
 #define NS_GOHOST_MAX   63
 #define NS_GORA_MAX     32 /* (policy/h1.h's NS_H1RA_MAX: an HTTP date is 29) */
 

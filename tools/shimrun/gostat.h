@@ -32,6 +32,7 @@ struct ns_gostat {
 	uint64_t lost;         /* answers overwritten before they were read */
 	unsigned said_dns;     /* an answer from a host only DNS names: said once */
 	unsigned said_ra;      /* a 429's or 503's headers not read: said once */
+	unsigned said_lost;    /* answers lost: said once, and their number at the end */
 	uint64_t tsc0, ns0;    /* the TSC and CLOCK_MONOTONIC at the first ring: its rate since */
 	struct ns_goproc p[NS_GOSTAT_PROCS];
 };

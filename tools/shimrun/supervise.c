@@ -360,6 +360,10 @@ static int serve(struct sup *s, pid_t pid)
 			r = GO_LOOK_MS;
 		r = poll(pa, (nfds_t)(2 + np), r);
 		ns_gostat_drain(&s->go, go_answer, s, r == 0);
+		if (s->go.lost && !s->go.said_lost++)
+			fprintf(stderr,
+				"shimrun: a hooked Go program's answers came faster than shimrun read them: some are "
+				"not counted (their number is said at the end)\n");
 		ns_gov_run(s->gov, pa + 2, np);
 		if (!done && s->exec.child_done) {
 			status = s->exec.child_status;
@@ -381,6 +385,9 @@ static int serve(struct sup *s, pid_t pid)
 			break;
 	}
 	ns_gostat_drain(&s->go, go_answer, s, 0);
+	if (s->go.lost)
+		fprintf(stderr, "shimrun: %llu answers of hooked Go programs were not counted (read too late)\n",
+			(unsigned long long)s->go.lost);
 	ns_gov_finish(s->gov);
 	free(n);
 	if (child >= 0)
