@@ -287,21 +287,27 @@ static void go_answer(void *ctx, pid_t tgid, const struct ns_goslot *a)
 	struct sup *s = ctx;
 	struct ns_dest d;
 	char ra[NS_GORA_MAX + 1];
-	int r = ns_gostat_dest(a, &d), read = ns_gostat_retry_after(a, ra);
+	int r = ns_gostat_dest(a, &d), ra_read;
 
-	if (r == 0)
-		ns_gov_status(s->gov, &d, tgid, (unsigned)a->status, ns_gostat_us(&s->go, a->ticks), read ? ra : NULL);
-	if (r == 0 && !read && !s->go.said_ra++)
+	if (r > 0 && !s->go.said_dns) {
+		s->go.said_dns = 1;
+		fprintf(stderr,
+			"shimrun: a Go program's answer from a host only DNS names (%.*s) is not counted: shimrun "
+			"resolves names from /etc/hosts alone\n",
+			(int)((a->flags >> 8) & 0x3f), a->host);
+	}
+	if (r != 0)
+		return;
+	ra_read = ns_gostat_retry_after(a, ra);
+	ns_gov_status(s->gov, &d, tgid, (unsigned)a->status, ns_gostat_us(&s->go, a->ticks), ra_read ? ra : NULL);
+	if (!ra_read && !s->go.said_ra) {
+		s->go.said_ra = 1;
 		fprintf(stderr,
 			"shimrun: a Go program's %u answer from %.*s: its headers could not be read whole (a header "
 			"map that grows, or larger than any header block): its Retry-After is not known, and the "
 			"answer counts by the breaker's rules\n",
 			(unsigned)a->status, (int)((a->flags >> 8) & 0x3f), a->host);
-	else if (r > 0 && !s->go.said_dns++)
-		fprintf(stderr,
-			"shimrun: a Go program's answer from a host only DNS names (%.*s) is not counted: shimrun "
-			"resolves names from /etc/hosts alone\n",
-			(int)((a->flags >> 8) & 0x3f), a->host);
+	}
 }
 
 static void on_call(struct sup *s, const struct seccomp_notif *n)
@@ -360,10 +366,12 @@ static int serve(struct sup *s, pid_t pid)
 			r = GO_LOOK_MS;
 		r = poll(pa, (nfds_t)(2 + np), r);
 		ns_gostat_drain(&s->go, go_answer, s, r == 0);
-		if (s->go.lost && !s->go.said_lost++)
+		if (s->go.lost && !s->go.said_lost) {
+			s->go.said_lost = 1;
 			fprintf(stderr,
 				"shimrun: a hooked Go program's answers came faster than shimrun read them: some are "
 				"not counted (their number is said at the end)\n");
+		}
 		ns_gov_run(s->gov, pa + 2, np);
 		if (!done && s->exec.child_done) {
 			status = s->exec.child_status;
