@@ -36,7 +36,7 @@ SHIM_SAN := $(if $(filter thread,$(SANITIZER)),$(SAN_FLAGS))
 FINAL_CFLAGS := $(BASE_CFLAGS) $(SAN_FLAGS) $(CFLAGS)
 FINAL_LDFLAGS := $(SAN_FLAGS) $(LDFLAGS)
 
-POLICY_SRC := policy/policy.c policy/scalars.c policy/values.c policy/patterns.c policy/faultspec.c policy/breaker.c policy/table.c policy/addrs.c policy/shaping.c policy/tablefile.c policy/faulttable.c policy/namemap.c policy/scenario.c policy/ocring.c policy/hpack.c policy/h2.c policy/h1.c policy/h1end.c policy/words.c policy/account.c policy/admit.c policy/events.c policy/reqq.c policy/polimage.c policy/polfile.c
+POLICY_SRC := policy/policy.c policy/scalars.c policy/values.c policy/patterns.c policy/faultspec.c policy/breaker.c policy/table.c policy/addrs.c policy/shaping.c policy/tablefile.c policy/faulttable.c policy/namemap.c policy/scenario.c policy/ocring.c policy/hpack.c policy/h2.c policy/h1.c policy/h1end.c policy/words.c policy/account.c policy/admit.c policy/events.c policy/reqq.c policy/polimage.c policy/polfile.c policy/fleetshare.c
 SHIM_SRC := $(sort $(wildcard shim/*.c))
 POLICY_OBJ := $(POLICY_SRC:%.c=$(BUILD)/%.o)
 SHIM_OBJ := $(SHIM_SRC:%.c=$(BUILD)/%.o)

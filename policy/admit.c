@@ -104,7 +104,7 @@ static int take(struct ns_table *t, int slot, const struct ns_settings *set, uin
 		uint32_t *held)
 {
 	*held = 0;
-	if (!set->adaptive)
+	if (!(set->adaptive | (set->fleet & NS_FLEET_CONN)))
 		return ns_table_place_take(t, slot, cap, holder);
 	return ns_table_place_take_under(t, slot, cap, set->max_connections, holder, held);
 }
@@ -115,9 +115,9 @@ int ns_admit_place(const struct ns_engine *e, struct ns_admitter *a, struct ns_t
 	/* max_connections now: all of it, or the adaptive limit, under
 	 * slow_start its share so far; under auto the places held may be any
 	 * of max_connections' (a limit that shrank leaves them above it) */
-	uint32_t cap = !(set->slow_start_ms | set->adaptive) ? set->max_connections
-							     : ns_table_cap_for(t, slot, set, now_ms);
-	uint32_t span = set->adaptive ? set->max_connections : cap, held;
+	int dyn = set->adaptive | (set->fleet & NS_FLEET_CONN); /* a limit the table holds */
+	uint32_t cap = !(set->slow_start_ms | dyn) ? set->max_connections : ns_table_cap_for(t, slot, set, now_ms);
+	uint32_t span = dyn ? set->max_connections : cap, held;
 	int p = take(t, slot, set, cap, holder, &held);
 
 	if (p < 0 && reclaim(e, a, t, slot, span, holder, now_ms) > 0)
@@ -126,6 +126,8 @@ int ns_admit_place(const struct ns_engine *e, struct ns_admitter *a, struct ns_t
 		p = take(t, slot, set, cap, holder, &held);
 	if (p >= 0 && set->adaptive) /* in flight at half the limit or more grows it */
 		ns_table_limit_event(t, slot, set, NS_ADAPT_PLACE, (int)held, now_ms);
+	if (p < 0 && (set->fleet & NS_FLEET_CONN))
+		ns_table_fleet_denied(t, slot, NS_FLEET_K_CONN); /* (the agent asks the fleet for more) */
 	return p;
 }
 
@@ -235,11 +237,27 @@ uint64_t ns_admit_token(struct ns_table *t, int slot, const struct ns_settings *
 
 	if (set->slow_start_ms | set->rate_jitter_bp)
 		step = ns_table_rate_step(t, slot, set, now_us / 1000, ns_rng_next(rng));
+	if (set->fleet & NS_FLEET_RATE) { /* this machine's share of fleet_rate, when slower */
+		uint64_t mph = ns_table_fleet_share(t, slot, NS_FLEET_K_RATE, set->fleet_rate_mph, now_us / 1000);
+		uint64_t fstep = mph ? 3600000000000ULL / mph : 0;
+
+		if (!mph) {
+			ns_table_fleet_denied(t, slot, NS_FLEET_K_RATE);
+			return 100000; /* no share here now: look again in 100 ms */
+		}
+		if (fstep > step)
+			step = fstep;
+	}
 	if (set->burst > 1)
 		tol = (uint64_t)(set->burst - 1) * set->rate_interval_us;
 	due = ns_table_token(t, slot, step, tol, now_us, tat);
-	if (due > 0)
+	if (due > 0) {
+		if (set->fleet & NS_FLEET_RATE)
+			ns_table_fleet_denied(t, slot, NS_FLEET_K_RATE);
 		return (uint64_t)due;
+	}
+	if (set->fleet & NS_FLEET_RATE)
+		ns_table_fleet_token(t, slot);
 	*base = *tat > step ? *tat - step : 0;
 	return 0;
 }

@@ -88,7 +88,7 @@ int ns_admit_place(const struct ns_engine *e, struct ns_admitter *a, struct ns_t
 static inline int ns_admit_place_now(struct ns_table *t, int slot, const struct ns_settings *set, uint32_t holder,
 				     uint64_t now_ms)
 {
-	if (__builtin_expect(!set->adaptive, 1))
+	if (__builtin_expect(!(set->adaptive | (set->fleet & NS_FLEET_CONN)), 1))
 		return ns_table_place_take(t, slot, set->max_connections, holder);
 	return ns_table_place_take_auto(t, slot, set, holder, now_ms, 0);
 }
@@ -115,7 +115,7 @@ void ns_admit_turned_away(const struct ns_engine *e, struct ns_admitter *a, stru
 static inline int ns_admit_request_now(struct ns_table *t, int slot, struct ns_reqq *q, const struct ns_settings *set,
 				       uint32_t holder, uint64_t now_ms)
 {
-	if (__builtin_expect(!set->req_adaptive, 1))
+	if (__builtin_expect(!(set->req_adaptive | (set->fleet & NS_FLEET_REQ)), 1))
 		return ns_reqq_take(q, set->max_requests, holder);
 	return ns_table_place_take_auto(t, slot, set, holder, now_ms, 1);
 }

@@ -380,6 +380,17 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 	if (best[NS_K_QUEUE_TIMEOUT] < 0)
 		out->queue_timeout_ms = out->connect_timeout_ms ? out->connect_timeout_ms
 								: ns_builtin_settings.connect_timeout_ms;
+	/* the fleet's limits: this machine keeps to its share of them (the
+	 * agent's, in the table: ns_table_fleet_share), below the local key
+	 * when both are set; alone, the local places span up to the whole */
+	out->fleet = (out->fleet_max_requests ? NS_FLEET_REQ : 0) | (out->fleet_max_connections ? NS_FLEET_CONN : 0) |
+		(out->fleet_rate_mph ? NS_FLEET_RATE : 0);
+	if ((out->fleet & NS_FLEET_REQ) && !out->max_requests)
+		out->max_requests = out->fleet_max_requests < NS_PLACES ? out->fleet_max_requests : NS_PLACES;
+	if ((out->fleet & NS_FLEET_CONN) && !out->max_connections)
+		out->max_connections = out->fleet_max_connections < NS_PLACES ? out->fleet_max_connections : NS_PLACES;
+	if ((out->fleet & NS_FLEET_RATE) && !out->rate_mph)
+		out->rate_mph = out->fleet_rate_mph;
 	/* rate's interval: 3.6e12 microsecond-thousandths an hour over the rate */
 	out->rate_interval_us = out->rate_mph ? 3600000000000ULL / out->rate_mph : 0;
 	if (out->rate_mph && !out->rate_interval_us)

@@ -231,8 +231,9 @@ static void parse_keyline(struct perr *e, int line, char *s, struct ns_policy *p
 			p->has_faults = 1;
 		if (k == NS_K_ADDRESS_CHOICE && p->sec[cur].v.address_choice)
 			p->has_addr_choice = 1;
-		if (k == NS_K_MAX_REQUESTS && p->sec[cur].v.max_requests)
-			p->has_max_requests = 1;
+		if ((k == NS_K_MAX_REQUESTS && p->sec[cur].v.max_requests) ||
+		    (k == NS_K_FLEET_MAX_REQUESTS && p->sec[cur].v.fleet_max_requests))
+			p->has_max_requests = 1; /* (requests followed) */
 	}
 }
 

@@ -76,6 +76,13 @@ struct ns_settings {
 	uint32_t max_requests_max;
 	uint32_t req_adaptive; /* not a key: max_requests = auto */
 	uint32_t pad_req;
+	/* limits for the fleet (netshim-agent leases this machine a share:
+	 * docs/fleet.md, "Limits for the fleet"); 0 = off */
+	uint32_t fleet_max_requests;    /* requests in flight from every machine together */
+	uint32_t fleet_max_connections; /* connections open from every machine together */
+	uint64_t fleet_rate_mph;        /* rate for every machine together, thousandths per hour */
+	uint32_t fleet;                 /* not a key: NS_FLEET_* of the fleet keys set (ns_policy_resolve) */
+	uint32_t pad_fleet;
 	/* not keys (ns_policy_resolve): */
 	uint64_t rate_interval_us;  /* rate's interval between tokens, microseconds; 0 = no rate */
 	uint32_t shaping;           /* max_connections, rate, retry_budget, throttle, address_choice or
@@ -134,8 +141,14 @@ enum ns_key_id {
 	NS_K_MAX_REQUESTS,
 	NS_K_MAX_REQUESTS_MIN,
 	NS_K_MAX_REQUESTS_MAX,
+	NS_K_FLEET_MAX_REQUESTS,
+	NS_K_FLEET_MAX_CONNECTIONS,
+	NS_K_FLEET_RATE,
 	NS_K_COUNT
 };
+
+/* settings' fleet: which limits this machine takes its share of */
+enum { NS_FLEET_REQ = 1, NS_FLEET_CONN = 2, NS_FLEET_RATE = 4 };
 
 /* What a section's pattern matches. */
 enum ns_match_kind { NS_MATCH_DEFAULTS, NS_MATCH_NAME, NS_MATCH_WILDCARD, NS_MATCH_CIDR };

@@ -298,6 +298,26 @@ static inline __attribute__((always_inline)) int take_under(uint32_t *place, uin
 	return -1;
 }
 
+/* The limit of places in force (connections: req 0; requests: 1): auto's,
+ * else the key's, and under a fleet limit at most the fleet's share. */
+static inline __attribute__((always_inline)) uint32_t limit_now(const struct ns_table *t, int idx,
+								const struct ns_settings *set, const struct ad *a,
+								int req, uint64_t now_ms)
+{
+	uint32_t lim = (req ? set->req_adaptive : set->adaptive) ? ad_limit(a)
+		: req                                            ? set->max_requests
+								 : set->max_connections;
+
+	if (set->fleet & (req ? NS_FLEET_REQ : NS_FLEET_CONN)) {
+		uint64_t f = ns_table_fleet_share(t, idx, req ? NS_FLEET_K_REQ : NS_FLEET_K_CONN,
+						  req ? set->fleet_max_requests : set->fleet_max_connections, now_ms);
+
+		if (f < lim)
+			lim = (uint32_t)f;
+	}
+	return lim;
+}
+
 int ns_table_place_take_auto(struct ns_table *t, int idx, const struct ns_settings *set, uint32_t holder,
 			     uint64_t now_ms, int req)
 {
@@ -308,9 +328,9 @@ int ns_table_place_take_auto(struct ns_table *t, int idx, const struct ns_settin
 
 	if (!s)
 		return -1;
-	p = take_under(req ? s->req.place : s->place, ad_limit(&a), req ? set->max_requests : set->max_connections,
-		       holder, &held);
-	if (p >= 0) /* in flight at half the limit or more grows it */
+	p = take_under(req ? s->req.place : s->place, limit_now(t, idx, set, &a, req, now_ms),
+		       req ? set->max_requests : set->max_connections, holder, &held);
+	if (p >= 0 && (req ? set->req_adaptive : set->adaptive)) /* in flight at half the limit or more grows it */
 		ad_event(&a, set, NS_ADAPT_PLACE, (int)held, now_ms);
 	return p;
 }
@@ -325,7 +345,8 @@ int ns_table_place_take_under(struct ns_table *t, int idx, uint32_t cap, uint32_
 
 uint32_t ns_table_cap_for(const struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms)
 {
-	uint32_t cap = set->adaptive ? ns_table_limit(t, idx, set) : set->max_connections;
+	struct ad a = ad_of(slot_at(t, idx), set, 0);
+	uint32_t cap = limit_now(t, idx, set, &a, 0, now_ms);
 
 	return set->slow_start_ms ? ns_table_cap_now(t, idx, cap, set->slow_start_ms, now_ms) : cap;
 }

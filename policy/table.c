@@ -696,6 +696,12 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 
 		e->cooldown_left_ms = cd > now_ms ? cd - now_ms : 0;
 	}
+	for (int k = 0; k < 3; k++) {
+		uint64_t exp;
+
+		e->fleet_share[k] = ns_table_fleet_read(t, idx, k, &exp, &e->fleet_live);
+		e->fleet_left_ms = exp > now_ms ? exp - now_ms : 0;
+	}
 	{
 		uint64_t n = 0, seen = 0, wb[NS_WAIT_BUCKETS];
 

@@ -172,8 +172,22 @@ struct ns_slot {
 	 * window's number 16 | requests 24 | accepts 24) */
 	uint64_t thr[2]; /* atomic */
 	/* version 4 */
-	struct ns_reqq req;    /* max_requests */
-	uint8_t reserved[344]; /* zero: the fleet's shares (next) */
+	struct ns_reqq req; /* max_requests */
+	/* the fleet's limits (fleet_max_requests, _connections, fleet_rate),
+	 * in what was reserved (zero: no agent ever wrote one): this machine's
+	 * share, which netshim-agent leases from the fleet and renews every
+	 * poll (tools/agent/lease.c), read by both engines as the limit in
+	 * force (ns_table_fleet_share) */
+	struct ns_fleetrec {
+		uint64_t share[3];   /* atomic, NS_FLEET_K_*: the share + 1 (places; rate in thousandths
+					* per hour), 0 = none written */
+		uint64_t expires_ms; /* atomic: CLOCK_MONOTONIC ms the shares lapse at (an agent gone) */
+		uint64_t tokens;     /* atomic: rate's tokens taken under fleet_rate (the agent's demand) */
+		uint32_t live;       /* atomic: the machines the agent last saw sharing it */
+		uint32_t pad;
+		uint64_t denied[3]; /* atomic, NS_FLEET_K_*: asks the share turned down (the agent's demand) */
+	} fleet;
+	uint8_t reserved[272]; /* zero */
 };
 
 enum ns_event_type {
@@ -272,6 +286,9 @@ struct ns_entry {
 	uint64_t throttled;
 	uint64_t waited_ms_p99;     /* waits for a place: their p99's upper bound, 0 = none */
 	uint64_t cooldown_left_ms;  /* a Retry-After's cooldown: what is left of it, 0 = none */
+	int64_t fleet_share[3];     /* NS_FLEET_K_*: this machine's share of the fleet's limit, -1 = none written */
+	uint64_t fleet_left_ms;     /* ...what is left of its lease (0: lapsed) */
+	uint32_t fleet_live;        /* ...the machines sharing it, as the agent last saw */
 	uint64_t retry_throttled;
 	uint64_t paced;             /* connects and requests that waited for rate's token */
 	uint64_t opened_wall_ms, half_open_wall_ms;
@@ -653,6 +670,33 @@ void ns_table_limit_event(struct ns_table *t, int idx, const struct ns_settings 
 /* ...max_requests = auto, the same on requests (max_requests_min/_max; held:
  * the requests in flight before one that took a place) */
 uint32_t ns_table_req_limit(const struct ns_table *t, int idx, const struct ns_settings *set);
+/* The fleet's share of idx's limit kind (NS_FLEET_K_*) in force at now_ms:
+ * the agent's lease while it runs (whole: the policy's fleet value when no
+ * agent ever wrote one, so a machine without an agent keeps the whole
+ * limit to itself); 0 once a lease lapsed unrenewed (its share went back
+ * to the other machines: nothing may start here until an agent renews). */
+enum { NS_FLEET_K_REQ, NS_FLEET_K_CONN, NS_FLEET_K_RATE };
+uint64_t ns_table_fleet_share(const struct ns_table *t, int idx, int kind, uint64_t whole, uint64_t now_ms);
+/* ...a token taken under fleet_rate (the agent's measure of demand) */
+void ns_table_fleet_token(struct ns_table *t, int idx);
+/* ...an ask (a place, a token) the share turned down: this machine wants more */
+void ns_table_fleet_denied(struct ns_table *t, int idx, int kind);
+/* What this machine asks of idx's fleet limits now (the agent's demand). */
+struct ns_fleet_demand {
+	uint32_t req_inflight, req_waiting;   /* max_requests' places held, requests waiting for one */
+	uint32_t conn_inflight, conn_waiting; /* max_connections' places held, connects blocked for one */
+	uint64_t tokens, paced;               /* rate's tokens taken (fleet_rate) and waits for one, so far */
+	uint64_t conn_waits;                  /* connects that waited for a place, so far */
+	uint64_t denied[3];                   /* NS_FLEET_K_*: asks the share turned down, so far */
+};
+void ns_table_fleet_demand(const struct ns_table *t, int idx, struct ns_fleet_demand *d);
+/* The agent's share of idx's limit kind until expires_ms (CLOCK_MONOTONIC),
+ * of live machines; a share that grew wakes the waiters (the futex words
+ * to wake, 0 to 2 of them, in wake[]; the caller wakes them). */
+int ns_table_fleet_write(struct ns_table *t, int idx, int kind, uint64_t share, uint64_t expires_ms, uint32_t live,
+			 uint32_t *wake[2]);
+/* ...as the table holds it: the share (-1: none written), its expiry, the machines */
+int64_t ns_table_fleet_read(const struct ns_table *t, int idx, int kind, uint64_t *expires_ms, uint32_t *live);
 void ns_table_req_limit_event(struct ns_table *t, int idx, const struct ns_settings *set, int ev, int held,
 			      uint64_t now_ms);
 #define NS_ADAPT_LIMIT(w) ((uint32_t)((w) >> 44)) /* the adapt word's limit (thousandths) */

@@ -102,6 +102,9 @@ const char *const ns_key_names[NS_K_COUNT] = {
 	"max_requests",
 	"max_requests_min",
 	"max_requests_max",
+	"fleet_max_requests",
+	"fleet_max_connections",
+	"fleet_rate",
 };
 
 #define OFF(f) offsetof(struct ns_settings, f)
@@ -161,6 +164,10 @@ const struct keydef ns_keydefs[NS_K_COUNT] = {
 	[NS_K_MAX_REQUESTS] = { T_MAXCONN, OFF(max_requests), 0, NS_PLACES },
 	[NS_K_MAX_REQUESTS_MIN] = { T_UINT, OFF(max_requests_min), 1, NS_PLACES },
 	[NS_K_MAX_REQUESTS_MAX] = { T_UINT, OFF(max_requests_max), 1, NS_PLACES },
+	/* the fleet's whole: a machine's share is at most NS_PLACES of it */
+	[NS_K_FLEET_MAX_REQUESTS] = { T_UINT, OFF(fleet_max_requests), 1, 1000000 },
+	[NS_K_FLEET_MAX_CONNECTIONS] = { T_UINT, OFF(fleet_max_connections), 1, 1000000 },
+	[NS_K_FLEET_RATE] = { T_RATEH, OFF(fleet_rate_mph), 1000, 3600000000000ULL },
 };
 /* The two words of a two-way key: its value 0 or 1 (off/on, off/adaptive,
  * as-resolved/healthy-first). */

@@ -364,10 +364,14 @@ static void pass(uint64_t now, int light)
 		}
 		if (rc == FL_OK)
 			ag_apply_fleet(now);
-		else
+		if (rc == FL_OK)
+			rc = ag_lease_pass(now, 1, err, sizeof(err));
+		if (rc != FL_OK)
 			failed(now, err);
 		__atomic_fetch_add(&ag_state.t.hdr->agent_polls, 1, __ATOMIC_RELAXED);
 	}
+	if (!ag_state.connected && ag_state.url_text)
+		ag_lease_pass(now, 0, err, sizeof(err)); /* the shares kept as they were, renewed here */
 	__atomic_store_n(&ag_state.t.hdr->agent_open, ag_state.n_open, __ATOMIC_RELAXED);
 	__atomic_store_n(&ag_state.t.hdr->agent_dests, ag_state.n_total, __ATOMIC_RELAXED);
 	__atomic_store_n(&ag_state.t.hdr->agent_flags, (ag_state.connected ? NS_AGENT_CONNECTED : 0) |
@@ -620,6 +624,7 @@ int main(int argc, char **argv)
 	}
 	/* nobody renews the holds from now on: local breakers alone */
 	ag_release_all("agent stopped");
+	ag_lease_stop();
 	__atomic_store_n(&ag_state.t.hdr->agent_flags, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&ag_state.t.hdr->agent_pid, 0, __ATOMIC_RELEASE);
 	if (ag_state.hooks && ag_hooks_running(ag_state.hooks))

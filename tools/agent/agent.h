@@ -129,6 +129,8 @@ int ag_fleet_reroute(struct fl_conn *c, char *err, size_t len);
 uint64_t ag_fleet_redis_now(const struct fl_conn *c);
 /* The shard of a destination's keys. */
 int ag_fleet_dest_shard(const struct fl_conn *c, const char *dest);
+/* ...its link (the one its keys live on), its prefix in c->prefix */
+struct fl_link *ag_fleet_use(struct fl_conn *c, const char *dest);
 /* A shard's change counter now (0 when there is none: an empty Redis). */
 int ag_fleet_seq(struct fl_conn *c, int shard, uint64_t *seq, char *err, size_t len);
 

@@ -124,5 +124,15 @@ int ag_adopt_epoch(int shard, const struct fl_store *st, char *err, size_t len);
 void ag_forget_votes(void);
 void ag_on_dest(void *arg, const struct fl_dest *in);
 int ag_membership(char *err, size_t len);
+/* how long a vote or a fleet share stands unrenewed: 3 polls and a second */
+uint64_t ag_lease_ms(void);
+
+/* lease.c: limits for the fleet (fleet_max_requests, _connections,
+ * fleet_rate): this machine's share leased each pass (connected: from
+ * Redis; not: the last share, at most the limit over the machines last
+ * seen) and written into the table; a Redis error: FL_DOWN with err. */
+int ag_lease_pass(uint64_t now, int connected, char *err, size_t len);
+/* The agent stops: its shares handed back (Redis) and lapsed here. */
+void ag_lease_stop(void);
 
 #endif

@@ -123,7 +123,7 @@ void ag_read_events(void)
 
 /* How long a hold or a vote that is renewed every pass lasts unrenewed:
  * three poll intervals and a second (a node killed loses it after that). */
-static uint64_t lease_ms(void)
+uint64_t ag_lease_ms(void)
 {
 	return 3 * (uint64_t)ag_state.poll_ms + 1000;
 }
@@ -168,7 +168,9 @@ void ag_scan_table(uint64_t now)
 				d->slot = (int)i;
 				d->tripped = 1;
 				d->manual = manual;
-				d->want_t = manual ? now + lease_ms() : b.state == NS_OPEN && b.t_ms > now ? b.t_ms : 0;
+				d->want_t = manual                           ? now + ag_lease_ms()
+					: b.state == NS_OPEN && b.t_ms > now ? b.t_ms
+									     : 0;
 			}
 		}
 	}
@@ -422,7 +424,7 @@ static uint32_t needed(struct dst *d, uint32_t *callers_out)
  * earliest vote ran out, and hold open here what a quorum reports open. */
 void ag_apply_fleet(uint64_t now)
 {
-	uint64_t lease = lease_ms();
+	uint64_t lease = ag_lease_ms();
 	struct dst *d, *tmp;
 
 	HASH_ITER(hh, ag_state.dests, d, tmp) {
@@ -499,7 +501,7 @@ int ag_reconcile(uint64_t now, char *err, size_t len)
 	HASH_ITER(hh, ag_state.dests, d, tmp) {
 		int want = !ag_state.suspect && d->want_t > now, mine = has_vote(d, ag_state.node) >= 0;
 		/* a manual open's vote is renewed when half its lease is gone */
-		int renew = d->manual ? d->my_t < now + lease_ms() / 2 : d->my_t != d->want_t;
+		int renew = d->manual ? d->my_t < now + ag_lease_ms() / 2 : d->my_t != d->want_t;
 
 		if (want && (!mine || renew)) {
 			uint64_t ttl = d->want_t - now;

@@ -210,6 +210,11 @@ static struct fl_link *use(struct fl_conn *c, int s)
 	return c->cur = &c->links[c->shard[s].link < c->nlinks ? c->shard[s].link : 0];
 }
 
+struct fl_link *ag_fleet_use(struct fl_conn *c, const char *dest)
+{
+	return use(c, ag_fleet_dest_shard(c, dest));
+}
+
 static int command(struct fl_conn *c, redisReply **out, char *err, size_t len, int argc, const char **argv)
 {
 	return ag_redis_command(c, c->cur, out, err, len, argc, argv);

@@ -204,6 +204,27 @@ void ctl_metrics_write(FILE *f, const struct ns_table *t)
 			limit_series(f, "netshim_requests_limit", &e[i], e[i].req_limit);
 	counter(f, "netshim_paced_total", "Connects and requests that waited for a token of rate.", "counter", e, n,
 		OFFE(paced), 0);
+	head(f, "netshim_fleet_share",
+	     "This machine's share of a fleet limit its agent leases (fleet_max_requests, fleet_max_connections: "
+	     "places; fleet_rate: per second); 0 while the lease has lapsed.",
+	     "gauge");
+	for (int i = 0; i < n; i++)
+		for (int k = 0; k < 3; k++) {
+			static const char *const lab[3] = { ",limit=\"fleet_max_requests\"",
+							    ",limit=\"fleet_max_connections\"",
+							    ",limit=\"fleet_rate\"" };
+			int64_t v = e[i].fleet_left_ms ? e[i].fleet_share[k] : 0;
+
+			if (e[i].fleet_share[k] < 0)
+				continue;
+			fputs("netshim_fleet_share{", f);
+			ctl_prom_dest_labels(f, e[i].key);
+			if (k == NS_FLEET_K_RATE) /* (thousandths an hour: a decimal a second) */
+				fprintf(f, "%s} %llu.%03llu\n", lab[k], (unsigned long long)v / 3600000,
+					(unsigned long long)(v % 3600000) / 3600);
+			else
+				fprintf(f, "%s} %llu\n", lab[k], (unsigned long long)v);
+		}
 	head(f, "netshim_breaker_state", "1 for the destination's breaker state, 0 for the others.", "gauge");
 	for (int i = 0; i < n; i++) {
 		const char *st = ctl_entry_state(&e[i]);

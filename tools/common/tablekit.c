@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,6 +22,12 @@ uint64_t ctl_mono_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void ctl_futex_wake(uint32_t *word)
+{
+	if (word)
+		syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
 uint64_t ctl_wall_ms(void)

@@ -11,6 +11,8 @@
 
 uint64_t ctl_mono_ms(void);
 uint64_t ctl_wall_ms(void);
+/* Wake every process blocked on a table's futex word (a place freed). */
+void ctl_futex_wake(uint32_t *word);
 /* An age or a span: "90s", "30m", "24h", "7d" (a number and its unit)
  * into ms. 0, or -1 when it is not one. */
 int ctl_span_parse(const char *s, uint64_t *ms);

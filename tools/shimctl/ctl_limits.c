@@ -73,6 +73,33 @@ void ctl_limits_line(const struct ns_entry *e)
 					      "; throttle = adaptive refuses nothing now (%u requests, %u accepted)",
 					      e->thr_requests, e->thr_accepts);
 	}
+	for (int k = 0; k < 3 && n < sizeof(line); k++) {
+		static const char *const fk[3] = { "fleet_max_requests", "fleet_max_connections", "fleet_rate" };
+		uint64_t whole = k == 0 ? set.fleet_max_requests
+			: k == 1        ? set.fleet_max_connections
+					: set.fleet_rate_mph;
+
+		if (e->fleet_share[k] < 0)
+			continue;
+		/* (the fleet's whole as the policy in force here says, when it does) */
+		n += (size_t)snprintf(line + n, sizeof(line) - n, "; %s", fk[k]);
+		if (whole && n < sizeof(line))
+			n += (size_t)(k == NS_FLEET_K_RATE ? snprintf(line + n, sizeof(line) - n, " %.3f/s",
+								      (double)whole / 3600000.0)
+							   : snprintf(line + n, sizeof(line) - n, " %llu",
+								      (unsigned long long)whole));
+		if (n < sizeof(line))
+			n += (size_t)(k == NS_FLEET_K_RATE
+					      ? snprintf(line + n, sizeof(line) - n, ": this machine's share %.3f/s",
+							 (double)e->fleet_share[k] / 3600000.0)
+					      : snprintf(line + n, sizeof(line) - n, ": this machine's share %lld",
+							 (long long)e->fleet_share[k]));
+		if (n < sizeof(line))
+			n += (size_t)snprintf(line + n, sizeof(line) - n,
+					      e->fleet_left_ms ? " (%u machines, lease %.1f s left)"
+							       : " (%u machines, lease lapsed: none here now)",
+					      e->fleet_live, (double)e->fleet_left_ms / 1000.0);
+	}
 	if (e->cooldown_left_ms && n < sizeof(line)) {
 		char ts[40];
 

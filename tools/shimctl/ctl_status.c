@@ -90,6 +90,31 @@ static int shows_half_open(const struct ns_entry *e)
 
 /* The nodes that report e open (the fleet), comma-separated in the
  * slot, as JSON strings. */
+/* "fleet_share": this machine's share of each fleet limit the agent
+ * leases (null: none written), with its machines and its lease's rest */
+static void fleet_share_json(const struct ns_entry *e)
+{
+	static const char *const name[3] = { "requests", "connections", "rate_per_s" };
+	int any = 0;
+
+	printf(", \"fleet_share\": ");
+	for (int k = 0; k < 3; k++) {
+		if (e->fleet_share[k] < 0)
+			continue;
+		printf("%s\"%s\": ", any ? ", " : "{", name[k]);
+		if (k == NS_FLEET_K_RATE)
+			printf("%.3f", (double)e->fleet_share[k] / 3600000.0);
+		else
+			printf("%lld", (long long)e->fleet_share[k]);
+		any = 1;
+	}
+	if (any)
+		printf(", \"machines\": %u, \"lease_left_ms\": %llu}", e->fleet_live,
+		       (unsigned long long)e->fleet_left_ms);
+	else
+		printf("null");
+}
+
 static void print_fleet_nodes(const struct ns_entry *e)
 {
 	char one[NS_FLEET_NODES_LEN];
@@ -352,6 +377,7 @@ static void print_json(const char *name, const struct ns_table *t, struct row *r
 		} else {
 			printf("null");
 		}
+		fleet_share_json(e);
 		printf(", \"fleet_open_nodes\": [");
 		print_fleet_nodes(e);
 		printf("]");
