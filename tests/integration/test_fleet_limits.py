@@ -130,6 +130,21 @@ def inflight():
     s.stop()
 
 
+def evals(store):
+    """EVAL calls the single redis-server has served (None: a cluster)."""
+    if not hasattr(store, "cli"):
+        return None
+    for line in store.cli("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_eval:"):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
+
+
+def polls(ms):
+    """The Redis polls the machines' agents have made."""
+    return sum((json.loads(m.shim.ctl("status", "--json").stdout)["agent"] or {}).get("polls", 0) for m in ms)
+
+
 def jain(xs):
     return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)) if any(xs) else 0.0
 
@@ -332,3 +347,23 @@ def test_machines_whose_policies_disagree_keep_to_the_smallest_limit_and_say_so(
         p = subprocess.run(["promtool", "check", "metrics"], input=met, capture_output=True, text=True)
         assert p.returncode == 0, p.stdout + p.stderr
     assert "fleet_max_requests is 10 in this machine's policy, 6 in another's: the smallest holds" in big[0].log()
+
+
+@pytest.mark.agent
+def test_an_agent_leases_every_limit_of_every_destination_in_one_command_a_poll(machines, inflight, store):
+    # three limits on one destination, 2 machines: over 2 s the single
+    # redis-server serves at most one EVAL a poll of each agent (one each
+    # per limit would be three), and every limit has its share
+    if evals(store) is None:
+        pytest.skip("commandstats are per node in a cluster; the single redis-server counts them")
+    pol = (f"[host \"127.0.0.1:{inflight.port}\"]\nfleet_max_requests = 30\nfleet_max_connections = 30\n"
+           "fleet_rate = 1000/s\nqueue_timeout = 60s\n")
+    ms = machines(2, pol)
+    res = hammer(ms, inflight, 1, 2, path="hold/10")
+    assert all(isinstance(r, dict) and r["nbad"] == 0 for r in res), res
+    e0, p0 = evals(store), polls(ms)
+    time.sleep(2)
+    n_eval, n_poll = evals(store) - e0, polls(ms) - p0
+    assert n_poll >= 10 and n_eval <= n_poll + 2, (n_eval, n_poll)
+    sh = ms[0].shim.entry(inflight.dest)["fleet_share"]
+    assert set(sh) == {"requests", "connections", "rate_per_s", "machines", "lease_left_ms"}, sh

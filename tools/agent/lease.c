@@ -30,49 +30,82 @@
 #include "../../policy/policy.h"
 #include "agentstate.h"
 
-/* KEYS[1] a destination's limit; ARGV: node, the whole (its policy's),
- * its demand, the lease (ms), what it holds now (in flight; rate: the
- * share in force). Each entry: "share demand expiry(Redis ms) whole".
- * Machines whose policies disagree share the smallest whole. Returns {the
- * share to keep to, the share published, the live machines, the whole}. */
+/* One script a shard, each pass: for each of this machine's destinations
+ * and limits (KEYS: its entries H, its sums M, its expiries Z, three a
+ * limit; ARGV: node, lease (ms), poll (ms), then whole, demand, in use,
+ * three a limit), atomically:
+ *   H: node -> "share demand expiry(Redis ms) whole"; Z: node by expiry;
+ *   M: sum (the shares published), level, left, live, whole (the smallest
+ *      of the machines'), at (when level was counted).
+ * The lapsed are taken out (their shares off the sum); the max-min level
+ * is counted again over every entry at most once a poll (by whichever
+ * machine finds it old: the only pass over them all); a machine's share is
+ * min(the level (or its demand and an even part of what no one asks for),
+ * the whole less the others' shares), and it publishes at least what it
+ * holds in flight up to its old share. Returns, a limit: {share to keep to,
+ * share published, machines, whole}. */
 static const char SCRIPT[] =
-	"local node, whole, demand = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])\n"
-	"local lease, inuse = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
-	"local mywhole = whole\n"
+	"local node, lease, poll = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])\n"
 	"local t = redis.call('TIME')\n"
 	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-	"local h = redis.call('HGETALL', KEYS[1])\n"
-	"local d, others, old = {}, 0, 0\n"
-	"for i = 1, #h, 2 do\n"
-	"  local s, w, e, l = string.match(h[i + 1], '^(%d+) (%d+) (%d+) (%d+)$')\n"
-	"  if not s or tonumber(e) <= now then\n"
-	"    redis.call('HDEL', KEYS[1], h[i])\n"
-	"  elseif h[i] == node then\n"
-	"    old = tonumber(s)\n"
-	"  else\n"
-	"    others = others + tonumber(s)\n"
-	"    d[#d + 1] = tonumber(w)\n"
-	"    if tonumber(l) < whole then whole = tonumber(l) end\n"
+	"local out = {}\n"
+	"local function share_of(v)\n"
+	"  if not v then return nil end\n"
+	"  local s, w, e, l = string.match(v, '^(%d+) (%d+) (%d+) (%d+)$')\n"
+	"  if not s then return nil end\n"
+	"  return tonumber(s), tonumber(w), tonumber(e), tonumber(l)\n"
+	"end\n"
+	"for i = 0, #KEYS / 3 - 1 do\n"
+	"  local H, M, Z = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]\n"
+	"  local whole, demand, inuse = tonumber(ARGV[4 + 3 * i]), tonumber(ARGV[5 + 3 * i]), tonumber(ARGV[6 + 3 * i])\n"
+	"  local sum = tonumber(redis.call('HGET', M, 'sum') or '0') or 0\n"
+	"  for _, n in ipairs(redis.call('ZRANGEBYSCORE', Z, '-inf', now)) do\n"
+	"    local s = share_of(redis.call('HGET', H, n))\n"
+	"    if s then sum = sum - s end\n"
+	"    redis.call('HDEL', H, n)\n"
+	"    redis.call('ZREM', Z, n)\n"
 	"  end\n"
+	"  local old = share_of(redis.call('HGET', H, node)) or 0\n"
+	"  local m = redis.call('HMGET', M, 'level', 'left', 'live', 'whole', 'at')\n"
+	"  local level, left, live, fw = tonumber(m[1] or ''), tonumber(m[2] or ''), tonumber(m[3] or ''), tonumber(m[4] or '')\n"
+	"  if not level or not left or not live or not fw or not m[5] or now - tonumber(m[5]) >= poll or fw > whole then\n"
+	"    local d, h = {demand}, redis.call('HGETALL', H)\n"
+	"    fw, sum = whole, 0\n"
+	"    for j = 1, #h, 2 do\n"
+	"      local s, w, e, l = share_of(h[j + 1])\n"
+	"      if not s then\n"
+	"        redis.call('HDEL', H, h[j])\n"
+	"      elseif h[j] ~= node then\n"
+	"        d[#d + 1] = w\n"
+	"        sum = sum + s\n"
+	"        if l < fw then fw = l end\n"
+	"      else\n"
+	"        sum = sum + s\n"
+	"      end\n"
+	"    end\n"
+	"    live = #d\n"
+	"    table.sort(d)\n"
+	"    left, level = fw, -1\n"
+	"    for j = 1, live do\n"
+	"      local n = live - j + 1\n"
+	"      if d[j] * n > left then level = math.floor(left / n) break end\n"
+	"      left = left - d[j]\n"
+	"    end\n"
+	"    redis.call('HSET', M, 'level', level, 'left', left, 'live', live, 'whole', fw, 'at', now)\n"
+	"  end\n"
+	"  local target\n"
+	"  if level >= 0 then target = math.min(demand, level) else target = demand + math.floor(left / live) end\n"
+	"  local free = fw - (sum - old)\n"
+	"  if free < 0 then free = 0 end\n"
+	"  local mine = math.min(target, free)\n"
+	"  local pub = math.max(mine, math.min(inuse, old))\n"
+	"  redis.call('HSET', H, node, string.format('%d %d %d %d', pub, demand, now + lease, whole))\n"
+	"  redis.call('ZADD', Z, now + lease, node)\n"
+	"  redis.call('HSET', M, 'sum', sum - old + pub)\n"
+	"  for _, k in ipairs({H, M, Z}) do redis.call('PEXPIRE', k, 2 * lease) end\n"
+	"  out[#out + 1] = {mine, pub, live, fw}\n"
 	"end\n"
-	"d[#d + 1] = demand\n"
-	"local live = #d\n"
-	"table.sort(d)\n"
-	"local left, level = whole, nil\n"
-	"for i = 1, live do\n"
-	"  local n = live - i + 1\n"
-	"  if d[i] * n > left then level = math.floor(left / n) break end\n"
-	"  left = left - d[i]\n"
-	"end\n"
-	"local target\n"
-	"if level then target = math.min(demand, level) else target = demand + math.floor(left / live) end\n"
-	"local free = whole - others\n"
-	"if free < 0 then free = 0 end\n"
-	"local mine = math.min(target, free)\n"
-	"local pub = math.max(mine, math.min(inuse, old))\n"
-	"redis.call('HSET', KEYS[1], node, string.format('%d %d %d %d', pub, demand, now + lease, mywhole))\n"
-	"redis.call('PEXPIRE', KEYS[1], 2 * lease)\n"
-	"return {mine, pub, live, whole}\n";
+	"return out\n";
 
 static const char *const KIND[3] = { "fleet_max_requests", "fleet_max_connections", "fleet_rate" };
 static const uint32_t BIT[3] = { NS_FLEET_REQ, NS_FLEET_CONN, NS_FLEET_RATE };
@@ -229,44 +262,38 @@ static void write_share(struct fdst *f, int k, uint64_t share, uint64_t expires)
 		ctl_futex_wake(wake[0]);
 }
 
-/* One limit's lease from Redis: 0, or FL_DOWN/FL_REFUSED with err. */
-static int lease(struct fdst *f, int k, uint64_t want, uint64_t inuse, uint64_t now, char *err, size_t len)
-{
-	char key[FL_PREFIX_MAX + NS_KEY_MAX + 16], whole[24], dem[24], ls[24], use[24];
-	const char *argv[] = { "EVAL", SCRIPT, "1", key, ag_state.node, whole, dem, ls, use };
-	redisReply *r;
-	uint64_t share;
-	int rc;
+/* One limit of one destination this pass: its demand and what it holds. */
+struct item {
+	struct fdst *f;
+	int k;
+	uint64_t want, inuse;
+};
 
-	ag_fleet_use(&ag_state.c, f->key);
-	snprintf(key, sizeof(key), "%slease:%d:%s", ag_state.c.prefix, k, f->key);
-	snprintf(whole, sizeof(whole), "%llu", (unsigned long long)f->whole[k]);
-	snprintf(dem, sizeof(dem), "%llu", (unsigned long long)want);
-	/* in Redis the entry stands two leases: what a machine whose agent
-	 * died began before its own lease lapsed has a lease's time to end
-	 * before the others may take its places */
-	snprintf(ls, sizeof(ls), "%llu", (unsigned long long)(2 * ag_lease_ms()));
-	snprintf(use, sizeof(use), "%llu", (unsigned long long)inuse);
-	if ((rc = ag_redis_command(&ag_state.c, ag_state.c.cur, &r, err, len, 9, argv)) != FL_OK)
-		return rc;
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 || r->element[0]->type != REDIS_REPLY_INTEGER ||
-	    r->element[2]->type != REDIS_REPLY_INTEGER || r->element[3]->type != REDIS_REPLY_INTEGER ||
-	    r->element[0]->integer < 0 || r->element[2]->integer < 1 || r->element[3]->integer < 0) {
-		snprintf(err, len, "the fleet's lease of %s: unexpected reply", f->key);
-		freeReplyObject(r);
-		return FL_REFUSED;
-	}
+/* A limit's share as Redis answered (r: {mine, published, live, whole}). */
+static int take_reply(const struct item *it, const redisReply *r, uint64_t now)
+{
+	struct fdst *f = it->f;
+	int k = it->k;
+	uint64_t share, whole;
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 4)
+		return -1;
+	for (int j = 0; j < 4; j++)
+		if (r->element[j]->type != REDIS_REPLY_INTEGER || r->element[j]->integer < 0)
+			return -1;
+	if (r->element[2]->integer < 1)
+		return -1;
 	f->live = (uint32_t)r->element[2]->integer;
-	if ((uint64_t)r->element[3]->integer != f->held_whole[k]) {
-		if ((uint64_t)r->element[3]->integer < f->whole[k])
+	whole = (uint64_t)r->element[3]->integer;
+	if (whole != f->held_whole[k]) {
+		if (whole < f->whole[k])
 			ag_log("%s: %s is %llu in this machine's policy, %llu in another's: the smallest holds for "
 			       "every machine (the policies differ)",
-			       f->key, KIND[k], (unsigned long long)f->whole[k],
-			       (unsigned long long)r->element[3]->integer);
+			       f->key, KIND[k], (unsigned long long)f->whole[k], (unsigned long long)whole);
 		else if (f->held_whole[k])
 			ag_log("%s: %s: the machines' policies agree again (%llu)", f->key, KIND[k],
 			       (unsigned long long)f->whole[k]);
-		f->held_whole[k] = (uint64_t)r->element[3]->integer;
+		f->held_whole[k] = whole;
 	}
 	share = (uint64_t)r->element[0]->integer;
 	/* a store back from a loss holds none of what the others still have
@@ -276,8 +303,83 @@ static int lease(struct fdst *f, int k, uint64_t want, uint64_t inuse, uint64_t 
 		share = f->local[k];
 	/* (the lease runs from before the script's time: it lapses here first) */
 	write_share(f, k, share, now + ag_lease_ms());
-	freeReplyObject(r);
-	return FL_OK;
+	return 0;
+}
+
+/* The leases of one shard's items (one command): 0, or FL_DOWN/FL_REFUSED
+ * with err (those items not leased). */
+static int lease_shard(struct item *it, int n, uint64_t now, char *err, size_t len)
+{
+	int argc = 6 + 6 * n, rc = FL_OK;
+	const char **argv = calloc((size_t)argc, sizeof(*argv));
+	char *buf = calloc((size_t)n, 3 * (FL_PREFIX_MAX + NS_KEY_MAX + 16) + 3 * 24), nk[16], ls[24], pl[24];
+	redisReply *r = NULL;
+
+	if (!argv || !buf) {
+		free(argv);
+		free(buf);
+		snprintf(err, len, "out of memory");
+		return FL_REFUSED;
+	}
+	snprintf(nk, sizeof(nk), "%d", 3 * n);
+	/* in Redis an entry stands two leases: what a machine whose agent
+	 * died began before its own lease lapsed has a lease's time to end
+	 * before the others may take its places */
+	snprintf(ls, sizeof(ls), "%llu", (unsigned long long)(2 * ag_lease_ms()));
+	snprintf(pl, sizeof(pl), "%d", ag_state.poll_ms);
+	argv[0] = "EVAL";
+	argv[1] = SCRIPT;
+	argv[2] = nk;
+	argv[3 + 3 * n] = ag_state.node;
+	argv[4 + 3 * n] = ls;
+	argv[5 + 3 * n] = pl;
+	ag_fleet_use(&ag_state.c, it[0].f->key);
+	for (int i = 0; i < n; i++) {
+		char *b = buf + (size_t)i * (3 * (FL_PREFIX_MAX + NS_KEY_MAX + 16) + 3 * 24);
+		size_t kl = FL_PREFIX_MAX + NS_KEY_MAX + 16;
+		static const char *const part[3] = { "lease", "leasem", "leasex" };
+
+		for (int j = 0; j < 3; j++) {
+			snprintf(b + j * kl, kl, "%s%s:%d:%s", ag_state.c.prefix, part[j], it[i].k, it[i].f->key);
+			argv[3 + 3 * i + j] = b + j * kl;
+		}
+		b += 3 * kl;
+		snprintf(b, 24, "%llu", (unsigned long long)it[i].f->whole[it[i].k]);
+		snprintf(b + 24, 24, "%llu", (unsigned long long)it[i].want);
+		snprintf(b + 48, 24, "%llu", (unsigned long long)it[i].inuse);
+		argv[6 + 3 * n + 3 * i] = b;
+		argv[7 + 3 * n + 3 * i] = b + 24;
+		argv[8 + 3 * n + 3 * i] = b + 48;
+	}
+	rc = ag_redis_command(&ag_state.c, ag_state.c.cur, &r, err, len, argc, argv);
+	if (rc == FL_OK) {
+		if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)n)
+			rc = FL_REFUSED;
+		for (int i = 0; rc == FL_OK && i < n; i++)
+			if (take_reply(&it[i], r->element[i], now) < 0)
+				rc = FL_REFUSED;
+		if (rc != FL_OK)
+			snprintf(err, len, "the fleet's leases: unexpected reply");
+		freeReplyObject(r);
+	}
+	free(argv);
+	free(buf);
+	return rc;
+}
+
+/* No Redis: the last share, at most the limit over the machines last seen
+ * (none yet: that of one of them). */
+static void keep_share(struct fdst *f, int k, uint64_t now)
+{
+	uint64_t live = f->live ? f->live : 1;
+	uint64_t whole = f->held_whole[k] && f->held_whole[k] < f->whole[k] ? f->held_whole[k] : f->whole[k];
+
+	if (!L.down_said) {
+		ag_log("redis unreachable: each fleet limit kept at min(this machine's last share, the "
+		       "limit / the machines last seen) until it is back");
+		L.down_said = 1;
+	}
+	write_share(f, k, f->have[k] && f->local[k] < whole / live ? f->local[k] : whole / live, now + ag_lease_ms());
 }
 
 int ag_lease_pass(uint64_t now, int connected, char *err, size_t len)
@@ -285,7 +387,8 @@ int ag_lease_pass(uint64_t now, int connected, char *err, size_t len)
 	char key[NS_KEY_MAX];
 	struct ns_scan sc;
 	struct fdst *f, *tmp;
-	int rc = FL_OK;
+	struct item *it = NULL;
+	int rc = FL_OK, n;
 
 	policy_now();
 	if (!L.any && !L.d)
@@ -307,6 +410,12 @@ int ag_lease_pass(uint64_t now, int connected, char *err, size_t len)
 			f->seen = 1;
 	}
 	ns_scan_end(&sc);
+	n = HASH_COUNT(L.d) * 3;
+	if (n && !(it = calloc((size_t)n, sizeof(*it)))) {
+		snprintf(err, len, "out of memory");
+		return FL_REFUSED;
+	}
+	n = 0;
 	HASH_ITER(hh, L.d, f, tmp)
 	{
 		struct ns_fleet_demand dm;
@@ -317,38 +426,37 @@ int ag_lease_pass(uint64_t now, int connected, char *err, size_t len)
 			continue;
 		}
 		ns_table_fleet_demand(&ag_state.t, f->slot, &dm);
-		for (int k = 0; k < 3; k++) {
-			uint64_t want, inuse, live, whole;
-
-			if (!(f->kinds & BIT[k]))
-				continue;
-			want = demand(f, k, &dm, now);
-			inuse = k == NS_FLEET_K_REQ    ? dm.req_inflight
-				: k == NS_FLEET_K_CONN ? dm.conn_inflight
-						       : f->local[k];
-			if (connected && rc == FL_OK) {
-				rc = lease(f, k, want, inuse, now, err, len);
-				if (rc == FL_OK)
-					continue;
-			}
-			/* no Redis: the last share, at most the limit over the
-			 * machines last seen (none yet: that of one of them) */
-			live = f->live ? f->live : 1;
-			whole = f->held_whole[k] && f->held_whole[k] < f->whole[k] ? f->held_whole[k] : f->whole[k];
-			if (!L.down_said) {
-				ag_log("redis unreachable: each fleet limit kept at min(this machine's last share, the "
-				       "limit / the machines last seen) until it is back");
-				L.down_said = 1;
-			}
-			write_share(f, k, f->have[k] && f->local[k] < whole / live ? f->local[k] : whole / live,
-				    now + ag_lease_ms());
-		}
+		for (int k = 0; k < 3; k++)
+			if (f->kinds & BIT[k])
+				it[n++] = (struct item){ f, k, demand(f, k, &dm, now),
+							 k == NS_FLEET_K_REQ            ? dm.req_inflight
+								 : k == NS_FLEET_K_CONN ? dm.conn_inflight
+											: f->local[k] };
 		f->tokens = dm.tokens;
 		f->paced = dm.paced;
 		f->conn_waits = dm.conn_waits;
 		memcpy(f->denied, dm.denied, sizeof(f->denied));
 		f->measured_ms = now;
 	}
+	/* one command a shard (its items together: their keys share its tag) */
+	for (int s = 0; s < ag_state.c.nshards && n; s++) {
+		int m = 0;
+
+		for (int i = 0; i < n; i++)
+			if (ag_fleet_dest_shard(&ag_state.c, it[i].f->key) == s) {
+				struct item x = it[m];
+
+				it[m++] = it[i];
+				it[i] = x;
+			}
+		if (connected && rc == FL_OK && m && (rc = lease_shard(it, m, now, err, len)) == FL_OK) {
+			memmove(it, it + m, (size_t)(n - m) * sizeof(*it));
+			n -= m;
+		}
+	}
+	for (int i = 0; i < n; i++)
+		keep_share(it[i].f, it[i].k, now);
+	free(it);
 	if (connected && rc == FL_OK && L.down_said) {
 		ag_log("redis back: fleet limits leased again");
 		L.down_said = 0;

@@ -39,3 +39,7 @@ v() { echo "$out" | awk -v k="$1" '$1 == k { print $2 }'; }
 echo "| failing call on A -> refused on B | p50 | p99 | max | missed |"
 echo "| --- | --- | --- | --- | --- |"
 echo "| woken by the trip, hint to B | $(v e2e_ms_p50) ms | $(v e2e_ms_p99) ms | $(v e2e_ms_max) ms | $(v missed) of $E2E |"
+echo
+echo "## the fleet's limits: the lease script at 10,000 machines (tools/bench/leasebench.py)"
+echo
+python3 "$(dirname "$0")/leasebench.py"
