@@ -69,8 +69,8 @@ void ns_table_fleet_demand(const struct ns_table *t, int idx, struct ns_fleet_de
 		d->denied[k] = LOAD(&s->fleet.denied[k]);
 }
 
-int ns_table_fleet_write(struct ns_table *t, int idx, int kind, uint64_t share, uint64_t expires_ms, uint32_t live,
-			 uint32_t *wake[2])
+int ns_table_fleet_write(struct ns_table *t, int idx, int kind, uint64_t share, uint64_t whole, uint64_t expires_ms,
+			 uint32_t live, uint32_t *wake[2])
 {
 	struct ns_slot *s = slot_at(t, idx);
 	uint64_t was;
@@ -83,6 +83,7 @@ int ns_table_fleet_write(struct ns_table *t, int idx, int kind, uint64_t share, 
 	__atomic_store_n(&s->fleet.expires_ms, expires_ms, __ATOMIC_RELEASE);
 	__atomic_store_n(&s->fleet.share[kind], share + 1, __ATOMIC_RELEASE);
 	__atomic_store_n(&s->fleet.live, live, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->fleet.whole[kind], whole, __ATOMIC_RELAXED);
 	if (share + 1 > was && kind == NS_FLEET_K_RATE && share) {
 		/* a faster rate: a token taken at the slower one's pace (its
 		 * bucket's time far ahead) does not hold the next back longer
@@ -108,11 +109,13 @@ int ns_table_fleet_write(struct ns_table *t, int idx, int kind, uint64_t share, 
 	return 0;
 }
 
-int64_t ns_table_fleet_read(const struct ns_table *t, int idx, int kind, uint64_t *expires_ms, uint32_t *live)
+int64_t ns_table_fleet_read(const struct ns_table *t, int idx, int kind, uint64_t *whole, uint64_t *expires_ms,
+			    uint32_t *live)
 {
 	struct ns_slot *s = slot_at(t, idx);
 	uint64_t w;
 
+	*whole = 0;
 	*expires_ms = 0;
 	*live = 0;
 	if (!s || kind < 0 || kind > NS_FLEET_K_RATE)
@@ -120,5 +123,6 @@ int64_t ns_table_fleet_read(const struct ns_table *t, int idx, int kind, uint64_
 	w = LOAD(&s->fleet.share[kind]);
 	*expires_ms = LOAD(&s->fleet.expires_ms);
 	*live = LOAD(&s->fleet.live);
+	*whole = LOAD(&s->fleet.whole[kind]);
 	return w ? (int64_t)(w - 1) : -1;
 }

@@ -699,7 +699,7 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 	for (int k = 0; k < 3; k++) {
 		uint64_t exp;
 
-		e->fleet_share[k] = ns_table_fleet_read(t, idx, k, &exp, &e->fleet_live);
+		e->fleet_share[k] = ns_table_fleet_read(t, idx, k, &e->fleet_whole[k], &exp, &e->fleet_live);
 		e->fleet_left_ms = exp > now_ms ? exp - now_ms : 0;
 	}
 	{

@@ -186,8 +186,10 @@ struct ns_slot {
 		uint32_t live;       /* atomic: the machines the agent last saw sharing it */
 		uint32_t pad;
 		uint64_t denied[3]; /* atomic, NS_FLEET_K_*: asks the share turned down (the agent's demand) */
+		uint64_t whole[3];  /* atomic, NS_FLEET_K_*: the limit the fleet keeps to (the smallest of
+				     * the machines' policies), as the agent last leased it */
 	} fleet;
-	uint8_t reserved[272]; /* zero */
+	uint8_t reserved[248]; /* zero */
 };
 
 enum ns_event_type {
@@ -287,6 +289,7 @@ struct ns_entry {
 	uint64_t waited_ms_p99;     /* waits for a place: their p99's upper bound, 0 = none */
 	uint64_t cooldown_left_ms;  /* a Retry-After's cooldown: what is left of it, 0 = none */
 	int64_t fleet_share[3];     /* NS_FLEET_K_*: this machine's share of the fleet's limit, -1 = none written */
+	uint64_t fleet_whole[3];    /* ...the fleet's limit (rate: thousandths an hour) */
 	uint64_t fleet_left_ms;     /* ...what is left of its lease (0: lapsed) */
 	uint32_t fleet_live;        /* ...the machines sharing it, as the agent last saw */
 	uint64_t retry_throttled;
@@ -693,10 +696,12 @@ void ns_table_fleet_demand(const struct ns_table *t, int idx, struct ns_fleet_de
 /* The agent's share of idx's limit kind until expires_ms (CLOCK_MONOTONIC),
  * of live machines; a share that grew wakes the waiters (the futex words
  * to wake, 0 to 2 of them, in wake[]; the caller wakes them). */
-int ns_table_fleet_write(struct ns_table *t, int idx, int kind, uint64_t share, uint64_t expires_ms, uint32_t live,
-			 uint32_t *wake[2]);
-/* ...as the table holds it: the share (-1: none written), its expiry, the machines */
-int64_t ns_table_fleet_read(const struct ns_table *t, int idx, int kind, uint64_t *expires_ms, uint32_t *live);
+int ns_table_fleet_write(struct ns_table *t, int idx, int kind, uint64_t share, uint64_t whole, uint64_t expires_ms,
+			 uint32_t live, uint32_t *wake[2]);
+/* ...as the table holds it: the share (-1: none written), the fleet's
+ * limit, its expiry, the machines */
+int64_t ns_table_fleet_read(const struct ns_table *t, int idx, int kind, uint64_t *whole, uint64_t *expires_ms,
+			    uint32_t *live);
 void ns_table_req_limit_event(struct ns_table *t, int idx, const struct ns_settings *set, int ev, int held,
 			      uint64_t now_ms);
 #define NS_ADAPT_LIMIT(w) ((uint32_t)((w) >> 44)) /* the adapt word's limit (thousandths) */

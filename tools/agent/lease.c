@@ -258,7 +258,10 @@ static void write_share(struct fdst *f, int k, uint64_t share, uint64_t expires)
 		       f->live == 1 ? "" : "s");
 	f->local[k] = share;
 	f->have[k] = 1;
-	if (ns_table_fleet_write(&ag_state.t, f->slot, k, share, expires, f->live, wake) == 0 && wake[0])
+	if (ns_table_fleet_write(&ag_state.t, f->slot, k, share,
+				 f->held_whole[k] && f->held_whole[k] < f->whole[k] ? f->held_whole[k] : f->whole[k],
+				 expires, f->live, wake) == 0 &&
+	    wake[0])
 		ctl_futex_wake(wake[0]);
 }
 
@@ -488,7 +491,8 @@ void ag_lease_stop(void)
 					freeReplyObject(r);
 			}
 			/* handed back: nothing starts here until an agent leases again */
-			ns_table_fleet_write(&ag_state.t, f->slot, k, f->local[k], ctl_mono_ms(), f->live, wake);
+			ns_table_fleet_write(&ag_state.t, f->slot, k, f->local[k], f->whole[k], ctl_mono_ms(), f->live,
+					     wake);
 		}
 		HASH_DEL(L.d, f);
 		free(f);

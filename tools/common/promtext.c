@@ -81,6 +81,30 @@ static void limit_series(FILE *f, const char *metric, const struct ns_entry *e, 
 	fprintf(f, "} %u.%03u\n", milli / 1000, milli % 1000);
 }
 
+/* The fleet's limits (share 0) or this machine's shares of them (share
+ * 1; 0 while lapsed), one series a limit leased; rate a decimal a second
+ * (kept in thousandths an hour). */
+static void fleet_series(FILE *f, const char *metric, const struct ns_entry *e, int n, int share)
+{
+	static const char *const lab[3] = { "fleet_max_requests", "fleet_max_connections", "fleet_rate" };
+
+	for (int i = 0; i < n; i++)
+		for (int k = 0; k < 3; k++) {
+			uint64_t v = share ? (e[i].fleet_left_ms ? (uint64_t)e[i].fleet_share[k] : 0)
+					   : e[i].fleet_whole[k];
+
+			if (e[i].fleet_share[k] < 0)
+				continue;
+			fprintf(f, "%s{", metric);
+			ctl_prom_dest_labels(f, e[i].key);
+			if (k == NS_FLEET_K_RATE)
+				fprintf(f, ",limit=\"%s\"} %llu.%03llu\n", lab[k], (unsigned long long)v / 3600000,
+					(unsigned long long)(v % 3600000) / 3600);
+			else
+				fprintf(f, ",limit=\"%s\"} %llu\n", lab[k], (unsigned long long)v);
+		}
+}
+
 static void counter(FILE *f, const char *metric, const char *help, const char *type, const struct ns_entry *e,
 		    int n, size_t off, int u32)
 {
@@ -204,27 +228,16 @@ void ctl_metrics_write(FILE *f, const struct ns_table *t)
 			limit_series(f, "netshim_requests_limit", &e[i], e[i].req_limit);
 	counter(f, "netshim_paced_total", "Connects and requests that waited for a token of rate.", "counter", e, n,
 		OFFE(paced), 0);
+	head(f, "netshim_fleet_limit",
+	     "A fleet limit for every machine together, as this machine's agent leases a share of it (the smallest "
+	     "of the machines' policies; fleet_rate: per second).",
+	     "gauge");
+	fleet_series(f, "netshim_fleet_limit", e, n, 0);
 	head(f, "netshim_fleet_share",
 	     "This machine's share of a fleet limit its agent leases (fleet_max_requests, fleet_max_connections: "
 	     "places; fleet_rate: per second); 0 while the lease has lapsed.",
 	     "gauge");
-	for (int i = 0; i < n; i++)
-		for (int k = 0; k < 3; k++) {
-			static const char *const lab[3] = { ",limit=\"fleet_max_requests\"",
-							    ",limit=\"fleet_max_connections\"",
-							    ",limit=\"fleet_rate\"" };
-			int64_t v = e[i].fleet_left_ms ? e[i].fleet_share[k] : 0;
-
-			if (e[i].fleet_share[k] < 0)
-				continue;
-			fputs("netshim_fleet_share{", f);
-			ctl_prom_dest_labels(f, e[i].key);
-			if (k == NS_FLEET_K_RATE) /* (thousandths an hour: a decimal a second) */
-				fprintf(f, "%s} %llu.%03llu\n", lab[k], (unsigned long long)v / 3600000,
-					(unsigned long long)(v % 3600000) / 3600);
-			else
-				fprintf(f, "%s} %llu\n", lab[k], (unsigned long long)v);
-		}
+	fleet_series(f, "netshim_fleet_share", e, n, 1);
 	head(f, "netshim_breaker_state", "1 for the destination's breaker state, 0 for the others.", "gauge");
 	for (int i = 0; i < n; i++) {
 		const char *st = ctl_entry_state(&e[i]);

@@ -75,9 +75,12 @@ void ctl_limits_line(const struct ns_entry *e)
 	}
 	for (int k = 0; k < 3 && n < sizeof(line); k++) {
 		static const char *const fk[3] = { "fleet_max_requests", "fleet_max_connections", "fleet_rate" };
-		uint64_t whole = k == 0 ? set.fleet_max_requests
-			: k == 1        ? set.fleet_max_connections
-					: set.fleet_rate_mph;
+		/* the fleet's limit as the agent leased it (the smallest of the
+		 * machines' policies), else as the policy in force here says */
+		uint64_t whole = e->fleet_whole[k] ? e->fleet_whole[k]
+			: k == 0                   ? set.fleet_max_requests
+			: k == 1                   ? set.fleet_max_connections
+						   : set.fleet_rate_mph;
 
 		if (e->fleet_share[k] < 0)
 			continue;

@@ -108,10 +108,20 @@ static void fleet_share_json(const struct ns_entry *e)
 			printf("%lld", (long long)e->fleet_share[k]);
 		any = 1;
 	}
-	if (any)
-		printf(", \"machines\": %u, \"lease_left_ms\": %llu}", e->fleet_live,
+	if (any) {
+		printf(", \"limits\": {");
+		for (int k = 0, n = 0; k < 3; k++) {
+			if (e->fleet_share[k] < 0)
+				continue;
+			printf("%s\"%s\": ", n++ ? ", " : "", name[k]);
+			if (k == NS_FLEET_K_RATE)
+				printf("%.3f", (double)e->fleet_whole[k] / 3600000.0);
+			else
+				printf("%llu", (unsigned long long)e->fleet_whole[k]);
+		}
+		printf("}, \"machines\": %u, \"lease_left_ms\": %llu}", e->fleet_live,
 		       (unsigned long long)e->fleet_left_ms);
-	else
+	} else
 		printf("null");
 }
 
