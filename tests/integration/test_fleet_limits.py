@@ -23,6 +23,7 @@ import pytest
 
 from conftest import BUILD, Shim, py_script, shimrun_spawn as spawn, wait_all
 from test_fleet import AGENT, NO_AGENT, BACKENDS, Redis  # noqa: F401 (redis_cluster's fixture lives in conftest)
+from test_engine import gobins  # noqa: F401  (the Go clients, built once)
 from test_requests import InflightServer
 
 POLL_MS = 200
@@ -404,3 +405,24 @@ def wait_for_true(pred, timeout):
             return True
         time.sleep(0.05)
     return False
+
+
+@pytest.mark.agent
+def test_go_programs_under_the_seccomp_engine_keep_to_their_machines_shares(machines, inflight, gobins):
+    # static Go clients (shimrun's seccomp engine: a connection per
+    # request), 3 machines x 6 goroutines, fleet_max_connections = 6: the
+    # server never has more than 6 at once, every machine is served
+    pol = f"[host \"127.0.0.1:{inflight.port}\"]\nfleet_max_connections = 6\nqueue_timeout = 60s\n"
+    ms = machines(3, pol)
+    start = time.time() + 0.5
+    procs = [spawn(m.shim, [gobins["hammer-static"], inflight.url + "hold/100", start, start + 6, 6]) for m in ms]
+    res = wait_all(procs, 120)
+    got = []
+    for rc, o, e in res:
+        assert rc == 0, e
+        r = json.loads(o.strip().splitlines()[-1])
+        got.append(r)
+    oks = [r["status"].get("200", 0) for r in got]
+    assert all(not r["errors"] for r in got), got
+    assert inflight.peak <= 6, (inflight.peak, got)
+    assert min(oks) > 0 and inflight.peak >= 5, (inflight.peak, got)
