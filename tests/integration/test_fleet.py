@@ -127,13 +127,13 @@ class Node:
         self.redis_url = redis_url
         self.agent = None
 
-    def start_agent(self, *extra, quorum=2, poll_ms=POLL_MS):
+    def start_agent(self, *extra, quorum=2, poll_ms=POLL_MS, env=None):
         if NO_AGENT:
             return
         self.agent = subprocess.Popen(
             [str(BUILD / "netshim-agent"), "--redis", self.redis_url, "--node", self.name, "--table", self.shim.table,
              "--poll-ms", str(poll_ms), "--quorum", str(quorum), *extra],
-            stdout=subprocess.DEVNULL, stderr=open(self.log_path, "w"))
+            stdout=subprocess.DEVNULL, stderr=open(self.log_path, "w"), env=env)
         # it is serving once its table names it
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:

@@ -13,16 +13,16 @@ Negative control: without agents (NETSHIM_FLEET_NO_AGENT=1) each machine
 keeps the whole limit to itself and the server sees it over: every test
 marked `agent` fails."""
 import json
+import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
 
 import pytest
 
-from conftest import BUILD, Shim, py_script, shimrun_spawn as spawn, wait_all
-from test_fleet import AGENT, NO_AGENT, BACKENDS, Redis  # noqa: F401 (redis_cluster's fixture lives in conftest)
+from conftest import py_script, shimrun_spawn as spawn, wait_all
+from test_fleet import NO_AGENT, Node, redis  # noqa: F401 (its fixture: one redis-server, and the cluster)
 from test_engine import gobins  # noqa: F401  (the Go clients, built once)
 from test_requests import InflightServer
 
@@ -53,33 +53,15 @@ print(json.dumps({"ok": ok[0], "bad": bad[:5], "nbad": len(bad)}))
 """
 
 
-class Machine:
-    """A table, its policy and its agent."""
+class Machine(Node):
+    """A table, its policy (the fleet's keys) and its agent, which reads it."""
 
     def __init__(self, name, tmp, redis_url, policy):
-        self.name = name
-        d = tmp / name
-        d.mkdir()
-        self.shim = Shim(d)
+        super().__init__(name, tmp, redis_url)
         self.shim.policy(policy)
-        self.log_path = d / "agent.log"
-        self.redis_url = redis_url
-        self.agent = None
 
     def start_agent(self):
-        if NO_AGENT:
-            return
-        env = dict(__import__("os").environ, NETSHIM_POLICY=str(self.shim.policy_path))
-        self.agent = subprocess.Popen(
-            [AGENT, "--redis", self.redis_url, "--node", self.name, "--table", self.shim.table,
-             "--poll-ms", str(POLL_MS)], stdout=subprocess.DEVNULL, stderr=open(self.log_path, "w"), env=env)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            p = self.shim.ctl("status", "--json")
-            if p.returncode == 0 and json.loads(p.stdout)["agent"]:
-                return
-            time.sleep(0.02)
-        raise AssertionError(f"agent {self.name} did not start: {self.log()}")
+        super().start_agent(poll_ms=POLL_MS, env=dict(os.environ, NETSHIM_POLICY=str(self.shim.policy_path)))
 
     def kill_agent(self, sig=signal.SIGTERM):
         if self.agent:
@@ -87,33 +69,18 @@ class Machine:
             self.agent.wait(timeout=10)
             self.agent = None
 
-    def log(self):
-        return self.log_path.read_text() if self.log_path.exists() else ""
-
     def share(self, dest, kind="requests"):
         e = self.shim.entry(dest)
         return (e.get("fleet_share") or {}).get(kind) if e else None
 
 
-@pytest.fixture(params=BACKENDS)
-def store(request, tmp_path):
-    if request.param == "cluster":
-        c = request.getfixturevalue("redis_cluster")
-        c.reset()
-        yield c
-        return
-    r = Redis(tmp_path)
-    yield r
-    r.kill()
-
-
 @pytest.fixture
-def machines(tmp_path, store):
+def machines(tmp_path, redis):
     made = []
 
     def make(n, policy):
         for _ in range(n):
-            made.append(Machine(f"m{len(made) + 1}", tmp_path, store.url, policy))
+            made.append(Machine(f"m{len(made) + 1}", tmp_path, redis.url, policy))
         for m in made[-n:]:
             m.start_agent()
         return made[-n:]
@@ -131,11 +98,11 @@ def inflight():
     s.stop()
 
 
-def evals(store):
+def evals(redis):
     """EVAL calls the single redis-server has served (None: a cluster)."""
-    if not hasattr(store, "cli"):
+    if not hasattr(redis, "cli"):
         return None
-    for line in store.cli("INFO", "commandstats").splitlines():
+    for line in redis.cli("INFO", "commandstats").splitlines():
         if line.startswith("cmdstat_eval:"):
             return int(line.split("calls=")[1].split(",")[0])
     return 0
@@ -146,13 +113,23 @@ def polls(ms):
     return sum((json.loads(m.shim.ctl("status", "--json").stdout)["agent"] or {}).get("polls", 0) for m in ms)
 
 
+def policy(srv, keys):
+    """One section for srv's destination: keys, and a minute's queue."""
+    return f"[host \"127.0.0.1:{srv.port}\"]\n{keys}\nqueue_timeout = 60s\n"
+
+
+def busy(ms, srv, hold_ms, secs, threads, session=True):
+    """HAMMER started on each machine (its processes)."""
+    py = py_script(ms[0].shim.tmp, HAMMER if session else HAMMER.replace("s = requests.Session()", "s = requests"))
+    return [spawn(m.shim, py + [f"{srv.url}hold/{hold_ms}", secs, threads]) for m in ms]
+
+
 def jain(xs):
     return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)) if any(xs) else 0.0
 
 
-def hammer(ms, srv, secs, threads, path="hold/200"):
-    py = py_script(ms[0].shim.tmp, HAMMER)
-    procs = [spawn(m.shim, py + [srv.url + path, secs, threads]) for m in ms]
+def hammer(ms, srv, secs, threads, hold_ms=200):
+    procs = busy(ms, srv, hold_ms, secs, threads)
     return [json.loads(o.strip().splitlines()[-1]) if rc == 0 else (rc, e) for rc, o, e in wait_all(procs, 300)]
 
 
@@ -163,7 +140,7 @@ def test_ten_machines_never_have_more_than_the_fleets_limit_in_flight_and_share_
     # is used (at least 30 at once at some point, 90 % of the ideal
     # throughput over the last 10 s), and the machines are served evenly
     # (Jain's index over their answers >= 0.95)
-    pol = f"[host \"127.0.0.1:{inflight.port}\"]\nfleet_max_requests = 40\nqueue_timeout = 60s\n"
+    pol = policy(inflight, "fleet_max_requests = 40")
     ms = machines(10, pol)
     t0 = time.monotonic()
     res = hammer(ms, inflight, 20, 8)
@@ -200,17 +177,15 @@ def test_machines_that_go_idle_hand_their_shares_to_the_busy_within_two_polls(ma
     # 10 machines, all busy, then 5 of them stop: the 5 still busy reach
     # 8 each (40 / 5) within 2 polls of the idle ones' last request (and
     # a loaded machine's slack); the shares never sum above 40
-    pol = f"[host \"127.0.0.1:{inflight.port}\"]\nfleet_max_requests = 40\nqueue_timeout = 60s\n"
+    pol = policy(inflight, "fleet_max_requests = 40")
     ms = machines(10, pol)
-    py = py_script(ms[0].shim.tmp, HAMMER)
-    url = inflight.url + "hold/200"
-    busy = [spawn(m.shim, py + [url, 9, 8]) for m in ms[:5]]
-    idle = [spawn(m.shim, py + [url, 3, 8]) for m in ms[5:]]
+    going = busy(ms[:5], inflight, 200, 9, 8)
+    idle = busy(ms[5:], inflight, 200, 3, 8)
     assert wait_shares(ms, inflight.dest, lambda sh: max(sh) <= 5, 5) is not None  # all busy: 4 each
     wait_all(idle)
     t = wait_shares(ms[:5], inflight.dest, lambda sh: min(sh) >= 8, 5)
     sums = [sum(x or 0 for x in shares_of(ms, inflight.dest)) for _ in range(5)]
-    res = wait_all(busy)
+    res = wait_all(going)
     assert all(rc == 0 for rc, _, _ in res), res
     assert t is not None and t <= 2 * POLL_MS / 1000 + 0.6, t
     assert max(sums) <= 40 and inflight.peak <= 40, (sums, inflight.peak)
@@ -223,14 +198,12 @@ def test_a_machine_that_joins_gets_its_share_and_a_killed_agents_share_goes_back
     # requests end); then its agent is SIGKILLed: its share lapses there
     # (nothing starts: its requests wait) and returns to the other three
     # within its lease (3 polls and a second); the server never above 12
-    pol = f"[host \"127.0.0.1:{inflight.port}\"]\nfleet_max_requests = 12\nqueue_timeout = 60s\n"
+    pol = policy(inflight, "fleet_max_requests = 12")
     ms = machines(3, pol)
-    py = py_script(ms[0].shim.tmp, HAMMER)
-    url = inflight.url + "hold/200"
-    busy = [spawn(m.shim, py + [url, 12, 6]) for m in ms]
+    going = busy(ms, inflight, 200, 12, 6)
     assert wait_shares(ms, inflight.dest, lambda sh: sh == [4, 4, 4], 5) is not None
     (late,) = machines(1, pol)
-    joiner = spawn(late.shim, py + [url, 4, 6])
+    (joiner,) = busy([late], inflight, 200, 4, 6)
     t_join = wait_shares([late], inflight.dest, lambda sh: sh[0] >= 3, 5)
     assert t_join is not None and t_join <= 3 * POLL_MS / 1000 + 0.6, t_join
     late.kill_agent(signal.SIGKILL)
@@ -238,31 +211,29 @@ def test_a_machine_that_joins_gets_its_share_and_a_killed_agents_share_goes_back
     assert t_back is not None and t_back <= 2 * (3 * POLL_MS + 1000) / 1000 + 0.6, t_back
     e = late.shim.entry(inflight.dest)
     assert e["fleet_share"]["lease_left_ms"] == 0, e
-    wait_all(busy)
+    wait_all(going)
     joiner.kill()
     joiner.wait()
     assert inflight.peak <= 12, inflight.peak
 
 
 @pytest.mark.agent
-def test_redis_lost_keeps_each_share_at_most_the_limit_over_the_machines_said_once(machines, inflight, store):
+def test_redis_lost_keeps_each_share_at_most_the_limit_over_the_machines_said_once(machines, inflight, redis):
     # Redis gone mid-run: each machine keeps min(its last share, 12 / 3),
     # the agents say so once, the server never sees more than 12; Redis
     # back: leased again (said)
-    if not hasattr(store, "proc"):
+    if not hasattr(redis, "proc"):
         pytest.skip("a single redis-server is killed here; the cluster's failover is test_fleet_cluster's")
-    pol = f"[host \"127.0.0.1:{inflight.port}\"]\nfleet_max_requests = 12\nqueue_timeout = 60s\n"
+    pol = policy(inflight, "fleet_max_requests = 12")
     ms = machines(3, pol)
-    py = py_script(ms[0].shim.tmp, HAMMER)
-    url = inflight.url + "hold/100"
-    busy = [spawn(m.shim, py + [url, 8, 6]) for m in ms]
+    going = busy(ms, inflight, 100, 8, 6)
     assert wait_shares(ms, inflight.dest, lambda sh: sh == [4, 4, 4], 5) is not None
-    store.kill()
+    redis.kill()
     time.sleep(5 * POLL_MS / 1000)
     during = shares_of(ms, inflight.dest)
     lefts = [m.shim.entry(inflight.dest)["fleet_share"]["lease_left_ms"] for m in ms]
-    store.start()
-    res = wait_all(busy)
+    redis.start()
+    res = wait_all(going)
     assert all(rc == 0 and json.loads(o.strip().splitlines()[-1])["nbad"] == 0 for rc, o, _ in res), res
     assert during == [4, 4, 4] and min(lefts) > 0, (during, lefts)
     assert inflight.peak <= 12, inflight.peak
@@ -275,10 +246,9 @@ def test_fleet_max_connections_caps_the_connections_of_every_machine_together(ma
     # programs that open a connection per request (no session): 5 machines
     # x 6 threads, fleet_max_connections = 10: never more than 10 at the
     # server at once
-    pol = f"[host \"127.0.0.1:{inflight.port}\"]\nfleet_max_connections = 10\nqueue_timeout = 60s\n"
+    pol = policy(inflight, "fleet_max_connections = 10")
     ms = machines(5, pol)
-    py = py_script(ms[0].shim.tmp, HAMMER.replace("s = requests.Session()", "s = requests"))
-    procs = [spawn(m.shim, py + [inflight.url + "hold/100", 8, 6]) for m in ms]
+    procs = busy(ms, inflight, 100, 8, 6, session=False)
     res = wait_all(procs, 300)
     oks = []
     for rc, o, e in res:
@@ -297,10 +267,10 @@ def test_fleet_rate_keeps_every_second_at_the_fleets_rate_and_uses_it(machines, 
     # shares sum to 50 a second, but a machine's bucket at 10.5/s lets 11
     # into a second, and loopback moves a request across a second's edge)
     # and on average at least 45; the machines served evenly
-    pol = f"[host \"127.0.0.1:{inflight.port}\"]\nfleet_rate = 50/s\nqueue_timeout = 60s\n"
+    pol = policy(inflight, "fleet_rate = 50/s")
     ms = machines(5, pol)
     start = time.monotonic()
-    res = hammer(ms, inflight, 12, 4, path="hold/0")
+    res = hammer(ms, inflight, 12, 4, hold_ms=0)
     assert all(isinstance(r, dict) for r in res), res
     times = sorted(t for t, _ in inflight.log)
     t0 = times[0] + 2   # after the first leases
@@ -320,11 +290,10 @@ def test_machines_whose_policies_disagree_keep_to_the_smallest_limit_and_say_so(
     # one machine's policy says 10, the other's 6: together never above 6
     # once both have leased, and the one that says 10 logs that the
     # smallest holds
-    big = machines(1, f"[host \"127.0.0.1:{inflight.port}\"]\nfleet_max_requests = 10\nqueue_timeout = 60s\n")
-    small = machines(1, f"[host \"127.0.0.1:{inflight.port}\"]\nfleet_max_requests = 6\nqueue_timeout = 60s\n")
+    big = machines(1, policy(inflight, "fleet_max_requests = 10"))
+    small = machines(1, policy(inflight, "fleet_max_requests = 6"))
     ms = big + small
-    py = py_script(ms[0].shim.tmp, HAMMER)
-    procs = [spawn(m.shim, py + [inflight.url + "hold/100", 6, 8]) for m in ms]
+    procs = busy(ms, inflight, 100, 6, 8)
     # (each machine's policy is known to the fleet from its first lease on:
     # before it, the one that says 10 keeps to 10; counted from 1.5 s on,
     # when both have leased)
@@ -354,20 +323,19 @@ def test_machines_whose_policies_disagree_keep_to_the_smallest_limit_and_say_so(
 
 
 @pytest.mark.agent
-def test_an_agent_leases_every_limit_of_every_destination_in_one_command_a_poll(machines, inflight, store):
+def test_an_agent_leases_every_limit_of_every_destination_in_one_command_a_poll(machines, inflight, redis):
     # three limits on one destination, 2 machines: over 2 s the single
     # redis-server serves at most one EVAL a poll of each agent (one each
     # per limit would be three), and every limit has its share
-    if evals(store) is None:
+    if evals(redis) is None:
         pytest.skip("commandstats are per node in a cluster; the single redis-server counts them")
-    pol = (f"[host \"127.0.0.1:{inflight.port}\"]\nfleet_max_requests = 30\nfleet_max_connections = 30\n"
-           "fleet_rate = 1000/s\nqueue_timeout = 60s\n")
+    pol = policy(inflight, "fleet_max_requests = 30\nfleet_max_connections = 30\nfleet_rate = 1000/s")
     ms = machines(2, pol)
-    res = hammer(ms, inflight, 1, 2, path="hold/10")
+    res = hammer(ms, inflight, 1, 2, hold_ms=10)
     assert all(isinstance(r, dict) and r["nbad"] == 0 for r in res), res
-    e0, p0 = evals(store), polls(ms)
+    e0, p0 = evals(redis), polls(ms)
     time.sleep(2)
-    n_eval, n_poll = evals(store) - e0, polls(ms) - p0
+    n_eval, n_poll = evals(redis) - e0, polls(ms) - p0
     assert n_poll >= 10 and n_eval <= n_poll + 2, (n_eval, n_poll)
     sh = ms[0].shim.entry(inflight.dest)["fleet_share"]
     assert set(sh) == {"requests", "connections", "rate_per_s", "limits", "machines", "lease_left_ms"}, sh
@@ -375,24 +343,23 @@ def test_an_agent_leases_every_limit_of_every_destination_in_one_command_a_poll(
 
 
 @pytest.mark.agent
-def test_a_cluster_master_killed_mid_run_never_lets_the_shares_sum_above_the_limit(machines, inflight, store):
+def test_a_cluster_master_killed_mid_run_never_lets_the_shares_sum_above_the_limit(machines, inflight, redis):
     # Redis Cluster: the master of the fleet's slot is killed while 3
     # machines hammer fleet_max_requests = 12; its replica takes over (a
     # write it had not yet had may be lost): the server never sees more
     # than 12, every request is answered, and the shares are leased again
-    if hasattr(store, "proc"):
+    if hasattr(redis, "proc"):
         pytest.skip("a failover needs the Redis Cluster")
-    pol = f"[host \"127.0.0.1:{inflight.port}\"]\nfleet_max_requests = 12\nqueue_timeout = 60s\n"
+    pol = policy(inflight, "fleet_max_requests = 12")
     ms = machines(3, pol)
-    py = py_script(ms[0].shim.tmp, HAMMER)
-    busy = [spawn(m.shim, py + [inflight.url + "hold/100", 10, 6]) for m in ms]
+    going = busy(ms, inflight, 100, 10, 6)
     assert wait_shares(ms, inflight.dest, lambda sh: sh == [4, 4, 4], 5) is not None
-    owner = store.master_of("netshim:{default}:seq")
-    replica = store.replica_of(owner)
-    store.kill_node(owner)
-    assert wait_for_true(lambda: store.master_now("netshim:{default}:seq") == replica, 15)
+    owner = redis.master_of("netshim:{default}:seq")
+    replica = redis.replica_of(owner)
+    redis.kill_node(owner)
+    assert wait_for_true(lambda: redis.master_now("netshim:{default}:seq") == replica, 15)
     t = wait_shares(ms, inflight.dest, lambda sh: sum(sh) == 12, 10)
-    res = wait_all(busy)
+    res = wait_all(going)
     assert all(rc == 0 and json.loads(o.strip().splitlines()[-1])["nbad"] == 0 for rc, o, _ in res), res
     assert t is not None, [m.log() for m in ms]
     assert inflight.peak <= 12, inflight.peak
@@ -412,7 +379,7 @@ def test_go_programs_under_the_seccomp_engine_keep_to_their_machines_shares(mach
     # static Go clients (shimrun's seccomp engine: a connection per
     # request), 3 machines x 6 goroutines, fleet_max_connections = 6: the
     # server never has more than 6 at once, every machine is served
-    pol = f"[host \"127.0.0.1:{inflight.port}\"]\nfleet_max_connections = 6\nqueue_timeout = 60s\n"
+    pol = policy(inflight, "fleet_max_connections = 6")
     ms = machines(3, pol)
     start = time.time() + 0.5
     procs = [spawn(m.shim, [gobins["hammer-static"], inflight.url + "hold/100", start, start + 6, 6]) for m in ms]
