@@ -463,3 +463,33 @@ Test(policy, address_choice_and_connect_total_timeout_resolve_and_write_back)
 	cr_assert_gt(parse("[defaults]\nconnect_total_timeout = soon\n", &p), 0);
 	cr_assert(strstr(err, "t.conf:2: connect_total_timeout:"), "%s", err);
 }
+
+Test(policy, fleet_keys_resolve_to_a_span_of_places_and_a_rate_below_the_local_keys)
+{
+	struct ns_policy p;
+	struct ns_settings s;
+	struct ns_dest d;
+
+	cr_assert_eq(parse("[host \"a.example\"]\nfleet_max_requests = 40\nfleet_rate = 50/s\n"
+			   "[host \"b.example\"]\nfleet_max_connections = 8\nmax_connections = 3\nrate = 1/s\n"
+			   "fleet_rate = 50/s\n",
+			   &p),
+		     0, "%s", err);
+	cr_assert(p.has_max_requests, "fleet_max_requests follows requests");
+	memset(&d, 0, sizeof(d));
+	strcpy(d.name, "a.example");
+	d.family = AF_INET;
+	ns_policy_resolve(&p, &d, &s, NULL);
+	cr_assert_eq(s.fleet, NS_FLEET_REQ | NS_FLEET_RATE);
+	cr_assert_eq(s.fleet_max_requests, 40);
+	cr_assert_eq(s.max_requests, NS_PLACES, "alone: the places span up to a machine's most");
+	cr_assert_eq(s.rate_mph, 50 * 3600000ULL, "alone: the whole fleet's rate bounds the machine's");
+	strcpy(d.name, "b.example");
+	ns_policy_resolve(&p, &d, &s, NULL);
+	cr_assert_eq(s.fleet, NS_FLEET_CONN | NS_FLEET_RATE);
+	cr_assert_eq(s.max_connections, 3, "a local key beside it stays");
+	cr_assert_eq(s.rate_mph, 3600000ULL);
+	ns_policy_free(&p);
+	expect_error("[defaults]\nfleet_max_requests = 0\n",
+		     "t.conf:2: fleet_max_requests: 0 is out of range (1 to 1000000)\n");
+}
