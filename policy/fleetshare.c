@@ -22,9 +22,12 @@ uint64_t ns_table_fleet_share(const struct ns_table *t, int idx, int kind, uint6
 		/* none written yet: while an agent of a fleet runs, the first
 		 * lease is waited for (one poll); else no agent shares it and
 		 * the whole limit is this machine's */
-		const struct ns_table_hdr *h = t->hdr;
+		struct ns_table_hdr *h = t->hdr;
 
-		return h && LOAD(&h->agent_pid) && !(LOAD(&h->agent_flags) & NS_AGENT_NOFLEET) ? 0 : whole;
+		if (!h || !LOAD(&h->agent_pid) || (LOAD(&h->agent_flags) & NS_AGENT_NOFLEET))
+			return whole;
+		__atomic_fetch_add(&h->fleet_asked, 1, __ATOMIC_RELAXED); /* (the agent leases at its next tick) */
+		return 0;
 	}
 	if (now_ms >= LOAD(&s->fleet.expires_ms))
 		return 0; /* lapsed: the share went back to the others */

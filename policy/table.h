@@ -81,9 +81,10 @@ struct ns_table_hdr {
 	uint64_t hist_until_ms;     /* atomic: CLOCK_MONOTONIC ms; renewed every pass; 0 = none */
 	uint32_t hist_gen;          /* atomic: bumped when the ring file is made anew (map it again) */
 	uint32_t hist_pad;
-	uint64_t ungoverned; /* atomic: connects the seccomp engine let go ungoverned (a process it
+	uint64_t ungoverned;  /* atomic: connects the seccomp engine let go ungoverned (a process it
 			      * cannot read: non-dumpable, another user's); a count, nothing indexes by it */
-	uint8_t reserved[16];
+	uint64_t fleet_asked; /* atomic: asks for a destination's first fleet share (its agent leases at once) */
+	uint8_t reserved[8];
 };
 
 #define NS_AGENT_CONNECTED 1u   /* Redis answers */

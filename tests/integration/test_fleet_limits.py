@@ -60,8 +60,8 @@ class Machine(Node):
         super().__init__(name, tmp, redis_url)
         self.shim.policy(policy)
 
-    def start_agent(self):
-        super().start_agent(poll_ms=POLL_MS, env=dict(os.environ, NETSHIM_POLICY=str(self.shim.policy_path)))
+    def start_agent(self, poll_ms=POLL_MS):
+        super().start_agent(poll_ms=poll_ms, env=dict(os.environ, NETSHIM_POLICY=str(self.shim.policy_path)))
 
     def kill_agent(self, sig=signal.SIGTERM):
         if self.agent:
@@ -393,3 +393,30 @@ def test_go_programs_under_the_seccomp_engine_keep_to_their_machines_shares(mach
     assert all(not r["errors"] for r in got), got
     assert inflight.peak <= 6, (inflight.peak, got)
     assert min(oks) > 0 and inflight.peak >= 5, (inflight.peak, got)
+
+
+ONE_GET = """
+import json, sys, time, requests
+t0 = time.monotonic()
+r = requests.get(sys.argv[1], timeout=60)
+print(json.dumps({"status": r.status_code, "s": time.monotonic() - t0}))
+"""
+
+
+@pytest.mark.agent
+def test_a_destinations_first_request_asks_the_agent_for_its_share_at_once_not_at_the_next_poll(tmp_path, redis,
+                                                                                                inflight):
+    # polls 10 s apart: a program's first request to a fleet-limited
+    # destination (no share yet, so it waits) makes the agent lease at its
+    # next tick (50 ms): answered long before the next poll
+    m = Machine("m1", tmp_path, redis.url, policy(inflight, "fleet_max_requests = 4"))
+    m.start_agent(poll_ms=10000)
+    try:
+        time.sleep(0.5)   # (its first pass done: the next poll is 10 s away)
+        r = m.shim.run(py_script(tmp_path, ONE_GET) + [inflight.url + "hold/10"], timeout=60)
+        out = r.last_json()
+        assert out["status"] == 200 and out["s"] < 5, (out, m.log())
+        assert m.share(inflight.dest) == 4, m.shim.entry(inflight.dest)
+    finally:
+        m.kill_agent()
+        m.shim.cleanup()

@@ -1172,6 +1172,7 @@ Test(table, a_fleet_share_is_the_limit_in_force_until_its_lease_lapses)
 	cr_assert_eq(ns_table_fleet_share(&t, a, NS_FLEET_K_REQ, 40, 1000), 40, "no agent: the whole");
 	t.hdr->agent_pid = 1234;
 	cr_assert_eq(ns_table_fleet_share(&t, a, NS_FLEET_K_REQ, 40, 1000), 0, "an agent of a fleet: its first lease");
+	cr_assert_eq(t.hdr->fleet_asked, 1, "...asked of the agent at once");
 	t.hdr->agent_flags = NS_AGENT_NOFLEET;
 	cr_assert_eq(ns_table_fleet_share(&t, a, NS_FLEET_K_REQ, 40, 1000), 40, "an agent without a fleet: the whole");
 	cr_assert_eq(ns_table_fleet_write(&t, a, NS_FLEET_K_REQ, 7, 40, 3000, 5, wake), 0);

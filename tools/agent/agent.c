@@ -589,7 +589,7 @@ int main(int argc, char **argv)
 	/* the gaps count from the last pass a change or a hint started early
 	 * (bursts are served together), not from a regular one, which never
 	 * delays a change it could not have seen */
-	for (uint64_t next_pass = 0, last_early = 0; !stopping;) {
+	for (uint64_t next_pass = 0, last_early = 0, fleet_asked = 0; !stopping;) {
 		uint64_t now = ctl_mono_ms();
 		int early;
 
@@ -598,6 +598,11 @@ int main(int argc, char **argv)
 			break;
 		}
 		ag_read_events();
+		/* a program waits for a destination's first fleet share: lease now */
+		if (__atomic_load_n(&ag_state.t.hdr->fleet_asked, __ATOMIC_RELAXED) != fleet_asked) {
+			fleet_asked = __atomic_load_n(&ag_state.t.hdr->fleet_asked, __ATOMIC_RELAXED);
+			ag_state.local_change = 1;
+		}
 		early = (ag_state.local_change && now >= last_early + LOCAL_GAP_MS) ||
 			(hint_due(now) && now >= last_early + HINT_GAP_MS);
 		if (now >= next_pass || (ag_state.nops && ag_state.connected) || early) {
