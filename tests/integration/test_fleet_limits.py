@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import py_script, shimrun_spawn as spawn, wait_all
+from conftest import BUILD, py_script, shimrun_spawn as spawn, wait_all
 from test_fleet import NO_AGENT, Node, redis  # noqa: F401 (its fixture: one redis-server, and the cluster)
 from test_engine import gobins  # noqa: F401  (the Go clients, built once)
 from test_requests import InflightServer
@@ -420,3 +420,14 @@ def test_a_destinations_first_request_asks_the_agent_for_its_share_at_once_not_a
     finally:
         m.kill_agent()
         m.shim.cleanup()
+
+
+def test_check_notes_that_a_fleet_limit_is_kept_by_the_agents(tmp_path):
+    pol = tmp_path / "p.conf"
+    pol.write_text("[host \"shop.example\"]\nfleet_max_requests = 40\nfleet_rate = 50/s\n")
+    r = subprocess.run([str(BUILD / "shimctl"), "check", str(pol)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    notes = [line for line in r.stdout.splitlines() if "note:" in line]
+    assert notes == [f"{pol}:2: note: fleet_max_requests is a limit for every machine together: each machine "
+                     "keeps to the share its netshim-agent (with --redis, reading this policy) leases; a machine "
+                     "that runs none keeps the whole limit to itself"], r.stdout

@@ -38,6 +38,16 @@ static void auto_notes(const char *file, const struct ns_policy *p)
 			       "each connection after its request; one that keeps them open (a session, a pool, "
 			       "HTTP/2) holds its places while idle. max_requests caps the requests in flight\n",
 			       file, s->key_line[NS_K_MAX_CONNECTIONS]);
+		/* a fleet limit is kept only by the agents: a machine without
+		 * one keeps the whole to itself */
+		for (int k = NS_K_FLEET_MAX_REQUESTS; k <= NS_K_FLEET_RATE; k++)
+			if (s->set & NS_KBIT(k)) {
+				printf("%s:%d: note: %s is a limit for every machine together: each machine keeps to "
+				       "the share its netshim-agent (with --redis, reading this policy) leases; a "
+				       "machine that runs none keeps the whole limit to itself\n",
+				       file, s->key_line[k], ns_key_names[k]);
+				break;
+			}
 	}
 }
 
