@@ -84,6 +84,12 @@ if command -v valgrind >/dev/null; then
 		c=$(awk -v a="$(awk '{print $NF}' <<<"$line")" -v p="$plain" 'BEGIN { printf "%.1f", a - p }')
 		echo "    $(tail -1 "$work/$k.conf") adds $c per request (bar <= 150: $(bar "$c" 150 "<="))"
 	done
+	# the fleet's limits (no agent: the whole is the limit; the share's
+	# look and the places counted as under auto), over the local key's cost
+	printf '[defaults]\nfleet_max_requests = 8\n' >"$work/freq.conf"
+	line=$(SHIM_ENV="NETSHIM_POLICY=$work/freq.conf" added "  the same with fleet_max_requests = 8" 5000 - keepalive)
+	echo "$line"
+	echo "    fleet_max_requests adds $(awk -v a="$(awk '{print $NF}' <<<"$line")" -v p="$plain" 'BEGIN { printf "%.1f", a - p }') per request"
 	printf '[defaults]\nmax_requests = 1\nqueue_timeout = 30s\n' >"$work/req1.conf"
 	read -r _ hn _ p50 _ p99 < <(NETSHIM_TABLE="$table.ho" NETSHIM_POLICY="$work/req1.conf" LD_PRELOAD="$LIB" "$BUILD/bench" handoff 5000)
 	rm -f "/dev/shm/$table.ho"
