@@ -243,7 +243,7 @@ uint64_t ns_admit_token(struct ns_table *t, int slot, const struct ns_settings *
 
 		if (!mph) {
 			ns_table_fleet_denied(t, slot, NS_FLEET_K_RATE);
-			return 100000; /* no share here now: look again in 100 ms */
+			return now_us + 100000; /* no share here now: look again in 100 ms */
 		}
 		if (fstep > step)
 			step = fstep;

@@ -431,3 +431,33 @@ def test_check_notes_that_a_fleet_limit_is_kept_by_the_agents(tmp_path):
     assert notes == [f"{pol}:2: note: fleet_max_requests is a limit for every machine together: each machine "
                      "keeps to the share its netshim-agent (with --redis, reading this policy) leases; a machine "
                      "that runs none keeps the whole limit to itself"], r.stdout
+
+
+@pytest.mark.agent
+def test_a_lapsed_rate_share_holds_requests_without_spinning_and_an_agent_back_lets_them_go(tmp_path, redis,
+                                                                                            inflight):
+    # fleet_rate's share lapsed (the agent killed): a program's request
+    # waits for a token, looking again every 100 ms, not in a busy loop
+    # (its CPU over 3 s well under a second), and nothing reaches the
+    # server; an agent again: it goes
+    m = Machine("m1", tmp_path, redis.url, policy(inflight, "fleet_rate = 10/s"))
+    m.start_agent()
+    try:
+        r = m.shim.run(py_script(tmp_path, ONE_GET) + [inflight.url + "hold/0"], timeout=60).last_json()
+        assert r["status"] == 200, r
+        assert m.share(inflight.dest, "rate_per_s") == 10.0
+        m.kill_agent(signal.SIGKILL)
+        time.sleep((3 * POLL_MS + 1000) / 1000 + 0.3)   # the lease lapsed
+        assert m.shim.entry(inflight.dest)["fleet_share"]["lease_left_ms"] == 0
+        before = inflight.total
+        p = spawn(m.shim, py_script(tmp_path, ONE_GET) + [inflight.url + "hold/0"])
+        time.sleep(3)
+        held = inflight.total - before
+        m.start_agent()
+        _, status, ru = os.wait4(p.pid, 0)
+        out = json.loads(p.stdout.read().strip().splitlines()[-1])
+        assert held == 0 and out["status"] == 200 and out["s"] >= 2, (held, out)
+        assert ru.ru_utime + ru.ru_stime < 1.0, (ru.ru_utime, ru.ru_stime)
+    finally:
+        m.kill_agent()
+        m.shim.cleanup()
