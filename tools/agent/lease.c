@@ -27,6 +27,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "../../policy/hash.h" /* (before uthash: its hash function) */
 #include "../../policy/policy.h"
 #include "agentstate.h"
 
@@ -423,11 +424,13 @@ int ag_lease_pass(uint64_t now, int connected, char *err, size_t len)
 	{
 		struct ns_fleet_demand dm;
 
-		if (!f->seen || !f->kinds) {
+		if (!f->seen) { /* (its slot gone) */
 			HASH_DEL(L.d, f);
 			free(f);
 			continue;
 		}
+		if (!f->kinds)
+			continue; /* no fleet limit (kept: resolved once a policy) */
 		ns_table_fleet_demand(&ag_state.t, f->slot, &dm);
 		for (int k = 0; k < 3; k++)
 			if (f->kinds & BIT[k])
