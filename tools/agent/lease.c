@@ -42,8 +42,9 @@
  * is counted again over every entry at most once a poll (by whichever
  * machine finds it old: the only pass over them all); a machine's share is
  * min(the level (or its demand and an even part of what no one asks for),
- * the whole less the others' shares), and it publishes at least what it
- * holds in flight up to its old share. Returns, a limit: {share to keep to,
+ * the whole less the others' shares; what no one asks for as counted,
+ * less what this machine asks now beyond what it asked then), and it
+ * publishes at least what it holds in flight up to its old share. Returns, a limit: {share to keep to,
  * share published, machines, whole}. */
 static const char SCRIPT[] =
 	"local node, lease, poll = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])\n"
@@ -66,7 +67,8 @@ static const char SCRIPT[] =
 	"    redis.call('HDEL', H, n)\n"
 	"    redis.call('ZREM', Z, n)\n"
 	"  end\n"
-	"  local old = share_of(redis.call('HGET', H, node)) or 0\n"
+	"  local old, oldw = share_of(redis.call('HGET', H, node))\n"
+	"  old = old or 0\n"
 	"  local m = redis.call('HMGET', M, 'level', 'left', 'live', 'whole', 'at')\n"
 	"  local level, left, live, fw = tonumber(m[1] or ''), tonumber(m[2] or ''), tonumber(m[3] or ''), tonumber(m[4] or '')\n"
 	"  if not level or not left or not live or not fw or not m[5] or now - tonumber(m[5]) >= poll or fw > whole then\n"
@@ -93,6 +95,8 @@ static const char SCRIPT[] =
 	"      left = left - d[j]\n"
 	"    end\n"
 	"    redis.call('HSET', M, 'level', level, 'left', left, 'live', live, 'whole', fw, 'at', now)\n"
+	"  elseif level < 0 and oldw then\n"
+	"    left = math.max(0, left + oldw - demand)\n"
 	"  end\n"
 	"  local target\n"
 	"  if level >= 0 then target = math.min(demand, level) else target = demand + math.floor(left / live) end\n"
