@@ -255,12 +255,12 @@ static void write_share(struct fdst *f, int k, uint64_t share, uint64_t expires)
 {
 	uint32_t *wake[2];
 
-	if (!f->have[k] || share != f->local[k])
-		ag_log("%s: %s %llu%s, this machine's share %llu (%u machine%s)", f->key, KIND[k],
-		       (unsigned long long)(k == NS_FLEET_K_RATE ? f->whole[k] / 3600 : f->whole[k]),
-		       k == NS_FLEET_K_RATE ? " thousandths/s" : "",
-		       (unsigned long long)(k == NS_FLEET_K_RATE ? share / 3600 : share), f->live,
-		       f->live == 1 ? "" : "s");
+	if ((!f->have[k] || share != f->local[k]) && k == NS_FLEET_K_RATE) /* (thousandths an hour) */
+		ag_log("%s: %s %.3f/s, this machine's share %.3f/s (%u machine%s)", f->key, KIND[k],
+		       (double)f->whole[k] / 3600000.0, (double)share / 3600000.0, f->live, f->live == 1 ? "" : "s");
+	else if (!f->have[k] || share != f->local[k])
+		ag_log("%s: %s %llu, this machine's share %llu (%u machine%s)", f->key, KIND[k],
+		       (unsigned long long)f->whole[k], (unsigned long long)share, f->live, f->live == 1 ? "" : "s");
 	f->local[k] = share;
 	f->have[k] = 1;
 	if (ns_table_fleet_write(&ag_state.t, f->slot, k, share,
