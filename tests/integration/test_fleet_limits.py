@@ -461,3 +461,42 @@ def test_a_lapsed_rate_share_holds_requests_without_spinning_and_an_agent_back_l
     finally:
         m.kill_agent()
         m.shim.cleanup()
+
+
+@pytest.mark.agent
+def test_the_fleets_slot_moved_to_another_master_mid_run_is_followed_and_never_above_the_limit(machines, inflight,
+                                                                                               redis):
+    # Redis Cluster: the slot of the fleet's keys (the leases among them)
+    # migrates to another master while 3 machines hammer
+    # fleet_max_requests = 12 (its keys answered with ASK and TRYAGAIN
+    # while they move, MOVED after): the agents follow, the server never
+    # sees more than 12, every request is answered, the shares whole again
+    if hasattr(redis, "proc"):
+        pytest.skip("a slot moves in the Redis Cluster")
+    from rediscluster import key_slot
+    ms = machines(3, policy(inflight, "fleet_max_requests = 12"))
+    going = busy(ms, inflight, 100, 10, 6)
+    assert wait_shares(ms, inflight.dest, lambda sh: sh == [4, 4, 4], 5) is not None
+    slot_key = "netshim:{default}:seq"
+    source = redis.master_of(slot_key)
+    target = next(m for m in redis.masters() if m != source)
+    slot = key_slot(slot_key)
+    sid = redis.node_cli(source, "CLUSTER", "MYID").strip()
+    tid = redis.node_cli(target, "CLUSTER", "MYID").strip()
+    assert redis.node_cli(target, "CLUSTER", "SETSLOT", str(slot), "IMPORTING", sid).strip() == "OK"
+    assert redis.node_cli(source, "CLUSTER", "SETSLOT", str(slot), "MIGRATING", tid).strip() == "OK"
+    for _ in range(20):   # the keys move a few at a time, the agents polling meanwhile
+        keys = redis.node_cli(source, "CLUSTER", "GETKEYSINSLOT", str(slot), "3").split()
+        if not keys:
+            break
+        out = redis.node_cli(source, "MIGRATE", "127.0.0.1", str(target), "", "0", "5000", "REPLACE", "KEYS", *keys)
+        assert out.strip() in ("OK", "NOKEY"), out
+        time.sleep(0.1)
+    for m in redis.masters():
+        redis.node_cli(m, "CLUSTER", "SETSLOT", str(slot), "NODE", tid)
+    assert wait_for_true(lambda: all("a slot moved" in m.log() for m in ms), 10), [m.log() for m in ms]
+    t = wait_shares(ms, inflight.dest, lambda sh: sum(sh) == 12, 10)
+    res = wait_all(going)
+    assert all(rc == 0 and json.loads(o.strip().splitlines()[-1])["nbad"] == 0 for rc, o, _ in res), res
+    assert t is not None, [m.log() for m in ms]
+    assert inflight.peak <= 12, inflight.peak
