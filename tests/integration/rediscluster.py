@@ -134,6 +134,19 @@ class Cluster:
                 return [(e[0], e[1], e[2][1], [r[1] for r in e[3:]]) for e in json.loads(out)]
         return []
 
+    def migrating(self, key):
+        """Begin moving key's slot from its master to another (IMPORTING on
+        the target, MIGRATING on the source): (source, target, slot, the
+        target's node id)."""
+        source = self.master_of(key)
+        target = next(m for m in self.masters() if m != source)
+        slot = key_slot(key)
+        sid = self.node_cli(source, "CLUSTER", "MYID").strip()
+        tid = self.node_cli(target, "CLUSTER", "MYID").strip()
+        assert self.node_cli(target, "CLUSTER", "SETSLOT", str(slot), "IMPORTING", sid).strip() == "OK"
+        assert self.node_cli(source, "CLUSTER", "SETSLOT", str(slot), "MIGRATING", tid).strip() == "OK"
+        return source, target, slot, tid
+
     def masters(self):
         return sorted({m for _, _, m, _ in self.slots()})
 

@@ -110,15 +110,7 @@ def test_a_slot_moved_to_another_master_is_followed_ask_while_it_moves_moved_aft
     srv, later = server("reset"), server("reset")
     trip(n1, srv)
     trip(n2, srv)
-    slot_key = "netshim:{default}:seq"
-    source = cluster.master_of(slot_key)
-    target = next(m for m in cluster.masters() if m != source)
-    from rediscluster import key_slot
-    slot = key_slot(slot_key)
-    sid = cluster.node_cli(source, "CLUSTER", "MYID").strip()
-    tid = cluster.node_cli(target, "CLUSTER", "MYID").strip()
-    assert cluster.node_cli(target, "CLUSTER", "SETSLOT", str(slot), "IMPORTING", sid).strip() == "OK"
-    assert cluster.node_cli(source, "CLUSTER", "SETSLOT", str(slot), "MIGRATING", tid).strip() == "OK"
+    source, target, slot, tid = cluster.migrating("netshim:{default}:seq")
     # the destination's votes move first: the source answers ASK for them
     moved = [f"netshim:{{default}}:votes:{srv.dest}"]
     out = cluster.node_cli(source, "MIGRATE", "127.0.0.1", str(target), "", "0", "5000", "KEYS", *moved)

@@ -122,6 +122,12 @@ def busy(ms, srv, hold_ms, secs, threads, session=True):
     return [spawn(m.shim, py + [f"{srv.url}hold/{hold_ms}", secs, threads]) for m in ms]
 
 
+def single_only(redis, why):
+    """Skipped on the Redis Cluster (a test of the single redis-server)."""
+    if not hasattr(redis, "proc"):
+        pytest.skip(why)
+
+
 def jain(xs):
     return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)) if any(xs) else 0.0
 
@@ -220,10 +226,8 @@ def test_redis_lost_keeps_each_share_at_most_the_limit_over_the_machines_said_on
     # Redis gone mid-run: each machine keeps min(its last share, 12 / 3),
     # the agents say so once, the server never sees more than 12; Redis
     # back: leased again (said)
-    if not hasattr(redis, "proc"):
-        pytest.skip("a single redis-server is killed here; the cluster's failover is test_fleet_cluster's")
-    pol = policy(inflight, "fleet_max_requests = 12")
-    ms = machines(3, pol)
+    single_only(redis, "a single redis-server is killed here; the cluster's failover has its own test")
+    ms = machines(3, policy(inflight, "fleet_max_requests = 12"))
     going = busy(ms, inflight, 100, 8, 6)
     assert wait_shares(ms, inflight.dest, lambda sh: sh == [4, 4, 4], 5) is not None
     redis.kill()
@@ -325,10 +329,8 @@ def test_an_agent_leases_every_limit_of_every_destination_in_one_command_a_poll(
     # three limits on one destination, 2 machines: over 2 s the single
     # redis-server serves at most one EVAL a poll of each agent (one each
     # per limit would be three), and every limit has its share
-    if not hasattr(redis, "proc"):
-        pytest.skip("commandstats are per node in a cluster; the single redis-server counts them")
-    pol = policy(inflight, "fleet_max_requests = 30\nfleet_max_connections = 30\nfleet_rate = 1000/s")
-    ms = machines(2, pol)
+    single_only(redis, "commandstats are per node in a cluster; the single redis-server counts them")
+    ms = machines(2, policy(inflight, "fleet_max_requests = 30\nfleet_max_connections = 30\nfleet_rate = 1000/s"))
     res = hammer(ms, inflight, 1, 2, hold_ms=10)
     assert all(isinstance(r, dict) and r["nbad"] == 0 for r in res), res
     e0, p0 = evals(redis), polls(ms)
@@ -471,18 +473,10 @@ def test_the_fleets_slot_moved_to_another_master_mid_run_is_followed_and_never_a
     # sees more than 12, every request is answered, the shares whole again
     if hasattr(redis, "proc"):
         pytest.skip("a slot moves in the Redis Cluster")
-    from rediscluster import key_slot
     ms = machines(3, policy(inflight, "fleet_max_requests = 12"))
     going = busy(ms, inflight, 100, 10, 6)
     assert wait_shares(ms, inflight.dest, lambda sh: sh == [4, 4, 4], 5) is not None
-    slot_key = "netshim:{default}:seq"
-    source = redis.master_of(slot_key)
-    target = next(m for m in redis.masters() if m != source)
-    slot = key_slot(slot_key)
-    sid = redis.node_cli(source, "CLUSTER", "MYID").strip()
-    tid = redis.node_cli(target, "CLUSTER", "MYID").strip()
-    assert redis.node_cli(target, "CLUSTER", "SETSLOT", str(slot), "IMPORTING", sid).strip() == "OK"
-    assert redis.node_cli(source, "CLUSTER", "SETSLOT", str(slot), "MIGRATING", tid).strip() == "OK"
+    source, target, slot, tid = redis.migrating("netshim:{default}:seq")
     for _ in range(20):   # the keys move a few at a time, the agents polling meanwhile
         keys = redis.node_cli(source, "CLUSTER", "GETKEYSINSLOT", str(slot), "3").split()
         if not keys:
