@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "reqq.h"
 #include "slot.h"
 #include "table.h"
 
@@ -20,8 +21,8 @@ uint64_t ns_table_fleet_share(const struct ns_table *t, int idx, int kind, uint6
 		return whole;
 	if (!(w = LOAD(&s->fleet.share[kind]))) {
 		/* none written yet: while an agent of a fleet runs, the first
-		 * lease is waited for (one poll); else no agent shares it and
-		 * the whole limit is this machine's */
+		 * lease is asked of it and waited for (its next tick); else no
+		 * agent shares it and the whole limit is this machine's */
 		struct ns_table_hdr *h = t->hdr;
 
 		if (!h || !LOAD(&h->agent_pid) || (LOAD(&h->agent_flags) & NS_AGENT_NOFLEET))
@@ -57,10 +58,9 @@ void ns_table_fleet_demand(const struct ns_table *t, int idx, struct ns_fleet_de
 	memset(d, 0, sizeof(*d));
 	if (!s)
 		return;
-	for (uint32_t i = 0; i < NS_PLACES; i++) {
-		d->req_inflight += LOAD(&s->req.place[i]) != 0;
+	d->req_inflight = ns_reqq_inflight(&s->req);
+	for (uint32_t i = 0; i < NS_PLACES; i++)
 		d->conn_inflight += LOAD(&s->place[i]) != 0;
-	}
 	d->req_waiting = LOAD(&s->req.queued);
 	d->conn_waiting = LOAD(&s->place_waiters);
 	d->tokens = LOAD(&s->fleet.tokens);
@@ -73,12 +73,12 @@ void ns_table_fleet_demand(const struct ns_table *t, int idx, struct ns_fleet_de
 }
 
 int ns_table_fleet_write(struct ns_table *t, int idx, int kind, uint64_t share, uint64_t whole, uint64_t expires_ms,
-			 uint32_t live, uint32_t *wake[2])
+			 uint32_t live, uint32_t **wake)
 {
 	struct ns_slot *s = slot_at(t, idx);
 	uint64_t was;
 
-	wake[0] = wake[1] = NULL;
+	*wake = NULL;
 	if (!s || kind < 0 || kind > NS_FLEET_K_RATE)
 		return -1;
 	was = LOAD(&s->fleet.share[kind]);
@@ -107,7 +107,7 @@ int ns_table_fleet_write(struct ns_table *t, int idx, int kind, uint64_t share, 
 
 		__atomic_fetch_add(w, 1, __ATOMIC_SEQ_CST);
 		if (LOAD(kind == NS_FLEET_K_REQ ? &s->req.waiters : &s->place_waiters))
-			wake[0] = w;
+			*wake = w;
 	}
 	return 0;
 }

@@ -680,6 +680,11 @@ uint32_t ns_table_req_limit(const struct ns_table *t, int idx, const struct ns_s
  * limit to itself); 0 once a lease lapsed unrenewed (its share went back
  * to the other machines: nothing may start here until an agent renews). */
 enum { NS_FLEET_K_REQ, NS_FLEET_K_CONN, NS_FLEET_K_RATE };
+/* ...the policy key of limit kind k (its name: ns_key_names[NS_FLEET_KEY(k)]) */
+#define NS_FLEET_KEY(k) (NS_K_FLEET_MAX_REQUESTS + (k))
+_Static_assert(NS_FLEET_KEY(NS_FLEET_K_CONN) == NS_K_FLEET_MAX_CONNECTIONS &&
+		       NS_FLEET_KEY(NS_FLEET_K_RATE) == NS_K_FLEET_RATE,
+	       "the fleet's limit kinds in the order of their keys");
 uint64_t ns_table_fleet_share(const struct ns_table *t, int idx, int kind, uint64_t whole, uint64_t now_ms);
 /* ...a token taken under fleet_rate (the agent's measure of demand) */
 void ns_table_fleet_token(struct ns_table *t, int idx);
@@ -695,10 +700,10 @@ struct ns_fleet_demand {
 };
 void ns_table_fleet_demand(const struct ns_table *t, int idx, struct ns_fleet_demand *d);
 /* The agent's share of idx's limit kind until expires_ms (CLOCK_MONOTONIC),
- * of live machines; a share that grew wakes the waiters (the futex words
- * to wake, 0 to 2 of them, in wake[]; the caller wakes them). */
+ * of live machines; a share of places that grew wakes the waiters (*wake:
+ * the futex word the caller wakes, else NULL). 0, or -1 for no such limit. */
 int ns_table_fleet_write(struct ns_table *t, int idx, int kind, uint64_t share, uint64_t whole, uint64_t expires_ms,
-			 uint32_t live, uint32_t *wake[2]);
+			 uint32_t live, uint32_t **wake);
 /* ...as the table holds it: the share (-1: none written), the fleet's
  * limit, its expiry, the machines */
 int64_t ns_table_fleet_read(const struct ns_table *t, int idx, int kind, uint64_t *whole, uint64_t *expires_ms,

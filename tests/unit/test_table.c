@@ -1164,7 +1164,7 @@ Test(table, a_fleet_share_is_the_limit_in_force_until_its_lease_lapses)
 {
 	struct ns_table t;
 	struct ns_entry e;
-	uint32_t *wake[2];
+	uint32_t *wake;
 	int a;
 
 	mem_table(&t, 2);
@@ -1175,20 +1175,20 @@ Test(table, a_fleet_share_is_the_limit_in_force_until_its_lease_lapses)
 	cr_assert_eq(t.hdr->fleet_asked, 1, "...asked of the agent at once");
 	t.hdr->agent_flags = NS_AGENT_NOFLEET;
 	cr_assert_eq(ns_table_fleet_share(&t, a, NS_FLEET_K_REQ, 40, 1000), 40, "an agent without a fleet: the whole");
-	cr_assert_eq(ns_table_fleet_write(&t, a, NS_FLEET_K_REQ, 7, 40, 3000, 5, wake), 0);
+	cr_assert_eq(ns_table_fleet_write(&t, a, NS_FLEET_K_REQ, 7, 40, 3000, 5, &wake), 0);
 	cr_assert_eq(ns_table_fleet_share(&t, a, NS_FLEET_K_REQ, 40, 2999), 7);
 	cr_assert_eq(ns_table_fleet_share(&t, a, NS_FLEET_K_REQ, 6, 2999), 6, "never above this policy's own");
 	cr_assert_eq(ns_table_fleet_share(&t, a, NS_FLEET_K_REQ, 40, 3000), 0, "lapsed");
 	cr_assert_eq(ns_table_fleet_share(&t, a, NS_FLEET_K_CONN, 9, 2000), 9, "another limit: none written");
-	cr_assert_eq(ns_table_fleet_write(&t, a, 3, 1, 1, 1, 1, wake), -1, "no such limit");
+	cr_assert_eq(ns_table_fleet_write(&t, a, 3, 1, 1, 1, 1, &wake), -1, "no such limit");
 	cr_assert_eq(ns_table_fleet_share(&t, a, -1, 5, 2000), 5);
 	/* a share that grows wakes the waiters; the agent's word for the
 	 * limit and the machines are what status reads */
 	ns_table_place_waiting(&t, a, 1);
-	cr_assert_eq(ns_table_fleet_write(&t, a, NS_FLEET_K_CONN, 3, 12, 5000, 4, wake), 0);
-	cr_assert_not_null(wake[0]);
-	cr_assert_eq(ns_table_fleet_write(&t, a, NS_FLEET_K_CONN, 2, 12, 5000, 4, wake), 0);
-	cr_assert_null(wake[0], "a share that shrank wakes no one");
+	cr_assert_eq(ns_table_fleet_write(&t, a, NS_FLEET_K_CONN, 3, 12, 5000, 4, &wake), 0);
+	cr_assert_not_null(wake);
+	cr_assert_eq(ns_table_fleet_write(&t, a, NS_FLEET_K_CONN, 2, 12, 5000, 4, &wake), 0);
+	cr_assert_null(wake, "a share that shrank wakes no one");
 	cr_assert_eq(ns_table_read(&t, a, 2000, &e), 0);
 	cr_assert_eq(e.fleet_share[NS_FLEET_K_REQ], 7);
 	cr_assert_eq(e.fleet_share[NS_FLEET_K_CONN], 2);

@@ -112,7 +112,6 @@ static const char SCRIPT[] =
 	"end\n"
 	"return out\n";
 
-static const char *const KIND[3] = { "fleet_max_requests", "fleet_max_connections", "fleet_rate" };
 static const uint32_t BIT[3] = { NS_FLEET_REQ, NS_FLEET_CONN, NS_FLEET_RATE };
 
 struct fdst {
@@ -251,23 +250,28 @@ static uint64_t demand(struct fdst *f, int k, const struct ns_fleet_demand *dm, 
 	return want < f->whole[k] ? want : f->whole[k];
 }
 
+/* The limit the fleet keeps to: the smallest of the machines' policies,
+ * once Redis said it, else this machine's own. */
+static uint64_t whole_of(const struct fdst *f, int k)
+{
+	return f->held_whole[k] && f->held_whole[k] < f->whole[k] ? f->held_whole[k] : f->whole[k];
+}
+
 static void write_share(struct fdst *f, int k, uint64_t share, uint64_t expires)
 {
-	uint32_t *wake[2];
+	uint32_t *wake;
 
 	if ((!f->have[k] || share != f->local[k]) && k == NS_FLEET_K_RATE) /* (thousandths an hour) */
-		ag_log("%s: %s %.3f/s, this machine's share %.3f/s (%u machine%s)", f->key, KIND[k],
-		       (double)f->whole[k] / 3600000.0, (double)share / 3600000.0, f->live, f->live == 1 ? "" : "s");
+		ag_log("%s: %s %.3f/s, this machine's share %.3f/s (%u machine%s)", f->key,
+		       ns_key_names[NS_FLEET_KEY(k)], (double)f->whole[k] / 3600000.0, (double)share / 3600000.0,
+		       f->live, f->live == 1 ? "" : "s");
 	else if (!f->have[k] || share != f->local[k])
-		ag_log("%s: %s %llu, this machine's share %llu (%u machine%s)", f->key, KIND[k],
+		ag_log("%s: %s %llu, this machine's share %llu (%u machine%s)", f->key, ns_key_names[NS_FLEET_KEY(k)],
 		       (unsigned long long)f->whole[k], (unsigned long long)share, f->live, f->live == 1 ? "" : "s");
 	f->local[k] = share;
 	f->have[k] = 1;
-	if (ns_table_fleet_write(&ag_state.t, f->slot, k, share,
-				 f->held_whole[k] && f->held_whole[k] < f->whole[k] ? f->held_whole[k] : f->whole[k],
-				 expires, f->live, wake) == 0 &&
-	    wake[0])
-		ctl_futex_wake(wake[0]);
+	if (ns_table_fleet_write(&ag_state.t, f->slot, k, share, whole_of(f, k), expires, f->live, &wake) == 0)
+		ctl_futex_wake(wake);
 }
 
 /* One limit of one destination this pass: its demand and what it holds. */
@@ -297,10 +301,11 @@ static int take_reply(const struct item *it, const redisReply *r, uint64_t now)
 		if (whole < f->whole[k])
 			ag_log("%s: %s is %llu in this machine's policy, %llu in another's: the smallest holds for "
 			       "every machine (the policies differ)",
-			       f->key, KIND[k], (unsigned long long)f->whole[k], (unsigned long long)whole);
+			       f->key, ns_key_names[NS_FLEET_KEY(k)], (unsigned long long)f->whole[k],
+			       (unsigned long long)whole);
 		else if (f->held_whole[k])
-			ag_log("%s: %s: the machines' policies agree again (%llu)", f->key, KIND[k],
-			       (unsigned long long)f->whole[k]);
+			ag_log("%s: %s: the machines' policies agree again (%llu)", f->key,
+			       ns_key_names[NS_FLEET_KEY(k)], (unsigned long long)f->whole[k]);
 		f->held_whole[k] = whole;
 	}
 	share = (uint64_t)r->element[0]->integer;
@@ -380,7 +385,7 @@ static int lease_shard(struct item *it, int n, uint64_t now, char *err, size_t l
 static void keep_share(struct fdst *f, int k, uint64_t now)
 {
 	uint64_t live = f->live ? f->live : 1;
-	uint64_t whole = f->held_whole[k] && f->held_whole[k] < f->whole[k] ? f->held_whole[k] : f->whole[k];
+	uint64_t whole = whole_of(f, k);
 
 	if (!L.down_said) {
 		ag_log("redis unreachable: each fleet limit kept at min(this machine's last share, the "
@@ -482,7 +487,7 @@ void ag_lease_stop(void)
 	HASH_ITER(hh, L.d, f, tmp)
 	{
 		for (int k = 0; k < 3; k++) {
-			uint32_t *wake[2];
+			uint32_t *wake;
 
 			if (!(f->kinds & BIT[k]))
 				continue;
@@ -499,7 +504,7 @@ void ag_lease_stop(void)
 			}
 			/* handed back: nothing starts here until an agent leases again */
 			ns_table_fleet_write(&ag_state.t, f->slot, k, f->local[k], f->whole[k], ctl_mono_ms(), f->live,
-					     wake);
+					     &wake);
 		}
 		HASH_DEL(L.d, f);
 		free(f);

@@ -86,8 +86,6 @@ static void limit_series(FILE *f, const char *metric, const struct ns_entry *e, 
  * (kept in thousandths an hour). */
 static void fleet_series(FILE *f, const char *metric, const struct ns_entry *e, int n, int share)
 {
-	static const char *const lab[3] = { "fleet_max_requests", "fleet_max_connections", "fleet_rate" };
-
 	for (int i = 0; i < n; i++)
 		for (int k = 0; k < 3; k++) {
 			uint64_t v = share ? (e[i].fleet_left_ms ? (uint64_t)e[i].fleet_share[k] : 0)
@@ -98,10 +96,11 @@ static void fleet_series(FILE *f, const char *metric, const struct ns_entry *e, 
 			fprintf(f, "%s{", metric);
 			ctl_prom_dest_labels(f, e[i].key);
 			if (k == NS_FLEET_K_RATE)
-				fprintf(f, ",limit=\"%s\"} %llu.%03llu\n", lab[k], (unsigned long long)v / 3600000,
-					(unsigned long long)(v % 3600000) / 3600);
+				fprintf(f, ",limit=\"%s\"} %llu.%03llu\n", ns_key_names[NS_FLEET_KEY(k)],
+					(unsigned long long)v / 3600000, (unsigned long long)(v % 3600000) / 3600);
 			else
-				fprintf(f, ",limit=\"%s\"} %llu\n", lab[k], (unsigned long long)v);
+				fprintf(f, ",limit=\"%s\"} %llu\n", ns_key_names[NS_FLEET_KEY(k)],
+					(unsigned long long)v);
 		}
 }
 

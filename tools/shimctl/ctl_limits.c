@@ -74,7 +74,6 @@ void ctl_limits_line(const struct ns_entry *e)
 					      e->thr_requests, e->thr_accepts);
 	}
 	for (int k = 0; k < 3 && n < sizeof(line); k++) {
-		static const char *const fk[3] = { "fleet_max_requests", "fleet_max_connections", "fleet_rate" };
 		/* the fleet's limit as the agent leased it (the smallest of the
 		 * machines' policies), else as the policy in force here says */
 		uint64_t whole = e->fleet_whole[k] ? e->fleet_whole[k]
@@ -85,7 +84,7 @@ void ctl_limits_line(const struct ns_entry *e)
 		if (e->fleet_share[k] < 0)
 			continue;
 		/* (the fleet's whole as the policy in force here says, when it does) */
-		n += (size_t)snprintf(line + n, sizeof(line) - n, "; %s", fk[k]);
+		n += (size_t)snprintf(line + n, sizeof(line) - n, "; %s", ns_key_names[NS_FLEET_KEY(k)]);
 		if (whole && n < sizeof(line))
 			n += (size_t)(k == NS_FLEET_K_RATE ? snprintf(line + n, sizeof(line) - n, " %.3f/s",
 								      (double)whole / 3600000.0)
