@@ -144,8 +144,7 @@ static void turned_away(const struct ns_engine *e, struct ns_admitter *a, struct
 		char limit[48], line[NS_KEY_MAX + 200];
 
 		if (requests)
-			snprintf(limit, sizeof(limit), "%u",
-				 set->req_adaptive ? ns_table_req_limit(t, slot, set) : set->max_requests);
+			snprintf(limit, sizeof(limit), "%u", ns_table_req_limit(t, slot, set, now_ms));
 		else
 			ns_cap_text(t, slot, set, now_ms, limit, sizeof(limit));
 		snprintf(

@@ -156,13 +156,6 @@ uint32_t ns_table_limit(const struct ns_table *t, int idx, const struct ns_setti
 	return ad_limit(&a);
 }
 
-uint32_t ns_table_req_limit(const struct ns_table *t, int idx, const struct ns_settings *set)
-{
-	struct ad a = ad_of(slot_at(t, idx), set, 1);
-
-	return ad_limit(&a);
-}
-
 static inline __attribute__((always_inline)) void ad_event(const struct ad *a, const struct ns_settings *set, int ev,
 							   int place, uint64_t now_ms)
 {
@@ -316,6 +309,13 @@ static inline __attribute__((always_inline)) uint32_t limit_now(const struct ns_
 			lim = (uint32_t)f;
 	}
 	return lim;
+}
+
+uint32_t ns_table_req_limit(const struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms)
+{
+	struct ad a = ad_of(slot_at(t, idx), set, 1);
+
+	return limit_now(t, idx, set, &a, 1, now_ms);
 }
 
 int ns_table_place_take_auto(struct ns_table *t, int idx, const struct ns_settings *set, uint32_t holder,

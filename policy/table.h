@@ -672,8 +672,10 @@ uint32_t ns_table_limit(const struct ns_table *t, int idx, const struct ns_setti
 void ns_table_limit_event(struct ns_table *t, int idx, const struct ns_settings *set, int ev, int place,
 			  uint64_t now_ms);
 /* ...max_requests = auto, the same on requests (max_requests_min/_max; held:
- * the requests in flight before one that took a place) */
-uint32_t ns_table_req_limit(const struct ns_table *t, int idx, const struct ns_settings *set);
+ * the requests in flight before one that took a place). ns_table_req_limit:
+ * max_requests' limit in force at now_ms (the key's, auto's, under a fleet
+ * limit at most this machine's share) */
+uint32_t ns_table_req_limit(const struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms);
 /* The fleet's share of idx's limit kind (NS_FLEET_K_*) in force at now_ms:
  * the agent's lease while it runs (whole: the policy's fleet value when no
  * agent ever wrote one, so a machine without an agent keeps the whole

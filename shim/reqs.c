@@ -50,10 +50,11 @@ static void got(struct ns_conn *c, int slot, uint32_t self, int p)
 }
 
 /* A place of the limit in force (policy/admit.h), or -1. now: 0 when
- * not read yet (the common case reads no clock: only auto wants one). */
+ * not read yet (the common case reads no clock: only auto and a fleet
+ * share, whose lease ends, want one). */
 static int take(struct ns_reqq *q, int slot, const struct ns_settings *set, uint32_t self, monotime now)
 {
-	if (unlikely(set->req_adaptive) && !now)
+	if (unlikely(set->req_adaptive | (set->fleet & NS_FLEET_REQ)) && !now)
 		now = ns_now();
 	return ns_admit_request_now(&ns_breakers, slot, q, set, self, (uint64_t)(now / 1000000));
 }

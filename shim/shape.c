@@ -100,7 +100,7 @@ uint32_t ns_shape_holder(void)
  * limit, under slow_start its share so far */
 static inline uint32_t cap_now(const struct ns_settings *set, int slot)
 {
-	if (likely(!(set->slow_start_ms | set->adaptive)))
+	if (likely(!(set->slow_start_ms | set->adaptive | (set->fleet & NS_FLEET_CONN))))
 		return set->max_connections;
 	return ns_table_cap_for(&ns_breakers, slot, set, (uint64_t)(ns_now() / 1000000));
 }

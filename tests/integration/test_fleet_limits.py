@@ -492,3 +492,28 @@ def test_the_fleets_slot_moved_to_another_master_mid_run_is_followed_and_never_a
     assert all(rc == 0 and json.loads(o.strip().splitlines()[-1])["nbad"] == 0 for rc, o, _ in res), res
     assert t is not None, [m.log() for m in ms]
     assert inflight.peak <= 12, inflight.peak
+
+
+@pytest.mark.agent
+def test_a_request_under_a_lapsed_share_fails_at_queue_timeout_naming_the_limit_in_force(tmp_path, redis, inflight):
+    # the agent killed, its lease lapsed: this machine's share is 0, so a
+    # request waits queue_timeout (1 s), fails at its start with
+    # ECONNREFUSED, and the line names the limit in force, 0 (not the 4
+    # places the fleet key spans here)
+    from test_requests import ONE
+    m = Machine("m1", tmp_path, redis.url, policy(inflight, "fleet_max_requests = 4").replace("60s", "1s"))
+    m.start_agent()
+    try:
+        r = m.shim.run(py_script(tmp_path, ONE_GET) + [inflight.url + "hold/0"], timeout=60).last_json()
+        assert r["status"] == 200 and m.share(inflight.dest) == 4, (r, m.log())
+        m.kill_agent(signal.SIGKILL)
+        time.sleep((3 * POLL_MS + 1000) / 1000 + 0.3)   # the lease lapsed
+        before = inflight.total
+        r = m.shim.run(py_script(tmp_path, ONE) + [inflight.port], timeout=60)
+        out = r.last_json()
+        assert out["sent"] is False and out["errno"] == "ECONNREFUSED" and out["s"] >= 0.9, out
+        assert inflight.total == before
+        assert "max_requests (0) reached" in r.err, r.err
+    finally:
+        m.kill_agent()
+        m.shim.cleanup()
