@@ -112,6 +112,14 @@ int ns_table_fleet_write(struct ns_table *t, int idx, int kind, uint64_t share, 
 	return 0;
 }
 
+void ns_table_fleet_largest(struct ns_table *t, int idx, int kind, uint64_t largest)
+{
+	struct ns_slot *s = slot_at(t, idx);
+
+	if (s && kind >= 0 && kind <= NS_FLEET_K_RATE)
+		__atomic_store_n(&s->fleet.largest[kind], largest, __ATOMIC_RELAXED);
+}
+
 int64_t ns_table_fleet_read(const struct ns_table *t, int idx, int kind, uint64_t *whole, uint64_t *expires_ms,
 			    uint32_t *live)
 {

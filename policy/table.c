@@ -701,6 +701,7 @@ int ns_table_read(const struct ns_table *t, int idx, uint64_t now_ms, struct ns_
 
 		e->fleet_share[k] = ns_table_fleet_read(t, idx, k, &e->fleet_whole[k], &exp, &e->fleet_live);
 		e->fleet_left_ms = exp > now_ms ? exp - now_ms : 0;
+		e->fleet_largest[k] = LOAD(&s->fleet.largest[k]);
 	}
 	{
 		uint64_t n = 0, seen = 0, wb[NS_WAIT_BUCKETS];

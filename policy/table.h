@@ -186,11 +186,13 @@ struct ns_slot {
 		uint64_t tokens;     /* atomic: rate's tokens taken under fleet_rate (the agent's demand) */
 		uint32_t live;       /* atomic: the machines the agent last saw sharing it */
 		uint32_t pad;
-		uint64_t denied[3]; /* atomic, NS_FLEET_K_*: asks the share turned down (the agent's demand) */
-		uint64_t whole[3];  /* atomic, NS_FLEET_K_*: the limit the fleet keeps to (the smallest of
+		uint64_t denied[3];  /* atomic, NS_FLEET_K_*: asks the share turned down (the agent's demand) */
+		uint64_t whole[3];   /* atomic, NS_FLEET_K_*: the limit the fleet keeps to (the smallest of
 				     * the machines' policies), as the agent last leased it */
+		uint64_t largest[3]; /* atomic, NS_FLEET_K_*: the largest of the machines' policies (shimctl
+				      * check --fleet), 0 = not known */
 	} fleet;
-	uint8_t reserved[248]; /* zero */
+	uint8_t reserved[224]; /* zero */
 };
 
 enum ns_event_type {
@@ -291,6 +293,7 @@ struct ns_entry {
 	uint64_t cooldown_left_ms;  /* a Retry-After's cooldown: what is left of it, 0 = none */
 	int64_t fleet_share[3];     /* NS_FLEET_K_*: this machine's share of the fleet's limit, -1 = none written */
 	uint64_t fleet_whole[3];    /* ...the fleet's limit (rate: thousandths an hour) */
+	uint64_t fleet_largest[3];  /* ...the largest of the machines' policies, 0 = not known */
 	uint64_t fleet_left_ms;     /* ...what is left of its lease (0: lapsed) */
 	uint32_t fleet_live;        /* ...the machines sharing it, as the agent last saw */
 	uint64_t retry_throttled;
@@ -708,6 +711,9 @@ int ns_table_fleet_write(struct ns_table *t, int idx, int kind, uint64_t share, 
 			 uint32_t live, uint32_t **wake);
 /* ...as the table holds it: the share (-1: none written), the fleet's
  * limit, its expiry, the machines */
+/* The largest limit of kind the machines' policies give idx (the agent's
+ * lease saw them all; shimctl check --fleet compares a file with them). */
+void ns_table_fleet_largest(struct ns_table *t, int idx, int kind, uint64_t largest);
 int64_t ns_table_fleet_read(const struct ns_table *t, int idx, int kind, uint64_t *whole, uint64_t *expires_ms,
 			    uint32_t *live);
 void ns_table_req_limit_event(struct ns_table *t, int idx, const struct ns_settings *set, int ev, int held,

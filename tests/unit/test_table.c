@@ -1189,7 +1189,11 @@ Test(table, a_fleet_share_is_the_limit_in_force_until_its_lease_lapses)
 	cr_assert_not_null(wake);
 	cr_assert_eq(ns_table_fleet_write(&t, a, NS_FLEET_K_CONN, 2, 12, 5000, 4, &wake), 0);
 	cr_assert_null(wake, "a share that shrank wakes no one");
+	ns_table_fleet_largest(&t, a, NS_FLEET_K_CONN, 20);
+	ns_table_fleet_largest(&t, a, 3, 99); /* no such limit: nothing written */
 	cr_assert_eq(ns_table_read(&t, a, 2000, &e), 0);
+	cr_assert_eq(e.fleet_largest[NS_FLEET_K_CONN], 20);
+	cr_assert_eq(e.fleet_largest[NS_FLEET_K_REQ], 0, "not known");
 	cr_assert_eq(e.fleet_share[NS_FLEET_K_REQ], 7);
 	cr_assert_eq(e.fleet_share[NS_FLEET_K_CONN], 2);
 	cr_assert_eq(e.fleet_share[NS_FLEET_K_RATE], -1);

@@ -618,6 +618,9 @@ int main(int argc, char **argv)
 			else
 				next_pass = now + (uint64_t)ag_state.poll_ms;
 			hint_connect(now);
+		} else if (ag_state.connected && ag_lease_due(now, next_pass - (uint64_t)ag_state.poll_ms)) {
+			if (ag_lease_pass(now, 1, err, sizeof(err)) != FL_OK)
+				failed(now, err);
 		}
 		if (ag_state.hooks)
 			ag_hooks_pass(ag_state.hooks, ctl_mono_ms());

@@ -132,6 +132,10 @@ uint64_t ag_lease_ms(void);
  * Redis; not: the last share, at most the limit over the machines last
  * seen) and written into the table; a Redis error: FL_DOWN with err. */
 int ag_lease_pass(uint64_t now, int connected, char *err, size_t len);
+/* A lease pass is due before the next poll (a share let go, or one held
+ * below its share for want of the others'): at most one after the poll
+ * that started at last_poll. */
+int ag_lease_due(uint64_t now, uint64_t last_poll);
 /* The agent stops: its shares handed back (Redis) and lapsed here. */
 void ag_lease_stop(void);
 

@@ -36,16 +36,21 @@
  * limit; ARGV: node, lease (ms), poll (ms), then whole, demand, in use,
  * three a limit), atomically:
  *   H: node -> "share demand expiry(Redis ms) whole"; Z: node by expiry;
- *   M: sum (the shares published), level, left, live, whole (the smallest
- *      of the machines'), at (when level was counted).
+ *   M: sum (the shares published), level, left, live, whole and wmax (the
+ *      smallest and the largest of the machines'), at (when level was
+ *      counted), new (a machine came since).
  * The lapsed are taken out (their shares off the sum); the max-min level
  * is counted again over every entry at most once a poll (by whichever
  * machine finds it old: the only pass over them all); a machine's share is
  * min(the level (or its demand and an even part of what no one asks for),
  * the whole less the others' shares; what no one asks for as counted,
  * less what this machine asks now beyond what it asked then), and it
- * publishes at least what it holds in flight up to its old share. Returns, a limit: {share to keep to,
- * share published, machines, whole}. */
+ * publishes at least what it holds in flight up to its old share. A
+ * machine new to the limit has the level counted at once, or by the first
+ * call a quarter poll after the last count (M's `new`): the others shrink
+ * to it at their next lease, not a poll later. Returns, a limit: {share to keep to, share published,
+ * machines, whole, the share it would have were all released, the largest
+ * whole}. */
 static const char SCRIPT[] =
 	"local node, lease, poll = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])\n"
 	"local t = redis.call('TIME')\n"
@@ -69,11 +74,13 @@ static const char SCRIPT[] =
 	"  end\n"
 	"  local old, oldw = share_of(redis.call('HGET', H, node))\n"
 	"  old = old or 0\n"
-	"  local m = redis.call('HMGET', M, 'level', 'left', 'live', 'whole', 'at')\n"
+	"  local m = redis.call('HMGET', M, 'level', 'left', 'live', 'whole', 'at', 'new', 'wmax')\n"
+	"  local fx = tonumber(m[7] or '') or whole\n"
 	"  local level, left, live, fw = tonumber(m[1] or ''), tonumber(m[2] or ''), tonumber(m[3] or ''), tonumber(m[4] or '')\n"
-	"  if not level or not left or not live or not fw or not m[5] or now - tonumber(m[5]) >= poll or fw > whole then\n"
+	"  if not level or not left or not live or not fw or not m[5] or now - tonumber(m[5]) >= poll or fw > whole\n"
+	"     or ((not oldw or m[6]) and now - tonumber(m[5]) >= poll / 4) then\n"
 	"    local d, h = {demand}, redis.call('HGETALL', H)\n"
-	"    fw, sum = whole, 0\n"
+	"    fw, fx, sum = whole, whole, 0\n"
 	"    for j = 1, #h, 2 do\n"
 	"      local s, w, e, l = share_of(h[j + 1])\n"
 	"      if not s then\n"
@@ -82,6 +89,7 @@ static const char SCRIPT[] =
 	"        d[#d + 1] = w\n"
 	"        sum = sum + s\n"
 	"        if l < fw then fw = l end\n"
+	"        if l > fx then fx = l end\n"
 	"      else\n"
 	"        sum = sum + s\n"
 	"      end\n"
@@ -94,7 +102,10 @@ static const char SCRIPT[] =
 	"      if d[j] * n > left then level = math.floor(left / n) break end\n"
 	"      left = left - d[j]\n"
 	"    end\n"
-	"    redis.call('HSET', M, 'level', level, 'left', left, 'live', live, 'whole', fw, 'at', now)\n"
+	"    redis.call('HSET', M, 'level', level, 'left', left, 'live', live, 'whole', fw, 'at', now, 'wmax', fx)\n"
+	"    redis.call('HDEL', M, 'new')\n"
+	"  elseif not oldw then\n"
+	"    redis.call('HSET', M, 'new', 1)\n"
 	"  elseif level < 0 and oldw then\n"
 	"    left = math.max(0, left + oldw - demand)\n"
 	"  end\n"
@@ -108,7 +119,8 @@ static const char SCRIPT[] =
 	"  redis.call('ZADD', Z, now + lease, node)\n"
 	"  redis.call('HSET', M, 'sum', sum - old + pub)\n"
 	"  for _, k in ipairs({H, M, Z}) do redis.call('PEXPIRE', k, 2 * lease) end\n"
-	"  out[#out + 1] = {mine, pub, live, fw}\n"
+	"  if whole > fx then fx = whole end\n"
+	"  out[#out + 1] = {mine, pub, live, fw, target, fx}\n"
 	"end\n"
 	"return out\n";
 
@@ -121,6 +133,9 @@ struct fdst {
 	uint64_t whole[3];                   /* the policy's (rate: thousandths per hour) */
 	uint64_t local[3];                   /* the share written here last */
 	uint64_t held_whole[3];              /* the whole the fleet keeps to (the smallest of the machines' policies) */
+	uint64_t pub[3];                     /* the share Redis holds for this machine (>= local while it lets go) */
+	uint64_t want[3];                    /* the demand reported last */
+	uint64_t target[3];                  /* the share it would have were all released */
 	int have[3];                         /* ...one was */
 	uint64_t tokens, paced, measured_ms; /* rate's demand: the counts at the last pass */
 	uint64_t conn_waits;                 /* max_connections' waits, at the last pass */
@@ -141,6 +156,8 @@ static struct {
 	int down_said;
 	int was_down;       /* a pass without Redis happened since the agent started */
 	uint64_t regrow_ms; /* after Redis came back: no share grows before then */
+	uint64_t last_ms;   /* the last lease Redis answered */
+	uint64_t early_ms;  /* the last lease between polls */
 	struct fdst *d;
 } L;
 
@@ -288,9 +305,9 @@ static int take_reply(const struct item *it, const redisReply *r, uint64_t now)
 	int k = it->k;
 	uint64_t share, whole;
 
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 4)
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 6)
 		return -1;
-	for (int j = 0; j < 4; j++)
+	for (int j = 0; j < 6; j++)
 		if (r->element[j]->type != REDIS_REPLY_INTEGER || r->element[j]->integer < 0)
 			return -1;
 	if (r->element[2]->integer < 1)
@@ -309,6 +326,10 @@ static int take_reply(const struct item *it, const redisReply *r, uint64_t now)
 		f->held_whole[k] = whole;
 	}
 	share = (uint64_t)r->element[0]->integer;
+	f->pub[k] = (uint64_t)r->element[1]->integer;
+	f->target[k] = (uint64_t)r->element[4]->integer;
+	f->want[k] = it->want;
+	ns_table_fleet_largest(&ag_state.t, f->slot, k, (uint64_t)r->element[5]->integer);
 	/* a store back from a loss holds none of what the others still have
 	 * in flight until each has leased again (within a lease): till then
 	 * no share grows past what this machine kept without it */
@@ -472,11 +493,50 @@ int ag_lease_pass(uint64_t now, int connected, char *err, size_t len)
 	for (int i = 0; i < n; i++)
 		keep_share(it[i].f, it[i].k, now);
 	free(it);
+	if (connected && rc == FL_OK)
+		L.last_ms = now;
 	if (connected && rc == FL_OK && L.down_said) {
 		ag_log("redis back: fleet limits leased again");
 		L.down_said = 0;
 	}
 	return rc;
+}
+
+/* A lease between polls: a shrinking machine has let go of what it held
+ * beyond its new share (places or requests; a rate share lets go at its
+ * next poll): at once, or a machine kept below its share for want of what
+ * the others still held asks again: half a poll after its last lease. At
+ * most one of them between two polls, so the agent sends at most two lease
+ * commands a shard a poll (besides a new destination's first lease, asked
+ * at once); none while the shares stand still. Due: 1, and counted. */
+int ag_lease_due(uint64_t now, uint64_t last_poll)
+{
+	struct fdst *f, *tmp;
+	int due = 0;
+
+	if (!L.last_ms || L.early_ms > last_poll)
+		return 0;
+	HASH_ITER(hh, L.d, f, tmp)
+	{
+		struct ns_fleet_demand dm;
+		int measured = 0;
+
+		for (int k = 0; k < 3 && !due; k++) {
+			if (!(f->kinds & BIT[k]) || !f->have[k])
+				continue;
+			if (f->local[k] < f->target[k] && f->local[k] < f->want[k] &&
+			    now >= L.last_ms + (uint64_t)ag_state.poll_ms / 2)
+				due = 1; /* held below its share */
+			if (due || k == NS_FLEET_K_RATE || f->pub[k] <= f->local[k])
+				continue;
+			if (!measured++)
+				ns_table_fleet_demand(&ag_state.t, f->slot, &dm);
+			due = (k == NS_FLEET_K_REQ ? dm.req_inflight : dm.conn_inflight) <= f->local[k]; /* let go */
+		}
+	}
+	if (due)
+		L.early_ms = now;
+	return due;
 }
 
 void ag_lease_stop(void)

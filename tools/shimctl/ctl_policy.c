@@ -51,6 +51,103 @@ static void auto_notes(const char *file, const struct ns_policy *p)
 	}
 }
 
+/* A fleet limit's value as the policy writes it: places, or a rate. */
+static void fleet_value(int k, uint64_t v, char *buf, size_t len)
+{
+	if (k == NS_FLEET_K_RATE)
+		snprintf(buf, len, "%g/s", (double)v / 3600000.0);
+	else
+		snprintf(buf, len, "%llu", (unsigned long long)v);
+}
+
+static uint64_t file_fleet(const struct ns_settings *set, int k)
+{
+	static const uint32_t bit[3] = { NS_FLEET_REQ, NS_FLEET_CONN, NS_FLEET_RATE };
+
+	if (!(set->fleet & bit[k]))
+		return 0;
+	return k == NS_FLEET_K_REQ     ? set->fleet_max_requests
+		: k == NS_FLEET_K_CONN ? set->fleet_max_connections
+				       : set->fleet_rate_mph;
+}
+
+/* --fleet: the file's fleet limits beside those of every machine's policy,
+ * as this machine's agent last saw them leasing (the table's destinations
+ * with a share). Every limit leased here is compared, and each section's
+ * fleet key that covers no leased destination is named as not compared.
+ * 0: they agree; 1: some differ (the smallest holds for every machine). */
+static int fleet_check(const char *file, const struct ns_policy *p, const char *table)
+{
+	struct ns_table t;
+	struct ns_scan sc;
+	uint64_t now = ctl_mono_ms();
+	unsigned char *seen = calloc((size_t)p->nsections * 3, 1);
+	int differ = 0, leased = 0;
+
+	if (!seen)
+		err(1, "out of memory");
+	if (ctl_open_table(table, 0, &t) < 0) {
+		free(seen);
+		return 1;
+	}
+	for (uint32_t i = ns_scan_begin(&t, &sc); i < t.nslots; i = ns_scan_next(&t, &sc, i + 1)) {
+		struct ns_entry e;
+		struct ns_settings set;
+		struct ns_origin o;
+		struct ns_dest d;
+
+		if (ns_table_read(&t, (int)i, now, &e) != 0 || ns_dest_parse(e.key, &d) < 0)
+			continue;
+		ns_policy_resolve(p, &d, &set, &o);
+		for (int k = 0; k < 3; k++) {
+			uint64_t mine = file_fleet(&set, k), lo = e.fleet_whole[k],
+				 hi = e.fleet_largest[k] > lo ? e.fleet_largest[k] : lo;
+			int sec = o.sec[NS_FLEET_KEY(k)];
+			char a[32], b[32], c[32];
+
+			if (sec >= 0 && sec < p->nsections)
+				seen[sec * 3 + k] = 1;
+			if (e.fleet_share[k] < 0 || !lo)
+				continue; /* not leased here */
+			leased++;
+			fleet_value(k, mine, a, sizeof(a));
+			fleet_value(k, lo, b, sizeof(b));
+			fleet_value(k, hi, c, sizeof(c));
+			if (mine == lo && hi == lo) {
+				printf("%s: %s: %s %s: as in every machine's policy (%u machine%s)\n", file, e.key,
+				       ns_key_names[NS_FLEET_KEY(k)], a, e.fleet_live, e.fleet_live == 1 ? "" : "s");
+				continue;
+			}
+			differ = 1;
+			if (!mine)
+				printf("%s: %s: %s: not set here; %s%s%s in the machines' policies (%u machine%s): "
+				       "%s holds for every machine\n",
+				       file, e.key, ns_key_names[NS_FLEET_KEY(k)], b, hi != lo ? " to " : "",
+				       hi != lo ? c : "", e.fleet_live, e.fleet_live == 1 ? "" : "s", b);
+			else
+				printf("%s:%d: %s: %s %s here; %s%s%s in the machines' policies (%u machine%s): the "
+				       "smallest (%s) holds for every machine\n",
+				       file, p->sec[sec].key_line[NS_FLEET_KEY(k)], e.key,
+				       ns_key_names[NS_FLEET_KEY(k)], a, b, hi != lo ? " to " : "", hi != lo ? c : "",
+				       e.fleet_live, e.fleet_live == 1 ? "" : "s", mine < lo ? a : b);
+		}
+	}
+	ns_scan_end(&sc);
+	ctl_close_table(&t);
+	for (int i = 0; i < p->nsections; i++)
+		for (int k = 0; k < 3; k++)
+			if ((p->sec[i].set & NS_KBIT(NS_FLEET_KEY(k))) && !seen[i * 3 + k])
+				printf("%s:%d: %s: no destination it covers is leased on this machine (table %s): not "
+				       "compared\n",
+				       file, p->sec[i].key_line[NS_FLEET_KEY(k)], ns_key_names[NS_FLEET_KEY(k)], table);
+	if (!leased)
+		printf("%s: no fleet limit is leased on this machine (table %s: no netshim-agent with --redis, or no "
+		       "program has reached a destination with one yet): nothing to compare\n",
+		       file, table);
+	free(seen);
+	return differ;
+}
+
 /* --install: the file compiled into the machine's image, which every
  * program's first connect then maps instead of parsing it (polimage.h). */
 static int install_image(const char *file, struct ns_policy *p)
@@ -65,10 +162,10 @@ static int install_image(const char *file, struct ns_policy *p)
 	return 0;
 }
 
-int ctl_cmd_check(char **files, int n, int install)
+int ctl_cmd_check(char **files, int n, int install, const char *fleet_table)
 {
 	char *errs = malloc(65536);
-	int bad = 0;
+	int bad = 0, differ = 0;
 
 	if (!errs)
 		err(1, "out of memory");
@@ -85,6 +182,8 @@ int ctl_cmd_check(char **files, int n, int install)
 			auto_notes(files[i], &p);
 			if (install && install_image(files[i], &p) != 0)
 				bad = 1;
+			if (fleet_table && fleet_check(files[i], &p, fleet_table) != 0)
+				differ = 1;
 			ns_policy_free(&p);
 		} else {
 			fputs(errs, stderr);
@@ -92,7 +191,7 @@ int ctl_cmd_check(char **files, int n, int install)
 		}
 	}
 	free(errs);
-	return bad ? 2 : 0;
+	return bad ? 2 : differ;
 }
 
 int ctl_cmd_explain(const char *policy, const char *dest)

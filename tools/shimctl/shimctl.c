@@ -19,7 +19,7 @@ static void usage(FILE *f)
 		"       shimctl [--table NAME] events [--json] [--follow] [DEST]\n"
 		"       shimctl [--table NAME] watch\n"
 		"       shimctl [--table NAME] metrics\n"
-		"       shimctl check [--install] FILE...\n"
+		"       shimctl [--table NAME] check [--install] [--fleet] FILE...\n"
 		"       shimctl [--policy FILE] explain DEST\n"
 		"       shimctl [--table NAME] inject DEST FAULTS [--for DURATION] [--existing]\n"
 		"       shimctl [--table NAME] inject --clear DEST | --clear --all\n"
@@ -50,16 +50,23 @@ static const char *command_word(int argc, char **argv)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "follow", no_argument, NULL, 'f' },       { "table", required_argument, NULL, 't' },
-		{ "policy", required_argument, NULL, 'p' }, { "json", no_argument, NULL, 'j' },
-		{ "all", no_argument, NULL, 'a' },          { "for", required_argument, NULL, 'F' },
-		{ "clear", no_argument, NULL, 'c' },        { "existing", no_argument, NULL, 'e' },
-		{ "install", no_argument, NULL, 'I' },      { "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },      { NULL, 0, NULL, 0 },
+		{ "follow", no_argument, NULL, 'f' },
+		{ "table", required_argument, NULL, 't' },
+		{ "policy", required_argument, NULL, 'p' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "all", no_argument, NULL, 'a' },
+		{ "for", required_argument, NULL, 'F' },
+		{ "clear", no_argument, NULL, 'c' },
+		{ "existing", no_argument, NULL, 'e' },
+		{ "install", no_argument, NULL, 'I' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "fleet", no_argument, NULL, 'L' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
 	};
 	const char *table = NULL, *policy = NULL, *cmd, *name, *for_text = NULL;
 	char def[64];
-	int json = 0, all = 0, follow = 0, clear = 0, existing = 0, install = 0, c, nargs;
+	int json = 0, all = 0, follow = 0, clear = 0, existing = 0, install = 0, fleet = 0, c, nargs;
 
 	/* the history's commands take options of their own */
 	cmd = command_word(argc, argv);
@@ -79,6 +86,9 @@ int main(int argc, char **argv)
 		case 'e': existing = 1; break;
 		case 'I':
 			install = 1;
+			break;
+		case 'L':
+			fleet = 1;
 			break;
 		case 'h': usage(stdout); return 0;
 		case 'V': printf("shimctl %s (table version %u)\n", NETSHIM_VERSION, NS_TABLE_VERSION); return 0;
@@ -105,7 +115,7 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "watch") == 0 && nargs == 0)
 		return ctl_cmd_watch(name);
 	if (strcmp(cmd, "check") == 0 && nargs >= 1)
-		return ctl_cmd_check(argv + optind, nargs, install);
+		return ctl_cmd_check(argv + optind, nargs, install, fleet ? name : NULL);
 	if (strcmp(cmd, "explain") == 0 && nargs == 1)
 		return ctl_cmd_explain(policy, argv[optind]);
 	if (strcmp(cmd, "inject") == 0 && !clear && !all && nargs == 2)

@@ -28,8 +28,9 @@ void ctl_limits_end(void);
 int ctl_cmd_inject(const char *name, int argc, char **argv, const char *for_text, int existing, int clear, int all);
 int ctl_cmd_faults(const char *name, const char *policy, int json);
 
-/* ctl_policy.c: shimctl check FILE..., shimctl explain DEST. */
-int ctl_cmd_check(char **files, int n, int install);
+/* ctl_policy.c: shimctl check FILE..., shimctl explain DEST. fleet_table:
+ * --fleet's table (the fleet limits compared), else NULL. */
+int ctl_cmd_check(char **files, int n, int install, const char *fleet_table);
 int ctl_cmd_explain(const char *policy, const char *dest);
 /* ctl_history.c: shimctl history, backtest, suggest, report (their own
  * options); the default history file for a table. */
