@@ -2,6 +2,7 @@
 Prometheus text format for the table and the agent, checked by promtool and
 scraped by a real Prometheus whose answer must equal shimctl status."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,9 @@ def scrape(port):
 def metered(tmp_path, redis_single):
     port = free_port()
     node = Node("n1", tmp_path, redis_single.url)
-    node.start_agent("--metrics-listen", f"127.0.0.1:{port}", quorum=1)
+    # (the agent reads the programs' policy: the fleet limits' panel)
+    node.start_agent("--metrics-listen", f"127.0.0.1:{port}", quorum=1,
+                     env=dict(os.environ, NETSHIM_POLICY=str(node.shim.policy_path)))
     yield node, port
     node.stop_agent()
     node.shim.cleanup()
@@ -145,9 +148,10 @@ def test_every_dashboard_panel_query_returns_data_and_the_panels_render(metered,
     node, port = metered
     ok, slow, bad = server("http"), server("http", delay=30), server("reset")
     # the adaptive limits' panels: one destination under max_connections =
-    # auto, one under max_requests = auto
+    # auto, one under max_requests = auto; the fleet limits' panel: one
+    # under fleet_max_requests (this machine's agent leases its share)
     pol = node.shim.policy_path
-    pol.write_text(pol.read_text() + f'\n[host "{ok.dest}"]\nmax_connections = auto\n'
+    pol.write_text(pol.read_text() + f'\n[host "{ok.dest}"]\nmax_connections = auto\nfleet_max_requests = 8\n'
                    f'\n[host "{slow.dest}"]\nmax_requests = auto\n')
     url = prometheus(port)
     assert wait_for(lambda: instant(url, "netshim_agent_redis_connected"), 20) is not None, "no scrape"
@@ -167,6 +171,8 @@ def test_every_dashboard_panel_query_returns_data_and_the_panels_render(metered,
                     "10s"], check=True, timeout=60)
     svg = out.read_text()
     assert svg.count("<polyline") >= len(dash["panels"]) and all(p["title"] in svg for p in dash["panels"])
+    if os.environ.get("NETSHIM_DASHBOARD_SVG"):   # docs/dashboard.svg is this picture
+        shutil.copy(out, os.environ["NETSHIM_DASHBOARD_SVG"])
 
 
 RULES = BUILD.parent / "tools" / "agent" / "prometheus"
