@@ -33,26 +33,33 @@
 
 /* One script a shard, each pass: for each of this machine's destinations
  * and limits (KEYS: its entries H, its sums M, its expiries Z, three a
- * limit; ARGV: node, lease (ms), poll (ms), then whole, demand, in use,
- * three a limit), atomically:
+ * limit; ARGV: node, lease (ms), poll (ms), mend, then whole, demand, in
+ * use, three a limit), atomically:
  *   H: node -> "share demand expiry(Redis ms) whole"; Z: node by expiry;
- *   M: sum (the shares published), level, left, live, whole and wmax (the
+ *   M: sum (the shares published), the machines by demand ("d:DEMAND" ->
+ *      how many) and by whole ("w:WHOLE" -> how many), kept as entries
+ *      come, change and lapse; level, left, live, whole and wmax (the
  *      smallest and the largest of the machines'), at (when level was
- *      counted), new (a machine came since).
+ *      counted), new (a machine came since), full (when M was last made
+ *      again from every entry: every 5 minutes, and at most once a poll
+ *      while ARGV's mend is 1 (an agent back from a loss: what a lost write
+ *      of a failover left is mended)).
  * The lapsed are taken out (their shares off the sum); the max-min level
- * is counted again over every entry at most once a poll (by whichever
- * machine finds it old: the only pass over them all); a machine's share is
- * min(the level (or its demand and an even part of what no one asks for),
- * the whole less the others' shares; what no one asks for as counted,
- * less what this machine asks now beyond what it asked then), and it
- * publishes at least what it holds in flight up to its old share. A
- * machine new to the limit has the level counted at once, or by the first
- * call a quarter poll after the last count (M's `new`): the others shrink
- * to it at their next lease, not a poll later. Returns, a limit: {share to keep to, share published,
- * machines, whole, the share it would have were all released, the largest
- * whole}. */
+ * is counted again at most once a poll (by whichever machine finds it
+ * old) over the demands' counts, not the machines: a pass over at most
+ * ~1,025 distinct demands (a demand is rounded up to a 1,024th of the
+ * limit when the limit is larger), however many machines; a machine's
+ * share is min(the level (or its demand and an even part of what no one
+ * asks for), the whole less the others' shares; what no one asks for as
+ * counted, less what this machine asks now beyond what it asked then),
+ * and it publishes at least what it holds in flight up to its old share.
+ * A machine new to the limit has the level counted at once, or by the
+ * first call a quarter poll after the last count (M's `new`): the others
+ * shrink to it at their next lease, not a poll later. Returns, a limit:
+ * {share to keep to, share published, machines, whole, the share it
+ * would have were all released, the largest whole}. */
 static const char SCRIPT[] =
-	"local node, lease, poll = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+	"local node, lease, poll, mend = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'\n"
 	"local t = redis.call('TIME')\n"
 	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
 	"local out = {}\n"
@@ -62,51 +69,100 @@ static const char SCRIPT[] =
 	"  if not s then return nil end\n"
 	"  return tonumber(s), tonumber(w), tonumber(e), tonumber(l)\n"
 	"end\n"
+	"local function hist(M, f, v, by)\n"
+	"  if redis.call('HINCRBY', M, f .. v, by) <= 0 then redis.call('HDEL', M, f .. v) end\n"
+	"end\n"
 	"for i = 0, #KEYS / 3 - 1 do\n"
 	"  local H, M, Z = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]\n"
-	"  local whole, demand, inuse = tonumber(ARGV[4 + 3 * i]), tonumber(ARGV[5 + 3 * i]), tonumber(ARGV[6 + 3 * i])\n"
-	"  local sum = tonumber(redis.call('HGET', M, 'sum') or '0') or 0\n"
-	"  for _, n in ipairs(redis.call('ZRANGEBYSCORE', Z, '-inf', now)) do\n"
-	"    local s = share_of(redis.call('HGET', H, n))\n"
-	"    if s then sum = sum - s end\n"
-	"    redis.call('HDEL', H, n)\n"
-	"    redis.call('ZREM', Z, n)\n"
-	"  end\n"
-	"  local old, oldw = share_of(redis.call('HGET', H, node))\n"
-	"  old = old or 0\n"
-	"  local m = redis.call('HMGET', M, 'level', 'left', 'live', 'whole', 'at', 'new', 'wmax')\n"
-	"  local fx = tonumber(m[7] or '') or whole\n"
-	"  local level, left, live, fw = tonumber(m[1] or ''), tonumber(m[2] or ''), tonumber(m[3] or ''), tonumber(m[4] or '')\n"
-	"  if not level or not left or not live or not fw or not m[5] or now - tonumber(m[5]) >= poll or fw > whole\n"
-	"     or ((not oldw or m[6]) and now - tonumber(m[5]) >= poll / 4) then\n"
-	"    local d, h = {demand}, redis.call('HGETALL', H)\n"
-	"    fw, fx, sum = whole, whole, 0\n"
+	"  local whole, demand, inuse = tonumber(ARGV[5 + 3 * i]), tonumber(ARGV[6 + 3 * i]), tonumber(ARGV[7 + 3 * i])\n"
+	"  local g = math.ceil(whole / 1024)\n"
+	"  if g > 1 then demand = math.min(whole, math.ceil(demand / g) * g) end\n"
+	"  local m = redis.call('HMGET', M, 'sum', 'level', 'left', 'live', 'whole', 'at', 'new', 'wmax', 'full')\n"
+	"  local sum = tonumber(m[1] or '') or 0\n"
+	"  if not m[9] or now - tonumber(m[9]) >= 300000 or (mend and now - tonumber(m[9]) >= poll) then\n"
+	"    local f = redis.call('HKEYS', M)\n"
+	"    for j = 1, #f do\n"
+	"      if string.match(f[j], '^[dw]:') then redis.call('HDEL', M, f[j]) end\n"
+	"    end\n"
+	"    local h, c, kv = redis.call('HGETALL', H), {}, {'full', now}\n"
+	"    sum = 0\n"
 	"    for j = 1, #h, 2 do\n"
 	"      local s, w, e, l = share_of(h[j + 1])\n"
 	"      if not s then\n"
 	"        redis.call('HDEL', H, h[j])\n"
-	"      elseif h[j] ~= node then\n"
-	"        d[#d + 1] = w\n"
-	"        sum = sum + s\n"
-	"        if l < fw then fw = l end\n"
-	"        if l > fx then fx = l end\n"
+	"        redis.call('ZREM', Z, h[j])\n"
 	"      else\n"
 	"        sum = sum + s\n"
+	"        c['d:' .. w] = (c['d:' .. w] or 0) + 1\n"
+	"        c['w:' .. l] = (c['w:' .. l] or 0) + 1\n"
 	"      end\n"
 	"    end\n"
-	"    live = #d\n"
-	"    table.sort(d)\n"
-	"    left, level = fw, -1\n"
-	"    for j = 1, live do\n"
-	"      local n = live - j + 1\n"
-	"      if d[j] * n > left then level = math.floor(left / n) break end\n"
-	"      left = left - d[j]\n"
+	"    for k, n in pairs(c) do\n"
+	"      kv[#kv + 1] = k\n"
+	"      kv[#kv + 1] = n\n"
+	"      if #kv >= 1000 then\n"
+	"        redis.call('HSET', M, unpack(kv))\n"
+	"        kv = {'full', now}\n"
+	"      end\n"
 	"    end\n"
+	"    redis.call('HSET', M, unpack(kv))\n"
+	"    m[6] = nil\n"
+	"  end\n"
+	"  for _, n in ipairs(redis.call('ZRANGEBYSCORE', Z, '-inf', now)) do\n"
+	"    local s, w, e, l = share_of(redis.call('HGET', H, n))\n"
+	"    if s then\n"
+	"      sum = sum - s\n"
+	"      hist(M, 'd:', w, -1)\n"
+	"      hist(M, 'w:', l, -1)\n"
+	"    end\n"
+	"    redis.call('HDEL', H, n)\n"
+	"    redis.call('ZREM', Z, n)\n"
+	"  end\n"
+	"  local old, oldw, _, oldl = share_of(redis.call('HGET', H, node))\n"
+	"  old = old or 0\n"
+	"  if oldw ~= demand or oldl ~= whole then\n"
+	"    if oldw then\n"
+	"      hist(M, 'd:', oldw, -1)\n"
+	"      hist(M, 'w:', oldl, -1)\n"
+	"    end\n"
+	"    hist(M, 'd:', demand, 1)\n"
+	"    hist(M, 'w:', whole, 1)\n"
+	"  end\n"
+	"  local level, left, live, fw = tonumber(m[2] or ''), tonumber(m[3] or ''), tonumber(m[4] or ''), tonumber(m[5] or '')\n"
+	"  local fx = tonumber(m[8] or '') or whole\n"
+	"  if not level or not left or not live or not fw or not m[6] or now - tonumber(m[6]) >= poll or fw > whole\n"
+	"     or ((not oldw or m[7]) and now - tonumber(m[6]) >= poll / 4) then\n"
+	"    local f, ds = redis.call('HGETALL', M), {}\n"
+	"    fw, fx, live = whole, whole, 0\n"
+	"    for j = 1, #f, 2 do\n"
+	"      local c, x = string.match(f[j], '^([dw]):(%d+)$')\n"
+	"      local n = tonumber(f[j + 1])\n"
+	"      if c and n and n > 0 then\n"
+	"        x = tonumber(x)\n"
+	"        if c == 'd' then\n"
+	"          ds[#ds + 1] = {x, n}\n"
+	"          live = live + n\n"
+	"        else\n"
+	"          if x < fw then fw = x end\n"
+	"          if x > fx then fx = x end\n"
+	"        end\n"
+	"      end\n"
+	"    end\n"
+	"    if live < 1 then live = 1 end\n"
+	"    table.sort(ds, function(a, b) return a[1] < b[1] end)\n"
+	"    left, level = fw, -1\n"
+	"    local n = live\n"
+	"    for j = 1, #ds do\n"
+	"      if ds[j][1] * n > left then level = math.floor(left / n) break end\n"
+	"      left = left - ds[j][1] * ds[j][2]\n"
+	"      n = n - ds[j][2]\n"
+	"    end\n"
+	"    if left < 0 then left = 0 end\n"
 	"    redis.call('HSET', M, 'level', level, 'left', left, 'live', live, 'whole', fw, 'at', now, 'wmax', fx)\n"
 	"    redis.call('HDEL', M, 'new')\n"
 	"  elseif not oldw then\n"
 	"    redis.call('HSET', M, 'new', 1)\n"
-	"  elseif level < 0 and oldw then\n"
+	"  elseif level < 0 then\n"
 	"    left = math.max(0, left + oldw - demand)\n"
 	"  end\n"
 	"  local target\n"
@@ -344,7 +400,7 @@ static int take_reply(const struct item *it, const redisReply *r, uint64_t now)
  * with err (those items not leased). */
 static int lease_shard(struct item *it, int n, uint64_t now, char *err, size_t len)
 {
-	int argc = 6 + 6 * n, rc = FL_OK;
+	int argc = 7 + 6 * n, rc = FL_OK;
 	const char **argv = calloc((size_t)argc, sizeof(*argv));
 	char *buf = calloc((size_t)n, 3 * (FL_PREFIX_MAX + NS_KEY_MAX + 16) + 3 * 24), nk[16], ls[24], pl[24];
 	redisReply *r = NULL;
@@ -367,6 +423,9 @@ static int lease_shard(struct item *it, int n, uint64_t now, char *err, size_t l
 	argv[3 + 3 * n] = ag_state.node;
 	argv[4 + 3 * n] = ls;
 	argv[5 + 3 * n] = pl;
+	/* back from a loss (a failover may have lost writes): the counts are
+	 * made again from the entries, at most once a poll */
+	argv[6 + 3 * n] = now < L.regrow_ms ? "1" : "0";
 	ag_fleet_use(&ag_state.c, it[0].f->key);
 	for (int i = 0; i < n; i++) {
 		char *b = buf + (size_t)i * (3 * (FL_PREFIX_MAX + NS_KEY_MAX + 16) + 3 * 24);
@@ -381,9 +440,9 @@ static int lease_shard(struct item *it, int n, uint64_t now, char *err, size_t l
 		snprintf(b, 24, "%llu", (unsigned long long)it[i].f->whole[it[i].k]);
 		snprintf(b + 24, 24, "%llu", (unsigned long long)it[i].want);
 		snprintf(b + 48, 24, "%llu", (unsigned long long)it[i].inuse);
-		argv[6 + 3 * n + 3 * i] = b;
-		argv[7 + 3 * n + 3 * i] = b + 24;
-		argv[8 + 3 * n + 3 * i] = b + 48;
+		argv[7 + 3 * n + 3 * i] = b;
+		argv[8 + 3 * n + 3 * i] = b + 24;
+		argv[9 + 3 * n + 3 * i] = b + 48;
 	}
 	rc = ag_redis_command(&ag_state.c, ag_state.c.cur, &r, err, len, argc, argv);
 	if (rc == FL_OK) {
