@@ -156,6 +156,8 @@ def test_ten_machines_never_have_more_than_the_fleets_limit_in_flight_and_share_
     for r in res:
         assert isinstance(r, dict) and r["nbad"] == 0, (r, [m.log() for m in ms][:2])
     oks = [r["ok"] for r in res]
+    print(f"fleet_max_requests = 40, 10 machines, {secs:g} s: peak {inflight.peak} in flight, {sum(oks)} answers, "
+          f"per machine {min(oks)}-{max(oks)}, Jain {jain(oks):.3f}")
     assert inflight.peak <= 40, (inflight.peak, oks)
     assert inflight.peak >= 30, (inflight.peak, oks)
     # the ideal: 40 at once, each ~0.21 s
@@ -324,6 +326,8 @@ def test_fleet_rate_keeps_every_second_at_the_fleets_rate_and_uses_it(machines, 
         if t0 <= t < t0 + whole:
             secs[int(t - t0)] = secs.get(int(t - t0), 0) + 1
     counts = [secs.get(i, 0) for i in range(whole)]
+    print(f"fleet_rate = 50/s, 5 machines, {run:g} s: a second {min(counts)}-{max(counts)}, "
+          f"mean {sum(counts) / len(counts):.1f}")
     assert max(counts) <= 52, counts
     assert sum(counts) / len(counts) >= 45, counts
     assert jain([r["ok"] for r in res]) >= 0.9, res
