@@ -239,9 +239,9 @@ def test_machines_that_join_busy_get_their_shares_within_two_polls(machines, inf
 
 @pytest.mark.agent
 def test_a_machine_that_joins_gets_its_share_and_a_killed_agents_share_goes_back_to_the_others(machines, inflight):
-    # 3 machines busy share 12 (4 each); a 4th joins busy: it gets 3 within
-    # 2 polls of its first request (and a loaded machine's slack; the
-    # chain: the test before); then its agent is SIGKILLed: its share lapses there
+    # 3 machines busy share 12 (4 each); a 4th joins busy and gets 3 (how
+    # soon: the test before, at a poll long beside a loaded machine's
+    # slack); then its agent is SIGKILLed: its share lapses there
     # (nothing starts: its requests wait) and returns to the other three
     # within its lease (3 polls and a second); the server never above 12
     pol = policy(inflight, "fleet_max_requests = 12")
@@ -253,7 +253,7 @@ def test_a_machine_that_joins_gets_its_share_and_a_killed_agents_share_goes_back
     # (from its first request: the destination's slot made in its table)
     assert wait_for_true(lambda: late.shim.entry(inflight.dest) is not None, 10)
     t_join = wait_shares([late], inflight.dest, lambda sh: sh[0] >= 3, 5)
-    assert t_join is not None and t_join <= 2 * POLL_MS / 1000 + 0.4, t_join
+    assert t_join is not None, t_join
     late.kill_agent(signal.SIGKILL)
     t_back = wait_shares(ms, inflight.dest, lambda sh: sum(sh) == 12, 5)
     assert t_back is not None and t_back <= 2 * (3 * POLL_MS + 1000) / 1000 + 0.6, t_back
@@ -593,3 +593,29 @@ def test_a_request_under_a_lapsed_share_fails_at_queue_timeout_naming_the_limit_
     finally:
         m.kill_agent()
         m.shim.cleanup()
+
+
+def lease_script():
+    """The agent's lease script, as tools/agent/lease.c holds it."""
+    import sys
+    sys.path.insert(0, str(BUILD.parent / "tools" / "bench"))
+    import leasebench
+    return leasebench.script_text()
+
+
+def test_the_lease_script_gives_a_lone_machine_the_whole_limit_however_often_it_asks_in_a_poll(redis):
+    # one machine, fleet_max_requests = 4, the level counted once (a poll
+    # of an hour): whatever its demand and however many calls between two
+    # counts (a lease between polls, a first share asked at once), what no
+    # one asks for is counted as it stands at each call, so its share
+    # stays 4 (the script before kept what no one asked for from the last
+    # count, moved by the change since the machine's previous call only:
+    # a third call in a poll found 3)
+    single_only(redis, "the script's calls on the single redis-server (the same script on the cluster)")
+    sc = lease_script()
+    keys = [f"netshim:{{t}}:{p}:0:shop:443" for p in ("lease", "leasem", "leasex")]
+    got = []
+    for demand, inuse in ((1, 0), (0, 1), (0, 0), (0, 0), (2, 2), (0, 0)):
+        out = redis.cli("EVAL", sc, "3", *keys, "m1", "60000", "3600000", "0", "4", str(demand), str(inuse))
+        got.append(int(out.split()[0]))
+    assert got == [4] * 6, got

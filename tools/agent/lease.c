@@ -38,7 +38,8 @@
  *   H: node -> "share demand expiry(Redis ms) whole"; Z: node by expiry;
  *   M: sum (the shares published), the machines by demand ("d:DEMAND" ->
  *      how many) and by whole ("w:WHOLE" -> how many), kept as entries
- *      come, change and lapse; level, left, live, whole and wmax (the
+ *      come, change and lapse, with dsum (their sum) and n (the machines);
+ *      level, left, live, whole and wmax (the
  *      smallest and the largest of the machines'), at (when level was
  *      counted), new (a machine came since), full (when M was last made
  *      again from every entry: every 5 minutes, and at most once a poll
@@ -50,8 +51,8 @@
  * ~1,025 distinct demands (a demand is rounded up to a 1,024th of the
  * limit when the limit is larger), however many machines; a machine's
  * share is min(the level (or its demand and an even part of what no one
- * asks for), the whole less the others' shares; what no one asks for as
- * counted, less what this machine asks now beyond what it asked then),
+ * asks for: the whole less every demand, as it stands at the call), the
+ * whole less the others' shares),
  * and it publishes at least what it holds in flight up to its old share.
  * A machine new to the limit has the level counted at once, or by the
  * first call a quarter poll after the last count (M's `new`): the others
@@ -77,22 +78,22 @@ static const char SCRIPT[] =
 	"  local whole, demand, inuse = tonumber(ARGV[5 + 3 * i]), tonumber(ARGV[6 + 3 * i]), tonumber(ARGV[7 + 3 * i])\n"
 	"  local g = math.ceil(whole / 1024)\n"
 	"  if g > 1 then demand = math.min(whole, math.ceil(demand / g) * g) end\n"
-	"  local m = redis.call('HMGET', M, 'sum', 'level', 'left', 'live', 'whole', 'at', 'new', 'wmax', 'full')\n"
-	"  local sum = tonumber(m[1] or '') or 0\n"
+	"  local m = redis.call('HMGET', M, 'sum', 'level', 'left', 'live', 'whole', 'at', 'new', 'wmax', 'full', 'dsum', 'n')\n"
+	"  local sum, dsum, nl = tonumber(m[1] or '') or 0, tonumber(m[10] or '') or 0, tonumber(m[11] or '') or 0\n"
 	"  if not m[9] or now - tonumber(m[9]) >= 300000 or (mend and now - tonumber(m[9]) >= poll) then\n"
 	"    local f = redis.call('HKEYS', M)\n"
 	"    for j = 1, #f do\n"
 	"      if string.match(f[j], '^[dw]:') then redis.call('HDEL', M, f[j]) end\n"
 	"    end\n"
 	"    local h, c, kv = redis.call('HGETALL', H), {}, {'full', now}\n"
-	"    sum = 0\n"
+	"    sum, dsum, nl = 0, 0, 0\n"
 	"    for j = 1, #h, 2 do\n"
 	"      local s, w, e, l = share_of(h[j + 1])\n"
 	"      if not s then\n"
 	"        redis.call('HDEL', H, h[j])\n"
 	"        redis.call('ZREM', Z, h[j])\n"
 	"      else\n"
-	"        sum = sum + s\n"
+	"        sum, dsum, nl = sum + s, dsum + w, nl + 1\n"
 	"        c['d:' .. w] = (c['d:' .. w] or 0) + 1\n"
 	"        c['w:' .. l] = (c['w:' .. l] or 0) + 1\n"
 	"      end\n"
@@ -111,7 +112,7 @@ static const char SCRIPT[] =
 	"  for _, n in ipairs(redis.call('ZRANGEBYSCORE', Z, '-inf', now)) do\n"
 	"    local s, w, e, l = share_of(redis.call('HGET', H, n))\n"
 	"    if s then\n"
-	"      sum = sum - s\n"
+	"      sum, dsum, nl = sum - s, dsum - w, nl - 1\n"
 	"      hist(M, 'd:', w, -1)\n"
 	"      hist(M, 'w:', l, -1)\n"
 	"    end\n"
@@ -122,9 +123,11 @@ static const char SCRIPT[] =
 	"  old = old or 0\n"
 	"  if oldw ~= demand or oldl ~= whole then\n"
 	"    if oldw then\n"
+	"      dsum, nl = dsum - oldw, nl - 1\n"
 	"      hist(M, 'd:', oldw, -1)\n"
 	"      hist(M, 'w:', oldl, -1)\n"
 	"    end\n"
+	"    dsum, nl = dsum + demand, nl + 1\n"
 	"    hist(M, 'd:', demand, 1)\n"
 	"    hist(M, 'w:', whole, 1)\n"
 	"  end\n"
@@ -160,10 +163,10 @@ static const char SCRIPT[] =
 	"    if left < 0 then left = 0 end\n"
 	"    redis.call('HSET', M, 'level', level, 'left', left, 'live', live, 'whole', fw, 'at', now, 'wmax', fx)\n"
 	"    redis.call('HDEL', M, 'new')\n"
-	"  elseif not oldw then\n"
-	"    redis.call('HSET', M, 'new', 1)\n"
-	"  elseif level < 0 then\n"
-	"    left = math.max(0, left + oldw - demand)\n"
+	"  else\n"
+	"    if not oldw then redis.call('HSET', M, 'new', 1) end\n"
+	"    live = math.max(1, nl)\n"
+	"    if level < 0 then left = math.max(0, fw - dsum) end\n"
 	"  end\n"
 	"  local target\n"
 	"  if level >= 0 then target = math.min(demand, level) else target = demand + math.floor(left / live) end\n"
@@ -173,7 +176,7 @@ static const char SCRIPT[] =
 	"  local pub = math.max(mine, math.min(inuse, old))\n"
 	"  redis.call('HSET', H, node, string.format('%d %d %d %d', pub, demand, now + lease, whole))\n"
 	"  redis.call('ZADD', Z, now + lease, node)\n"
-	"  redis.call('HSET', M, 'sum', sum - old + pub)\n"
+	"  redis.call('HSET', M, 'sum', sum - old + pub, 'dsum', dsum, 'n', nl)\n"
 	"  for _, k in ipairs({H, M, Z}) do redis.call('PEXPIRE', k, 2 * lease) end\n"
 	"  if whole > fx then fx = whole end\n"
 	"  out[#out + 1] = {mine, pub, live, fw, target, fx}\n"
