@@ -95,10 +95,12 @@ static int fleet_check(const char *file, const struct ns_policy *p, const char *
 		struct ns_settings set;
 		struct ns_origin o;
 		struct ns_dest d;
+		char key[NS_KEY_MAX * 4]; /* (the table's key: shared memory, shown escaped) */
 
 		if (ns_table_read(&t, (int)i, now, &e) != 0 || ns_dest_parse(e.key, &d) < 0)
 			continue;
 		ns_policy_resolve(p, &d, &set, &o);
+		ctl_escape_text(e.key, key, sizeof(key));
 		for (int k = 0; k < 3; k++) {
 			uint64_t mine = file_fleet(&set, k), lo = e.fleet_whole[k],
 				 hi = e.fleet_largest[k] > lo ? e.fleet_largest[k] : lo;
@@ -114,7 +116,7 @@ static int fleet_check(const char *file, const struct ns_policy *p, const char *
 			fleet_value(k, lo, b, sizeof(b));
 			fleet_value(k, hi, c, sizeof(c));
 			if (mine == lo && hi == lo) {
-				printf("%s: %s: %s %s: as in every machine's policy (%u machine%s)\n", file, e.key,
+				printf("%s: %s: %s %s: as in every machine's policy (%u machine%s)\n", file, key,
 				       ns_key_names[NS_FLEET_KEY(k)], a, e.fleet_live, e.fleet_live == 1 ? "" : "s");
 				continue;
 			}
@@ -122,14 +124,14 @@ static int fleet_check(const char *file, const struct ns_policy *p, const char *
 			if (!mine)
 				printf("%s: %s: %s: not set here; %s%s%s in the machines' policies (%u machine%s): "
 				       "%s holds for every machine\n",
-				       file, e.key, ns_key_names[NS_FLEET_KEY(k)], b, hi != lo ? " to " : "",
+				       file, key, ns_key_names[NS_FLEET_KEY(k)], b, hi != lo ? " to " : "",
 				       hi != lo ? c : "", e.fleet_live, e.fleet_live == 1 ? "" : "s", b);
 			else
 				printf("%s:%d: %s: %s %s here; %s%s%s in the machines' policies (%u machine%s): the "
 				       "smallest (%s) holds for every machine\n",
-				       file, p->sec[sec].key_line[NS_FLEET_KEY(k)], e.key,
-				       ns_key_names[NS_FLEET_KEY(k)], a, b, hi != lo ? " to " : "", hi != lo ? c : "",
-				       e.fleet_live, e.fleet_live == 1 ? "" : "s", mine < lo ? a : b);
+				       file, p->sec[sec].key_line[NS_FLEET_KEY(k)], key, ns_key_names[NS_FLEET_KEY(k)],
+				       a, b, hi != lo ? " to " : "", hi != lo ? c : "", e.fleet_live,
+				       e.fleet_live == 1 ? "" : "s", mine < lo ? a : b);
 		}
 	}
 	ns_scan_end(&sc);
