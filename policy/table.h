@@ -709,11 +709,11 @@ void ns_table_fleet_demand(const struct ns_table *t, int idx, struct ns_fleet_de
  * the futex word the caller wakes, else NULL). 0, or -1 for no such limit. */
 int ns_table_fleet_write(struct ns_table *t, int idx, int kind, uint64_t share, uint64_t whole, uint64_t expires_ms,
 			 uint32_t live, uint32_t **wake);
-/* ...as the table holds it: the share (-1: none written), the fleet's
- * limit, its expiry, the machines */
 /* The largest limit of kind the machines' policies give idx (the agent's
  * lease saw them all; shimctl check --fleet compares a file with them). */
 void ns_table_fleet_largest(struct ns_table *t, int idx, int kind, uint64_t largest);
+/* ...as the table holds it: the share (-1: none written), the fleet's
+ * limit, its expiry, the machines */
 int64_t ns_table_fleet_read(const struct ns_table *t, int idx, int kind, uint64_t *whole, uint64_t *expires_ms,
 			    uint32_t *live);
 void ns_table_req_limit_event(struct ns_table *t, int idx, const struct ns_settings *set, int ev, int held,
