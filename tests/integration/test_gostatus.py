@@ -352,6 +352,14 @@ def soaked(out):
 
 
 SOAK = 100000
+# how much the resident set may grow from the soak's first half to its second
+# (median of 40 and of 50 samples): the program's own growth beside a CPU
+# profile (its map of stacks fills) is -0.3-3.0 % unhooked and 0.9-4.0 %
+# hooked here (7 runs each of the static 1.19 build), and once 5.6 % hooked
+# in CI on a loaded machine when the medians were of 8 and 10 samples; a
+# program that keeps its answers grows by a fifth and more (the check's own
+# control below)
+FLAT = 1.08
 
 
 def soak(shim, prog, port, env, flat=True):
@@ -372,7 +380,7 @@ def soak(shim, prog, port, env, flat=True):
     assert r.rc == 0 and (n, bad) == (SOAK, 0), (r.out[-1000:], r.err)
     assert counts == {200: 33334, 404: 33333, 503: 33333}, counts
     assert g1 == g0, (g0, g1)
-    assert not flat or rss_second <= rss_first * 1.05, (rss_first, rss_second)
+    assert not flat or rss_second <= rss_first * FLAT, (rss_first, rss_second)
     assert "not counted" not in r.err, r.err
     e = shim.entry(f"127.0.0.1:{port}")
     assert (e["successes"], e["http_failures"], e["failures"]) == (2 + 66667, 1 + 33333, 1 + 33333), e
@@ -396,7 +404,7 @@ def test_the_soak_s_memory_check_sees_a_program_that_keeps_its_answers(gets, gos
     r = subprocess.run([gets[("1.19", "static")], f"http://127.0.0.1:{goserver}/200"], capture_output=True,
                        text=True, timeout=300, env=dict(os.environ, GET_SOAK="20000", GET_LEAK="1"))
     n, bad, _, _, _, rss_first, rss_second = soaked(r.stdout)
-    assert (n, bad) == (20000, 0) and rss_second > rss_first * 1.05, (rss_first, rss_second)
+    assert (n, bad) == (20000, 0) and rss_second > rss_first * 1.2, (rss_first, rss_second)
 
 
 def test_the_walker_agrees_with_objdump_on_every_function_of_each_go(gets):

@@ -15,7 +15,7 @@
 // "Retry-After: 1" too, each with "X-N: n" and a body of 1,000 bytes made
 // from n. GET_SOAK=N has the client make N requests over its URLs, check
 // every byte of every answer against X-N, and print "rss I R" every
-// twentieth of them (the resident set after a GC and a return of free
+// hundredth of them (the resident set after a GC and a return of free
 // memory to the system), "soak N bad B goroutines G0 G" (at a tenth of the
 // requests, and at the end) and a "count CODE K" line per status.
 // GET_LEAK=1 keeps every body (memory that grows, for the soak's check).
@@ -99,7 +99,7 @@ func soak(n int, urls []string) {
 		if i == n/10 {
 			g0 = runtime.NumGoroutine()
 		}
-		if n >= 20 && i%(n/20) == 0 {
+		if n >= 100 && i%(n/100) == 0 {
 			fmt.Printf("rss %d %d\n", i, rss())
 		}
 		r, err := http.Get(urls[i%len(urls)])
