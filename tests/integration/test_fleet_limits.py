@@ -183,21 +183,27 @@ def wait_shares(ms, dest, pred, timeout, kind="requests"):
 
 
 @pytest.mark.agent
-def test_machines_that_go_idle_hand_their_shares_to_the_busy_within_two_polls(machines, inflight):
+@pytest.mark.parametrize("poll_ms", [1000])
+def test_machines_that_go_idle_hand_their_shares_to_the_busy_within_two_polls(machines, inflight, poll_ms):
     # 10 machines, all busy, then 5 of them stop: the 5 still busy reach
-    # 8 each (40 / 5) within 2 polls of the idle ones' last request (and
-    # a loaded machine's slack); the shares never sum above 40
+    # 8 each (40 / 5) within 2 polls of the idle ones' last request (each
+    # idle agent lets go at its next poll, each busy one takes it at its
+    # next call after the last of them: 1.3-1.9 s here at a poll of 1 s,
+    # with a clean CI run beside it) and 0.4 s of a loaded machine's slack;
+    # the shares never sum above 40. At a poll long beside the machine's
+    # scheduling slack: at 200 ms the bound, a second in all, was missed
+    # once under four busy loops
     pol = policy(inflight, "fleet_max_requests = 40")
-    ms = machines(10, pol)
-    going = busy(ms[:5], inflight, 200, 9, 8)
-    idle = busy(ms[5:], inflight, 200, 3, 8)
+    ms = machines(10, pol, poll_ms)
+    going = busy(ms[:5], inflight, 200, 16, 8)
+    idle = busy(ms[5:], inflight, 200, 6, 8)
     assert wait_shares(ms, inflight.dest, lambda sh: max(sh) <= 5, 5) is not None  # all busy: 4 each
     wait_all(idle)
     t = wait_shares(ms[:5], inflight.dest, lambda sh: min(sh) >= 8, 5)
     sums = [sum(x or 0 for x in shares_of(ms, inflight.dest)) for _ in range(5)]
     res = wait_all(going)
     assert all(rc == 0 for rc, _, _ in res), res
-    assert t is not None and t <= 2 * POLL_MS / 1000 + 0.6, t
+    assert t is not None and t <= 2 * poll_ms / 1000 + 0.4, t
     assert max(sums) <= 40 and inflight.peak <= 40, (sums, inflight.peak)
 
 
