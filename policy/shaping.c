@@ -300,10 +300,10 @@ static inline __attribute__((always_inline)) uint32_t limit_now(const struct ns_
 	uint32_t lim = (req ? set->req_adaptive : set->adaptive) ? ad_limit(a)
 		: req                                            ? set->max_requests
 								 : set->max_connections;
+	int k = req ? NS_FLEET_K_REQ : NS_FLEET_K_CONN;
 
-	if (set->fleet & (req ? NS_FLEET_REQ : NS_FLEET_CONN)) {
-		uint64_t f = ns_table_fleet_share(t, idx, req ? NS_FLEET_K_REQ : NS_FLEET_K_CONN,
-						  req ? set->fleet_max_requests : set->fleet_max_connections, now_ms);
+	if (set->fleet & NS_FLEET_BIT(k)) {
+		uint64_t f = ns_table_fleet_share(t, idx, k, ns_fleet_limit(set, k), now_ms);
 
 		if (f < lim)
 			lim = (uint32_t)f;

@@ -690,6 +690,21 @@ enum { NS_FLEET_K_REQ, NS_FLEET_K_CONN, NS_FLEET_K_RATE };
 _Static_assert(NS_FLEET_KEY(NS_FLEET_K_CONN) == NS_K_FLEET_MAX_CONNECTIONS &&
 		       NS_FLEET_KEY(NS_FLEET_K_RATE) == NS_K_FLEET_RATE,
 	       "the fleet's limit kinds in the order of their keys");
+/* ...and of its bit in ns_settings.fleet */
+#define NS_FLEET_BIT(k) (1u << (k))
+_Static_assert(NS_FLEET_BIT(NS_FLEET_K_REQ) == NS_FLEET_REQ && NS_FLEET_BIT(NS_FLEET_K_CONN) == NS_FLEET_CONN &&
+		       NS_FLEET_BIT(NS_FLEET_K_RATE) == NS_FLEET_RATE,
+	       "the fleet's limit kinds in the order of their bits");
+/* ...a destination's limit of kind k as its settings give it (rate in
+ * thousandths an hour), 0 where its policy sets none */
+static inline uint64_t ns_fleet_limit(const struct ns_settings *set, int k)
+{
+	if (!(set->fleet & NS_FLEET_BIT(k)))
+		return 0;
+	return k == NS_FLEET_K_REQ     ? set->fleet_max_requests
+		: k == NS_FLEET_K_CONN ? set->fleet_max_connections
+				       : set->fleet_rate_mph;
+}
 uint64_t ns_table_fleet_share(const struct ns_table *t, int idx, int kind, uint64_t whole, uint64_t now_ms);
 /* ...a token taken under fleet_rate (the agent's measure of demand) */
 void ns_table_fleet_token(struct ns_table *t, int idx);

@@ -268,6 +268,12 @@ static int poll_shard(int s, int light, char *err, size_t len)
  * and the holds go (local breakers alone). */
 static void failed(uint64_t now, const char *why)
 {
+	if (ag_state.c.cluster && ag_redis_slot_moving(why)) {
+		if (!ag_state.moving_said)
+			ag_log("redis cluster: %s: a slot being moved; asked again at the next poll", why);
+		ag_state.moving_said = 1;
+		return;
+	}
 	if (ag_state.c.cluster && ag_state.synced && !ag_state.reroute_until) {
 		ag_log("redis cluster: %s: looking for the slots' new masters; the fleet's holds stand up to %d ms",
 		       why, REROUTE_GRACE_MS);
@@ -368,6 +374,8 @@ static void pass(uint64_t now, int light)
 			rc = ag_lease_pass(now, 1, err, sizeof(err));
 		if (rc != FL_OK)
 			failed(now, err);
+		else
+			ag_state.moving_said = 0;
 		__atomic_fetch_add(&ag_state.t.hdr->agent_polls, 1, __ATOMIC_RELAXED);
 	}
 	if (!ag_state.connected && ag_state.url_text)

@@ -108,6 +108,10 @@ int ag_redis_command(struct fl_conn *c, struct fl_link *l, struct redisReply **o
 	       const char **argv);
 int ag_redis_route(struct fl_conn *c, char *err, size_t len);
 int ag_redis_slot(const char *tag);
+/* A command's error (as ag_redis_command words it) is a Redis Cluster's
+ * TRYAGAIN: a command whose keys are on two masters while their slot moves.
+ * The links are sound: the command is asked again at the next poll. */
+int ag_redis_slot_moving(const char *err);
 
 /* Set from a signal handler: a wait for Redis ends at once (FL_DOWN). */
 extern volatile sig_atomic_t ag_redis_stop;

@@ -89,6 +89,7 @@ struct agent_state {
 	struct shard_state sh[FL_SHARDS_MAX];
 	uint64_t hinted[FL_SHARDS_MAX];   /* the highest seq a hint announced, a shard */
 	uint64_t reroute_until;     /* a cluster's node lost: holds kept, routes sought until then (0 = not) */
+	int moving_said;            /* a poll met a slot being moved (TRYAGAIN): said, until a poll passes */
 	int connected;
 	int synced;                 /* a poll has succeeded since the agent started */
 	uint64_t redis_now;

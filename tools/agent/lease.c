@@ -183,8 +183,6 @@ static const char SCRIPT[] =
 	"end\n"
 	"return out\n";
 
-static const uint32_t BIT[3] = { NS_FLEET_REQ, NS_FLEET_CONN, NS_FLEET_RATE };
-
 struct fdst {
 	char key[NS_KEY_MAX];
 	int slot;
@@ -213,6 +211,7 @@ static struct {
 	char path[256];
 	struct stat st; /* the file as loaded (reloaded when it changes) */
 	int down_said;
+	int again_said;     /* a lease met a slot being moved (TRYAGAIN), said */
 	int was_down;       /* a pass without Redis happened since the agent started */
 	uint64_t regrow_ms; /* after Redis came back: no share grows before then */
 	uint64_t last_ms;   /* the last lease Redis answered */
@@ -288,9 +287,8 @@ static struct fdst *fdst_for(const char *key, int slot)
 			d.family = AF_INET;
 		ns_policy_resolve(&L.pol, &d, &set, NULL);
 		f->kinds = set.fleet;
-		f->whole[NS_FLEET_K_REQ] = set.fleet_max_requests;
-		f->whole[NS_FLEET_K_CONN] = set.fleet_max_connections;
-		f->whole[NS_FLEET_K_RATE] = set.fleet_rate_mph;
+		for (int k = 0; k < 3; k++)
+			f->whole[k] = ns_fleet_limit(&set, k);
 		f->gen = L.gen;
 	}
 	return f;
@@ -324,6 +322,13 @@ static uint64_t demand(struct fdst *f, int k, const struct ns_fleet_demand *dm, 
 			want = even ? even : 1;
 	}
 	return want < f->whole[k] ? want : f->whole[k];
+}
+
+/* What this machine holds of f's limit kind now: its requests or
+ * connections in flight; of a rate, its share (a token is not held). */
+static uint64_t in_use(const struct fdst *f, int k, const struct ns_fleet_demand *dm)
+{
+	return k == NS_FLEET_K_REQ ? dm->req_inflight : k == NS_FLEET_K_CONN ? dm->conn_inflight : f->local[k];
 }
 
 /* The limit the fleet keeps to: the smallest of the machines' policies,
@@ -463,19 +468,25 @@ static int lease_shard(struct item *it, int n, uint64_t now, char *err, size_t l
 	return rc;
 }
 
-/* No Redis: the last share, at most the limit over the machines last seen
- * (none yet: that of one of them). */
-static void keep_share(struct fdst *f, int k, uint64_t now)
+/* No lease from Redis: the last share, at most the limit over the machines
+ * last seen (none yet: that of one of them). */
+static void hold_share(struct fdst *f, int k, uint64_t now)
 {
 	uint64_t live = f->live ? f->live : 1;
 	uint64_t whole = whole_of(f, k);
 
+	write_share(f, k, f->have[k] && f->local[k] < whole / live ? f->local[k] : whole / live, now + ag_lease_ms());
+}
+
+/* ...Redis unreachable: said once until it is back */
+static void keep_share(struct fdst *f, int k, uint64_t now)
+{
 	if (!L.down_said) {
 		ag_log("redis unreachable: each fleet limit kept at min(this machine's last share, the "
 		       "limit / the machines last seen) until it is back");
 		L.down_said = 1;
 	}
-	write_share(f, k, f->have[k] && f->local[k] < whole / live ? f->local[k] : whole / live, now + ag_lease_ms());
+	hold_share(f, k, now);
 }
 
 int ag_lease_pass(uint64_t now, int connected, char *err, size_t len)
@@ -484,7 +495,7 @@ int ag_lease_pass(uint64_t now, int connected, char *err, size_t len)
 	struct ns_scan sc;
 	struct fdst *f, *tmp;
 	struct item *it = NULL;
-	int rc = FL_OK, n;
+	int rc = FL_OK, n, moving = 0;
 
 	policy_now();
 	if (!L.any && !L.d)
@@ -525,11 +536,8 @@ int ag_lease_pass(uint64_t now, int connected, char *err, size_t len)
 			continue; /* no fleet limit (kept: resolved once a policy) */
 		ns_table_fleet_demand(&ag_state.t, f->slot, &dm);
 		for (int k = 0; k < 3; k++)
-			if (f->kinds & BIT[k])
-				it[n++] = (struct item){ f, k, demand(f, k, &dm, now),
-							 k == NS_FLEET_K_REQ            ? dm.req_inflight
-								 : k == NS_FLEET_K_CONN ? dm.conn_inflight
-											: f->local[k] };
+			if (f->kinds & NS_FLEET_BIT(k))
+				it[n++] = (struct item){ f, k, demand(f, k, &dm, now), in_use(f, k, &dm) };
 		f->tokens = dm.tokens;
 		f->paced = dm.paced;
 		f->conn_waits = dm.conn_waits;
@@ -547,7 +555,20 @@ int ag_lease_pass(uint64_t now, int connected, char *err, size_t len)
 				it[m++] = it[i];
 				it[i] = x;
 			}
-		if (connected && rc == FL_OK && m && (rc = lease_shard(it, m, now, err, len)) == FL_OK) {
+		if (!connected || rc != FL_OK || !m)
+			continue;
+		rc = lease_shard(it, m, now, err, len);
+		if (rc == FL_REFUSED && ag_redis_slot_moving(err)) {
+			if (!L.again_said)
+				ag_log("redis cluster: a fleet lease met its slot being moved (%s): shares kept, "
+				       "asked again at the next poll",
+				       err);
+			L.again_said = moving = 1;
+			for (int i = 0; i < m; i++)
+				hold_share(it[i].f, it[i].k, now);
+			rc = FL_OK;
+		}
+		if (rc == FL_OK) {
 			memmove(it, it + m, (size_t)(n - m) * sizeof(*it));
 			n -= m;
 		}
@@ -557,6 +578,8 @@ int ag_lease_pass(uint64_t now, int connected, char *err, size_t len)
 	free(it);
 	if (connected && rc == FL_OK)
 		L.last_ms = now;
+	if (connected && rc == FL_OK && !moving)
+		L.again_said = 0;
 	if (connected && rc == FL_OK && L.down_said) {
 		ag_log("redis back: fleet limits leased again");
 		L.down_said = 0;
@@ -584,7 +607,7 @@ int ag_lease_due(uint64_t now, uint64_t last_poll)
 		int measured = 0;
 
 		for (int k = 0; k < 3 && !due; k++) {
-			if (!(f->kinds & BIT[k]) || !f->have[k])
+			if (!(f->kinds & NS_FLEET_BIT(k)) || !f->have[k])
 				continue;
 			if (f->local[k] < f->target[k] && f->local[k] < f->want[k] &&
 			    now >= L.last_ms + (uint64_t)ag_state.poll_ms / 2)
@@ -593,8 +616,10 @@ int ag_lease_due(uint64_t now, uint64_t last_poll)
 				continue;
 			if (!measured++)
 				ns_table_fleet_demand(&ag_state.t, f->slot, &dm);
-			due = (k == NS_FLEET_K_REQ ? dm.req_inflight : dm.conn_inflight) <= f->local[k]; /* let go */
+			due = in_use(f, k, &dm) <= f->local[k]; /* let go */
 		}
+		if (due)
+			break;
 	}
 	if (due)
 		L.early_ms = now;
@@ -611,7 +636,7 @@ void ag_lease_stop(void)
 		for (int k = 0; k < 3; k++) {
 			uint32_t *wake;
 
-			if (!(f->kinds & BIT[k]))
+			if (!(f->kinds & NS_FLEET_BIT(k)))
 				continue;
 			if (ag_state.connected) {
 				char rk[FL_PREFIX_MAX + NS_KEY_MAX + 16];

@@ -346,6 +346,11 @@ int ag_redis_reply(struct fl_conn *c, struct fl_link *l, void **v)
 	return rc;
 }
 
+int ag_redis_slot_moving(const char *err)
+{
+	return strstr(err, ": TRYAGAIN ") != NULL;
+}
+
 int ag_redis_command(struct fl_conn *c, struct fl_link *l, redisReply **out, char *err, size_t len, int argc,
 	       const char **argv)
 {

@@ -76,10 +76,7 @@ void ctl_limits_line(const struct ns_entry *e)
 	for (int k = 0; k < 3 && n < sizeof(line); k++) {
 		/* the fleet's limit as the agent leased it (the smallest of the
 		 * machines' policies), else as the policy in force here says */
-		uint64_t whole = e->fleet_whole[k] ? e->fleet_whole[k]
-			: k == 0                   ? set.fleet_max_requests
-			: k == 1                   ? set.fleet_max_connections
-						   : set.fleet_rate_mph;
+		uint64_t whole = e->fleet_whole[k] ? e->fleet_whole[k] : ns_fleet_limit(&set, k);
 
 		if (e->fleet_share[k] < 0)
 			continue;

@@ -60,17 +60,6 @@ static void fleet_value(int k, uint64_t v, char *buf, size_t len)
 		snprintf(buf, len, "%llu", (unsigned long long)v);
 }
 
-static uint64_t file_fleet(const struct ns_settings *set, int k)
-{
-	static const uint32_t bit[3] = { NS_FLEET_REQ, NS_FLEET_CONN, NS_FLEET_RATE };
-
-	if (!(set->fleet & bit[k]))
-		return 0;
-	return k == NS_FLEET_K_REQ     ? set->fleet_max_requests
-		: k == NS_FLEET_K_CONN ? set->fleet_max_connections
-				       : set->fleet_rate_mph;
-}
-
 /* --fleet: the file's fleet limits beside those of every machine's policy,
  * as this machine's agent last saw them leasing (the table's destinations
  * with a share). Every limit leased here is compared, and each section's
@@ -102,7 +91,7 @@ static int fleet_check(const char *file, const struct ns_policy *p, const char *
 		ns_policy_resolve(p, &d, &set, &o);
 		ctl_escape_text(e.key, key, sizeof(key));
 		for (int k = 0; k < 3; k++) {
-			uint64_t mine = file_fleet(&set, k), lo = e.fleet_whole[k],
+			uint64_t mine = ns_fleet_limit(&set, k), lo = e.fleet_whole[k],
 				 hi = e.fleet_largest[k] > lo ? e.fleet_largest[k] : lo;
 			int sec = o.sec[NS_FLEET_KEY(k)];
 			char a[32], b[32], c[32];
