@@ -370,8 +370,15 @@ static void pass(uint64_t now, int light)
 		}
 		if (rc == FL_OK)
 			ag_apply_fleet(now);
-		if (rc == FL_OK)
+		if (rc == FL_OK) {
 			rc = ag_lease_pass(now, 1, err, sizeof(err));
+		} else if (ag_state.c.cluster && ag_redis_slot_moving(err)) {
+			char lerr[256];
+
+			/* the links sound: the leases asked all the same (a share
+			 * kept where the lease, too, meets the slot half moved) */
+			ag_lease_pass(now, 1, lerr, sizeof(lerr));
+		}
 		if (rc != FL_OK)
 			failed(now, err);
 		else
