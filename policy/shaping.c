@@ -10,8 +10,36 @@
 #include "reqq.h"
 
 #ifdef __SSE2__
+#include <cpuid.h>
 #include <emmintrin.h>
+
+/* The CPU counts bits in one instruction (POPCNT: every x86-64 since 2008,
+ * but not in the baseline the library is built for): asked once at load;
+ * until then (a wrapper called from a constructor before this one) the
+ * count is made by shifts and masks, the same figure. */
+static int have_popcnt;
+
+__attribute__((constructor)) static void popcnt_probe(void)
+{
+	unsigned a, b, c, d;
+
+	have_popcnt = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_POPCNT);
+}
 #endif
+
+int ns_places_popcnt(int on)
+{
+#ifdef __SSE2__
+	int was = have_popcnt;
+
+	if (on >= 0)
+		have_popcnt = on;
+	return was;
+#else
+	(void)on;
+	return 0;
+#endif
+}
 
 /* A connect the breaker admitted (and counted a call) that never went out. */
 static void uncount_call(struct ns_slot *s)
@@ -255,6 +283,10 @@ static inline __attribute__((always_inline)) uint32_t places_held(const uint32_t
 			span = 32;
 		if (freem)
 			*first_free = __builtin_ctz(freem);
+		if (__builtin_expect(have_popcnt, 1)) {
+			__asm__("popcnt %1, %0" : "=r"(n) : "r"(freem) : "cc");
+			return span - n;
+		}
 		freem -= (freem >> 1) & 0x55555555u; /* (a popcount of the free ones) */
 		freem = (freem & 0x33333333u) + ((freem >> 2) & 0x33333333u);
 		freem = (((freem + (freem >> 4)) & 0x0f0f0f0fu) * 0x01010101u) >> 24;

@@ -751,6 +751,10 @@ int ns_table_place_take_auto(struct ns_table *t, int idx, const struct ns_settin
 			     uint64_t now_ms, int req);
 int ns_table_place_take_under(struct ns_table *t, int idx, uint32_t cap, uint32_t span, uint32_t holder,
 			      uint32_t *held);
+/* ...counted with the CPU's POPCNT (on 1) or shifts and masks (0), as the
+ * CPU was found at load unless a test says (on -1: asked only): the one
+ * in use before */
+int ns_places_popcnt(int on);
 /* max_connections (auto: the limit now), under slow_start's ramp. */
 uint32_t ns_table_cap_for(const struct ns_table *t, int idx, const struct ns_settings *set, uint64_t now_ms);
 /* throttle = adaptive: should this connect be refused here (with

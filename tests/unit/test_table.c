@@ -1123,37 +1123,42 @@ Test(table, the_adaptive_words_stay_whole_when_processes_are_killed_anywhere)
 }
 
 /* max_connections = auto counts the places held over its span (as a mask
- * of the free ones): every span, every pattern of places held */
+ * of the free ones, its bits counted by the CPU's POPCNT or by shifts and
+ * masks): every span, every pattern of places held, both ways */
 Test(table, a_place_under_a_limit_counts_every_place_held_over_its_span)
 {
 	struct ns_table t;
 	uint32_t held;
-	int a;
+	int a, cpu = ns_places_popcnt(-1);
 
 	mem_table(&t, 2);
 	a = ns_table_find(&t, "k:1", 1, 1000);
-	for (uint32_t span = 1; span <= NS_PLACES; span++)
-		for (uint32_t pattern = 0; pattern < 64; pattern++) {
-			struct ns_slot *s = &t.slots[a];
-			uint32_t want = 0;
-			int first = -1, p;
+	for (int way = 0; way < 2; way++) {
+		ns_places_popcnt(way);
+		for (uint32_t span = 1; span <= NS_PLACES; span++)
+			for (uint32_t pattern = 0; pattern < 64; pattern++) {
+				struct ns_slot *s = &t.slots[a];
+				uint32_t want = 0;
+				int first = -1, p;
 
-			/* a pattern spread over the span: place i held when its bit (i mod 6) is */
-			for (uint32_t i = 0; i < NS_PLACES; i++) {
-				s->place[i] = (pattern >> (i % 6) & 1) ? 7u << NS_PLACE_TAG_BITS : 0;
-				if (i < span && s->place[i])
-					want++;
-				else if (i < span && first < 0)
-					first = (int)i;
+				/* a pattern spread over the span: place i held when its bit (i mod 6) is */
+				for (uint32_t i = 0; i < NS_PLACES; i++) {
+					s->place[i] = (pattern >> (i % 6) & 1) ? 7u << NS_PLACE_TAG_BITS : 0;
+					if (i < span && s->place[i])
+						want++;
+					else if (i < span && first < 0)
+						first = (int)i;
+				}
+				p = ns_table_place_take_under(&t, a, NS_PLACES, span, 9u << NS_PLACE_TAG_BITS, &held);
+				cr_assert_eq(held, want, "span %u pattern %u", span, pattern);
+				cr_assert_eq(p, first, "span %u pattern %u: the first free place", span, pattern);
+				if (want)
+					cr_assert_eq(ns_table_place_take_under(&t, a, want, span,
+									       9u << NS_PLACE_TAG_BITS, &held),
+						     -1, "a limit of what is held: none");
 			}
-			p = ns_table_place_take_under(&t, a, NS_PLACES, span, 9u << NS_PLACE_TAG_BITS, &held);
-			cr_assert_eq(held, want, "span %u pattern %u", span, pattern);
-			cr_assert_eq(p, first, "span %u pattern %u: the first free place", span, pattern);
-			if (want)
-				cr_assert_eq(
-					ns_table_place_take_under(&t, a, want, span, 9u << NS_PLACE_TAG_BITS, &held),
-					-1, "a limit of what is held: none");
-		}
+	}
+	ns_places_popcnt(cpu);
 }
 
 /* The fleet's limits (policy/fleetshare.c, read by admit.c and shaping.c):
