@@ -15,11 +15,14 @@
 /**** the healthy path ****/
 
 /* What ns_after_io needs after the call, kept in the frame rather than in
- * saved registers. len: the bytes asked for (input). */
+ * saved registers (volatile: left to itself the compiler keeps each in a
+ * register saved across the call, a push and a pop each, and a healthy
+ * send costs 35 instructions instead of 30). len: the bytes asked for
+ * (input). */
 struct io_ctx {
-	int fd;
-	int flags;
-	uint32_t gen;
+	volatile int fd;
+	volatile int flags;
+	volatile uint32_t gen;
 	size_t len;
 };
 
