@@ -560,8 +560,8 @@ int ag_lease_pass(uint64_t now, int connected, char *err, size_t len)
 		rc = lease_shard(it, m, now, err, len);
 		if (rc == FL_REFUSED && ag_redis_slot_moving(err)) {
 			if (!L.again_said)
-				ag_log("redis cluster: a fleet lease met its slot being moved (%s): shares kept, "
-				       "asked again at the next poll",
+				ag_log("redis cluster: a fleet lease met its slot being moved (%s): each share kept at "
+				       "min(its last, the limit / the machines last seen), asked again at the next poll",
 				       err);
 			L.again_said = moving = 1;
 			for (int i = 0; i < m; i++)
