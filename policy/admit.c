@@ -251,9 +251,13 @@ uint64_t ns_admit_token(struct ns_table *t, int slot, const struct ns_settings *
 		tol = (uint64_t)(set->burst - 1) * set->rate_interval_us;
 	due = ns_table_token(t, slot, step, tol, now_us, tat);
 	if (due > 0) {
-		if (set->fleet & NS_FLEET_RATE)
-			ns_table_fleet_denied(t, slot, NS_FLEET_K_RATE);
-		return (uint64_t)due;
+		if (!(set->fleet & NS_FLEET_RATE))
+			return (uint64_t)due;
+		ns_table_fleet_denied(t, slot, NS_FLEET_K_RATE);
+		/* the share may grow at any lease: a wait under a small one
+		 * (0.05/s: a token 20 s on) asks again within 100 ms, and the
+		 * bucket then holds it one step of the new share at most */
+		return (uint64_t)due < now_us + 100000 ? (uint64_t)due : now_us + 100000;
 	}
 	if (set->fleet & NS_FLEET_RATE)
 		ns_table_fleet_token(t, slot);

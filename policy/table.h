@@ -653,9 +653,20 @@ static inline int64_t ns_table_token(struct ns_table *t, int idx, uint64_t step_
 		return 0;
 	tat = __atomic_load_n(&s->rate_tat, __ATOMIC_ACQUIRE);
 	do {
-		if (tat > now_us + tolerance_us)
-			return (int64_t)(tat - tolerance_us);   /* none yet: the next is due then */
-		nw = (tat > now_us ? tat : now_us) + step_us;
+		uint64_t at = tat;
+
+		/* a time left by a rate far slower than this one (a fleet
+		 * share of 0.01/s grown to 10/s, slow_start's first steps): the
+		 * next is due one step of this one from now, not 100 s on */
+		if (__builtin_expect(at > now_us + tolerance_us + 4 * step_us, 0))
+			at = now_us + tolerance_us + step_us;
+		if (at > now_us + tolerance_us) {
+			if (at != tat)
+				__atomic_compare_exchange_n(&s->rate_tat, &tat, at, 0, __ATOMIC_ACQ_REL,
+							    __ATOMIC_ACQUIRE);
+			return (int64_t)(at - tolerance_us); /* none yet: the next is due then */
+		}
+		nw = (at > now_us ? at : now_us) + step_us;
 	} while (!__atomic_compare_exchange_n(&s->rate_tat, &tat, nw, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
 	*tat_out = nw;
 	return 0;

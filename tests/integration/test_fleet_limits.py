@@ -334,9 +334,13 @@ def test_fleet_rate_keeps_every_second_at_the_fleets_rate_and_uses_it(machines, 
     counts = [secs.get(i, 0) for i in range(whole)]
     print(f"fleet_rate = 50/s, 5 machines, {run:g} s: a second {min(counts)}-{max(counts)}, "
           f"mean {sum(counts) / len(counts):.1f}")
-    assert max(counts) <= 52, counts
-    assert sum(counts) / len(counts) >= 45, counts
-    assert jain([r["ok"] for r in res]) >= 0.9, res
+    why = (counts, res, [{k: v for k, v in (m.shim.entry(inflight.dest) or {}).items()
+                          if k in ("fleet_share", "paced", "rate_tokens", "throttled", "calls", "successes")}
+                         for m in ms], [m.log()[-300:] for m in ms])
+    print("WHY", json.dumps(why, default=str))
+    assert max(counts) <= 52, why
+    assert sum(counts) / len(counts) >= 45, why
+    assert jain([r["ok"] for r in res]) >= 0.9, why
 
 
 @pytest.mark.agent

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../../policy/admit.h"
 #include "../../policy/table.h"
 
 Test(layout, offsets_and_sizes_are_pinned)
@@ -230,6 +231,56 @@ Test(table, a_token_bucket_lets_burst_go_then_one_per_step)
 	cr_assert_eq(ns_table_token(&t, a, 200000, 0, 11200000, &tat), 11250000);
 	/* a slot out of range has no bucket: never held */
 	cr_assert_eq(ns_table_token(&t, 99, 200000, 0, 0, &tat), 0);
+}
+
+/* A rate that grows (a fleet share of 0.01/s, then 7.5/s): the time the
+ * slow rate left (100 s on) holds the next token one step of the new rate
+ * at most, not 100 s; a rate a few times slower keeps its time. */
+Test(table, a_token_bucket_left_by_a_far_slower_rate_waits_one_step_of_the_new)
+{
+	struct ns_table t;
+	uint64_t tat;
+	int a;
+
+	mem_table(&t, 2);
+	a = ns_table_find(&t, "k:1", 1, 1000);
+	cr_assert_eq(ns_table_token(&t, a, 100000000, 0, 10000000, &tat), 0);
+	cr_assert_eq(tat, 110000000);
+	cr_assert_eq(ns_table_token(&t, a, 133333, 0, 10500000, &tat), 10633333, "one step of 7.5/s on");
+	cr_assert_eq(ns_table_token(&t, a, 133333, 0, 10633333, &tat), 0);
+	cr_assert_eq(tat, 10766666);
+	/* 4 steps of the new rate or less ahead: as it was (a share halved
+	 * and doubled again waits out the slower step) */
+	cr_assert_eq(ns_table_token(&t, a, 500000, 0, 10766666, &tat), 0);
+	cr_assert_eq(ns_table_token(&t, a, 250000, 0, 10800000, &tat), 11266666);
+}
+
+/* A token under a fleet_rate share (policy/admit.c): a wait under a small
+ * share (0.01/s: the next token 100 s on) asks again within 100 ms, since
+ * the share may grow at any lease, and once it has grown (7.5/s: 133 ms a
+ * token) the bucket holds it one of its steps at most from then. Red before: a client that met the small share slept
+ * 100 s, its machine's demand read as none, its share lost. */
+Test(table, a_token_under_a_small_fleet_rate_share_is_asked_again_within_100_ms)
+{
+	struct ns_table t;
+	struct ns_settings set = ns_builtin_settings;
+	uint64_t rng = 1, tat, base;
+	uint32_t *wake;
+	int a;
+
+	mem_table(&t, 2);
+	a = ns_table_find(&t, "k:1", 1, 1000);
+	set.fleet = NS_FLEET_RATE;
+	set.fleet_rate_mph = set.rate_mph = 50ull * 3600000; /* 50/s */
+	set.rate_interval_us = 3600000000000ULL / set.rate_mph;
+	t.hdr->agent_pid = 1234;
+	cr_assert_eq(ns_table_fleet_write(&t, a, NS_FLEET_K_RATE, 36000, set.fleet_rate_mph, 1000000, 5, &wake), 0);
+	cr_assert_eq(ns_admit_token(&t, a, &set, 10000000, &rng, &tat, &base), 0, "the first token");
+	cr_assert_eq(ns_admit_token(&t, a, &set, 10000000, &rng, &tat, &base), 10100000, "asked again 100 ms on");
+	cr_assert_eq(ns_table_fleet_write(&t, a, NS_FLEET_K_RATE, 27000000, set.fleet_rate_mph, 1000000, 5, &wake), 0);
+	cr_assert_eq(ns_admit_token(&t, a, &set, 10100000, &rng, &tat, &base), 10200000, "asked again 100 ms on");
+	cr_assert_eq(ns_admit_token(&t, a, &set, 10200000, &rng, &tat, &base), 10233333, "one step of 7.5/s on");
+	cr_assert_eq(ns_admit_token(&t, a, &set, 10233333, &rng, &tat, &base), 0);
 }
 
 /* The settings of max_connections = auto and throttle = adaptive, as
