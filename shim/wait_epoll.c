@@ -653,8 +653,12 @@ static int ep_mark(const struct epcall *p, int r, monotime now)
 		c = reg_conn(g);
 		if (c)
 			ns_wait_ready(c, rv & (EPOLLIN | EPOLLHUP | EPOLLRDHUP), rv & EPOLLOUT, rv & (EPOLLERR | EPOLLHUP));
-		if (rv & (EPOLLIN | EPOLLPRI | EPOLLHUP | EPOLLRDHUP | EPOLLERR))
-			mark_dirty(s, g);   /* its read clock restarts: computed again before the next wait */
+		/* its read clock restarts, or its connect completed (the key
+		 * was the connect's deadline; a registration for input and
+		 * output, as gRPC's, would keep it and start the read clock
+		 * only when it came): computed again before the next wait */
+		if ((rv & (EPOLLIN | EPOLLPRI | EPOLLHUP | EPOLLRDHUP | EPOLLERR)) || g->connecting)
+			mark_dirty(s, g);
 	}
 	/* due deadlines: taken off the heap to look at, computed again next wait */
 	while (s->nheap && s->heap[0]->key <= now) {

@@ -293,6 +293,46 @@ def test_epoll_registration_made_before_connect_gets_the_connect_deadline(shim, 
     near(res["ms"], 1000)
 
 
+# gRPC's poller: one edge-triggered registration for input and output made
+# at the non-blocking connect; the connect's completion is its output event,
+# then the request goes and the same registration waits for the answer
+EPOLL_ET_ACROSS_CONNECT = r'''
+import errno, json, select, socket, sys, time
+port = int(sys.argv[1])
+s = socket.socket()
+s.setblocking(False)
+try:
+    s.connect(("127.0.0.1", port))
+except BlockingIOError:
+    pass
+ep = select.epoll()
+ep.register(s.fileno(), select.EPOLLIN | select.EPOLLOUT | select.EPOLLET)
+ev = ep.poll(5)
+assert ev and ev[0][1] & select.EPOLLOUT and not s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR), ev
+s.send(b"GET / HTTP/1.0\r\n\r\n")
+t0 = time.monotonic()
+ev = ep.poll(5)
+ms = (time.monotonic() - t0) * 1000
+try:
+    s.recv(10)
+    got = "OK"
+except OSError as e:
+    got = errno.errorcode[e.errno]
+print(json.dumps({"ms": ms, "events": [e for _, e in ev], "recv": got}))
+'''
+
+
+@pytest.mark.shim
+def test_epoll_edge_registration_across_the_connect_gets_the_read_deadline_from_the_wait(shim, server, tmp_path):
+    # its read clock starts with the wait for the answer, not at the
+    # connect's deadline (a stale key: gRPC's call failed at 2 s, not 1)
+    srv = server("silent")
+    shim.policy(POLICY)
+    res = shim.run(py_script(tmp_path, EPOLL_ET_ACROSS_CONNECT) + [srv.port], timeout=15).last_json()
+    assert res["events"] and res["recv"] == "ETIMEDOUT", res
+    near(res["ms"], 1000)
+
+
 # epoll_event is packed on x86-64: events (4 bytes), data (8)
 EPOLL_POINTER_DATA = r'''
 import ctypes, errno, json, socket, sys, time
