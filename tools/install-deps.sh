@@ -18,7 +18,7 @@ esac
 PKGS="gcc make libc6-dev uthash-dev libunwind-dev libsqlite3-dev python3 python3-requests curl"
 if [ "$ALL" = 1 ]; then
 	PKGS="$PKGS build-essential libunwind-dev libcriterion-dev pkg-config groff-base man-db
-python3-pytest wget strace valgrind procps openssl
+python3-pytest python3-pytest-xdist wget strace valgrind procps openssl
 php-cli php-curl busybox libhiredis-dev redis-server redis-tools
 libssl-dev patchelf debhelper lintian fakeroot python3-aiohttp python3-httpx python3-twisted python3-openssl python3-scrapy
 prometheus sqlite3 chromium clang clang-format libclang-rt-14-dev libnghttp2-dev nghttp2-server nghttp2-client
