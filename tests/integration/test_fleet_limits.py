@@ -582,7 +582,8 @@ def move_the_rest(redis, mig, per, pause):
 def whole_again(ms, going, inflight, moved):
     """After the move: every agent said moved(its log), the shares sum to
     12 again, every request was answered, the server never above 12."""
-    assert wait_for_true(lambda: all(moved(m.log()) for m in ms), 10), [m.log() for m in ms]
+    assert wait_for_true(lambda: all(moved(m.log()) for m in ms), 10), \
+        "\n".join(f"--- {m.name}, not said:\n{m.log()}" for m in ms if not moved(m.log()))
     t = wait_shares(ms, inflight.dest, lambda sh: sum(sh) == 12, 10)
     res = wait_all(going)
     assert all(rc == 0 and json.loads(o.strip().splitlines()[-1])["nbad"] == 0 for rc, o, _ in res), res
@@ -633,7 +634,10 @@ def test_a_lease_that_meets_its_slot_half_moved_keeps_the_shares_and_asks_again_
     assert all("a fleet lease met its slot being moved" in x for x in logs), logs
     assert not any("looking for the slots' new masters" in x for x in logs), logs
     assert all(sh == [4, 4, 4] for sh in held), held
-    whole_again(ms, going, inflight, lambda log: "a slot moved" in log)
+    # moved whole, the slot is followed by a MOVED, or (a master told of
+    # the move before another: MOVED answered by MOVED, 1 run in ~10 here)
+    # by reading the routes again, as in the test before
+    whole_again(ms, going, inflight, lambda log: "a slot moved" in log or "redis cluster routed again" in log)
 
 
 @pytest.mark.agent

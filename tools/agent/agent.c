@@ -261,14 +261,21 @@ static int poll_shard(int s, int light, char *err, size_t len)
 	return rc;
 }
 
-/* A pass failed. A cluster's node lost is most likely a failover: its
+/* A cluster's answer that a command's keys are in a slot being moved
+ * (TRYAGAIN): the links are sound, the command is asked again next poll. */
+static int slot_moving(const char *err)
+{
+	return ag_state.c.cluster && ag_redis_slot_moving(err);
+}
+
+/* A pass failed (moving: on a slot being moved). A cluster's node lost is most likely a failover: its
  * replica takes over within seconds, so the holds stand (as the votes last
  * read say) while the agent looks for the new master, up to
  * REROUTE_GRACE_MS; a single Redis lost, or a cluster not back by then,
  * and the holds go (local breakers alone). */
-static void failed(uint64_t now, const char *why)
+static void failed(uint64_t now, const char *why, int moving)
 {
-	if (ag_state.c.cluster && ag_redis_slot_moving(why)) {
+	if (moving) {
 		if (!ag_state.moving_said)
 			ag_log("redis cluster: %s: a slot being moved; asked again at the next poll", why);
 		ag_state.moving_said = 1;
@@ -320,7 +327,7 @@ static void pass(uint64_t now, int light)
 {
 	char err[256];
 	uint64_t c0 = cpu_ns();
-	int rc = FL_OK;
+	int rc = FL_OK, moving = 0;
 
 	for (int s = 0; s < ag_state.shards; s++)
 		ag_state.sh[s].high_before = ag_state.sh[s].high;
@@ -372,7 +379,8 @@ static void pass(uint64_t now, int light)
 			ag_apply_fleet(now);
 		if (rc == FL_OK) {
 			rc = ag_lease_pass(now, 1, err, sizeof(err));
-		} else if (ag_state.c.cluster && ag_redis_slot_moving(err)) {
+			moving = rc != FL_OK && slot_moving(err);
+		} else if ((moving = slot_moving(err)) != 0) {
 			char lerr[256];
 
 			/* the links sound: the leases asked all the same (a share
@@ -380,7 +388,7 @@ static void pass(uint64_t now, int light)
 			ag_lease_pass(now, 1, lerr, sizeof(lerr));
 		}
 		if (rc != FL_OK)
-			failed(now, err);
+			failed(now, err, moving);
 		else
 			ag_state.moving_said = 0;
 		__atomic_fetch_add(&ag_state.t.hdr->agent_polls, 1, __ATOMIC_RELAXED);
@@ -635,7 +643,7 @@ int main(int argc, char **argv)
 			hint_connect(now);
 		} else if (ag_state.connected && ag_lease_due(now, next_pass - (uint64_t)ag_state.poll_ms)) {
 			if (ag_lease_pass(now, 1, err, sizeof(err)) != FL_OK)
-				failed(now, err);
+				failed(now, err, slot_moving(err));
 		}
 		if (ag_state.hooks)
 			ag_hooks_pass(ag_state.hooks, ctl_mono_ms());
