@@ -268,11 +268,11 @@ static int slot_moving(const char *err)
 	return ag_state.c.cluster && ag_redis_slot_moving(err);
 }
 
-/* A pass failed (moving: on a slot being moved). A cluster's node lost is most likely a failover: its
- * replica takes over within seconds, so the holds stand (as the votes last
- * read say) while the agent looks for the new master, up to
- * REROUTE_GRACE_MS; a single Redis lost, or a cluster not back by then,
- * and the holds go (local breakers alone). */
+/* A pass failed (moving: on a slot being moved). A cluster's node lost is
+ * most likely a failover: its replica takes over within seconds, so the
+ * holds stand (as the votes last read say) while the agent looks for the
+ * new master, up to REROUTE_GRACE_MS; a single Redis lost, or a cluster
+ * not back by then, and the holds go (local breakers alone). */
 static void failed(uint64_t now, const char *why, int moving)
 {
 	if (moving) {
