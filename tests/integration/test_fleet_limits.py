@@ -452,6 +452,12 @@ def test_a_cluster_master_killed_mid_run_never_lets_the_shares_sum_above_the_lim
     assert all(rc == 0 and json.loads(o.strip().splitlines()[-1])["nbad"] == 0 for rc, o, _ in res), res
     assert t is not None, [m.log() for m in ms]
     assert inflight.peak <= 12, inflight.peak
+    # an agent that found the new master within its grace says so, and
+    # never that Redis was unreachable (its links were closed, not lost)
+    for m in ms:
+        log = m.log()
+        if "lost (" not in log and "looking for the slots' new masters" in log:
+            assert "redis unreachable" not in log, log
 
 
 def wait_for_true(pred, timeout):

@@ -491,13 +491,21 @@ static void hold_share(struct fdst *f, int k, uint64_t now)
 	write_share(f, k, f->have[k] && f->local[k] < whole / live ? f->local[k] : whole / live, now + ag_lease_ms());
 }
 
-/* ...Redis unreachable: said once until it is back */
+/* ...Redis unreachable, or a cluster's links closed while the slots' masters
+ * are sought (Redis answered; the routes are being read again): said once
+ * until it is back, the second said too when the first did not end in it */
 static void keep_share(struct fdst *f, int k, uint64_t now)
 {
-	if (!L.down_said) {
-		ag_log("redis unreachable: each fleet limit kept at min(this machine's last share, the "
-		       "limit / the machines last seen) until it is back");
-		L.down_said = 1;
+	int why = ag_state.reroute_until ? 2 : 1;
+
+	if (L.down_said != why && L.down_said != 1) {
+		if (why == 2)
+			ag_log("redis cluster: the routes sought again: each fleet limit kept at min(this "
+			       "machine's last share, the limit / the machines last seen) until routed again");
+		else
+			ag_log("redis unreachable: each fleet limit kept at min(this machine's last share, the "
+			       "limit / the machines last seen) until it is back");
+		L.down_said = why;
 	}
 	hold_share(f, k, now);
 }
@@ -594,7 +602,8 @@ int ag_lease_pass(uint64_t now, int connected, char *err, size_t len)
 	if (connected && rc == FL_OK && !moving)
 		L.again_said = 0;
 	if (connected && rc == FL_OK && L.down_said) {
-		ag_log("redis back: fleet limits leased again");
+		ag_log(L.down_said == 2 ? "redis cluster: fleet limits leased again"
+					: "redis back: fleet limits leased again");
 		L.down_said = 0;
 	}
 	return rc;
