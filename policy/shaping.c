@@ -242,14 +242,20 @@ void ns_table_req_limit_event(struct ns_table *t, int idx, const struct ns_setti
 
 /* Limits that adapt (shaping.c): an outcome moves the limit, and is the
  * throttle's request (a success its accept). */
+static void th_add(struct ns_slot *s, uint64_t now_ms, uint64_t width, uint32_t req, uint32_t acc);
+
 void ns_table_adapt_outcome(struct ns_table *t, int idx, const struct ns_settings *set, int failed, uint64_t now_ms)
 {
+	struct ns_slot *s;
+
 	if (set->adaptive)
 		ns_table_limit_event(t, idx, set, failed ? NS_ADAPT_FAILURE : NS_ADAPT_SUCCESS, 0, now_ms);
 	if (set->req_adaptive)
 		ns_table_req_limit_event(t, idx, set, failed ? NS_ADAPT_FAILURE : NS_ADAPT_SUCCESS, 0, now_ms);
-	if (set->throttle)
-		ns_table_throttle_count(t, idx, set, !failed, now_ms);
+	/* (the throttle's count inline: it is on every outcome of its
+	 * destinations) */
+	if (set->throttle && (s = slot_at(t, idx)) != NULL)
+		th_add(s, now_ms, set->throttle_window_ms ? set->throttle_window_ms : 120000, 1, !failed);
 }
 
 /* The places of [0, span) held, and the first free one (-1: none). A
@@ -413,7 +419,8 @@ static void th_counts(struct ns_slot *s, uint64_t now_ms, uint64_t width, uint64
 
 /* Count requests and accepts in this window's word (of the two, the one
  * that is not the window just before becomes it when it has none yet). */
-static void th_add(struct ns_slot *s, uint64_t now_ms, uint64_t width, uint32_t req, uint32_t acc)
+static inline __attribute__((always_inline)) void th_add(struct ns_slot *s, uint64_t now_ms, uint64_t width,
+							 uint32_t req, uint32_t acc)
 {
 	uint32_t n = (uint32_t)(now_ms / width) & 0xffff;
 

@@ -691,7 +691,11 @@ static inline __attribute__((always_inline)) int shaped_record(struct attempt *a
 {
 	if (unlikely(a->shape == NS_SHAPE_QUEUED))
 		return shaped_queued(a, r);
-	ST(a->c->flags, LD(a->c->flags) | NS_C_PLACE | (a->sp->rate_interval_us && LD(a->c->tok_tat) ? NS_C_TOKEN : 0));
+	/* (NS_C_PLACE only for a place held: a connection under rate alone
+	 * has no place to give up, and its answers' ends are not followed) */
+	ST(a->c->flags,
+	   LD(a->c->flags) | (LD(a->c->place) >= 0 ? NS_C_PLACE : 0) |
+		   (a->sp->rate_interval_us && LD(a->c->tok_tat) ? NS_C_TOKEN : 0));
 	return STEP_ON;
 }
 

@@ -605,14 +605,17 @@ int ns_shape_throttle(int slot, const char *key, const struct ns_settings *set, 
 int ns_shape_request_admit(struct ns_conn *c)
 {
 	const struct ns_settings *set = ns_conn_set(c);
-	int slot = LD(c->slot), enforce = set->mode == NS_MODE_ENFORCE;
+	int slot = LD(c->slot), enforce = set->mode == NS_MODE_ENFORCE, thr;
 	monotime now;
 
 	if (slot < 0 || !ns_tbl_on() || (uint32_t)slot >= ns_breakers.nslots)
 		return 0;
+	/* the throttle asked only where the destination refuses some of what
+	 * it is sent (as at a connect: connect.c throttle_healthy) */
+	thr = enforce && set->throttle && !ns_throttle_healthy(&ns_breakers.slots[slot], set);
 	/* the common case, no clock: closed, the fleet holding nothing, no throttle */
 	if (((__atomic_load_n(&ns_breakers.slots[slot].word, __ATOMIC_RELAXED) >> NS_BRK_SH_STATE) & 3) == NS_CLOSED &&
-	    !__atomic_load_n(&ns_breakers.slots[slot].fleet_until_ms, __ATOMIC_RELAXED) && !(enforce && set->throttle))
+	    !__atomic_load_n(&ns_breakers.slots[slot].fleet_until_ms, __ATOMIC_RELAXED) && !thr)
 		return 0;
 	now = ns_now();
 	if (ns_table_request_admit(&ns_breakers, slot, enforce, (uint64_t)(now / 1000000)) == NS_REJECT) {
@@ -620,7 +623,7 @@ int ns_shape_request_admit(struct ns_conn *c)
 		errno = ECONNREFUSED;
 		return -1;
 	}
-	if (enforce && set->throttle) {
+	if (thr) {
 		char key[NS_KEY_MAX];
 
 		ns_conn_key(c, key);
