@@ -299,7 +299,13 @@ static __attribute__((noinline)) int request_held(int fd, struct ns_conn *c, int
 	uint32_t f = LD(c->flags);
 	monotime now = ns_now(), due, limit = 0;
 
-	if ((f & NS_C_PACED) && now < LD(c->pace_until) && nonblock) {
+	/* (a TLS request waiting for its max_requests place, reqs.c, is held
+	 * here until it has one, however long the library took between that
+	 * look and this write: the tick only says when the socket may be
+	 * reported writable again. Let go when the tick ended, its record went
+	 * out with no place: 3 in flight under max_requests = 2 beside a busy
+	 * machine) */
+	if ((f & NS_C_PACED) && nonblock && (now < LD(c->pace_until) || LD(c->rq_qword))) {
 		if (fd >= 0 && __atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
 			__atomic_load_n(&ns_fd_watch_note, __ATOMIC_ACQUIRE)(fd);
 		errno = EAGAIN;   /* asked again before its time (a token's, or a cooldown's end) */
