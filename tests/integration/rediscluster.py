@@ -4,6 +4,7 @@ session and emptied between tests. It answers the same calls as
 test_fleet.Redis (url, port, cli, kill, start), so every fleet test runs
 against it as against one Redis."""
 import os
+import random
 import shutil
 import signal
 import socket
@@ -33,24 +34,35 @@ def key_slot(key):
     return crc16(key.encode()) % SLOTS
 
 
+# Ports for a server the test starts later (redis-server, a listener named
+# in a policy): below the kernel's ephemeral range (32768 and up here), so
+# no connect's own port and no bind to port 0 (another test file's, run at
+# once by another worker) can take one between its choice and its use.
+SPARE_LOW, SPARE_HIGH = 10000, 32767
+
+
+def spare_port(host="127.0.0.1", bus=False):
+    """A free port of host outside the ephemeral range (bus: its cluster
+    bus port, port + 10000, free and outside it too)."""
+    high = SPARE_HIGH - 10000 if bus else SPARE_HIGH
+    while True:
+        p = random.randint(SPARE_LOW, high)
+        try:
+            for q in (p, p + 10000) if bus else (p,):
+                with socket.socket() as b:
+                    b.bind((host, q))
+        except OSError:
+            continue
+        return p
+
+
 def free_ports(n):
     """n ports whose cluster bus ports (port + 10000) are free too."""
     ports = []
     while len(ports) < n:
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        p = s.getsockname()[1]
-        s.close()
-        if p + 10000 > 65535 or p in ports:
-            continue
-        b = socket.socket()
-        try:
-            b.bind(("127.0.0.1", p + 10000))
-        except OSError:
-            continue
-        finally:
-            b.close()
-        ports.append(p)
+        p = spare_port(bus=True)
+        if p not in ports:
+            ports.append(p)
     return ports
 
 

@@ -18,6 +18,7 @@ import time
 import pytest
 
 from conftest import NEGATIVE, near, py_script
+from rediscluster import spare_port
 
 NAME = "multi.test"
 ADDRS = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
@@ -26,11 +27,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace for
 
 
 def free_port():
-    s = socket.socket()
-    s.bind((ADDRS[0], 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    return spare_port(ADDRS[0])
 
 
 LINES = "".join(f"{a} {NAME}  # netshim test_addresses\n" for a in ADDRS)

@@ -188,7 +188,7 @@ def test_a_dial_abandoned_while_held_for_a_place_is_no_call(shim, server, gobins
         while time.monotonic() < end and shim.entry(srv.dest)["calls"] < 2:
             time.sleep(0.05)
         assert shim.entry(srv.dest)["calls"] == 2   # the dial admitted, held for the place
-        subprocess.run(["pkill", "-KILL", "-f", f"^{gobins['dial']} "])
+        subprocess.run(["pkill", "-KILL", "-f", f"^{gobins['dial']} {srv.host}:{srv.port} 1$"])
         go.communicate(timeout=30)
         e = shim.entry(srv.dest)
         assert (e["calls"], e["seccomp_calls"], e["engines"]) == (1, 0, ["preload"]), e

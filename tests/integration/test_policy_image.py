@@ -4,12 +4,12 @@ later process maps it instead of parsing the file, and resolves through its
 index: the settings of a section after 10,000 others reach the program."""
 import json
 import os
-import socket
 import subprocess
 
 import pytest
 
 from conftest import BUILD, base_env
+from rediscluster import spare_port
 
 CLIENT = """
 import errno, json, socket, sys
@@ -37,11 +37,7 @@ def image_path(policy):
 
 
 def closed_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    return spare_port()   # (nothing listens there)
 
 
 @pytest.fixture

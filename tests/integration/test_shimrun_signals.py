@@ -26,6 +26,7 @@ def started(shim, srv):
     """fclient-static under shimrun --engine seccomp, connected to a server
     that never answers, waiting for the answer (its connect counted)."""
     shim.policy("[defaults]\nconnect_timeout = 5s\nread_timeout = 60s\n")
+    STARTED.append(srv)
     cmd = [str(BUILD / "shimrun"), "--policy", str(shim.policy_path), "--engine", "seccomp", "--",
            str(BUILD / "fclient-static"), srv.host, str(srv.port)]
     # (a test run started in the background without job control has SIGINT
@@ -44,15 +45,26 @@ def started(shim, srv):
     return p
 
 
+STARTED = []   # the servers the test's programs were pointed at
+
+
 @pytest.fixture(autouse=True)
 def nothing_left_behind():
+    # (only this test's programs: another test, run at once by another
+    # worker, may have its own fclient-static running)
     yield
-    subprocess.run(["pkill", "-KILL", "-f", f"^{BUILD / 'fclient-static'} "])
+    while STARTED:
+        srv = STARTED.pop()
+        subprocess.run(["pkill", "-KILL", "-f", pattern(srv)])
+
+
+def pattern(srv):
+    return f"^{BUILD / 'fclient-static'} {srv.host} {srv.port}$"
 
 
 def left(srv):
     """fclient-static processes still connected to srv's port."""
-    out = subprocess.run(["pgrep", "-f", f"^{BUILD / 'fclient-static'} {srv.host} {srv.port}$"], capture_output=True, text=True)
+    out = subprocess.run(["pgrep", "-f", pattern(srv)], capture_output=True, text=True)
     return out.stdout.split()
 
 
