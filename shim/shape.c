@@ -30,7 +30,6 @@
  * waits until then (NS_C_PACED). Waits for a token never fail, except
  * where the program's own send timeout or the total deadline ends them. */
 #include "shape.h"
-#include "reqs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -300,19 +299,6 @@ static __attribute__((noinline)) int request_held(int fd, struct ns_conn *c, int
 	uint32_t f = LD(c->flags);
 	monotime now = ns_now(), due, limit = 0;
 
-	/* A TLS request waiting for its max_requests place (reqs.c, asked at
-	 * the library's write of its plaintext): the write of its record asks
-	 * for the place itself, and goes only with one. The tick after which
-	 * the socket is reported writable again is no leave to send: the
-	 * library's own write may come after it (its thread descheduled: 3 in
-	 * flight under max_requests = 2 beside a busy machine), and a
-	 * memory-BIO session's record is sent by the program (asyncio) when
-	 * it likes: aiohttp over TLS had 32 in flight under 3. */
-	if (unlikely(LD(c->rq_qword)) && (f & NS_C_TLS) && fd >= 0) {
-		if (ns_req_start(fd, c, nonblock) < 0)
-			return -1; /* held (EAGAIN), or refused after queue_timeout */
-		f = LD(c->flags);
-	}
 	if ((f & NS_C_PACED) && now < LD(c->pace_until) && nonblock) {
 		if (fd >= 0 && __atomic_load_n(&ns_ep_count, __ATOMIC_RELAXED))
 			__atomic_load_n(&ns_fd_watch_note, __ATOMIC_ACQUIRE)(fd);

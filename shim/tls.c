@@ -197,6 +197,11 @@ static int ciphertext_of(ssize_t r, size_t n)
 	return r > 0 && (size_t)r >= n + 21 && (size_t)r <= n + recs * 100 + 512;
 }
 
+int ns_tls_in_call(void)
+{
+	return cur_sess != NULL;
+}
+
 void ns_tls_note_fd(int fd, int d, ssize_t r)
 {
 	if (cur_sess) {

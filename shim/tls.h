@@ -22,5 +22,7 @@ NS_HIDDEN int ns_gnutls_verify_peers3(void *session, const char *host, unsigned 
  * inside a record call, the session's socket; outside, maybe the socket of
  * a memory-BIO session's pending write (tls.c). */
 NS_HIDDEN void ns_tls_note_fd(int fd, int d, ssize_t r);
+/* Is this thread inside a record call (its socket's I/O is the library's)? */
+NS_HIDDEN int ns_tls_in_call(void);
 
 #endif
