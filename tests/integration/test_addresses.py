@@ -11,7 +11,6 @@ where namespaces are not allowed, the lines are added to the machine's own
 port for all."""
 import json
 import os
-import socket
 import subprocess
 import time
 
