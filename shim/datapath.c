@@ -139,17 +139,23 @@ int ns_io_pre(struct ns_conn *c, struct io_req *q)
 
 		/* ...after a place under max_requests (reqs.c). A TLS request
 		 * waiting for its place (asked at the library's write of its
-		 * plaintext, which then goes on) asks again when the library
-		 * writes its record, and goes only with one: that write may come
-		 * after the tick that held it (the thread descheduled between
-		 * the two: 3 in flight under max_requests = 2 beside a busy
-		 * machine). (A memory-BIO session's record, sent by the program
-		 * itself outside any record call, asyncio's, is not asked here:
-		 * tried, its event loop stalled for 45 s; its requests still
-		 * pass the limit: not fixed) */
+		 * plaintext, which then goes on) asks again when its record is
+		 * written, and goes only with one: inside the record call (that
+		 * write may come after the tick that held it, the thread
+		 * descheduled between the two: 3 in flight under max_requests = 2
+		 * beside a busy machine) or after it, when the program sends a
+		 * memory-BIO session's records itself (asyncio: aiohttp had 37 in
+		 * flight under 3). A memory-BIO session's first record pairs it
+		 * with its socket here, and its request asks then (tls.c). */
+		if (unlikely((f & (NS_C_TLSWIRE | NS_C_TLS)) == NS_C_TLSWIRE) &&
+		    ns_tls_pair_send(q->fd, q->len, (f & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) {
+			q->r = -1;
+			return IO_DONE;
+		}
+		f = LD(c->flags);
 		if (unlikely(__atomic_load_n(&ns_req_any, __ATOMIC_RELAXED)) &&
 		    (ns_req_starts(c, f, 0, q->buf, q->iov && q->iovcnt ? q->iov[0].iov_len : q->len) ||
-		     ((f & NS_C_TLS) && LD(c->rq_qword) && ns_tls_in_call())) &&
+		     ((f & NS_C_TLS) && LD(c->rq_qword))) &&
 		    ns_req_start(q->fd, c, (f & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) {
 			q->r = -1;
 			return IO_DONE;

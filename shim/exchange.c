@@ -199,8 +199,11 @@ static void end_store(struct ns_conn *c, const struct ns_h1end *e)
 }
 
 /* A new exchange on an HTTP/1 connection: its answer's end is followed
- * when the connection holds a place, so that shape.c may give the place up
- * once that end is read. A request sent before the last answer's end was
+ * when the connection holds a place, or its request waits for one (a TLS
+ * request seen at its plaintext's write, whose record then waits at the
+ * socket, datapath.c: with the place it takes there, its answer would
+ * never give it back), so that the place is given up once that end is
+ * read. A request sent before the last answer's end was
  * read (pipelining) stops it for good: ends can no longer be told apart.
  * buf: the request's first n bytes (HEAD has no body in its answer; one
  * whose method came in pieces is taken for another, whose answer then
@@ -214,7 +217,7 @@ static void end_begin(struct ns_conn *c, const char *buf, size_t n)
 		fw |= NS_FOLLOW_NEVER;
 		__atomic_fetch_or(&c->follow, NS_FOLLOW_NEVER, __ATOMIC_RELAXED);
 	}
-	if ((fw & NS_FOLLOW_NEVER) || !((LD(c->flags) & NS_C_PLACE) | LD(c->rq)) ||
+	if ((fw & NS_FOLLOW_NEVER) || (!((LD(c->flags) & NS_C_PLACE) | LD(c->rq)) && !LD(c->rq_qword)) ||
 	    (LD(c->flags) & NS_C_H2) != NS_C_HTTP) {
 		__atomic_store_n(&c->h1end.result, (fw & NS_FOLLOW_NEVER) ? NS_H1E_UNKNOWN : NS_H1E_NONE,
 				 __ATOMIC_RELEASE);

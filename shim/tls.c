@@ -164,14 +164,15 @@ static void *real_fn(const void *ra, int f)
  *   many bytes as that write's ciphertext can be (its plaintext and a
  *   record's overhead: never a receive, never a handshake message of
  *   another connection) takes the session and that pending turn (the
- *   request's start). A pending write is dropped when another session's
- *   record call begins first.
+ *   request's start), before its bytes go (ns_tls_pair_send: the request
+ *   has its max_requests place first). A pending write is dropped when
+ *   another session's record call begins first.
  * Pairs are remembered with the connection record and its generation, so a
  * pair whose socket has since closed, or whose number now holds another
  * connection, is never used (a new session at a freed session's address,
  * curl's case, would otherwise inherit the old socket); a socket noted
  * during the call overrides a remembered pair. */
-#define SESS_CACHE 64
+#define SESS_CACHE 256
 #define PEND_MAX 16
 static struct { void *sess; int fd; struct ns_conn *c; uint32_t gen; } sess_fd[SESS_CACHE];
 static __thread void *cur_sess __attribute__((tls_model("initial-exec")));
@@ -202,52 +203,115 @@ int ns_tls_in_call(void)
 	return cur_sess != NULL;
 }
 
+/* A pending write's socket found: the pair, and the request's start
+ * (its first bytes) seen on it. */
+static struct ns_conn *pair_pending(int fd)
+{
+	void *sess = pend.sess;
+	struct ns_conn *c;
+
+	pend.sess = NULL;
+	if (!(c = conn_of_fd(fd)))
+		return NULL;
+	remember_fd(sess, fd, c);
+	return c;
+}
+
+static void pending_seen(struct ns_conn *c)
+{
+	ns_exchange_plain(c, NS_OUT, pend.head, pend.n < PEND_MAX ? pend.n : PEND_MAX);
+	if (pend.n > PEND_MAX)
+		ns_exchange_gap(c); /* (an HTTP/2 reader cannot follow what it was not shown) */
+}
+
 void ns_tls_note_fd(int fd, int d, ssize_t r)
 {
+	struct ns_conn *c;
+
 	if (cur_sess) {
 		cur_fd = fd;
 		return;
 	}
-	if (pend.sess && d == NS_OUT && ciphertext_of(r, pend.n)) {
-		/* a memory-BIO session's ciphertext going out: its socket */
-		void *sess = pend.sess;
-		struct ns_conn *c;
+	/* (a send ns_tls_pair_send did not see before it went) */
+	if (pend.sess && d == NS_OUT && ciphertext_of(r, pend.n) && (c = pair_pending(fd)))
+		pending_seen(c);
+}
 
-		pend.sess = NULL;
-		c = conn_of_fd(fd);
-		if (c) {
-			remember_fd(sess, fd, c);
-			ns_exchange_plain(c, NS_OUT, pend.head, pend.n < PEND_MAX ? pend.n : PEND_MAX);
-			if (pend.n > PEND_MAX)
-				ns_exchange_gap(c); /* (an HTTP/2 reader cannot follow what it was not shown) */
-		}
-	}
+int ns_tls_pair_send(int fd, size_t len, int nonblock)
+{
+	struct ns_conn *c;
+	int r = 0, e;
+
+	if (likely(!pend.sess) || cur_sess || !ciphertext_of((ssize_t)len, pend.n) || !(c = pair_pending(fd)))
+		return 0;
+	/* a memory-BIO session's ciphertext about to go out: its request asks
+	 * for its place before a byte leaves, as a later request on the
+	 * session does at its plaintext's write (pace): held, this send
+	 * answers EAGAIN and the program sends again (asyncio keeps the
+	 * bytes), asking again (datapath.c); the request is seen as started
+	 * either way (its answer's end then followed, exchange.c) */
+	if (ns_req_starts(c, LD(c->flags), NS_C_TLS, pend.head, pend.n < PEND_MAX ? pend.n : PEND_MAX))
+		r = ns_req_start(fd, c, nonblock);
+	e = errno;
+	pending_seen(c);
+	errno = e;
+	return r;
+}
+
+/* Does pair i still name a live connection (its socket open, not reused)? */
+static struct ns_conn *pair_live(int i)
+{
+	int fd = __atomic_load_n(&sess_fd[i].fd, __ATOMIC_RELAXED);
+	struct ns_conn *c = __atomic_load_n(&sess_fd[i].c, __ATOMIC_RELAXED);
+
+	return c && ns_conn_of(fd) == c &&
+			__atomic_load_n(&c->gen, __ATOMIC_ACQUIRE) == __atomic_load_n(&sess_fd[i].gen, __ATOMIC_RELAXED)
+		? c
+		: NULL;
+}
+
+/* A session's first place to look (then the ones after it) */
+static unsigned sess_home(const void *sess)
+{
+	return (unsigned)(((uintptr_t)sess * 0x9e3779b97f4a7c15ULL) >> 56) % SESS_CACHE;
 }
 
 /* The connection a remembered pair names, if it still does. */
 static struct ns_conn *cached_conn(void *sess)
 {
-	for (int i = 0; i < SESS_CACHE; i++) {
+	for (unsigned k = 0, i = sess_home(sess); k < SESS_CACHE; k++, i = (i + 1) % SESS_CACHE) {
+		struct ns_conn *c;
+
 		if (__atomic_load_n(&sess_fd[i].sess, __ATOMIC_ACQUIRE) != sess)
 			continue;
-		{
-			int fd = __atomic_load_n(&sess_fd[i].fd, __ATOMIC_RELAXED);
-			struct ns_conn *c = __atomic_load_n(&sess_fd[i].c, __ATOMIC_RELAXED);
-
-			if (c && ns_conn_of(fd) == c &&
-			    __atomic_load_n(&c->gen, __ATOMIC_ACQUIRE) == __atomic_load_n(&sess_fd[i].gen, __ATOMIC_RELAXED))
-				return c;
-			__atomic_store_n(&sess_fd[i].sess, NULL, __ATOMIC_RELEASE);   /* stale: forgotten */
-			return NULL;
-		}
+		if ((c = pair_live((int)i)))
+			return c;
+		__atomic_store_n(&sess_fd[i].sess, NULL, __ATOMIC_RELEASE); /* stale: forgotten */
+		return NULL;
 	}
 	return NULL;
 }
 
+/* A pair is kept in the session's own entry, or the first free or stale
+ * one from its home on: a pool of sessions (aiohttp's 20 connections) must
+ * not push out each other's pairs (with one entry per hash, OpenSSL's
+ * sessions, a few KiB apart, lost theirs, and their answers went unseen:
+ * a max_requests place was never given back) */
 static void remember_fd(void *sess, int fd, struct ns_conn *c)
 {
-	unsigned i = (unsigned)(((uintptr_t)sess >> 4) % SESS_CACHE);
+	unsigned home = sess_home(sess), i = home, spare = SESS_CACHE;
 
+	for (unsigned k = 0; k < SESS_CACHE; k++, i = (i + 1) % SESS_CACHE) {
+		void *s = __atomic_load_n(&sess_fd[i].sess, __ATOMIC_ACQUIRE);
+
+		if (s == sess) {
+			spare = i;
+			break;
+		}
+		if (spare == SESS_CACHE && (!s || !pair_live((int)i)))
+			spare = i;
+	}
+	i = spare < SESS_CACHE ? spare : home;
 	__atomic_store_n(&sess_fd[i].sess, NULL, __ATOMIC_RELEASE);
 	__atomic_store_n(&sess_fd[i].fd, fd, __ATOMIC_RELAXED);
 	__atomic_store_n(&sess_fd[i].c, c, __ATOMIC_RELAXED);
