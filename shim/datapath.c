@@ -60,6 +60,21 @@ static __attribute__((noinline, cold)) void turn_iov(struct ns_conn *c, int d, c
 	}
 }
 
+#define TLS_TAIL 16
+/* The last 16 bytes a send carries (a vector's last piece, if it holds
+ * them all), or NULL: what tells a memory-BIO session's ciphertext (tls.c) */
+static const void *send_tail(const struct io_req *q)
+{
+	if (!q->iov)
+		return q->buf && q->len >= TLS_TAIL ? (const char *)q->buf + q->len - TLS_TAIL : NULL;
+	for (size_t i = q->iovcnt; i-- > 0;)
+		if (q->iov[i].iov_len)
+			return q->iov[i].iov_len >= TLS_TAIL
+				? (const char *)q->iov[i].iov_base + q->iov[i].iov_len - TLS_TAIL
+				: NULL;
+	return NULL;
+}
+
 /* After the real call (or an injected result r): a turn of the exchange
  * (the send that starts one, the reads of an answer whose status is not
  * known yet) is looked at, a TLS socket noted (tls.c), then the outcome. */
@@ -80,7 +95,7 @@ ssize_t ns_turn_io(struct ns_conn *c, const struct io_req *q, ssize_t r)
 		f = LD(c->flags);
 	}
 	if (f & NS_C_TLSWIRE) {
-		ns_tls_note_fd(q->fd, q->d, r);
+		ns_tls_note_fd(q->fd, q->d == NS_OUT && (size_t)r == q->len ? send_tail(q) : NULL);
 		f = LD(c->flags);   /* a memory-BIO session may have just taken this socket (tls.c) */
 	}
 	/* a TLS connection's turns are its plaintext's (tls.c), once the
@@ -148,7 +163,7 @@ int ns_io_pre(struct ns_conn *c, struct io_req *q)
 		 * flight under 3). A memory-BIO session's first record pairs it
 		 * with its socket here, and its request asks then (tls.c). */
 		if (unlikely((f & (NS_C_TLSWIRE | NS_C_TLS)) == NS_C_TLSWIRE) &&
-		    ns_tls_pair_send(q->fd, q->len, (f & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) {
+		    ns_tls_pair_send(q->fd, send_tail(q), (f & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) {
 			q->r = -1;
 			return IO_DONE;
 		}

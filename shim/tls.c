@@ -46,11 +46,39 @@ typedef int (*gnutls_fd_fn)(void *);
  * privately (RTLD_NOLOAD never loads one). Each calling object is looked up
  * once (dladdr), each call site once more; both are remembered in small
  * tables filled lock-free (a full table only means asking again). */
-enum { F_SSL_READ, F_SSL_WRITE, F_SSL_READ_EX, F_SSL_WRITE_EX, F_SSL_GET_FD, F_GNUTLS_RECV, F_GNUTLS_SEND,
-	F_GNUTLS_FD, F_SSL_CONNECT, F_SSL_DO_HANDSHAKE, F_GNUTLS_VERIFY2, F_GNUTLS_VERIFY3, F_COUNT };
-static const char *const fn_names[F_COUNT] = { "SSL_read", "SSL_write", "SSL_read_ex", "SSL_write_ex",
-	"SSL_get_fd", "gnutls_record_recv", "gnutls_record_send", "gnutls_transport_get_int", "SSL_connect",
-	"SSL_do_handshake", "gnutls_certificate_verify_peers2", "gnutls_certificate_verify_peers3" };
+enum {
+	F_SSL_READ,
+	F_SSL_WRITE,
+	F_SSL_READ_EX,
+	F_SSL_WRITE_EX,
+	F_SSL_GET_FD,
+	F_GNUTLS_RECV,
+	F_GNUTLS_SEND,
+	F_GNUTLS_FD,
+	F_SSL_CONNECT,
+	F_SSL_DO_HANDSHAKE,
+	F_GNUTLS_VERIFY2,
+	F_GNUTLS_VERIFY3,
+	F_SSL_GET_WBIO,
+	F_BIO_METHOD_TYPE,
+	F_BIO_CTRL,
+	F_COUNT
+};
+static const char *const fn_names[F_COUNT] = { "SSL_read",
+					       "SSL_write",
+					       "SSL_read_ex",
+					       "SSL_write_ex",
+					       "SSL_get_fd",
+					       "gnutls_record_recv",
+					       "gnutls_record_send",
+					       "gnutls_transport_get_int",
+					       "SSL_connect",
+					       "SSL_do_handshake",
+					       "gnutls_certificate_verify_peers2",
+					       "gnutls_certificate_verify_peers3",
+					       "SSL_get_wbio",
+					       "BIO_method_type",
+					       "BIO_ctrl" };
 
 #define TLS_OBJS 16
 #define TLS_SITES 64
@@ -157,16 +185,17 @@ static void *real_fn(const void *ra, int f)
  *   socket it sees during the call (ns_tls_note_fd);
  * - Python's asyncio (ssl.SSLObject: aiohttp, httpx, Scrapy's Twisted via
  *   pyOpenSSL) drives OpenSSL through memory BIOs: no socket call happens
- *   inside SSL_write at all. The event loop sends the ciphertext the write
- *   produced next, on the same thread: a write on a session whose library
- *   names no socket leaves its plaintext's first bytes pending, and the
- *   next TLS socket that sends, on this thread, outside any record call, as
- *   many bytes as that write's ciphertext can be (its plaintext and a
- *   record's overhead: never a receive, never a handshake message of
- *   another connection) takes the session and that pending turn (the
- *   request's start), before its bytes go (ns_tls_pair_send: the request
- *   has its max_requests place first). A pending write is dropped when
- *   another session's record call begins first.
+ *   inside SSL_write at all; the program takes the ciphertext out of the
+ *   BIO and sends it when it likes, not always next (anyio, under httpx,
+ *   lets other tasks run between the two: pairing a write with the next
+ *   send of a plausible size paired sessions with one another's sockets,
+ *   and a request then waited for its max_requests place on a connection
+ *   that never asked again). A write on a session whose socket is not
+ *   known notes the last 16 bytes of the ciphertext in its BIO (an AEAD
+ *   tag or a MAC: no two alike) with its plaintext's first bytes; the TLS
+ *   socket whose send, outside any record call, ends with those bytes is
+ *   that session's (ns_tls_pair_send, before they go: the request has its
+ *   place first), and the session's noted writes are its turns, in order.
  * Pairs are remembered with the connection record and its generation, so a
  * pair whose socket has since closed, or whose number now holds another
  * connection, is never used (a new session at a freed session's address,
@@ -174,88 +203,181 @@ static void *real_fn(const void *ra, int f)
  * during the call overrides a remembered pair. */
 #define SESS_CACHE 256
 #define PEND_MAX 16
+#define TAIL       16
 static struct { void *sess; int fd; struct ns_conn *c; uint32_t gen; } sess_fd[SESS_CACHE];
 static __thread void *cur_sess __attribute__((tls_model("initial-exec")));
 static __thread int cur_fd __attribute__((tls_model("initial-exec"))) = -1;
 static __thread int cur_named __attribute__((tls_model("initial-exec")));   /* the library named the socket */
-static __thread struct {
+
+/* The noted writes of sessions whose socket is not known yet (a full table
+ * gives up its oldest: a write whose bytes were sent in pieces, or never,
+ * is not matched) */
+#define NOTES 64
+enum { NOTE_FREE, NOTE_BUSY, NOTE_READY };
+static struct {
+	uint32_t state; /* atomic: NOTE_* */
+	uint32_t seq;   /* the writes' order */
 	void *sess;
-	size_t n;              /* plaintext bytes written */
-	char head[PEND_MAX];   /* the first of them */
-} pend __attribute__((tls_model("initial-exec")));
+	size_t n;                 /* plaintext bytes written */
+	unsigned char tail[TAIL]; /* the ciphertext's last bytes in the BIO after the write */
+	char head[PEND_MAX];      /* the plaintext's first bytes */
+} notes[NOTES];
+static uint32_t notes_ready; /* atomic: a send looks only while some are */
+static uint32_t notes_seq;   /* atomic */
+
+#define NS_BIO_TYPE_MEM  (1 | 0x0400)
+#define NS_BIO_CTRL_INFO 3
+typedef void *(*ssl_wbio_fn)(const void *);
+typedef int (*bio_type_fn)(const void *);
+typedef long (*bio_ctrl_fn)(void *, int, long, void *);
 
 static void remember_fd(void *sess, int fd, struct ns_conn *c);
 static struct ns_conn *conn_of_fd(int fd);
-
-/* Can r bytes sent be the ciphertext of a plaintext write of n? Every
- * record adds at least 21 bytes (header, and an AEAD tag or a MAC), and
- * rarely more than 100 (CBC's IV, MAC and padding); a send may carry a few
- * records more (a key update, a ticket's answer). */
-static int ciphertext_of(ssize_t r, size_t n)
-{
-	size_t recs = n / 16384 + 1;
-
-	return r > 0 && (size_t)r >= n + 21 && (size_t)r <= n + recs * 100 + 512;
-}
 
 int ns_tls_in_call(void)
 {
 	return cur_sess != NULL;
 }
 
-/* A pending write's socket found: the pair, and the request's start
- * (its first bytes) seen on it. */
-static struct ns_conn *pair_pending(int fd)
+/* A write of n plaintext bytes from buf on ssl, whose socket is not known:
+ * noted by the ciphertext it left in its memory BIO. 0: not a memory BIO's
+ * (nothing noted). */
+static int note_write(void *ssl, const void *ra, const void *buf, size_t n)
 {
-	void *sess = pend.sess;
-	struct ns_conn *c;
+	ssl_wbio_fn wbio_of = (ssl_wbio_fn)real_fn(ra, F_SSL_GET_WBIO);
+	bio_type_fn type_of = (bio_type_fn)real_fn(ra, F_BIO_METHOD_TYPE);
+	bio_ctrl_fn ctrl = (bio_ctrl_fn)real_fn(ra, F_BIO_CTRL);
+	void *bio;
+	char *data = NULL;
+	long len;
+	int i, old = -1;
 
-	pend.sess = NULL;
+	if (!wbio_of || !type_of || !ctrl || !(bio = wbio_of(ssl)) || type_of(bio) != NS_BIO_TYPE_MEM)
+		return 0;
+	len = ctrl(bio, NS_BIO_CTRL_INFO, 0, &data); /* (its unread bytes; nothing moves) */
+	if (len < TAIL || !data)
+		return 0;
+	for (i = 0; i < NOTES; i++) {
+		uint32_t free_ = NOTE_FREE;
+
+		if (__atomic_compare_exchange_n(&notes[i].state, &free_, NOTE_BUSY, 0, __ATOMIC_ACQUIRE,
+						__ATOMIC_RELAXED))
+			break;
+		if (free_ == NOTE_READY && (old < 0 || (int32_t)(LD(notes[i].seq) - LD(notes[old].seq)) < 0))
+			old = i;
+	}
+	if (i == NOTES) {
+		uint32_t ready = NOTE_READY;
+
+		if (old < 0 ||
+		    !__atomic_compare_exchange_n(&notes[old].state, &ready, NOTE_BUSY, 0, __ATOMIC_ACQUIRE,
+						 __ATOMIC_RELAXED))
+			return 0;
+		__atomic_fetch_sub(&notes_ready, 1, __ATOMIC_RELAXED);
+		i = old;
+	}
+	notes[i].seq = __atomic_fetch_add(&notes_seq, 1, __ATOMIC_RELAXED);
+	notes[i].sess = ssl;
+	notes[i].n = n;
+	memcpy(notes[i].tail, data + len - TAIL, TAIL);
+	memcpy(notes[i].head, buf, n < PEND_MAX ? n : PEND_MAX);
+	__atomic_store_n(&notes[i].state, NOTE_READY, __ATOMIC_RELEASE);
+	__atomic_fetch_add(&notes_ready, 1, __ATOMIC_RELEASE);
+	return 1;
+}
+
+/* The noted write whose ciphertext ends with tail, or -1. */
+static int note_of(const unsigned char *tail)
+{
+	for (int i = 0; i < NOTES; i++)
+		if (__atomic_load_n(&notes[i].state, __ATOMIC_ACQUIRE) == NOTE_READY &&
+		    memcmp(notes[i].tail, tail, TAIL) == 0)
+			return i;
+	return -1;
+}
+
+/* Take the oldest noted write of sess up to seq: its first bytes into
+ * head, its length. 0: none left. */
+static int take_note(void *sess, uint32_t seq, char *head, size_t *n)
+{
+	for (;;) {
+		int best = -1;
+		uint32_t ready = NOTE_READY;
+
+		for (int i = 0; i < NOTES; i++)
+			if (__atomic_load_n(&notes[i].state, __ATOMIC_ACQUIRE) == NOTE_READY && notes[i].sess == sess &&
+			    (int32_t)(notes[i].seq - seq) <= 0 &&
+			    (best < 0 || (int32_t)(notes[i].seq - notes[best].seq) < 0))
+				best = i;
+		if (best < 0)
+			return 0;
+		if (!__atomic_compare_exchange_n(&notes[best].state, &ready, NOTE_BUSY, 0, __ATOMIC_ACQUIRE,
+						 __ATOMIC_RELAXED))
+			continue; /* (taken by another: look again) */
+		*n = notes[best].n;
+		memcpy(head, notes[best].head, PEND_MAX);
+		__atomic_store_n(&notes[best].state, NOTE_FREE, __ATOMIC_RELEASE);
+		__atomic_fetch_sub(&notes_ready, 1, __ATOMIC_RELAXED);
+		return 1;
+	}
+}
+
+/* A send on fd outside any record call whose bytes end with tail: if they
+ * are a noted write's ciphertext, fd is its session's socket, and the
+ * session's writes up to it are seen on it; ask (before the send): the
+ * request one starts asks for its max_requests place. 0, or -1 with errno
+ * (held or refused, as ns_req_start). */
+static int pair_by_tail(int fd, const unsigned char *tail, int ask, int nonblock)
+{
+	int i, r = 0, e = errno;
+	void *sess;
+	uint32_t seq;
+	struct ns_conn *c;
+	char head[PEND_MAX];
+	size_t n;
+
+	if (cur_sess || (i = note_of(tail)) < 0)
+		return 0;
+	sess = notes[i].sess;
+	seq = notes[i].seq;
 	if (!(c = conn_of_fd(fd)))
-		return NULL;
+		return 0;
 	remember_fd(sess, fd, c);
-	return c;
+	while (take_note(sess, seq, head, &n)) {
+		/* its request asks for its place before a byte leaves, as a later
+		 * request on the session does at its plaintext's write (pace):
+		 * held, this send answers EAGAIN and the program sends again
+		 * (asyncio keeps the bytes), asking again (datapath.c); the
+		 * request is seen as started either way (its answer's end then
+		 * followed, exchange.c) */
+		if (ask && r == 0 && ns_req_starts(c, LD(c->flags), NS_C_TLS, head, n < PEND_MAX ? n : PEND_MAX)) {
+			r = ns_req_start(fd, c, nonblock);
+			e = errno;
+		}
+		ns_exchange_plain(c, NS_OUT, head, n < PEND_MAX ? n : PEND_MAX);
+		if (n > PEND_MAX)
+			ns_exchange_gap(c); /* (an HTTP/2 reader cannot follow what it was not shown) */
+	}
+	errno = e;
+	return r;
 }
 
-static void pending_seen(struct ns_conn *c)
+void ns_tls_note_fd(int fd, const void *sent_tail)
 {
-	ns_exchange_plain(c, NS_OUT, pend.head, pend.n < PEND_MAX ? pend.n : PEND_MAX);
-	if (pend.n > PEND_MAX)
-		ns_exchange_gap(c); /* (an HTTP/2 reader cannot follow what it was not shown) */
-}
-
-void ns_tls_note_fd(int fd, int d, ssize_t r)
-{
-	struct ns_conn *c;
-
 	if (cur_sess) {
 		cur_fd = fd;
 		return;
 	}
 	/* (a send ns_tls_pair_send did not see before it went) */
-	if (pend.sess && d == NS_OUT && ciphertext_of(r, pend.n) && (c = pair_pending(fd)))
-		pending_seen(c);
+	if (__atomic_load_n(&notes_ready, __ATOMIC_ACQUIRE) && sent_tail)
+		pair_by_tail(fd, sent_tail, 0, 0);
 }
 
-int ns_tls_pair_send(int fd, size_t len, int nonblock)
+int ns_tls_pair_send(int fd, const void *tail, int nonblock)
 {
-	struct ns_conn *c;
-	int r = 0, e;
-
-	if (likely(!pend.sess) || cur_sess || !ciphertext_of((ssize_t)len, pend.n) || !(c = pair_pending(fd)))
+	if (likely(!__atomic_load_n(&notes_ready, __ATOMIC_ACQUIRE)) || !tail)
 		return 0;
-	/* a memory-BIO session's ciphertext about to go out: its request asks
-	 * for its place before a byte leaves, as a later request on the
-	 * session does at its plaintext's write (pace): held, this send
-	 * answers EAGAIN and the program sends again (asyncio keeps the
-	 * bytes), asking again (datapath.c); the request is seen as started
-	 * either way (its answer's end then followed, exchange.c) */
-	if (ns_req_starts(c, LD(c->flags), NS_C_TLS, pend.head, pend.n < PEND_MAX ? pend.n : PEND_MAX))
-		r = ns_req_start(fd, c, nonblock);
-	e = errno;
-	pending_seen(c);
-	errno = e;
-	return r;
+	return pair_by_tail(fd, tail, 1, nonblock);
 }
 
 /* Does pair i still name a live connection (its socket open, not reused)? */
@@ -337,8 +459,6 @@ static struct ns_conn *conn_of_fd(int fd)
  * (from the library, or a pair that still holds), and the note-taking on. */
 static struct ns_conn *begin(void *sess, int fd)
 {
-	if (pend.sess && pend.sess != sess)
-		pend.sess = NULL;   /* another session's call first: too uncertain to pair */
 	cur_sess = sess;
 	cur_fd = -1;
 	cur_named = fd >= 0;
@@ -360,9 +480,11 @@ static struct ns_conn *gnutls_conn(void *session, const void *ra)
 }
 
 /* After it: the bytes, and the socket learnt during the call (which
- * overrides a remembered pair), or a write left pending for the socket
- * that sends next. */
-static void seen(struct ns_conn *c, int d, const void *buf, ssize_t n)
+ * overrides a remembered pair), or a write of a memory-BIO session noted
+ * for the send that carries it (ssl: the OpenSSL session, ra its caller;
+ * NULL for GnuTLS, whose sessions name their socket or reach it inside
+ * the call). */
+static void seen(struct ns_conn *c, int d, const void *buf, ssize_t n, void *ssl, const void *ra)
 {
 	int e = errno;
 
@@ -371,12 +493,9 @@ static void seen(struct ns_conn *c, int d, const void *buf, ssize_t n)
 		if (c)
 			remember_fd(cur_sess, cur_fd, c);
 	}
-	if (!c && !cur_named && d == NS_OUT && n > 0 && buf) {
-		pend.sess = cur_sess;
-		pend.n = (size_t)n;
-		memcpy(pend.head, buf, (size_t)n < PEND_MAX ? (size_t)n : PEND_MAX);
-	}
 	cur_sess = NULL;
+	if (!c && !cur_named && d == NS_OUT && n > 0 && buf && ssl)
+		note_write(ssl, ra, buf, (size_t)n);
 	if (c && n > 0)
 		ns_exchange_plain(c, d, buf, (size_t)n);
 	errno = e;
@@ -519,7 +638,7 @@ static int ssl_io(int fi, const void *ra, int d, void *ssl, void *buf, int num)
 	r = f(ssl, buf, num);
 	if (r <= 0 && d == NS_IN && errno == ETIMEDOUT)
 		tls_raise_errno((void *)f, ETIMEDOUT, "SSL_read");
-	seen(c, d, buf, r);
+	seen(c, d, buf, r, ssl, ra);
 	return r;
 }
 
@@ -539,7 +658,7 @@ static int ssl_io_ex(int fi, const void *ra, int d, void *ssl, void *buf, size_t
 	r = f(ssl, buf, num, moved);
 	if (r != 1 && d == NS_IN && errno == ETIMEDOUT)
 		tls_raise_errno((void *)f, ETIMEDOUT, "SSL_read_ex");
-	seen(c, d, buf, r == 1 && moved ? (ssize_t)*moved : 0);
+	seen(c, d, buf, r == 1 && moved ? (ssize_t)*moved : 0, ssl, ra);
 	return r;
 }
 
@@ -557,7 +676,7 @@ static ssize_t gnutls_io(int fi, const void *ra, int d, void *session, void *dat
 	if (d == NS_OUT && pace(c, data, size) < 0)
 		return NS_GNUTLS_E_PUSH_ERROR; /* (errno says why, as after its push function's failure) */
 	r = f(session, data, size);
-	seen(c, d, data, r);
+	seen(c, d, data, r, NULL, NULL);
 	return r;
 }
 
