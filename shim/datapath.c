@@ -26,7 +26,7 @@
 #include "reqs.h"
 #include "shape.h"
 #include "timeo.h"
-#include "tls.h"
+#include "tlspair.h"
 #include "wait.h"
 
 /**** the healthy path (input; dataout.c has the output's) ****/
