@@ -434,8 +434,12 @@ static inline __attribute__((always_inline)) void th_add(struct ns_slot *s, uint
 			nw = TH_MAKE(n, req, acc);
 		} else {
 			old = i ? w1 : w0;
-			nw = TH_MAKE(n, TH_REQ(old) + req < 0xffffffu ? TH_REQ(old) + req : 0xffffffu,
-				     TH_ACC(old) + acc < 0xffffffu ? TH_ACC(old) + acc : 0xffffffu);
+			/* (req and acc are 0 or 1: below the ceiling each is one add) */
+			if (__builtin_expect(TH_REQ(old) < 0xfffffeu && TH_ACC(old) < 0xfffffeu, 1))
+				nw = old + ((uint64_t)req << 24) + acc;
+			else
+				nw = TH_MAKE(n, TH_REQ(old) + req < 0xffffffu ? TH_REQ(old) + req : 0xffffffu,
+					     TH_ACC(old) + acc < 0xffffffu ? TH_ACC(old) + acc : 0xffffffu);
 		}
 		if (CAS(&s->thr[i], &old, nw))
 			return;

@@ -374,6 +374,33 @@ Test(table, the_adaptive_throttle_refuses_in_proportion_and_stops_as_accepts_ret
 	cr_assert_eq(ns_table_throttle(&t, 99, &set, 139000, &rng), 0);
 }
 
+Test(table, the_throttles_counts_stop_at_their_ceiling_and_keep_their_window)
+{
+	struct ns_table t;
+	struct ns_settings set = adaptive_set();
+	uint64_t n = 100000 / set.throttle_window_ms, w;
+	int a;
+
+	mem_table(&t, 2);
+	a = ns_table_find(&t, "k:1", 1, 1000);
+	/* below the ceiling each count is one add (the common case), at it the
+	 * 24-bit counts stay at 0xffffff and never carry into the window's
+	 * number or each other */
+	t.slots[a].thr[0] = (n & 0xffff) << 48 | (uint64_t)0xfffffd << 24 | 0xfffffc;
+	for (int i = 0; i < 4; i++)
+		ns_table_throttle_count(&t, a, &set, 1, 100000 + (uint64_t)i);
+	w = t.slots[a].thr[0];
+	cr_assert_eq(NS_TH_NUM(w), (uint32_t)(n & 0xffff));
+	cr_assert_eq(NS_TH_REQ(w), 0xffffffu);
+	cr_assert_eq(NS_TH_ACC(w), 0xffffffu);
+	ns_table_throttle_count(&t, a, &set, 0, 100010);
+	w = t.slots[a].thr[0];
+	cr_assert_eq(NS_TH_REQ(w), 0xffffffu);
+	cr_assert_eq(NS_TH_ACC(w), 0xffffffu);
+	cr_assert_eq(NS_TH_NUM(w), (uint32_t)(n & 0xffff));
+	cr_assert_eq(t.slots[a].thr[1], 0);
+}
+
 Test(table, slow_start_ramps_the_share_from_a_tenth)
 {
 	struct ns_table t;
