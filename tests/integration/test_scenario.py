@@ -54,10 +54,18 @@ def test_a_thirty_second_scenario_shows_each_phase_at_its_time(shim, server, tmp
 
     judged = [(round(t - t0, 2), seen(res, ms)) for t, res, ms in out
               if min(abs(t - t0 - b) for b in (10, 20)) > 0.2]
-    wrong = [(t, s) for t, s in judged if s != expected(t)]
+    # what the mechanism guarantees, whatever the machine's load: every
+    # request of the latency phase waited its 300 ms, every connect of the
+    # outage was refused, none after it was. A request after the latency
+    # ended may still be slow on a starved machine (one took 300 ms beside
+    # three test files at once): the phase's requests are fast as a rule
+    # (the median), not each one
+    wrong = [(t, s) for t, s in judged if s != expected(t) and not (expected(t) == "fast" and s in ("slow", "between"))]
     assert not wrong, wrong
     counts = {p: sum(s == p for _, s in judged) for p in ("slow", "refused", "fast")}
     assert counts["slow"] >= 20 and counts["refused"] >= 50 and counts["fast"] >= 50, counts
+    late = sorted(ms for t, res, ms in out if t - t0 > 20.2 and res == "ok")
+    assert late[len(late) // 2] < 200, late
     assert srv.accepts() == sum(res == "ok" for _, res, _ in out), "a refused connect reached the server"
 
 
