@@ -231,11 +231,13 @@ uint32_t *ns_admit_request_release(struct ns_table *t, int slot, int place, uint
 uint64_t ns_admit_token(struct ns_table *t, int slot, const struct ns_settings *set, uint64_t now_us, uint64_t *rng,
 			uint64_t *tat, uint64_t *base)
 {
-	uint64_t step = set->rate_interval_us, tol = 0;
+	uint64_t step = set->rate_interval_us;
 	int64_t due;
 
-	if (set->slow_start_ms | set->rate_jitter_bp)
+	if (set->slow_start_ms | set->rate_jitter_bp) {
+		*rng ^= now_us; /* (a forked child draws its own) */
 		step = ns_table_rate_step(t, slot, set, now_us / 1000, ns_rng_next(rng));
+	}
 	if (set->fleet & NS_FLEET_RATE) { /* this machine's share of fleet_rate, when slower */
 		uint64_t mph = ns_table_fleet_share(t, slot, NS_FLEET_K_RATE, set->fleet_rate_mph, now_us / 1000);
 		uint64_t fstep = mph ? 3600000000000ULL / mph : 0;
@@ -247,9 +249,7 @@ uint64_t ns_admit_token(struct ns_table *t, int slot, const struct ns_settings *
 		if (fstep > step)
 			step = fstep;
 	}
-	if (set->burst > 1)
-		tol = (uint64_t)(set->burst - 1) * set->rate_interval_us;
-	due = ns_table_token(t, slot, step, tol, now_us, tat);
+	due = (int64_t)ns_admit_token_step(t, slot, set, step, now_us, tat, base);
 	if (due > 0) {
 		if (!(set->fleet & NS_FLEET_RATE))
 			return (uint64_t)due;
@@ -261,6 +261,5 @@ uint64_t ns_admit_token(struct ns_table *t, int slot, const struct ns_settings *
 	}
 	if (set->fleet & NS_FLEET_RATE)
 		ns_table_fleet_token(t, slot);
-	*base = *tat > step ? *tat - step : 0;
 	return 0;
 }

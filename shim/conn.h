@@ -181,6 +181,8 @@ struct ns_conn {
 	uint64_t peer_a[2]; /* word by word (ST/LD): a pooled record is read by a thread that held its last use */
 	/* the exchange in progress (exchange.c; its thread's slow path only) */
 	monotime xstart;          /* when its request went out; 0 = the connect's */
+	monotime pre_now;         /* the clock rate's token was taken by, just before its request's send: the
+				   * request's start (exchange.c), no second clock read; 0 = none */
 	char sniffed[NS_H1_SNIFF_MAX]; /* the request's first bytes while they may begin a method */
 	uint32_t snlen;
 	struct ns_h1status h1s;   /* its answer's status line (policy/h1.h) */

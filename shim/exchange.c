@@ -374,7 +374,12 @@ static void turn(struct ns_conn *c, int d, const char *buf, size_t n, int tls)
 			ST(c->outcome, 0);
 			ST(c->xstatus, 0u);
 			ST(c->xthread, (uintptr_t)pthread_self());
-			ST(c->xstart, ns_now());
+			monotime t = LD(c->pre_now);
+
+			/* (the clock rate's token was just taken by, else one now) */
+			if (t)
+				ST(c->pre_now, 0);
+			ST(c->xstart, t ? t : ns_now());
 			ST(c->h1s.st, (uint32_t)NS_H1S_LINE);
 			ST(c->h1s.len, 0u);
 			__atomic_fetch_and(&c->flags, ~(NS_C_XNEXT | NS_C_REUSED | NS_C_HDRS), __ATOMIC_RELAXED);

@@ -260,6 +260,7 @@ struct ns_conn *ns_conn_alloc(void)
 	ST(c->flags, 0);
 	ST(c->slot, -1);
 	ST(c->start, 0);
+	ST(c->pre_now, 0);
 	ST(c->connect_deadline, 0);
 	ST(c->total_deadline, 0);
 	ST(c->intr_deadline, 0);

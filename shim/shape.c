@@ -225,8 +225,7 @@ static inline __attribute__((always_inline)) monotime token_for(struct ns_conn *
 	static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
 	uint64_t tat, base, due;
 
-	rng ^= (uint64_t)now; /* (a forked child draws its own) */
-	due = ns_admit_token(&ns_breakers, slot, set, (uint64_t)now / 1000, &rng, &tat, &base);
+	due = ns_admit_token_fast(&ns_breakers, slot, set, (uint64_t)now / 1000, &rng, &tat, &base);
 	if (due)
 		return (monotime)due * 1000;
 	if (c && tat) {
@@ -385,11 +384,16 @@ int ns_shape_request(int fd, struct ns_conn *c, int nonblock)
 	const struct ns_settings *set = ns_conn_set(c);
 	int slot = LD(c->slot);
 
-	/* a request on a reused connection, a token there: one clock and one
-	 * compare-and-swap */
-	if (likely(!(LD(c->flags) & (NS_C_PACED | NS_C_TOKEN)) && set->rate_interval_us && slot >= 0 && ns_tbl_on()) &&
-	    likely(!token_for(NULL, slot, set, ns_now())))
-		return 0;
+	/* a request on a reused connection, a token there: one clock (the
+	 * request's start too: exchange.c) and one compare-and-swap */
+	if (likely(!(LD(c->flags) & (NS_C_PACED | NS_C_TOKEN)) && set->rate_interval_us && slot >= 0 && ns_tbl_on())) {
+		monotime now = ns_now();
+
+		if (likely(!token_for(NULL, slot, set, now))) {
+			ST(c->pre_now, now);
+			return 0;
+		}
+	}
 	return request_held(fd, c, nonblock);
 }
 
