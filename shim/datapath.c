@@ -161,17 +161,15 @@ int ns_io_pre(struct ns_conn *c, struct io_req *q)
 		 * beside a busy machine) or after it, when the program sends a
 		 * memory-BIO session's records itself (asyncio: aiohttp had 37 in
 		 * flight under 3). A memory-BIO session's first record pairs it
-		 * with its socket here, and its request asks then (tls.c). */
-		if (unlikely((f & (NS_C_TLSWIRE | NS_C_TLS)) == NS_C_TLSWIRE) &&
-		    ns_tls_pair_send(q->fd, send_tail(q), (f & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) {
-			q->r = -1;
-			return IO_DONE;
-		}
-		f = LD(c->flags);
+		 * with its socket here, and its request asks then (tlspair.c;
+		 * without max_requests it pairs after the send, ns_turn_io). */
 		if (unlikely(__atomic_load_n(&ns_req_any, __ATOMIC_RELAXED)) &&
-		    (ns_req_starts(c, f, 0, q->buf, q->iov && q->iovcnt ? q->iov[0].iov_len : q->len) ||
-		     ((f & NS_C_TLS) && LD(c->rq_qword))) &&
-		    ns_req_start(q->fd, c, (f & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) {
+		    (((f & (NS_C_TLSWIRE | NS_C_TLS)) == NS_C_TLSWIRE &&
+		      ns_tls_pair_send(q->fd, send_tail(q), (f & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) ||
+		     ((ns_req_starts(c, f = LD(c->flags), 0, q->buf,
+				     q->iov && q->iovcnt ? q->iov[0].iov_len : q->len) ||
+		       ((f & NS_C_TLS) && LD(c->rq_qword))) &&
+		      ns_req_start(q->fd, c, (f & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0))) {
 			q->r = -1;
 			return IO_DONE;
 		}
