@@ -130,6 +130,31 @@ static __attribute__((noinline)) int h2_write(struct ns_conn *c, struct io_req *
 	return 0;
 }
 
+/* A send under max_requests (reqs.c): the request it starts has its place
+ * first. A TLS request waiting for its place (asked at the library's write
+ * of its plaintext, which then goes on) asks again when its record is
+ * written, and goes only with one: inside the record call (that write may
+ * come after the tick that held it, the thread descheduled between the
+ * two: 3 in flight under max_requests = 2 beside a busy machine) or after
+ * it, when the program sends a memory-BIO session's records itself
+ * (asyncio: aiohttp had 37 in flight under 3). A memory-BIO session's
+ * first record pairs it with its socket here, and its request asks then
+ * (tlspair.c; without max_requests it pairs after the send, ns_turn_io).
+ * 0 go, or -1 with errno (held, refused). */
+static inline int req_place(struct ns_conn *c, struct io_req *q)
+{
+	int nonblock = (LD(c->flags) & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT);
+	uint32_t f = LD(c->flags);
+
+	if ((f & (NS_C_TLSWIRE | NS_C_TLS)) == NS_C_TLSWIRE && ns_tls_pair_send(q->fd, send_tail(q), nonblock) < 0)
+		return -1;
+	f = LD(c->flags); /* (a pair just made: NS_C_TLS) */
+	if (ns_req_starts(c, f, 0, q->buf, q->iov && q->iovcnt ? q->iov[0].iov_len : q->len) ||
+	    ((f & NS_C_TLS) && LD(c->rq_qword)))
+		return ns_req_start(q->fd, c, nonblock);
+	return 0;
+}
+
 /* Before the call, everything a flag asks for (dataio.h). */
 int ns_io_pre(struct ns_conn *c, struct io_req *q)
 {
@@ -150,30 +175,12 @@ int ns_io_pre(struct ns_conn *c, struct io_req *q)
 	/* a request held for rate's token (the wait is not the deadlines': they
 	 * are looked at after it); HTTP/2's streams in clear text (h2_write) */
 	if (q->d == NS_OUT) {
-		uint32_t f = LD(c->flags);
-
-		/* ...after a place under max_requests (reqs.c). A TLS request
-		 * waiting for its place (asked at the library's write of its
-		 * plaintext, which then goes on) asks again when its record is
-		 * written, and goes only with one: inside the record call (that
-		 * write may come after the tick that held it, the thread
-		 * descheduled between the two: 3 in flight under max_requests = 2
-		 * beside a busy machine) or after it, when the program sends a
-		 * memory-BIO session's records itself (asyncio: aiohttp had 37 in
-		 * flight under 3). A memory-BIO session's first record pairs it
-		 * with its socket here, and its request asks then (tlspair.c;
-		 * without max_requests it pairs after the send, ns_turn_io). */
-		if (unlikely(__atomic_load_n(&ns_req_any, __ATOMIC_RELAXED)) &&
-		    (((f & (NS_C_TLSWIRE | NS_C_TLS)) == NS_C_TLSWIRE &&
-		      ns_tls_pair_send(q->fd, send_tail(q), (f & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0) ||
-		     ((ns_req_starts(c, f = LD(c->flags), 0, q->buf,
-				     q->iov && q->iovcnt ? q->iov[0].iov_len : q->len) ||
-		       ((f & NS_C_TLS) && LD(c->rq_qword))) &&
-		      ns_req_start(q->fd, c, (f & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT)) < 0))) {
+		/* ...after a place under max_requests (req_place) */
+		if (unlikely(__atomic_load_n(&ns_req_any, __ATOMIC_RELAXED)) && req_place(c, q) < 0) {
 			q->r = -1;
 			return IO_DONE;
 		}
-		f = LD(c->flags);
+		uint32_t f = LD(c->flags);
 
 		/* (an h2c connection's, or one whose protocol is not known yet:
 		 * neither HTTP bit, or H2READ, in one compare) */

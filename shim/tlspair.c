@@ -69,11 +69,6 @@ static struct ns_conn *conn_of_fd(int fd);
 #define NS_BIO_TYPE_MEM  (1 | 0x0400)
 #define NS_BIO_CTRL_INFO 3
 
-int ns_tls_in_call(void)
-{
-	return cur_sess != NULL;
-}
-
 void ns_tls_note_write(void *ssl, ns_ssl_wbio_fn wbio_of, ns_bio_type_fn type_of, ns_bio_ctrl_fn ctrl, const void *buf,
 		       size_t n)
 {

@@ -47,7 +47,5 @@ NS_HIDDEN void ns_tls_note_fd(int fd, const void *sent_tail);
  * here. 0: the send goes; -1 with errno: held (EAGAIN) or refused after
  * queue_timeout (ECONNREFUSED), as ns_req_start. */
 NS_HIDDEN int ns_tls_pair_send(int fd, const void *tail, int nonblock);
-/* Is this thread inside a record call (its socket's I/O is the library's)? */
-NS_HIDDEN int ns_tls_in_call(void);
 
 #endif
