@@ -52,14 +52,41 @@ static __thread int cur_named __attribute__((tls_model("initial-exec"))); /* the
  * is not matched) */
 #define NOTES 64
 enum { NOTE_FREE, NOTE_BUSY, NOTE_READY };
+/* Every field is read and written as a relaxed atomic: a sender looks at
+ * a note it does not own (another thread may take it and fill it again
+ * meanwhile), so what it read is trusted only if the note's seq (unique
+ * to each filling) is the same after the look (a seqlock's check), and a
+ * note taken (READY -> BUSY) is checked to be the one looked at. */
 static struct {
-	uint32_t state; /* atomic: NOTE_* */
-	uint32_t seq;   /* the writes' order */
+	uint32_t state; /* NOTE_* */
+	uint32_t seq;   /* the writes' order, and the filling's identity */
 	void *sess;
-	size_t n;                 /* plaintext bytes written */
-	unsigned char tail[TAIL]; /* the ciphertext's last bytes in the BIO after the write */
-	char head[PEND_MAX];      /* the plaintext's first bytes */
+	size_t n;                    /* plaintext bytes written */
+	uint64_t tail[TAIL / 8];     /* the ciphertext's last bytes in the BIO after the write */
+	uint64_t head[PEND_MAX / 8]; /* the plaintext's first bytes */
 } notes[NOTES];
+_Static_assert(TAIL % 8 == 0 && PEND_MAX % 8 == 0, "notes are copied in words");
+
+/* len bytes (at most 8 * words) into words, as relaxed stores */
+static void words_put(uint64_t *w, unsigned words, const void *src, size_t len)
+{
+	for (unsigned k = 0; k < words; k++) {
+		uint64_t v = 0;
+
+		if (len > (size_t)k * 8)
+			memcpy(&v, (const char *)src + k * 8, len - k * 8 < 8 ? len - k * 8 : 8);
+		__atomic_store_n(&w[k], v, __ATOMIC_RELAXED);
+	}
+}
+
+static void words_get(const uint64_t *w, unsigned words, void *dst)
+{
+	for (unsigned k = 0; k < words; k++) {
+		uint64_t v = __atomic_load_n(&w[k], __ATOMIC_RELAXED);
+
+		memcpy((char *)dst + k * 8, &v, 8);
+	}
+}
 static uint32_t notes_ready; /* atomic: a send looks only while some are */
 static uint32_t notes_seq;   /* atomic */
 
@@ -101,23 +128,38 @@ void ns_tls_note_write(void *ssl, ns_ssl_wbio_fn wbio_of, ns_bio_type_fn type_of
 		__atomic_fetch_sub(&notes_ready, 1, __ATOMIC_RELAXED);
 		i = old;
 	}
-	notes[i].seq = __atomic_fetch_add(&notes_seq, 1, __ATOMIC_RELAXED);
-	notes[i].sess = ssl;
-	notes[i].n = n;
-	memcpy(notes[i].tail, data + len - TAIL, TAIL);
-	memcpy(notes[i].head, buf, n < PEND_MAX ? n : PEND_MAX);
+	ST(notes[i].seq, __atomic_fetch_add(&notes_seq, 1, __ATOMIC_RELAXED));
+	__atomic_thread_fence(__ATOMIC_RELEASE); /* (a looker that saw the old seq sees it change) */
+	ST(notes[i].sess, ssl);
+	ST(notes[i].n, n);
+	words_put(notes[i].tail, TAIL / 8, data + len - TAIL, TAIL);
+	words_put(notes[i].head, PEND_MAX / 8, buf, n < PEND_MAX ? n : PEND_MAX);
 	__atomic_store_n(&notes[i].state, NOTE_READY, __ATOMIC_RELEASE);
 	__atomic_fetch_add(&notes_ready, 1, __ATOMIC_RELEASE);
 }
 
-/* The noted write whose ciphertext ends with tail, or -1. */
-static int note_of(const unsigned char *tail)
+/* The noted write whose ciphertext ends with tail: its session and seq,
+ * read whole (the note was not filled again while they were read); 0:
+ * none. */
+static int note_of(const unsigned char *tail, void **sess, uint32_t *seq)
 {
-	for (int i = 0; i < NOTES; i++)
-		if (__atomic_load_n(&notes[i].state, __ATOMIC_ACQUIRE) == NOTE_READY &&
-		    memcmp(notes[i].tail, tail, TAIL) == 0)
-			return i;
-	return -1;
+	for (int i = 0; i < NOTES; i++) {
+		unsigned char t[TAIL];
+		uint32_t s;
+
+		if (__atomic_load_n(&notes[i].state, __ATOMIC_ACQUIRE) != NOTE_READY)
+			continue;
+		s = LD(notes[i].seq);
+		words_get(notes[i].tail, TAIL / 8, t);
+		*sess = LD(notes[i].sess);
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (memcmp(t, tail, TAIL) == 0 && __atomic_load_n(&notes[i].state, __ATOMIC_RELAXED) == NOTE_READY &&
+		    LD(notes[i].seq) == s) {
+			*seq = s;
+			return 1;
+		}
+	}
+	return 0;
 }
 
 /* Take the oldest noted write of sess up to seq: its first bytes into
@@ -128,18 +170,32 @@ static int take_note(void *sess, uint32_t seq, char *head, size_t *n)
 		int best = -1;
 		uint32_t ready = NOTE_READY;
 
-		for (int i = 0; i < NOTES; i++)
-			if (__atomic_load_n(&notes[i].state, __ATOMIC_ACQUIRE) == NOTE_READY && notes[i].sess == sess &&
-			    (int32_t)(notes[i].seq - seq) <= 0 &&
-			    (best < 0 || (int32_t)(notes[i].seq - notes[best].seq) < 0))
+		uint32_t best_seq = 0;
+
+		for (int i = 0; i < NOTES; i++) {
+			uint32_t s;
+
+			if (__atomic_load_n(&notes[i].state, __ATOMIC_ACQUIRE) != NOTE_READY ||
+			    LD(notes[i].sess) != sess)
+				continue;
+			s = LD(notes[i].seq);
+			if ((int32_t)(s - seq) <= 0 && (best < 0 || (int32_t)(s - best_seq) < 0)) {
 				best = i;
+				best_seq = s;
+			}
+		}
 		if (best < 0)
 			return 0;
 		if (!__atomic_compare_exchange_n(&notes[best].state, &ready, NOTE_BUSY, 0, __ATOMIC_ACQUIRE,
 						 __ATOMIC_RELAXED))
 			continue; /* (taken by another: look again) */
-		*n = notes[best].n;
-		memcpy(head, notes[best].head, PEND_MAX);
+		if (LD(notes[best].seq) != best_seq || LD(notes[best].sess) != sess) {
+			/* filled again since the look: another's, given back */
+			__atomic_store_n(&notes[best].state, NOTE_READY, __ATOMIC_RELEASE);
+			continue;
+		}
+		*n = LD(notes[best].n);
+		words_get(notes[best].head, PEND_MAX / 8, head);
 		__atomic_store_n(&notes[best].state, NOTE_FREE, __ATOMIC_RELEASE);
 		__atomic_fetch_sub(&notes_ready, 1, __ATOMIC_RELAXED);
 		return 1;
@@ -153,17 +209,15 @@ static int take_note(void *sess, uint32_t seq, char *head, size_t *n)
  * (held or refused, as ns_req_start). */
 static int pair_by_tail(int fd, const unsigned char *tail, int ask, int nonblock)
 {
-	int i, r = 0, e = errno;
+	int r = 0, e = errno;
 	void *sess;
 	uint32_t seq;
 	struct ns_conn *c;
 	char head[PEND_MAX];
 	size_t n;
 
-	if (cur_sess || (i = note_of(tail)) < 0)
+	if (cur_sess || !note_of(tail, &sess, &seq))
 		return 0;
-	sess = notes[i].sess;
-	seq = notes[i].seq;
 	if (!(c = conn_of_fd(fd)))
 		return 0;
 	remember_fd(sess, fd, c);
