@@ -656,7 +656,10 @@ def test_250_streams_open_at_once_on_one_connection_are_each_an_exchange(shim, h
     assert "500 succeeded" in r.out, (r.out, r.err)
     c = counts(shim, srv.dest)
     # 500 streams, 500 outcomes: the connection's own is not mixed in (501 before)
-    assert (c["h2_blind"], c["exchanges"], c["failures"], c["successes"]) == (0, 500, 0, 500), c
+    # (the whole record and what h2load said, should this ever differ: one
+    # CI run of 2026-12-07 counted 100 of 500, not seen in 240 runs since)
+    assert (c["h2_blind"], c["exchanges"], c["failures"], c["successes"]) == (0, 500, 0, 500), (
+        shim.entry(srv.dest), r.out[-1500:], r.err[-1500:])
     assert "netshim:" not in r.err, r.err
 
 
