@@ -408,6 +408,8 @@ void ns_policy_resolve(const struct ns_policy *p, const struct ns_dest *d,
 	 * the keys of a name's addresses: their steps are taken there too) */
 	out->shaping = out->max_connections || out->rate_mph || out->retry_budget_bp || out->retry_budget_min_mps ||
 		out->throttle || out->address_choice || out->connect_total_timeout_ms;
+	if (out->max_connections && !out->rate_interval_us && !out->slow_start_ms)
+		out->shaping |= NS_SHAPING_PLACE_ONLY;
 	out->shaping_first = out->retry_budget_bp || out->retry_budget_min_mps || out->throttle ||
 		out->connect_total_timeout_ms;
 }

@@ -85,12 +85,17 @@ struct ns_settings {
 	uint32_t pad_fleet;
 	/* not keys (ns_policy_resolve): */
 	uint64_t rate_interval_us;  /* rate's interval between tokens, microseconds; 0 = no rate */
-	uint32_t shaping;           /* max_connections, rate, retry_budget, throttle, address_choice or
-				     * connect_total_timeout is set: the connect's slow steps */
+	uint32_t shaping;           /* NS_SHAPING_*: max_connections, rate, retry_budget, throttle,
+				     * address_choice or connect_total_timeout is set: the connect's slow steps */
 	uint32_t shaping_first;     /* retry_budget, throttle or connect_total_timeout: steps before the place */
 	uint64_t fault_seed;        /* [defaults] only: repeatable fault choices; 0 = none */
 	struct ns_faults fault;     /* faults to inject; n = 0: none. Last: see ns_policy_resolve */
 };
+
+/* ns_settings.shaping: any shaping step at all; and max_connections the
+ * connect's only wait (no rate, no slow_start): the place's fast try */
+#define NS_SHAPING_ANY        1u
+#define NS_SHAPING_PLACE_ONLY 2u
 
 enum ns_key_id {
 	NS_K_CONNECT_TIMEOUT,

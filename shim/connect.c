@@ -650,9 +650,7 @@ static __attribute__((noinline)) int refused_first(struct attempt *a, int *r)
  * open breaker refuses, counted apart, never a failure. */
 static __attribute__((noinline)) int shaped(struct attempt *a, int *r)
 {
-	a->shape = ns_shape_connect_fast(a->c, a->sp, a->slot, a->now);
-	if (a->shape < 0)
-		a->shape = ns_shape_connect(a->c, a->sp, a->slot, (a->v & NS_TAG_NONBLOCK) != 0, a->now);
+	a->shape = ns_shape_connect(a->c, a->sp, a->slot, (a->v & NS_TAG_NONBLOCK) != 0, a->now);
 	if (a->shape == NS_SHAPE_REFUSE) {
 		ns_shape_throttled(a->slot, a->kp, a->sp);
 		ns_conn_unref(a->c);   /* (not published) */
@@ -778,7 +776,11 @@ int ns_connect(int fd, const struct sockaddr *sa, socklen_t len)
 			 * (else a.shape stays -1: no place, no token) */
 			if (unlikely(a.sp->shaping_first) && refused_first(&a, &r) == STEP_DONE)
 				return r;
-			if ((a.sp->max_connections || a.sp->rate_interval_us) && shaped(&a, &r) == STEP_DONE)
+			/* (a place free, max_connections alone: taken inline;
+			 * else the whole question, shaped) */
+			if ((a.sp->max_connections || a.sp->rate_interval_us) &&
+			    (a.shape = ns_shape_connect_fast(a.c, a.sp, a.slot, a.now)) < 0 &&
+			    shaped(&a, &r) == STEP_DONE)
 				return r;
 		} else if (a.sp->connect_total_timeout_ms) {
 			ns_budget_forget(); /* (no slot, or not enforced: no attempt, no budget) */

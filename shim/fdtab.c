@@ -224,13 +224,20 @@ static inline __attribute__((always_inline)) void conn_free(struct ns_conn *c)
 /* ...holding a place: shape.c gives it back first. */
 static __attribute__((noinline, cold)) void conn_free_hooked(struct ns_conn *c)
 {
-	void (*hook)(struct ns_conn *) = __atomic_load_n(&ns_conn_end_hook, __ATOMIC_ACQUIRE);
-	void (*req)(struct ns_conn *) = __atomic_load_n(&ns_req_end_hook, __ATOMIC_ACQUIRE);
+	/* each hook where it has something to give back: a connection place
+	 * (NS_C_PLACE), a request's (rq, rq_qi) */
+	if (LD(c->flags) & NS_C_PLACE) {
+		void (*hook)(struct ns_conn *) = __atomic_load_n(&ns_conn_end_hook, __ATOMIC_ACQUIRE);
 
-	if (hook)
-		hook(c);
-	if (req)
-		req(c);
+		if (hook)
+			hook(c);
+	}
+	if (LD(c->rq) | LD(c->rq_qi)) {
+		void (*req)(struct ns_conn *) = __atomic_load_n(&ns_req_end_hook, __ATOMIC_ACQUIRE);
+
+		if (req)
+			req(c);
+	}
 	conn_free(c);
 }
 

@@ -80,7 +80,11 @@ static __attribute__((noinline)) uint32_t place_self_slow(void)
 	if (pid > NS_PLACE_PID_MAX)
 		return 0;   /* a pid past 22 bits: no places (never with Linux's pid_max) */
 	h = ns_place_holder(pid, ns_proc_start_time(pid, NULL));
-	__atomic_store_n(&ns_shape_self, h, __ATOMIC_RELAXED);
+	/* the hook that gives places back goes in before the holder word is
+	 * seen: a place taken with it (shape.h's fast try) is always given back */
+	if (!__atomic_load_n(&ns_conn_end_hook, __ATOMIC_RELAXED))
+		__atomic_store_n(&ns_conn_end_hook, ns_shape_release, __ATOMIC_RELEASE);
+	__atomic_store_n(&ns_shape_self, h, __ATOMIC_RELEASE);
 	return h;
 }
 

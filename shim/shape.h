@@ -28,10 +28,10 @@ static inline __attribute__((always_inline)) int ns_shape_connect_fast(struct ns
 	uint32_t h = __atomic_load_n(&ns_shape_self, __ATOMIC_RELAXED);
 	int p;
 
-	if (unlikely(!h || set->slow_start_ms || set->rate_interval_us ||
+	/* (h is made after the hook that gives places back is in: shape.c) */
+	if (unlikely(!h || !(set->shaping & NS_SHAPING_PLACE_ONLY) ||
 		     __atomic_load_n(&ns_shape_queued, __ATOMIC_RELAXED) ||
-		     !__atomic_load_n(&ns_breakers_ok, __ATOMIC_ACQUIRE) ||
-		     !__atomic_load_n(&ns_conn_end_hook, __ATOMIC_RELAXED)))
+		     !__atomic_load_n(&ns_breakers_ok, __ATOMIC_ACQUIRE)))
 		return -1;
 	p = ns_admit_place_now(&ns_breakers, slot, set, h, (uint64_t)(now / 1000000));
 	if (p < 0)

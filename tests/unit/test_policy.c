@@ -113,6 +113,38 @@ Test(policy, rate_is_kept_exactly_and_written_back_as_read)
 	}
 }
 
+/* the place's fast try on the connect path (shape.h) is for max_connections
+ * alone: with rate or slow_start beside it the connect also waits for a
+ * token or a share, which only the full path asks for */
+Test(policy, max_connections_alone_is_the_fast_place_try)
+{
+	static const struct {
+		const char *text;
+		unsigned shaping;
+	} cases[] = {
+		{ "max_connections = 4\n", NS_SHAPING_ANY | NS_SHAPING_PLACE_ONLY },
+		{ "max_connections = auto\n", NS_SHAPING_ANY | NS_SHAPING_PLACE_ONLY },
+		{ "max_connections = 4\nrate = 5/s\n", NS_SHAPING_ANY },
+		{ "max_connections = 4\nslow_start = 10s\n", NS_SHAPING_ANY },
+		{ "rate = 5/s\n", NS_SHAPING_ANY },
+		{ "throttle = adaptive\n", NS_SHAPING_ANY },
+		{ "read_timeout = 5s\n", 0 },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char text[160];
+		struct ns_policy p;
+		struct ns_settings s;
+		struct ns_dest d = { "", AF_INET, { 127, 0, 0, 1 }, 80 };
+
+		snprintf(text, sizeof(text), "[defaults]\n%s", cases[i].text);
+		cr_assert_eq(parse(text, &p), 0, "%s: %s", cases[i].text, err);
+		ns_policy_resolve(&p, &d, &s, NULL);
+		cr_assert_eq(s.shaping, cases[i].shaping, "%s: %u", cases[i].text, s.shaping);
+		ns_policy_free(&p);
+	}
+}
+
 Test(policy, max_connections_auto_and_throttle_adaptive_resolve_and_write_back)
 {
 	struct ns_policy p;
