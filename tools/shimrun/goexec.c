@@ -190,8 +190,12 @@ void ns_goexec(struct ns_goexec *x, const struct seccomp_notif *n, ns_goexec_con
 		cont(ctx, n->id);
 		return;
 	}
-	if (exec_path(n, path, sizeof(path)) < 0 || stat(path, &st) < 0 || !S_ISREG(st.st_mode) ||
-	    !(st.st_mode & 0111) || (read = 1, go_read(path, &st, why, sizeof(why))) < 0) {
+	if (exec_path(n, path, sizeof(path)) < 0)
+		path[0] = '\0';
+	if (x->level >= 4)
+		fprintf(stderr, "shimrun: an exec stopped in shimrun: %s (pid %d)\n", path[0] ? path : "?", (int)tid);
+	if (!path[0] || stat(path, &st) < 0 || !S_ISREG(st.st_mode) || !(st.st_mode & 0111) ||
+	    (read = 1, go_read(path, &st, why, sizeof(why))) < 0) {
 		if (read && g.is_go)
 			say_once(x, path, why);
 		cont(ctx, n->id);

@@ -120,6 +120,7 @@ out:
  * says so rather than let it run ungoverned in silence. Anything
  * unreadable or not ELF (a script) is REACH_OK. */
 static char found[PATH_MAX]; /* the program's file, as reach() found it */
+static int found_elf;        /* ...an ELF program (not a script) */
 
 static int reach(const char *prog)
 {
@@ -152,6 +153,7 @@ static int reach(const char *prog)
 		 * dynamically linked program (one that cannot be read is taken
 		 * for one: LD_PRELOAD is tried) */
 		r = REACH_STATIC;
+		found_elf = 1;
 		if (eh.e_phnum > 64 || pread(fd, ph, n * sizeof(*ph), (off_t)eh.e_phoff) != (ssize_t)(n * sizeof(*ph)))
 			r = REACH_OK;
 		for (size_t i = 0; r == REACH_STATIC && i < n; i++)
@@ -388,7 +390,7 @@ static void said_unreached(const char *prog, int r)
  * engine could not start (said: the program then runs under the library). */
 static int seccomp_run(struct run *o, int r)
 {
-	char why[256], go[160];
+	char why[256], go[160], first[PATH_MAX];
 	int rc, hooked = r == REACH_GO && found[0] && !ns_goexec_off() && ns_goexec_probe(found, go, sizeof(go)) == 1;
 
 	/* the program's connects are shimrun's to answer: not the library's
@@ -406,7 +408,10 @@ static int seccomp_run(struct run *o, int r)
 					: "",
 		hooked ? "HTTP status and Retry-After read from net/http, " : "", hooked ? go : "",
 		hooked ? "; not its bytes or TLS" : "not its bytes, HTTP status or TLS");
-	rc = ns_sup_run(o->argv, getenv("NETSHIM_POLICY"), o->table, why, sizeof(why));
+	/* (a program that is not Go: its first exec needs no stop in shimrun) */
+	if (!found_elf || r == REACH_GO || !realpath(found, first))
+		first[0] = '\0';
+	rc = ns_sup_run(o->argv, first[0] ? first : NULL, getenv("NETSHIM_POLICY"), o->table, why, sizeof(why));
 	if (rc < 0)
 		fprintf(stderr, "shimrun: %s; %s runs ungoverned\n", why, o->argv[0]);
 	return rc;

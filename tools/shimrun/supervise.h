@@ -13,7 +13,9 @@
  * program's status (128 + its signal), 126/127 when it cannot be run, or,
  * when this kernel cannot notify shimrun of a child's system calls (older
  * than 5.0, or seccomp refused), -1 before anything ran, with the reason in
- * why: the caller then runs it another way. */
-int ns_sup_run(char **argv, const char *policy, const char *table, char *why, size_t whylen);
+ * why: the caller then runs it another way. first: argv[0]'s file as an
+ * absolute path when it is an ELF program that is not Go (its exec needs
+ * no stop in shimrun), else NULL. */
+int ns_sup_run(char **argv, const char *first, const char *policy, const char *table, char *why, size_t whylen);
 
 #endif
