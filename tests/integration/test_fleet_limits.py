@@ -171,31 +171,31 @@ def shares_of(ms, dest, kind="requests"):
     return [m.share(dest, kind) for m in ms]
 
 
-def wait_shares(ms, dest, pred, timeout, kind="requests"):
-    """Seconds until pred(the machines' shares) holds, or None."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < (1.0 if NO_AGENT else timeout):
-        sh = shares_of(ms, dest, kind)
-        if all(x is not None for x in sh) and pred(sh):
-            return time.monotonic() - t0
-        time.sleep(0.02)
-    return None
-
-
-def wait_shares_polls(ms, dest, pred, timeout, kind="requests"):
+def wait_shares_polls(ms, dest, pred, timeout, kind="requests", polls=True):
     """(seconds, [polls each machine's agent made]) from now until
     pred(the machines' shares) holds, each share read with its agent's poll
-    count in one status; (None, None) if it does not."""
-    p0 = [m.status_doc()["agent"]["polls"] for m in ms]
+    count in one status; (None, None) if it does not. polls=False: the
+    shares alone (no agent need have run), the polls None."""
+    def look():
+        if not polls:
+            return shares_of(ms, dest, kind), None
+        docs = [m.status_doc() for m in ms]
+        return ([next(((e.get("fleet_share") or {}).get(kind) for e in d["entries"] if e["destination"] == dest),
+                      None) for d in docs], [d["agent"]["polls"] for d in docs])
+
+    p0 = look()[1]
     t0 = time.monotonic()
     while time.monotonic() - t0 < (1.0 if NO_AGENT else timeout):
-        docs = [m.status_doc() for m in ms]
-        sh = [next(((e.get("fleet_share") or {}).get(kind) for e in d["entries"] if e["destination"] == dest), None)
-              for d in docs]
+        sh, p1 = look()
         if all(x is not None for x in sh) and pred(sh):
-            return time.monotonic() - t0, [d["agent"]["polls"] - p for d, p in zip(docs, p0)]
+            return time.monotonic() - t0, p1 and [b - a for a, b in zip(p0, p1)]
         time.sleep(0.02)
     return None, None
+
+
+def wait_shares(ms, dest, pred, timeout, kind="requests"):
+    """Seconds until pred(the machines' shares) holds, or None."""
+    return wait_shares_polls(ms, dest, pred, timeout, kind, polls=False)[0]
 
 
 @pytest.mark.agent
