@@ -12,7 +12,8 @@
  * connect that finds none is held (its system call does not return) until
  * one is free or due, or refused (throttled) after queue_timeout. Then
  * shimrun makes the connect itself on a copy of the program's socket
- * (pidfd_getfd), with connect_timeout as its TCP_USER_TIMEOUT, so that the
+ * (pidfd_getfd), with connect_timeout as its TCP_USER_TIMEOUT when it is
+ * not decided at once, so that the
  * kernel ends it with ETIMEDOUT; a blocking program is answered with the
  * result, a non-blocking one at once with EINPROGRESS (it reads the
  * result its own way: shimrun never reads SO_ERROR for it).
@@ -74,7 +75,8 @@ struct conn {
 	int blocking;      /* the program's socket blocks: its connect is answered when decided */
 	int settled;       /* its success counted (its first bytes back) */
 	int waits_place;   /* C_QUEUED: counted among the slot's waiters */
-	int old_uto;       /* the socket's own TCP_USER_TIMEOUT (ms) */
+	int old_uto;       /* the socket's own TCP_USER_TIMEOUT (ms), */
+	int uto_set;       /* ...replaced by the connect deadline (a connect not decided at once) */
 	int fl;            /* its file status flags (O_NONBLOCK...) */
 	int paced;         /* C_QUEUED: counted paced once */
 	uint64_t id;       /* the notification (C_QUEUED, and a blocking C_CONNECTING) */
@@ -436,7 +438,7 @@ static void first_look(struct ns_gov *g, struct conn *c, uint64_t now)
  * non-blocking would read EAGAIN). */
 static void restore(struct conn *c)
 {
-	if (enforce(c) && c->set.connect_timeout_ms)
+	if (c->uto_set)
 		(void)setsockopt(c->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &c->old_uto, sizeof(c->old_uto));
 	if (c->blocking)
 		(void)fcntl(c->fd, F_SETFL, c->fl);
@@ -486,10 +488,14 @@ static int as_outcome(int e)
 static void settle_connect(struct ns_gov *g, struct conn *c, short revents, uint64_t now);
 
 /* The connect, made by shimrun on its copy of the program's socket (one
- * socket: the program's is connecting), non-blocking, with the connect
- * deadline as the socket's TCP_USER_TIMEOUT: the kernel ends it with
- * ETIMEDOUT. A blocking program's connect is answered when it is decided,
- * with its result; a non-blocking one's at once with EINPROGRESS. */
+ * socket: the program's is connecting), non-blocking. One not decided at
+ * once gets the connect deadline as the socket's TCP_USER_TIMEOUT (read by
+ * the kernel at each SYN's retransmission: the first is a second after
+ * the connect, microseconds after it is set): the kernel ends it with
+ * ETIMEDOUT. Loopback and a near peer answer within the connect call, and
+ * pay no TCP_USER_TIMEOUT (three system calls fewer). A blocking
+ * program's connect is answered when it is decided, with its result; a
+ * non-blocking one's at once with EINPROGRESS. */
 static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now)
 {
 	socklen_t ol = sizeof(int);
@@ -513,10 +519,7 @@ static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now)
 	c->fl = fcntl(c->fd, F_GETFL);
 	c->blocking = c->fl >= 0 && !(c->fl & O_NONBLOCK);
 	c->old_uto = 0;
-	if (uto > 0 && enforce(c)) {
-		(void)getsockopt(c->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &c->old_uto, &ol);
-		(void)setsockopt(c->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &uto, sizeof(uto));
-	}
+	c->uto_set = 0;
 	if (c->blocking)
 		(void)fcntl(c->fd, F_SETFL, c->fl | O_NONBLOCK);
 	r = connect(c->fd, (const struct sockaddr *)&c->ss, c->len);
@@ -528,9 +531,15 @@ static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now)
 		 * here, not a pass of the loop later */
 		p.fd = c->fd;
 		p.events = POLLOUT;
-		if (poll(&p, 1, 0) == 1)
+		if (poll(&p, 1, 0) == 1) {
 			settle_connect(g, c, p.revents, now);
-		return; /* else watched from here */
+			return;
+		}
+		if (uto > 0 && enforce(c)) {
+			(void)getsockopt(c->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &c->old_uto, &ol);
+			c->uto_set = setsockopt(c->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &uto, sizeof(uto)) == 0;
+		}
+		return; /* watched from here */
 	}
 	/* decided at once: connected, or refused */
 	restore(c);
