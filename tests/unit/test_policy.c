@@ -16,6 +16,15 @@ static int parse(const char *text, struct ns_policy *p)
 	return ns_policy_parse(text, strlen(text), "t.conf", p, err, sizeof(err));
 }
 
+/* text parsed (it must) and resolved for 127.0.0.1:80 into s */
+static void resolve_local(const char *text, struct ns_policy *p, struct ns_settings *s)
+{
+	struct ns_dest d = { "", AF_INET, { 127, 0, 0, 1 }, 80 };
+
+	cr_assert_eq(parse(text, p), 0, "%s: %s", text, err);
+	ns_policy_resolve(p, &d, s, NULL);
+}
+
 static void expect_error(const char *text, const char *msg)
 {
 	struct ns_policy p;
@@ -98,11 +107,9 @@ Test(policy, rate_is_kept_exactly_and_written_back_as_read)
 		char text[128], back[32];
 		struct ns_policy p;
 		struct ns_settings s;
-		struct ns_dest d = { "", AF_INET, { 127, 0, 0, 1 }, 80 };
 
 		snprintf(text, sizeof(text), "[defaults]\nrate = %s\nburst = 2\n", cases[i].in);
-		cr_assert_eq(parse(text, &p), 0, "%s: %s", cases[i].in, err);
-		ns_policy_resolve(&p, &d, &s, NULL);
+		resolve_local(text, &p, &s);
 		cr_assert_eq(s.rate_mph, cases[i].mph, "%s", cases[i].in);
 		cr_assert_eq(s.rate_interval_us, cases[i].us, "%s", cases[i].in);
 		cr_assert_eq(s.burst, 2);
@@ -135,11 +142,9 @@ Test(policy, max_connections_alone_is_the_fast_place_try)
 		char text[160];
 		struct ns_policy p;
 		struct ns_settings s;
-		struct ns_dest d = { "", AF_INET, { 127, 0, 0, 1 }, 80 };
 
 		snprintf(text, sizeof(text), "[defaults]\n%s", cases[i].text);
-		cr_assert_eq(parse(text, &p), 0, "%s: %s", cases[i].text, err);
-		ns_policy_resolve(&p, &d, &s, NULL);
+		resolve_local(text, &p, &s);
 		cr_assert_eq(s.shaping, cases[i].shaping, "%s: %u", cases[i].text, s.shaping);
 		ns_policy_free(&p);
 	}
