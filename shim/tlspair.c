@@ -128,8 +128,11 @@ void ns_tls_note_write(void *ssl, ns_ssl_wbio_fn wbio_of, ns_bio_type_fn type_of
 		__atomic_fetch_sub(&notes_ready, 1, __ATOMIC_RELAXED);
 		i = old;
 	}
+	/* (as a seqlock's writer: the note BUSY before its new seq is seen,
+	 * the new seq before any of the new fields) */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
 	ST(notes[i].seq, __atomic_fetch_add(&notes_seq, 1, __ATOMIC_RELAXED));
-	__atomic_thread_fence(__ATOMIC_RELEASE); /* (a looker that saw the old seq sees it change) */
+	__atomic_thread_fence(__ATOMIC_RELEASE);
 	ST(notes[i].sess, ssl);
 	ST(notes[i].n, n);
 	words_put(notes[i].tail, TAIL / 8, data + len - TAIL, TAIL);
