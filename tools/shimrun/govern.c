@@ -13,10 +13,10 @@
  * one is free or due, or refused (throttled) after queue_timeout. Then
  * shimrun makes the connect itself on a copy of the program's socket
  * (pidfd_getfd), with connect_timeout as its TCP_USER_TIMEOUT when it is
- * not decided at once, so that the
- * kernel ends it with ETIMEDOUT; a blocking program is answered with the
- * result, a non-blocking one at once with EINPROGRESS (it reads the
- * result its own way: shimrun never reads SO_ERROR for it).
+ * not decided at once, so that the kernel ends it with ETIMEDOUT; a
+ * blocking program is answered with the result, a non-blocking one at once
+ * with EINPROGRESS (it reads the result its own way: shimrun never reads
+ * SO_ERROR for it).
  *
  * The connection: shimrun keeps no copy of it (one would hold it open past
  * the program's close), but asks the kernel about it by its two ends
@@ -490,12 +490,11 @@ static void settle_connect(struct ns_gov *g, struct conn *c, short revents, uint
 /* The connect, made by shimrun on its copy of the program's socket (one
  * socket: the program's is connecting), non-blocking. One not decided at
  * once gets the connect deadline as the socket's TCP_USER_TIMEOUT (read by
- * the kernel at each SYN's retransmission: the first is a second after
- * the connect, microseconds after it is set): the kernel ends it with
- * ETIMEDOUT. Loopback and a near peer answer within the connect call, and
- * pay no TCP_USER_TIMEOUT (three system calls fewer). A blocking
- * program's connect is answered when it is decided, with its result; a
- * non-blocking one's at once with EINPROGRESS. */
+ * the kernel at each SYN's retransmission, the first a second on): the
+ * kernel ends it with ETIMEDOUT. Loopback and a near peer answer within
+ * the call, and pay no TCP_USER_TIMEOUT (three system calls fewer). A
+ * blocking program's connect is answered when it is decided, with its
+ * result; a non-blocking one's at once with EINPROGRESS. */
 static void start_connect(struct ns_gov *g, struct conn *c, uint64_t now)
 {
 	socklen_t ol = sizeof(int);
