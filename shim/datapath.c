@@ -143,8 +143,8 @@ static __attribute__((noinline)) int h2_write(struct ns_conn *c, struct io_req *
  * 0 go, or -1 with errno (held, refused). */
 static inline int req_place(struct ns_conn *c, struct io_req *q)
 {
-	int nonblock = (LD(c->flags) & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT);
 	uint32_t f = LD(c->flags);
+	int nonblock = (f & NS_C_NONBLOCK) || (q->flags & MSG_DONTWAIT);
 
 	if ((f & (NS_C_TLSWIRE | NS_C_TLS)) == NS_C_TLSWIRE && ns_tls_pair_send(q->fd, send_tail(q), nonblock) < 0)
 		return -1;

@@ -55,7 +55,8 @@
  * as execveat with this descriptor number and an absolute path, which the
  * kernel ignores it for, and which no open descriptor can have (past
  * fs.nr_open's largest, 2^30), so the filter lets it go without a stop in
- * shimrun: ~140 us of each run, measured (docs/benchmarks.md, section 11). A
+ * shimrun: ~75 us of each run at the median, and most of its tail,
+ * measured (docs/benchmarks.md, the journal of 2026-12-07 evening). A
  * program that passes the same number to its own execveat goes unhooked,
  * never ungoverned: its connects are sent as any are. */
 #define FIRST_EXEC_FD 0x7e736872u
