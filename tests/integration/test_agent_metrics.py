@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, ROOT
 from test_fleet import Node, free_port, redis_single, trip, wait_for  # noqa: F401
 
 
@@ -138,7 +138,7 @@ def test_a_real_prometheus_scrapes_the_agent_and_agrees_with_status(metered, ser
     assert answer() == node.shim.entry(srv.dest)["calls"] == 3
 
 
-DASHBOARD = BUILD.parent / "tools" / "agent" / "grafana" / "netshim.json"
+DASHBOARD = ROOT / "tools" / "agent" / "grafana" / "netshim.json"
 
 
 @pytest.mark.shim
@@ -175,7 +175,7 @@ def test_every_dashboard_panel_query_returns_data_and_the_panels_render(metered,
         shutil.copy(out, os.environ["NETSHIM_DASHBOARD_SVG"])
 
 
-RULES = BUILD.parent / "tools" / "agent" / "prometheus"
+RULES = ROOT / "tools" / "agent" / "prometheus"
 
 
 @pytest.mark.skipif(not shutil.which("promtool"), reason="Debian's prometheus is not installed")

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, base_env, client
+from conftest import BUILD, ROOT, base_env, client
 
 TRIP = "[defaults]\nfailure_threshold = 3\nread_timeout = 500ms\n"
 
@@ -267,7 +267,7 @@ def test_watch_without_colour_when_no_color_is_set(shim):
 
 @pytest.mark.parametrize("page", ["shimctl.1", "shimrun.1", "netshim.7", "netshim-agent.8"])
 def test_man_pages_render_without_warnings(page):
-    path = BUILD.parent / "man" / page
+    path = ROOT / "man" / page
     p = subprocess.run(["groff", "-ww", "-man", "-Tutf8", str(path)], capture_output=True, text=True)
     assert p.returncode == 0 and p.stderr == "", p.stderr
     p = subprocess.run(["man", "-l", str(path)], capture_output=True, text=True, env=dict(os.environ, MANPAGER="cat", MANWIDTH="80"))
