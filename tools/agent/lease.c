@@ -54,9 +54,10 @@
  * asks for: the whole less every demand, as it stands at the call), the
  * whole less the others' shares),
  * and it publishes at least what it holds in flight up to its old share.
- * A machine new to the limit has the level counted at once, or by the
+ * A machine new to the limit, or one whose demand fell below its share
+ * (`fell`: its programs ended), has the level counted at once, or by the
  * first call a quarter poll after the last count (M's `new`): the others
- * shrink to it at their next lease, not a poll later. Returns, a limit:
+ * shrink (or grow) to it at their next lease, not a poll later. Returns, a limit:
  * {share to keep to, share published, machines, whole, the share it
  * would have were all released, the largest whole}. */
 static const char SCRIPT[] =
@@ -121,6 +122,7 @@ static const char SCRIPT[] =
 	"  end\n"
 	"  local old, oldw, _, oldl = share_of(redis.call('HGET', H, node))\n"
 	"  old = old or 0\n"
+	"  local fell = oldw and demand < oldw and demand < old\n"
 	"  if oldw ~= demand or oldl ~= whole then\n"
 	"    if oldw then\n"
 	"      dsum, nl = dsum - oldw, nl - 1\n"
@@ -134,7 +136,7 @@ static const char SCRIPT[] =
 	"  local level, left, live, fw = tonumber(m[2] or ''), tonumber(m[3] or ''), tonumber(m[4] or ''), tonumber(m[5] or '')\n"
 	"  local fx = tonumber(m[8] or '') or whole\n"
 	"  if not level or not left or not live or not fw or not m[6] or now - tonumber(m[6]) >= poll or fw > whole\n"
-	"     or ((not oldw or m[7]) and now - tonumber(m[6]) >= poll / 4) then\n"
+	"     or ((not oldw or fell or m[7]) and now - tonumber(m[6]) >= poll / 4) then\n"
 	"    local f, ds = redis.call('HGETALL', M), {}\n"
 	"    fw, fx, live = whole, whole, 0\n"
 	"    for j = 1, #f, 2 do\n"
@@ -164,7 +166,7 @@ static const char SCRIPT[] =
 	"    redis.call('HSET', M, 'level', level, 'left', left, 'live', live, 'whole', fw, 'at', now, 'wmax', fx)\n"
 	"    redis.call('HDEL', M, 'new')\n"
 	"  else\n"
-	"    if not oldw then redis.call('HSET', M, 'new', 1) end\n"
+	"    if not oldw or fell then redis.call('HSET', M, 'new', 1) end\n"
 	"    live = math.max(1, nl)\n"
 	"    if level < 0 then left = math.max(0, fw - dsum) end\n"
 	"  end\n"
@@ -493,12 +495,15 @@ static void hold_share(struct fdst *f, int k, uint64_t now)
 
 /* ...Redis unreachable, or a cluster's links closed while the slots' masters
  * are sought (Redis answered; the routes are being read again): said once
- * until it is back, the second said too when the first did not end in it */
-static void keep_share(struct fdst *f, int k, uint64_t now)
+ * until it is back, the second said too when the first did not end in it.
+ * A lease that failed on links thought sound says nothing: which of the two
+ * it is, the caller decides after (failed() in agent.c: a cluster's node
+ * lost is first a failover), and the next pass, without links, says it. */
+static void keep_share(struct fdst *f, int k, uint64_t now, int say)
 {
 	int why = ag_state.reroute_until ? 2 : 1;
 
-	if (L.down_said != why && L.down_said != 1) {
+	if (say && L.down_said != why && L.down_said != 1) {
 		if (why == 2)
 			ag_log("redis cluster: the routes sought again: each fleet limit kept at min(this "
 			       "machine's last share, the limit / the machines last seen) until routed again");
@@ -595,7 +600,7 @@ int ag_lease_pass(uint64_t now, int connected, char *err, size_t len)
 		}
 	}
 	for (int i = 0; i < n; i++)
-		keep_share(it[i].f, it[i].k, now);
+		keep_share(it[i].f, it[i].k, now, !connected);
 	free(it);
 	if (connected && rc == FL_OK)
 		L.last_ms = now;
@@ -607,6 +612,18 @@ int ag_lease_pass(uint64_t now, int connected, char *err, size_t len)
 		L.down_said = 0;
 	}
 	return rc;
+}
+
+/* ...a machine whose demand fell to half its share or less (its programs
+ * ended, or most of them): what it no longer asks for is given back now, not
+ * at its next poll, and the level is counted again by that lease (the
+ * script's `fell`), so the busy machines have it at their next lease. */
+static int gone_idle(const struct fdst *f, int k, const struct ns_fleet_demand *dm)
+{
+	uint64_t d = k == NS_FLEET_K_REQ ? (uint64_t)dm->req_inflight + dm->req_waiting
+					 : (uint64_t)dm->conn_inflight + dm->conn_waiting;
+
+	return d < f->want[k] && d * 2 <= f->local[k];
 }
 
 /* A lease between polls: a shrinking machine has let go of what it held
@@ -634,11 +651,14 @@ int ag_lease_due(uint64_t now, uint64_t last_poll)
 			if (f->local[k] < f->target[k] && f->local[k] < f->want[k] &&
 			    now >= L.last_ms + (uint64_t)ag_state.poll_ms / 2)
 				due = 1; /* held below its share */
-			if (due || k == NS_FLEET_K_RATE || f->pub[k] <= f->local[k])
+			if (due || k == NS_FLEET_K_RATE)
 				continue;
 			if (!measured++)
 				ns_table_fleet_demand(&ag_state.t, f->slot, &dm);
-			due = in_use(f, k, &dm) <= f->local[k]; /* let go */
+			if (f->pub[k] > f->local[k])
+				due = in_use(f, k, &dm) <= f->local[k]; /* let go */
+			else
+				due = gone_idle(f, k, &dm);
 		}
 		if (due)
 			break;
