@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "account.h"
+#include "places.h"
 #include "reqq.h"
 #include "table.h"
 
@@ -90,6 +91,8 @@ static inline int ns_admit_place_now(struct ns_table *t, int slot, const struct 
 {
 	if (__builtin_expect(!(set->adaptive | (set->fleet & NS_FLEET_CONN)), 1))
 		return ns_table_place_take(t, slot, set->max_connections, holder);
+	if (!(set->fleet & NS_FLEET_CONN))
+		return ns_places_take_adaptive(t, slot, set, holder, now_ms);
 	return ns_table_place_take_auto(t, slot, set, holder, now_ms, 0);
 }
 /* A place given back by its holder: the futex word to wake when someone

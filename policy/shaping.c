@@ -6,34 +6,34 @@
  * connect takes one on its fast path). Like table.c: no system call, the
  * clock from the caller. */
 #include "table.h"
+#include "places.h"
 #include "slot.h"
 #include "reqq.h"
 
 #ifdef __SSE2__
 #include <cpuid.h>
-#include <emmintrin.h>
 
 /* The CPU counts bits in one instruction (POPCNT: every x86-64 since 2008,
  * but not in the baseline the library is built for): asked once at load;
  * until then (a wrapper called from a constructor before this one) the
- * count is made by shifts and masks, the same figure. */
-static int have_popcnt;
+ * count is made by shifts and masks, the same figure (ns_places_held). */
+int ns_have_popcnt;
 
 __attribute__((constructor)) static void popcnt_probe(void)
 {
 	unsigned a, b, c, d;
 
-	have_popcnt = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_POPCNT);
+	ns_have_popcnt = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_POPCNT);
 }
 #endif
 
 int ns_places_popcnt(int on)
 {
 #ifdef __SSE2__
-	int was = have_popcnt;
+	int was = ns_have_popcnt;
 
 	if (on >= 0)
-		have_popcnt = on;
+		ns_have_popcnt = on;
 	return was;
 #else
 	(void)on;
@@ -133,11 +133,11 @@ uint32_t ns_table_cap_now(const struct ns_table *t, int idx, uint32_t cap, uint6
 
 /**** max_connections = auto ****/
 
-#define AD_FAILED            4ull
-#define AD_BUSY              2ull
+#define AD_FAILED            NS_AD_FAILED
+#define AD_BUSY              NS_AD_BUSY
 #define AD_OK                1ull
-#define AD_IV_MASK           ((1ull << 41) - 1)
-#define AD_IV(w)             (((w) >> 3) & AD_IV_MASK)
+#define AD_IV_MASK           NS_AD_IV_MASK
+#define AD_IV(w)             NS_AD_IV(w)
 #define AD_MAKE(lim, iv, fl) ((uint64_t)(lim) << 44 | ((iv)&AD_IV_MASK) << 3 | (fl))
 
 /* What a limit that adapts is of: its word, its bounds (a count). */
@@ -149,13 +149,7 @@ struct ad {
 /* a limit (thousandths) within the bounds; 0, none yet: the minimum */
 static inline __attribute__((always_inline)) uint32_t ad_bound(uint32_t milli, const struct ad *a)
 {
-	uint32_t lo = a->min * 1000, hi = a->max * 1000;
-
-	if (hi > NS_PLACES * 1000)
-		hi = NS_PLACES * 1000;
-	if (lo > hi)
-		lo = hi;
-	return milli < lo ? lo : milli > hi ? hi : milli;
+	return ns_ad_bound(milli, a->min, a->max);
 }
 
 /* max_connections' (req 0) or max_requests' (req 1) limit of slot s */
@@ -258,56 +252,6 @@ void ns_table_adapt_outcome(struct ns_table *t, int idx, const struct ns_setting
 		th_add(s, now_ms, set->throttle_window_ms ? set->throttle_window_ms : 120000, 1, !failed);
 }
 
-/* The places of [0, span) held, and the first free one (-1: none). A
- * connect under max_connections = auto counts them all, so this is its
- * cost: where SSE2 is there (x86-64 always) the 32 words are read eight
- * vectors at once into a mask of the free ones, no loop and no branch.
- * Each word is read whole (aligned; only its being 0 matters, as LOAD). */
-static inline __attribute__((always_inline)) uint32_t places_held(const uint32_t *place, uint32_t span, int *first_free)
-{
-	uint32_t n = 0;
-
-	*first_free = -1;
-#if defined(__SSE2__) && NS_PLACES == 32
-	{
-		const __m128i zero = _mm_setzero_si128();
-		const __m128i *v = (const __m128i *)(const void *)place;
-		uint32_t freem;
-
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
-		/* each free word's -1 packed down to a byte, then a bit */
-#define FREE4(i) _mm_cmpeq_epi32(_mm_load_si128(&v[i]), zero)
-#define FREE16(i)                     \
-	(uint32_t) _mm_movemask_epi8( \
-		_mm_packs_epi16(_mm_packs_epi32(FREE4(i), FREE4(i + 1)), _mm_packs_epi32(FREE4(i + 2), FREE4(i + 3))))
-		freem = FREE16(0) | FREE16(4) << 16;
-#undef FREE16
-#undef FREE4
-		if (span < 32)
-			freem &= (1u << span) - 1;
-		else
-			span = 32;
-		if (freem)
-			*first_free = __builtin_ctz(freem);
-		if (__builtin_expect(have_popcnt, 1)) {
-			__asm__("popcnt %1, %0" : "=r"(n) : "r"(freem) : "cc");
-			return span - n;
-		}
-		freem -= (freem >> 1) & 0x55555555u; /* (a popcount of the free ones) */
-		freem = (freem & 0x33333333u) + ((freem >> 2) & 0x33333333u);
-		freem = (((freem + (freem >> 4)) & 0x0f0f0f0fu) * 0x01010101u) >> 24;
-		return span - freem;
-	}
-#endif
-	for (uint32_t i = 0; i < span; i++) {
-		if (LOAD(&place[i]))
-			n++;
-		else if (*first_free < 0)
-			*first_free = (int)i;
-	}
-	return n;
-}
-
 static inline __attribute__((always_inline)) int take_under(uint32_t *place, uint32_t cap, uint32_t span,
 							    uint32_t holder, uint32_t *held)
 {
@@ -320,7 +264,7 @@ static inline __attribute__((always_inline)) int take_under(uint32_t *place, uin
 		uint32_t free_ = 0;
 		int p;
 
-		*held = places_held(place, span, &p);
+		*held = ns_places_held(place, span, &p);
 		if (*held >= cap || p < 0)
 			return -1;
 		if (CAS(&place[p], &free_, holder))

@@ -1239,6 +1239,49 @@ Test(table, a_place_under_a_limit_counts_every_place_held_over_its_span)
 	ns_places_popcnt(cpu);
 }
 
+/* max_connections = auto's inline take (a connect's fast path,
+ * policy/places.h) does what the table's own take does: the same place
+ * taken or none, the same adapt word after, over limits (whole and
+ * fractional), the interval's flags and patterns of places held, places
+ * above a limit that shrank counted too. */
+Test(table, autos_inline_take_is_the_tables_take)
+{
+	static const uint32_t limits[] = { 0, 1000, 1500, 2000, 3000, 4700, 8000, 31000 };
+	static const uint64_t flags[] = { 0, 1, 2, 3, 4, 5 };
+	struct ns_table t;
+	struct ns_settings set = adaptive_set();
+	int a, n = 0;
+
+	mem_table(&t, 2);
+	a = ns_table_find(&t, "k:1", 1, 1000);
+	set.max_connections = set.max_connections_max = 16;
+	set.max_connections_min = 1;
+	for (size_t li = 0; li < sizeof(limits) / sizeof(limits[0]); li++)
+		for (size_t fi = 0; fi < sizeof(flags) / sizeof(flags[0]); fi++)
+			for (int same_iv = 0; same_iv < 2; same_iv++)
+				for (uint32_t pattern = 0; pattern < 128; pattern++) {
+					struct ns_slot *s = &t.slots[a], before, fast;
+					uint64_t now = 50000, iv = now / 1000 - !same_iv;
+					int pf, pt;
+
+					for (uint32_t i = 0; i < NS_PLACES; i++)
+						s->place[i] = (pattern >> (i % 7) & 1) ? 7u << NS_PLACE_TAG_BITS : 0;
+					s->adapt = (uint64_t)limits[li] << 44 | (iv & NS_AD_IV_MASK) << 3 | flags[fi];
+					before = *s;
+					pf = ns_admit_place_now(&t, a, &set, 9u << NS_PLACE_TAG_BITS, now);
+					fast = *s;
+					*s = before;
+					pt = ns_table_place_take_auto(&t, a, &set, 9u << NS_PLACE_TAG_BITS, now, 0);
+					cr_assert_eq(pf, pt, "limit %u flags %lu iv %d pattern %u: place", limits[li],
+						     (unsigned long)flags[fi], same_iv, pattern);
+					cr_assert_eq(fast.adapt, s->adapt, "limit %u flags %lu iv %d pattern %u: word",
+						     limits[li], (unsigned long)flags[fi], same_iv, pattern);
+					cr_assert(!memcmp(fast.place, s->place, sizeof(s->place)));
+					n += pf >= 0;
+				}
+	cr_assert(n > 100 && n < 8 * 6 * 2 * 128, "both outcomes seen (%d places taken)", n);
+}
+
 /* The fleet's limits (policy/fleetshare.c, read by admit.c and shaping.c):
  * the share an agent leased is the limit in force until its lease ends,
  * then 0; none written: the whole when no agent of a fleet serves the
