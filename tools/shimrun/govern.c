@@ -18,20 +18,19 @@
  * with EINPROGRESS (it reads the result its own way: shimrun never reads
  * SO_ERROR for it).
  *
- * The connection: shimrun keeps no copy of it (one would hold it open past
- * the program's close), but asks the kernel about it by its two ends
- * (sockwatch.c): when the program closed it (its place is given back),
- * when it got its first bytes (its success; a server's reset or close
- * before any, seen while the program still holds it, is a failure), and
- * whether a request went out that got nothing back. One that sent and got nothing for
- * read_timeout, or that outlived total_timeout, is reset: the program gets
- * an error, never an end of data, and a timeout is counted (outcome
- * unknown: the request was sent). It is looked at when a deadline could
- * next fall due (the last send plus read_timeout, exactly, once a request
- * is out; else read_timeout later), and every 20 ms while someone waits
- * for its place. What it cannot see: bytes, HTTP status, TLS, a server
- * that stalls after its first bytes, a protocol where the server speaks
- * first. */
+ * The connection: shimrun keeps no copy of it (one would hold it open past the
+ * program's close), but asks the kernel about it by its two ends
+ * (sockwatch.c): when the program closed it (its place is given back), when it
+ * got its first bytes (its success; a server's reset or close before any, seen
+ * while the program still holds it, is a failure), and whether a request went
+ * out that got nothing back. One that sent and got nothing for read_timeout,
+ * or that outlived total_timeout, is reset: the program gets an error, never
+ * an end of data, and a timeout is counted (outcome unknown: the request was
+ * sent). It is looked at when a deadline could next fall due (the last send
+ * plus read_timeout, exactly, once a request is out; else read_timeout later),
+ * and every 20 ms while someone waits for its place. What it cannot see:
+ * bytes, HTTP status, TLS, a server that stalls after its first bytes, a
+ * protocol where the server speaks first. */
 #include "govern.h"
 
 #include <errno.h>
@@ -558,10 +557,11 @@ static void settle_connect(struct ns_gov *g, struct conn *c, short revents, uint
 		return;
 	restore(c);
 	if (c->blocking) {
-		/* shimrun's own connect: its result is the program's */
+		/* shimrun's own connect: its result is the program's (writable
+		 * with no error: connected, no SO_ERROR to read) */
 		socklen_t l = sizeof(err);
 
-		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
+		if ((revents & (POLLERR | POLLHUP)) && getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
 			err = errno;
 		g->answer(g->ctx, c->id, err, 0);
 		err = err ? as_outcome(err) : 0;
