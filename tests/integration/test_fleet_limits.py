@@ -321,6 +321,34 @@ def test_redis_lost_keeps_each_share_at_most_the_limit_over_the_machines_said_on
 
 
 @pytest.mark.agent
+def test_a_destination_first_used_while_redis_is_lost_gets_the_limit_over_the_machines_last_seen(
+        machines, inflight, redis):
+    # 3 machines leased one destination (4 of 12 each); Redis gone, their
+    # programs begin another destination never leased: each machine keeps
+    # its limit over the 3 machines the leases last named, not the whole
+    # (before: 12 each, 36 at once against a fleet limit of 12)
+    single_only(redis, "a single redis-server is killed here")
+    other = InflightServer(hold=0.2)
+    try:
+        ms = machines(3, policy(inflight, "fleet_max_requests = 12") + policy(other, "fleet_max_requests = 12"))
+        going = busy(ms, inflight, 100, 3, 6)
+        assert wait_shares(ms, inflight.dest, lambda sh: sh == [4, 4, 4], 5) is not None
+        wait_all(going)
+        redis.kill()
+        time.sleep(3 * POLL_MS / 1000)
+        going = busy(ms, other, 100, 3, 6)
+        t = wait_shares(ms, other.dest, lambda sh: all(x is not None and x > 0 for x in sh), 10)
+        during = shares_of(ms, other.dest)
+        res = wait_all(going)
+        redis.start()
+        assert t is not None and during == [4, 4, 4], (during, [m.log() for m in ms])
+        assert all(rc == 0 and json.loads(o.strip().splitlines()[-1])["nbad"] == 0 for rc, o, _ in res), res
+        assert other.peak <= 12, other.peak
+    finally:
+        other.stop()
+
+
+@pytest.mark.agent
 def test_fleet_max_connections_caps_the_connections_of_every_machine_together(machines, inflight):
     # programs that open a connection per request (no session): 5 machines
     # x 6 threads, fleet_max_connections = 10: never more than 10 at the

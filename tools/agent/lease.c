@@ -218,6 +218,7 @@ static struct {
 	uint64_t regrow_ms; /* after Redis came back: no share grows before then */
 	uint64_t last_ms;   /* the last lease Redis answered */
 	uint64_t early_ms;  /* the last lease between polls */
+	uint32_t live_seen; /* the most machines a lease last named, of any destination */
 	struct fdst *d;
 } L;
 
@@ -392,6 +393,8 @@ static int take_reply(const struct item *it, const redisReply *r, uint64_t now)
 	if (r->element[2]->integer < 1)
 		return -1;
 	f->live = (uint32_t)r->element[2]->integer;
+	if (f->live > L.live_seen)
+		L.live_seen = f->live;
 	whole = (uint64_t)r->element[3]->integer;
 	if (whole != f->held_whole[k]) {
 		if (whole < f->whole[k])
@@ -484,11 +487,15 @@ static int lease_shard(struct item *it, int n, uint64_t now, char *err, size_t l
 }
 
 /* No lease from Redis: the last share, at most the limit over the machines
- * last seen (none yet: that of one of them). */
+ * last seen (a destination never leased: the most machines any lease
+ * named; none ever: the whole, this machine alone as far as it knows). */
 static void hold_share(struct fdst *f, int k, uint64_t now)
 {
-	uint64_t live = f->live ? f->live : 1;
-	uint64_t whole = whole_of(f, k);
+	uint64_t live, whole = whole_of(f, k);
+
+	if (!f->live)
+		f->live = L.live_seen; /* (until a lease names them) */
+	live = f->live ? f->live : 1;
 
 	write_share(f, k, f->have[k] && f->local[k] < whole / live ? f->local[k] : whole / live, now + ag_lease_ms());
 }
