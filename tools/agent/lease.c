@@ -303,15 +303,22 @@ static struct fdst *fdst_for(const char *key, int slot)
  * was turned down or waited since (a non-blocking connect queued in its
  * process is in no count), twice what it has, at least an even part of the
  * whole: a machine whose share is 0 asks for one. */
+/* Requests (k NS_FLEET_K_REQ) or connections in flight and waiting. */
+static uint64_t asked(int k, const struct ns_fleet_demand *dm)
+{
+	return k == NS_FLEET_K_REQ ? (uint64_t)dm->req_inflight + dm->req_waiting
+				   : (uint64_t)dm->conn_inflight + dm->conn_waiting;
+}
+
 static uint64_t demand(struct fdst *f, int k, const struct ns_fleet_demand *dm, uint64_t now)
 {
 	uint64_t want, even = f->whole[k] / (f->live ? f->live : 1);
 	int waited = f->measured_ms && dm->denied[k] != f->denied[k];
 
 	if (k == NS_FLEET_K_REQ)
-		return (uint64_t)dm->req_inflight + dm->req_waiting;
+		return asked(k, dm);
 	if (k == NS_FLEET_K_CONN) {
-		want = (uint64_t)dm->conn_inflight + dm->conn_waiting;
+		want = asked(k, dm);
 		waited |= f->measured_ms && dm->conn_waits != f->conn_waits;
 	} else {
 		uint64_t el = f->measured_ms && now > f->measured_ms ? now - f->measured_ms : 0;
@@ -627,8 +634,7 @@ int ag_lease_pass(uint64_t now, int connected, char *err, size_t len)
  * script's `fell`), so the busy machines have it at their next lease. */
 static int gone_idle(const struct fdst *f, int k, const struct ns_fleet_demand *dm)
 {
-	uint64_t d = k == NS_FLEET_K_REQ ? (uint64_t)dm->req_inflight + dm->req_waiting
-					 : (uint64_t)dm->conn_inflight + dm->conn_waiting;
+	uint64_t d = asked(k, dm);
 
 	return d < f->want[k] && d * 2 <= f->local[k];
 }
@@ -658,7 +664,9 @@ int ag_lease_due(uint64_t now, uint64_t last_poll)
 			if (f->local[k] < f->target[k] && f->local[k] < f->want[k] &&
 			    now >= L.last_ms + (uint64_t)ag_state.poll_ms / 2)
 				due = 1; /* held below its share */
-			if (due || k == NS_FLEET_K_RATE)
+			/* (nothing to let go, and no demand reported that could fall:
+			 * the table is not read) */
+			if (due || k == NS_FLEET_K_RATE || (f->pub[k] <= f->local[k] && !f->want[k]))
 				continue;
 			if (!measured++)
 				ns_table_fleet_demand(&ag_state.t, f->slot, &dm);
