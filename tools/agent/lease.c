@@ -15,7 +15,7 @@
  * engines keep to it as to a local limit, and no program waits on Redis.
  *
  * Faults: Redis unreachable: each machine keeps min(its last share, the
- * limit over the machines last seen), said once; an agent gone: its entry
+ * limit over the machines last seen; none known: 0), said once; an agent gone: its entry
  * in Redis lapses with its lease and the others take its share, and its
  * own table's share lapses as soon (nothing starts there without a new
  * lease). */
@@ -495,16 +495,21 @@ static int lease_shard(struct item *it, int n, uint64_t now, char *err, size_t l
 
 /* No lease from Redis: the last share, at most the limit over the machines
  * last seen (a destination never leased: the most machines any lease
- * named; none ever: the whole, this machine alone as far as it knows). */
+ * named). None seen (no lease of this agent ever answered): nothing, until
+ * one does: the whole, taken by a machine whose first lease timed out,
+ * was 43 in flight against a fleet limit of 40 (said once). */
 static void hold_share(struct fdst *f, int k, uint64_t now)
 {
-	uint64_t live, whole = whole_of(f, k);
+	uint64_t whole = whole_of(f, k), share;
 
 	if (!f->live)
 		f->live = L.live_seen; /* (until a lease names them) */
-	live = f->live ? f->live : 1;
-
-	write_share(f, k, f->have[k] && f->local[k] < whole / live ? f->local[k] : whole / live, now + ag_lease_ms());
+	if (!f->live && (!f->have[k] || f->local[k]))
+		ag_log("%s: %s: no share until a lease answers (no lease has answered this agent yet: the "
+		       "machines that share it are not known)",
+		       f->key, ns_key_names[NS_FLEET_KEY(k)]);
+	share = f->live ? whole / f->live : 0;
+	write_share(f, k, f->have[k] && f->local[k] < share ? f->local[k] : share, now + ag_lease_ms());
 }
 
 /* ...Redis unreachable, or a cluster's links closed while the slots' masters
