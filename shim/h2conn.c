@@ -657,6 +657,14 @@ int ns_h2c_before_write(int fd, struct ns_conn *c, const void *buf, const struct
 	struct feedctx fc;
 	int e = errno;
 
+	/* a TLS connection's socket carries records, not frames: its streams
+	 * are read from its plaintext (tls.c, tls = 1). Its first record goes
+	 * out inside the library's write, before that plaintext was looked at
+	 * (neither HTTP bit yet): read here as frames, its ciphertext opened
+	 * streams of random ids (one record in 512, one of 256-511 bytes in 2),
+	 * and no stream after was followed */
+	if (!tls && (f & (NS_C_TLS | NS_C_TLSWIRE)))
+		return NS_H2C_NOT;
 	if (!x && (f & (NS_C_HTTP | NS_C_NOTHTTP)))
 		return NS_H2C_NOT;
 	if (!x && !(x = early_reader(c, buf, iov, iovcnt, *len)))
