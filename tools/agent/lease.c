@@ -15,10 +15,10 @@
  * engines keep to it as to a local limit, and no program waits on Redis.
  *
  * Faults: Redis unreachable: each machine keeps min(its last share, the
- * limit over the machines last seen; none known: 0), said once; an agent gone: its entry
- * in Redis lapses with its lease and the others take its share, and its
- * own table's share lapses as soon (nothing starts there without a new
- * lease). */
+ * limit over the machines last seen; none known: 0), said once; an agent
+ * gone: its entry in Redis lapses with its lease and the others take its
+ * share, and its own table's share lapses as soon (nothing starts there
+ * without a new lease). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,12 +297,6 @@ static struct fdst *fdst_for(const char *key, int slot)
 	return f;
 }
 
-/* This machine's demand of f's limit kind now. Requests: those in flight
- * and those waiting (the table's queue counts them all). Connections and
- * rate: in flight (tokens taken over the last pass), and when something
- * was turned down or waited since (a non-blocking connect queued in its
- * process is in no count), twice what it has, at least an even part of the
- * whole: a machine whose share is 0 asks for one. */
 /* Requests (k NS_FLEET_K_REQ) or connections in flight and waiting. */
 static uint64_t asked(int k, const struct ns_fleet_demand *dm)
 {
@@ -310,6 +304,12 @@ static uint64_t asked(int k, const struct ns_fleet_demand *dm)
 				   : (uint64_t)dm->conn_inflight + dm->conn_waiting;
 }
 
+/* This machine's demand of f's limit kind now. Requests: those in flight
+ * and those waiting (the table's queue counts them all). Connections and
+ * rate: in flight (tokens taken over the last pass), and when something
+ * was turned down or waited since (a non-blocking connect queued in its
+ * process is in no count), twice what it has, at least an even part of the
+ * whole: a machine whose share is 0 asks for one. */
 static uint64_t demand(struct fdst *f, int k, const struct ns_fleet_demand *dm, uint64_t now)
 {
 	uint64_t want, even = f->whole[k] / (f->live ? f->live : 1);
